@@ -1,0 +1,55 @@
+#include "common/log.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cctype>
+
+namespace ddprun {
+
+bool parse_log_level(std::string_view text, LogLevel& out) {
+  std::string lower;
+  for (char c : text) lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  if (lower == "debug") out = LogLevel::kDebug;
+  else if (lower == "info") out = LogLevel::kInfo;
+  else if (lower == "warning" || lower == "warn") out = LogLevel::kWarning;
+  else if (lower == "error") out = LogLevel::kError;
+  else if (lower == "off" || lower == "quiet") out = LogLevel::kOff;
+  else return false;
+  return true;
+}
+
+bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+void Logger::write(LogLevel level, std::string_view message) const {
+  if (!enabled(level)) return;
+  static constexpr const char* kNames[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
+  std::string line;
+  line.reserve(message.size() + 48);
+  line += '[';
+  line += part_;
+  if (!node_.empty()) {
+    line += ' ';
+    line += node_;
+  }
+  line += " pid ";
+  line += std::to_string(::getpid());
+  line += "] ";
+  line += kNames[static_cast<int>(level)];
+  line += ": ";
+  line += message;
+  if (line.back() != '\n') line += '\n';
+  write_all(fd_, line);
+}
+
+}  // namespace ddprun

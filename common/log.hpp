@@ -1,0 +1,57 @@
+// One logging facility: levels chosen at run time (--verbose, DDPRUN_LOG_LEVEL), every line tagged with
+// part, node and pid, written to stderr with a single write(2) so lines from ddprun never interleave
+// mid-line with each other or with forwarded worker output.
+//
+// A Logger is a small value: components get a copy (configuration passed by value, no mutable globals)
+// and derive a tagged child with `for_part("rendezvous")`.
+#pragma once
+
+#include <sstream>
+#include <string>
+#include <string_view>
+
+namespace ddprun {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3, kOff = 4 };
+
+// "debug" | "info" | "warning" | "error" | "off" (case-insensitive); nullopt-like: returns false if unknown.
+bool parse_log_level(std::string_view text, LogLevel& out);
+
+class Logger {
+ public:
+  Logger() = default;
+  Logger(LogLevel level, std::string part, std::string node, int fd = 2)
+      : level_(level), part_(std::move(part)), node_(std::move(node)), fd_(fd) {}
+
+  Logger for_part(std::string part) const { return Logger(level_, std::move(part), node_, fd_); }
+  Logger for_node(std::string node) const { return Logger(level_, part_, std::move(node), fd_); }
+
+  bool enabled(LogLevel level) const { return level >= level_ && level_ != LogLevel::kOff; }
+  LogLevel level() const { return level_; }
+
+  void write(LogLevel level, std::string_view message) const;
+
+  template <typename... Args> void debug(const Args&... args) const { emit(LogLevel::kDebug, args...); }
+  template <typename... Args> void info(const Args&... args) const { emit(LogLevel::kInfo, args...); }
+  template <typename... Args> void warning(const Args&... args) const { emit(LogLevel::kWarning, args...); }
+  template <typename... Args> void error(const Args&... args) const { emit(LogLevel::kError, args...); }
+
+ private:
+  template <typename... Args>
+  void emit(LogLevel level, const Args&... args) const {
+    if (!enabled(level)) return;
+    std::ostringstream out;
+    (out << ... << args);
+    write(level, out.str());
+  }
+
+  LogLevel level_ = LogLevel::kInfo;
+  std::string part_ = "ddprun";
+  std::string node_;
+  int fd_ = 2;
+};
+
+// Writes all of `data` to fd, retrying on EINTR and short writes. Returns false on a hard error (EPIPE...).
+bool write_all(int fd, std::string_view data);
+
+}  // namespace ddprun

@@ -1,0 +1,77 @@
+#include "common/process/process_tree.hpp"
+
+#include <dirent.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <system_error>
+#include <unordered_map>
+
+namespace ddprun::process {
+
+void become_child_subreaper() {
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+    throw std::system_error(errno, std::generic_category(), "prctl(PR_SET_CHILD_SUBREAPER)");
+}
+
+namespace {
+// The parent pid from /proc/<pid>/stat. The command name (field 2) may contain spaces and ')' so the
+// fields are read after the *last* ')'.
+pid_t parent_of(const char* pid_dir) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%s/stat", pid_dir);
+  FILE* f = std::fopen(path, "re");
+  if (!f) return -1;
+  char buf[1024];
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* close = std::strrchr(buf, ')');
+  if (!close) return -1;
+  char state;
+  int ppid;
+  if (std::sscanf(close + 1, " %c %d", &state, &ppid) != 2) return -1;
+  return ppid;
+}
+}  // namespace
+
+std::vector<pid_t> descendants_of(pid_t root) {
+  std::unordered_multimap<pid_t, pid_t> children;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return {};
+  while (dirent* entry = ::readdir(proc)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    pid_t ppid = parent_of(entry->d_name);
+    if (ppid > 0) children.emplace(ppid, static_cast<pid_t>(std::atoi(entry->d_name)));
+  }
+  ::closedir(proc);
+  std::vector<pid_t> out;
+  std::vector<pid_t> frontier{root};
+  while (!frontier.empty()) {
+    pid_t p = frontier.back();
+    frontier.pop_back();
+    auto range = children.equal_range(p);
+    for (auto it = range.first; it != range.second; ++it) {
+      out.push_back(it->second);
+      frontier.push_back(it->second);
+    }
+  }
+  return out;
+}
+
+bool signal_group(pid_t pgid, int signal) {
+  if (pgid <= 1) return false;  // never signal init's or our caller's whole session by mistake
+  return ::killpg(pgid, signal) == 0 || errno != ESRCH;
+}
+
+void signal_each(const std::vector<pid_t>& pids, int signal) {
+  for (pid_t p : pids)
+    if (p > 1) ::kill(p, signal);
+}
+
+}  // namespace ddprun::process

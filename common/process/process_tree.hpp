@@ -1,0 +1,25 @@
+// Finding and killing everything a supervisor started, including descendants that left the worker's
+// process group (setsid, double fork). With PR_SET_CHILD_SUBREAPER such orphans are re-parented to the
+// supervisor instead of init, so they stay visible as descendants and are reaped by its waitpid(-1).
+#pragma once
+
+#include <sys/types.h>
+
+#include <vector>
+
+namespace ddprun::process {
+
+// prctl(PR_SET_CHILD_SUBREAPER, 1). Throws std::system_error on failure.
+void become_child_subreaper();
+
+// Every live process whose parent chain leads to `root` (root excluded), read from /proc, deepest last.
+// Zombies are included (they still need reaping). A snapshot: processes may come and go meanwhile.
+std::vector<pid_t> descendants_of(pid_t root);
+
+// Sends `signal` to process group `pgid`. Returns true if the group still had members (ESRCH → false).
+bool signal_group(pid_t pgid, int signal);
+
+// Sends `signal` to each pid, ignoring those already gone.
+void signal_each(const std::vector<pid_t>& pids, int signal);
+
+}  // namespace ddprun::process

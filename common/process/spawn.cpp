@@ -1,0 +1,192 @@
+#include "common/process/spawn.hpp"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+namespace ddprun::process {
+namespace {
+
+// Everything the child needs, prepared before fork: after fork only async-signal-safe calls are allowed.
+struct ChildPlan {
+  std::vector<std::vector<char>> storage;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+  std::vector<std::string> candidates;  // paths to try, in order (PATH search done here, not in the child)
+  std::vector<const char*> candidate_ptrs;
+};
+
+char* hold(ChildPlan& plan, const std::string& s) {
+  plan.storage.emplace_back(s.begin(), s.end());
+  plan.storage.back().push_back('\0');
+  return plan.storage.back().data();
+}
+
+[[noreturn]] void child_fail(int report_fd, int err) {
+  // Best effort: the parent treats a short read as "exec failed with unknown error".
+  ssize_t ignored = ::write(report_fd, &err, sizeof err);
+  (void)ignored;
+  ::_exit(127);
+}
+
+[[noreturn]] void run_child(const SpawnOptions& o, ChildPlan& plan, int report_fd, pid_t parent) {
+  if (o.new_process_group && ::setpgid(0, 0) != 0) child_fail(report_fd, errno);
+  if (o.parent_death_signal != 0) {
+    if (::prctl(PR_SET_PDEATHSIG, o.parent_death_signal) != 0) child_fail(report_fd, errno);
+    // The parent may have died before prctl took effect; then no signal will ever come.
+    if (::getppid() != parent) ::_exit(128 + o.parent_death_signal);
+  }
+  // Default dispositions (exec keeps SIG_IGN, e.g. a SIGPIPE the parent ignores) and an empty mask
+  // (the parent blocked everything around fork; a mask survives exec).
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    ::sigaction(sig, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+
+  int in = o.stdin_fd;
+  if (in < 0) {
+    in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in < 0) child_fail(report_fd, errno);
+  }
+  // dup2 clears close-on-exec on the new descriptor; an fd already at its place needs it cleared by hand.
+  auto place = [&](int from, int to) {
+    if (from < 0) return;
+    if (from == to) {
+      ::fcntl(to, F_SETFD, 0);
+    } else if (::dup2(from, to) < 0) {
+      child_fail(report_fd, errno);
+    }
+  };
+  place(in, 0);
+  place(o.stdout_fd, 1);
+  place(o.stderr_fd, 2);
+  // Every inherited descriptor above stderr becomes close-on-exec (the report pipe already is), except
+  // those asked for. close_range exists since Linux 5.9; on older kernels the parent's fds are CLOEXEC.
+  ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+  for (int fd : o.inherit_fds) ::fcntl(fd, F_SETFD, 0);
+
+  if (!o.working_dir.empty() && ::chdir(o.working_dir.c_str()) != 0) child_fail(report_fd, errno);
+
+  int err = ENOENT;
+  for (const char* path : plan.candidate_ptrs) {
+    ::execve(path, plan.argv.data(), plan.envp.data());
+    // Like execvp: remember EACCES but keep searching; other errors are final.
+    if (errno == EACCES) err = EACCES;
+    else if (errno != ENOENT && errno != ENOTDIR) { err = errno; break; }
+  }
+  child_fail(report_fd, err);
+}
+
+}  // namespace
+
+ExecError::ExecError(const std::string& program, int err)
+    : std::runtime_error("cannot execute '" + program + "': " + std::strerror(err)), err_(err) {}
+
+int ExecError::exit_code() const noexcept { return (err_ == ENOENT || err_ == ENOTDIR) ? 127 : 126; }
+
+std::string path_of(const std::vector<std::string>& env) {
+  for (const auto& kv : env)
+    if (kv.rfind("PATH=", 0) == 0) return kv.substr(5);
+  return "/usr/local/bin:/usr/bin:/bin";
+}
+
+ResolvedProgram resolve_program(const std::string& name, const std::string& path_env) {
+  auto check = [](const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return ProgramCheck::kNotFound;
+    if (S_ISDIR(st.st_mode)) return ProgramCheck::kIsDirectory;
+    if (::access(path.c_str(), X_OK) != 0 || !S_ISREG(st.st_mode)) return ProgramCheck::kNotExecutable;
+    return ProgramCheck::kOk;
+  };
+  if (name.empty()) return {};
+  if (name.find('/') != std::string::npos) return {check(name), name};
+  ResolvedProgram best;  // the first non-executable match is reported if nothing better is found
+  size_t start = 0;
+  while (start <= path_env.size()) {
+    size_t end = path_env.find(':', start);
+    if (end == std::string::npos) end = path_env.size();
+    std::string dir = path_env.substr(start, end - start);
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    ProgramCheck c = check(candidate);
+    if (c == ProgramCheck::kOk) return {c, candidate};
+    if (c == ProgramCheck::kNotExecutable && best.check == ProgramCheck::kNotFound) best = {c, candidate};
+    start = end + 1;
+  }
+  return best;
+}
+
+pid_t spawn(const SpawnOptions& o) {
+  ChildPlan plan;
+  for (const auto& a : o.argv) plan.argv.push_back(hold(plan, a));
+  plan.argv.push_back(nullptr);
+  for (const auto& e : o.env) plan.envp.push_back(hold(plan, e));
+  plan.envp.push_back(nullptr);
+  if (o.program.find('/') != std::string::npos) {
+    plan.candidates.push_back(o.program);
+  } else {
+    const std::string path_env = path_of(o.env);
+    size_t start = 0;
+    while (start <= path_env.size()) {
+      size_t end = path_env.find(':', start);
+      if (end == std::string::npos) end = path_env.size();
+      std::string dir = path_env.substr(start, end - start);
+      plan.candidates.push_back((dir.empty() ? std::string(".") : dir) + "/" + o.program);
+      start = end + 1;
+    }
+  }
+  for (const auto& c : plan.candidates) plan.candidate_ptrs.push_back(c.c_str());
+
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+
+  // Block every signal across fork: a handler of the parent's must not run in the child before exec.
+  sigset_t all, previous;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(report[0]);
+    run_child(o, plan, report[1], parent);
+  }
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  ::close(report[1]);
+  if (pid < 0) {
+    ::close(report[0]);
+    throw std::system_error(fork_errno, std::generic_category(), "fork");
+  }
+  // Also from the parent, so that a kill of the group right after spawn returns cannot miss the child.
+  if (o.new_process_group) ::setpgid(pid, pid);
+
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(report[0], &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n > 0) {
+    // The child has _exit'ed (or is about to): reap it here so no zombie is left for the caller.
+    int status;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    throw ExecError(o.program, n == static_cast<ssize_t>(sizeof child_errno) ? child_errno : EIO);
+  }
+  return pid;
+}
+
+}  // namespace ddprun::process

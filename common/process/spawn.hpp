@@ -1,0 +1,65 @@
+// Starting a worker process the way a supervisor needs it, with nothing but libc.
+//
+// Used by the agent (on its Asio loop) and by the worker SDK's embedded spawn, so it must not depend on
+// Boost or LibTorch. What `spawn` guarantees about the child, in the order it happens between fork and exec:
+//   1. its own process group (setpgid in child *and* parent: whichever runs first wins the race for kill);
+//   2. PR_SET_PDEATHSIG(parent_death_signal), then a getppid() check: if the parent already died between
+//      fork and prctl, the child exits instead of running unsupervised;
+//   3. every signal disposition back to default and an empty signal mask: the parent blocks all signals
+//      around fork so that its handlers (Asio's self-pipe) can never run in the child;
+//   4. stdin/stdout/stderr from the given fds (stdin defaults to /dev/null), every other fd close-on-exec;
+//   5. execve; if that fails the child reports errno through a close-on-exec pipe and _exit(127), so the
+//      parent gets an ExecError (126/127 semantics) instead of a mysterious exit code.
+#pragma once
+
+#include <sys/types.h>
+
+#include <csignal>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddprun::process {
+
+struct SpawnOptions {
+  std::string program;                 // a path, or a bare name looked up in PATH of `env` (like execvp)
+  std::vector<std::string> argv;       // argv[0] included
+  std::vector<std::string> env;        // the child's entire environment, "NAME=value"
+  int stdin_fd = -1;                   // -1: /dev/null
+  int stdout_fd = -1;                  // -1: inherit the parent's
+  int stderr_fd = -1;                  // -1: inherit the parent's
+  std::vector<int> inherit_fds;        // extra fds the child keeps under the same numbers
+  bool new_process_group = true;
+  int parent_death_signal = SIGKILL;   // 0: none
+  std::string working_dir;             // empty: the parent's
+};
+
+// exec failed in the child (the child has already exited; it is reaped before this is thrown).
+class ExecError : public std::runtime_error {
+ public:
+  ExecError(const std::string& program, int err);
+  int error_number() const noexcept { return err_; }
+  // 127 when the program was not found, 126 when it exists but cannot be executed (as a shell does).
+  int exit_code() const noexcept;
+
+ private:
+  int err_;
+};
+
+// Starts the child. Throws ExecError when exec fails, std::system_error when fork/pipe fail.
+pid_t spawn(const SpawnOptions& options);
+
+// What a program name refers to, checked before anything is started so bad input starts no worker.
+enum class ProgramCheck { kOk, kNotFound, kIsDirectory, kNotExecutable };
+struct ResolvedProgram {
+  ProgramCheck check = ProgramCheck::kNotFound;
+  std::string path;  // the absolute or relative path that would be executed (when found)
+};
+// Looks `name` up as execvp would: a name containing '/' is used as is, otherwise each PATH entry is tried.
+ResolvedProgram resolve_program(const std::string& name, const std::string& path_env);
+
+// Reads PATH from an environment vector ("NAME=value" entries); "/usr/local/bin:/usr/bin:/bin" if absent.
+std::string path_of(const std::vector<std::string>& env);
+
+}  // namespace ddprun::process
