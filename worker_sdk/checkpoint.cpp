@@ -1,0 +1,108 @@
+#include "worker_sdk/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+
+#include "worker_sdk/error.hpp"
+
+namespace ddprun::sdk {
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::string& path) {
+  throw Error("checkpoint: " + what + " " + path + ": " + std::strerror(errno));
+}
+
+void fsync_path(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) fail("cannot open", path);
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) fail("cannot fsync", path);
+}
+
+std::string parent_dir(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                     std::int64_t epoch) {
+  const std::string tmp = path + ".tmp";
+  torch::serialize::OutputArchive model_archive, optim_archive, archive;
+  model.save(model_archive);
+  optimizer.save(optim_archive);
+  archive.write("model", model_archive);
+  archive.write("optimizer", optim_archive);
+  archive.write("epoch", torch::tensor(epoch, torch::kLong));
+  try {
+    archive.save_to(tmp);
+  } catch (const std::exception& e) {
+    ::unlink(tmp.c_str());
+    throw Error("checkpoint: cannot write " + tmp + ": " + e.what());
+  }
+  // Data on disk before the name points at it: otherwise a power cut could leave a renamed, empty file.
+  fsync_path(tmp, O_RDONLY);
+  // Test hook: die exactly where a crash hurts most, between a complete temp file and the rename.
+  if (std::getenv("DDPRUN_SDK_TEST_KILL_BEFORE_RENAME") != nullptr) ::raise(SIGKILL);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp + " to", path);
+  fsync_path(parent_dir(path), O_RDONLY | O_DIRECTORY);
+}
+
+std::optional<std::int64_t> load_checkpoint(const std::string& path, torch::nn::Module& model,
+                                            torch::optim::Optimizer& optimizer, torch::Device device) {
+  if (!exists(path)) return std::nullopt;
+  torch::serialize::InputArchive archive, model_archive, optim_archive;
+  try {
+    archive.load_from(path, device);
+    archive.read("model", model_archive);
+    archive.read("optimizer", optim_archive);
+    model.load(model_archive);
+    optimizer.load(optim_archive);
+    at::Tensor epoch;
+    archive.read("epoch", epoch);
+    return epoch.item<std::int64_t>();
+  } catch (const c10::Error& e) {
+    throw Error("checkpoint: cannot load " + path + ": " + e.what_without_backtrace());
+  }
+}
+
+Checkpointer::Checkpointer(std::string dir, std::shared_ptr<ProcessGroup> group)
+    : dir_(std::move(dir)), group_(std::move(group)) {
+  if (!dir_.empty() && (!group_ || group_->rank() == 0) && ::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
+    fail("cannot create directory", dir_);
+  }
+}
+
+std::string Checkpointer::path() const { return dir_.empty() ? std::string() : dir_ + "/checkpoint.pt"; }
+
+std::int64_t Checkpointer::maybe_resume(bool resume, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                        std::int64_t first_epoch) {
+  if (dir_.empty() || !resume) return first_epoch;
+  auto device = group_ ? group_->device() : torch::Device(torch::kCPU);
+  auto epoch = load_checkpoint(path(), model, optimizer, device);
+  return epoch ? *epoch + 1 : first_epoch;
+}
+
+void Checkpointer::save(torch::nn::Module& model, torch::optim::Optimizer& optimizer, std::int64_t epoch) {
+  if (dir_.empty()) return;
+  if (!group_ || group_->rank() == 0) save_checkpoint(path(), model, optimizer, epoch);
+  if (group_) group_->barrier();
+}
+
+}  // namespace ddprun::sdk

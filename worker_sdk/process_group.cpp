@@ -1,0 +1,143 @@
+#include "worker_sdk/process_group.hpp"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/cuda.h>
+
+#ifdef DDPRUN_SDK_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#ifdef DDPRUN_SDK_RAW_NCCL
+#include "worker_sdk/nccl_comm.hpp"
+#endif
+
+#include <cstdlib>
+
+#include "worker_sdk/error.hpp"
+
+namespace ddprun::sdk {
+namespace {
+
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  // A single-node job on loopback must not depend on how this host's name resolves.
+  if (master_addr == "127.0.0.1" || master_addr == "localhost") {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorldInfo& world, const ProcessGroupOptions& options) {
+  auto pg = std::make_shared<ProcessGroup>();
+  pg->rank_ = world.rank;
+  pg->size_ = world.world_size;
+
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(world.master_port);
+  store_options.isServer = world.rank == 0;
+  store_options.numWorkers = world.world_size;
+  store_options.waitWorkers = true;
+  store_options.timeout = options.store_timeout;
+  c10::intrusive_ptr<c10d::Store> tcp;
+  try {
+    tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, store_options);
+  } catch (const std::exception& e) {
+    throw Error("rank " + std::to_string(world.rank) + ": cannot " + (world.rank == 0 ? "host" : "reach") +
+                " the c10d store at " + world.master_addr + ":" + std::to_string(world.master_port) + ": " +
+                e.what());
+  }
+  // Each restart gets its own key space, so a restarted job never reads the previous round's keys.
+  pg->store_ = c10::make_intrusive<c10d::PrefixStore>("ddprun_sdk/" + std::to_string(world.restart_count), tcp);
+
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+  gloo_options->devices.push_back(gloo_device(world.master_addr));
+  gloo_options->threads = options.gloo_threads;
+  pg->gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+      c10::make_intrusive<c10d::PrefixStore>("gloo", pg->store_), world.rank, world.world_size, gloo_options);
+
+  if (torch::cuda::is_available() && world.local_rank < static_cast<int>(torch::cuda::device_count())) {
+    pg->device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(world.local_rank));
+#ifdef DDPRUN_SDK_C10D_NCCL
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = options.timeout;
+    pg->nccl_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+        c10::make_intrusive<c10d::PrefixStore>("nccl", pg->store_), world.rank, world.world_size, nccl_options);
+#elif defined(DDPRUN_SDK_RAW_NCCL)
+    pg->nccl_ = make_nccl_group(c10::make_intrusive<c10d::PrefixStore>("nccl", pg->store_), world.rank,
+                                world.world_size, pg->device_, options.timeout);
+#endif
+  }
+  return pg;
+}
+
+c10d::ProcessGroup& ProcessGroup::backend_for(const at::Tensor& tensor) {
+  if (tensor.device().is_cuda()) {
+    DDPRUN_SDK_CHECK(nccl_, "a CUDA tensor was given but this build has no NCCL support");
+    return *nccl_;
+  }
+  return *gloo_;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(at::Tensor& tensor) {
+  std::vector<at::Tensor> tensors{tensor};
+  return backend_for(tensor).allreduce(tensors);
+}
+
+void ProcessGroup::allreduce(at::Tensor& tensor) { allreduce_async(tensor)->wait(); }
+
+void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  backend_for(tensor).broadcast(tensors, opts)->wait();
+}
+
+void ProcessGroup::broadcast_coalesced(std::vector<at::Tensor> tensors, int root) {
+  // Group by (dtype, device) keeping order, flatten each group, broadcast once, copy back.
+  std::vector<bool> done(tensors.size(), false);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (done[i]) continue;
+    std::vector<size_t> group;
+    std::vector<at::Tensor> flat_parts;
+    for (size_t j = i; j < tensors.size(); ++j) {
+      if (!done[j] && tensors[j].scalar_type() == tensors[i].scalar_type() &&
+          tensors[j].device() == tensors[i].device()) {
+        group.push_back(j);
+        flat_parts.push_back(tensors[j].detach().reshape({-1}));
+        done[j] = true;
+      }
+    }
+    at::Tensor flat = at::cat(flat_parts);
+    broadcast(flat, root);
+    int64_t offset = 0;
+    for (size_t j : group) {
+      auto n = tensors[j].numel();
+      at::NoGradGuard no_grad;
+      tensors[j].copy_(flat.narrow(0, offset, n).view_as(tensors[j]));
+      offset += n;
+    }
+  }
+}
+
+void ProcessGroup::barrier() { gloo_->barrier()->wait(); }
+
+std::vector<double> ProcessGroup::sum(const std::vector<double>& values) {
+  if (values.empty()) return {};
+  at::Tensor t = torch::tensor(values, torch::kDouble);
+  allreduce(t);
+  auto acc = t.accessor<double, 1>();
+  std::vector<double> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = acc[static_cast<int64_t>(i)];
+  return out;
+}
+
+double ProcessGroup::sum(double value) { return sum(std::vector<double>{value})[0]; }
+
+double ProcessGroup::mean(double value) { return sum(value) / size_; }
+
+}  // namespace ddprun::sdk

@@ -1,0 +1,62 @@
+// The process group every collective of the SDK goes through: a c10d TCPStore hosted by rank 0 at
+// MASTER_ADDR:MASTER_PORT, ProcessGroupGloo for CPU tensors and, when LibTorch has CUDA, NCCL for CUDA
+// tensors. Also the small collectives a training loop needs: metric sums and means, barrier.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/types.h>
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "worker_sdk/world.hpp"
+
+namespace ddprun::sdk {
+
+struct ProcessGroupOptions {
+  // Bound on every collective (a peer that never arrives fails the job instead of hanging it).
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  // Bound on connecting to the store and on waiting for all ranks to join it.
+  std::chrono::milliseconds store_timeout{std::chrono::minutes(5)};
+  int gloo_threads = 2;  // Gloo's worker threads: collectives run there, overlapping the caller
+};
+
+class ProcessGroup {
+ public:
+  // Joins the group described by `world` (blocks until every rank has joined or store_timeout passes).
+  // Throws sdk::Error or c10::Error when the store cannot be reached.
+  static std::shared_ptr<ProcessGroup> init(const WorldInfo& world, const ProcessGroupOptions& options = {});
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // cuda:LOCAL_RANK when LibTorch has CUDA and a device is present, else CPU.
+  torch::Device device() const { return device_; }
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+
+  // Sum over ranks, in place, started asynchronously; the backend is chosen by the tensor's device.
+  c10::intrusive_ptr<c10d::Work> allreduce_async(at::Tensor& tensor);
+  void allreduce(at::Tensor& tensor);
+  void broadcast(at::Tensor& tensor, int root = 0);
+  // Broadcasts many tensors from `root` with one collective per dtype (flattened), not one per tensor.
+  void broadcast_coalesced(std::vector<at::Tensor> tensors, int root = 0);
+  void barrier();
+
+  // Metric reduction: the sum / mean over ranks of one value per rank, or of each element of a vector.
+  double sum(double value);
+  double mean(double value);
+  std::vector<double> sum(const std::vector<double>& values);
+
+ private:
+  c10d::ProcessGroup& backend_for(const at::Tensor& tensor);
+
+  int rank_ = 0;
+  int size_ = 1;
+  torch::Device device_{torch::kCPU};
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroup> gloo_;
+  c10::intrusive_ptr<c10d::ProcessGroup> nccl_;  // null without CUDA
+};
+
+}  // namespace ddprun::sdk

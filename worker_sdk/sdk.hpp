@@ -1,0 +1,12 @@
+// Everything a training program needs from the worker SDK, in one include.
+#pragma once
+
+#include "worker_sdk/checkpoint.hpp"
+#include "worker_sdk/ddp.hpp"
+#include "worker_sdk/error.hpp"
+#include "worker_sdk/error_file.hpp"
+#include "worker_sdk/process_group.hpp"
+#include "worker_sdk/sampler.hpp"
+#include "worker_sdk/spawn.hpp"
+#include "worker_sdk/sync_batch_norm.hpp"
+#include "worker_sdk/world.hpp"
