@@ -1,0 +1,48 @@
+// A failure, as data: the unit of the job's failure semantics.
+//
+// A worker that exits non-zero or is killed by a signal is a Failure (rank >= 0); a node that vanishes (its
+// agent's connection closed or its heartbeats stopped) is a Failure with rank == -1 and a message saying
+// why. The root cause of a job is the first Failure the rendezvous server received; every agent is told
+// the same one. The agent reuses this struct for its own exit summary.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace ddprun::rendezvous {
+
+struct Failure {
+  int node_rank = -1;
+  std::string host;
+  int rank = -1;        // global rank; -1 when the whole node failed
+  int local_rank = -1;  // -1 when the whole node failed
+  std::int64_t pid = 0;
+  std::optional<int> exit_code;  // set when the worker exited
+  std::optional<int> signal;     // set when the worker was killed by a signal
+  std::int64_t time_unix_ms = 0;
+  std::string error_file_contents;  // TORCHELASTIC_ERROR_FILE's contents, may be empty
+  std::string message;              // why a node failed, or extra context; may be empty
+
+  bool is_node_failure() const { return rank < 0; }
+  friend bool operator==(const Failure& a, const Failure& b);
+};
+
+// Error files can be large; frames cannot. Contents beyond this are cut (with a marker) when serialised.
+inline constexpr std::size_t kMaxErrorFileBytes = 64 * 1024;
+
+// One line for people: "rank 3 (local rank 1, node 1, host gpu7, pid 4242) exited with code 1" or
+// "node 2 (host gpu9) lost: missed heartbeats for 5.0 s".
+std::string describe(const Failure& failure);
+
+// The exit code ddprun leaves with for this root cause: the worker's code, 128+signal, or 1 for a lost node
+// (a non-zero code is guaranteed: a "failure" whose exit code is 0 still maps to 1).
+int exit_status_of(const Failure& failure);
+
+// JSON (de)serialisation; from_json throws ddprun::rendezvous::ProtocolError on missing or mistyped fields.
+void to_json(nlohmann::json& out, const Failure& failure);
+void from_json(const nlohmann::json& in, Failure& failure);
+
+}  // namespace ddprun::rendezvous

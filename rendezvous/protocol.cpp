@@ -1,0 +1,150 @@
+// Encoding of the wire messages. Decoding is in protocol_decode.cpp.
+#include "rendezvous/protocol.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+
+namespace ddprun::rendezvous {
+
+using nlohmann::json;
+
+bool operator==(const Assignment& a, const Assignment& b) {
+  return a.node_rank == b.node_rank && a.nnodes == b.nnodes && a.rank_offset == b.rank_offset &&
+         a.world_size == b.world_size && a.nprocs == b.nprocs && a.master_addr == b.master_addr &&
+         a.master_port == b.master_port && a.run_id == b.run_id && a.restart_count == b.restart_count &&
+         a.max_restarts == b.max_restarts;
+}
+
+const char* to_string(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kRefused: return "refused";
+    case ErrorKind::kTimeout: return "timeout";
+    case ErrorKind::kLostServer: return "lost_server";
+    case ErrorKind::kProtocol: return "protocol";
+  }
+  return "refused";
+}
+
+namespace {
+
+// Strings from peers and error files need not be valid UTF-8; replace bad bytes rather than throw.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json typed(const char* type) { return json{{"type", type}}; }
+
+json to_json_value(const ClientMessage& message) {
+  return std::visit(
+      [](const auto& m) -> json {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, HelloMsg>) {
+          json j = typed("hello");
+          j["v"] = m.version;
+          j["run_id"] = m.run_id;
+          j["mac"] = m.mac;
+          if (m.node_rank) j["node_rank"] = *m.node_rank;
+          j["nproc"] = m.nproc;
+          j["host"] = m.host;
+          if (!m.address.empty()) j["address"] = m.address;
+          j["master_port"] = m.master_port;
+          return j;
+        } else if constexpr (std::is_same_v<T, HeartbeatMsg>) {
+          return typed("heartbeat");
+        } else if constexpr (std::is_same_v<T, FailureMsg>) {
+          json j = typed("failure");
+          j["failure"] = m.failure;
+          return j;
+        } else if constexpr (std::is_same_v<T, NodeDoneMsg>) {
+          return typed("node_done");
+        } else {
+          static_assert(std::is_same_v<T, StoppedMsg>);
+          return typed("stopped");
+        }
+      },
+      message);
+}
+
+json round_to_json(const Round& round) {
+  json runs = json::array();
+  for (const auto& [nproc, count] : round.nprocs_runs) runs.push_back(json::array({nproc, count}));
+  return json{{"nnodes", round.nnodes},           {"world_size", round.world_size},
+              {"nprocs_runs", std::move(runs)},   {"master_addr", round.master_addr},
+              {"master_port", round.master_port}, {"run_id", round.run_id},
+              {"restart_count", round.restart_count}, {"max_restarts", round.max_restarts}};
+}
+
+}  // namespace
+
+std::string encode(const ClientMessage& message) { return dump(to_json_value(message)); }
+
+std::string encode(const ServerMessage& message) {
+  return std::visit(
+      [](const auto& m) -> std::string {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, ChallengeMsg>) {
+          json j = typed("challenge");
+          j["proto"] = m.protocol;
+          j["v"] = m.version;
+          j["nonce"] = m.nonce;
+          j["heartbeat_interval_ms"] = m.heartbeat_interval_ms;
+          j["heartbeat_timeout_ms"] = m.heartbeat_timeout_ms;
+          return dump(j);
+        } else if constexpr (std::is_same_v<T, ErrorMsg>) {
+          json j = typed("error");
+          j["kind"] = to_string(m.kind);
+          j["message"] = m.message;
+          return dump(j);
+        } else if constexpr (std::is_same_v<T, Assignment>) {
+          Round round = make_round(m.nprocs, m.master_addr, m.master_port, m.run_id, m.restart_count,
+                                   m.max_restarts);
+          return encode_assignment(encode_round(round), m.node_rank, m.rank_offset);
+        } else if constexpr (std::is_same_v<T, HeartbeatAckMsg>) {
+          return dump(typed("heartbeat"));
+        } else if constexpr (std::is_same_v<T, StopMsg>) {
+          json j = typed("stop");
+          j["root_cause"] = m.root_cause;
+          j["reason"] = m.reason;
+          j["restarting"] = m.restarting;
+          return dump(j);
+        } else {
+          static_assert(std::is_same_v<T, CompleteMsg>);
+          return dump(typed("complete"));
+        }
+      },
+      message);
+}
+
+std::string encode_round(const Round& round) { return dump(round_to_json(round)); }
+
+std::string encode_assignment(std::string_view round_fragment, int node_rank, int rank_offset) {
+  // Spliced as text: the round is shared by 10k nodes, only these two numbers differ between them.
+  std::string out;
+  out.reserve(round_fragment.size() + 64);
+  out += R"({"type":"assignment","node_rank":)";
+  out += std::to_string(node_rank);
+  out += R"(,"rank_offset":)";
+  out += std::to_string(rank_offset);
+  out += R"(,"round":)";
+  out += round_fragment;
+  out += '}';
+  return out;
+}
+
+Round make_round(const std::vector<int>& nprocs, std::string master_addr, int master_port, std::string run_id,
+                 int restart_count, int max_restarts) {
+  Round round;
+  round.nnodes = static_cast<int>(nprocs.size());
+  for (int n : nprocs) {
+    round.world_size += n;
+    if (!round.nprocs_runs.empty() && round.nprocs_runs.back().first == n) ++round.nprocs_runs.back().second;
+    else round.nprocs_runs.emplace_back(n, 1);
+  }
+  round.master_addr = std::move(master_addr);
+  round.master_port = master_port;
+  round.run_id = std::move(run_id);
+  round.restart_count = restart_count;
+  round.max_restarts = max_restarts;
+  return round;
+}
+
+}  // namespace ddprun::rendezvous

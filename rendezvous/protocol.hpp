@@ -1,0 +1,112 @@
+// The rendezvous wire protocol, version 1: the messages and their JSON encoding, apart from any connection.
+//
+// Conversation (each message one frame, see framing.hpp):
+//   server → challenge{proto, v, nonce, heartbeat intervals}    as soon as the connection is accepted
+//   client → hello{v, run_id, mac, join fields}                 mac = HMAC-SHA256(token, nonce, run_id), auth.hpp
+//   server → error{kind, message} and closes                    refused: version, run id, token, node rank...
+//          | assignment{node rank, rank offset, round}           when every expected node has joined
+//   client → heartbeat (every interval)       server → heartbeat (the reply proves the server is alive)
+//   client → failure{Failure} | node_done | stopped (restart round: local workers are down)
+//   server → stop{root_cause, reason, restarting} to every node | complete when every node is done
+// Unknown message types and malformed fields are ProtocolErrors: the receiver closes that connection only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "rendezvous/failure.hpp"
+
+namespace ddprun::rendezvous {
+
+inline constexpr int kProtocolVersion = 1;
+inline constexpr const char* kProtocolName = "ddprun-rdzv";
+// Bounds on what a peer may claim, so decoding never allocates on a peer's say-so.
+inline constexpr int kMaxNodes = 1 << 20;
+
+// ---- client → server ----
+struct HelloMsg {
+  int version = kProtocolVersion;
+  std::string run_id;
+  std::string mac;                // hex HMAC-SHA256 proving the token, see auth.hpp
+  std::optional<int> node_rank;   // static node ranks only
+  int nproc = 0;                  // this node's worker count
+  std::string host;               // hostname, for messages
+  std::string address;            // how other nodes reach this one; empty = as the server sees it
+  int master_port = 0;            // free port picked on this node; used if it becomes node 0
+};
+struct HeartbeatMsg {};
+struct FailureMsg { Failure failure; };
+struct NodeDoneMsg {};   // every local worker exited 0
+struct StoppedMsg {};    // restart round: every local worker is down, ready for the next round
+using ClientMessage = std::variant<HelloMsg, HeartbeatMsg, FailureMsg, NodeDoneMsg, StoppedMsg>;
+
+// ---- server → client ----
+struct ChallengeMsg {
+  std::string protocol = kProtocolName;
+  int version = kProtocolVersion;
+  std::string nonce;
+  std::int64_t heartbeat_interval_ms = 0;
+  std::int64_t heartbeat_timeout_ms = 0;
+};
+
+enum class ErrorKind { kRefused, kTimeout, kLostServer, kProtocol };
+const char* to_string(ErrorKind kind);
+struct ErrorMsg { ErrorKind kind = ErrorKind::kRefused; std::string message; };
+
+// What every agent learns when the rendezvous completes (and again at each restart round).
+struct Assignment {
+  int node_rank = 0;
+  int nnodes = 0;
+  int rank_offset = 0;         // global rank of this node's local rank 0: sum of nprocs of lower node ranks
+  int world_size = 0;
+  std::vector<int> nprocs;     // worker count of each node, by node rank
+  std::string master_addr;     // node 0's address as the other nodes reach it
+  int master_port = 0;
+  std::string run_id;
+  int restart_count = 0;
+  int max_restarts = 0;
+
+  int local_world_size() const { return nprocs.at(static_cast<std::size_t>(node_rank)); }
+  friend bool operator==(const Assignment& a, const Assignment& b);
+};
+
+// The part of an assignment shared by every node of a round; encoded once per round, not once per node.
+struct Round {
+  int nnodes = 0;
+  int world_size = 0;
+  std::vector<std::pair<int, int>> nprocs_runs;  // run-length encoded nprocs: (nproc, count of nodes)
+  std::string master_addr;
+  int master_port = 0;
+  std::string run_id;
+  int restart_count = 0;
+  int max_restarts = 0;
+};
+
+struct HeartbeatAckMsg {};
+struct StopMsg {
+  Failure root_cause;
+  std::string reason;
+  bool restarting = false;  // true: tear down, send `stopped`, and wait for the next round's assignment
+};
+struct CompleteMsg {};
+using ServerMessage = std::variant<ChallengeMsg, ErrorMsg, Assignment, HeartbeatAckMsg, StopMsg, CompleteMsg>;
+
+// ---- encoding: payloads (JSON text), not frames ----
+std::string encode(const ClientMessage& message);
+std::string encode(const ServerMessage& message);
+std::string encode_round(const Round& round);  // a JSON fragment for encode_assignment
+std::string encode_assignment(std::string_view round_fragment, int node_rank, int rank_offset);
+// Builds the Round (with run-length nprocs) from per-node counts.
+Round make_round(const std::vector<int>& nprocs, std::string master_addr, int master_port, std::string run_id,
+                 int restart_count, int max_restarts);
+
+// ---- decoding: throw ProtocolError on anything malformed ----
+ClientMessage decode_client_message(std::string_view payload);
+ServerMessage decode_server_message(std::string_view payload);
+
+}  // namespace ddprun::rendezvous

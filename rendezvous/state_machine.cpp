@@ -1,0 +1,201 @@
+// step() dispatch and the joining rules: who may join, and how a round starts.
+#include "rendezvous/state_machine.hpp"
+
+#include <algorithm>
+#include <tuple>
+
+#include "common/error.hpp"
+#include "rendezvous/auth.hpp"
+#include "rendezvous/state_machine_rules.hpp"
+
+namespace ddprun::rendezvous {
+
+const char* to_string(Phase phase) {
+  switch (phase) {
+    case Phase::kJoining: return "joining";
+    case Phase::kRunning: return "running";
+    case Phase::kRestarting: return "restarting";
+    case Phase::kStopped: return "stopped";
+    case Phase::kComplete: return "complete";
+  }
+  return "?";
+}
+
+void validate(const JobConfig& config) {
+  auto fail = [](const std::string& what) { throw RendezvousError("invalid rendezvous configuration: " + what); };
+  if (config.run_id.empty()) fail("the run id is empty");
+  if (config.token.empty()) fail("the job token is empty");
+  if (config.min_nodes < 1 || config.max_nodes < config.min_nodes || config.max_nodes > kMaxNodes)
+    fail("expected nodes must satisfy 1 <= min <= max <= " + std::to_string(kMaxNodes));
+  if (config.static_node_ranks && config.min_nodes != config.max_nodes)
+    fail("static node ranks need a fixed node count (min == max)");
+  if (config.heartbeat_interval.count() <= 0 || config.heartbeat_timeout <= config.heartbeat_interval)
+    fail("the heartbeat timeout must be longer than the (positive) heartbeat interval");
+  if (config.join_timeout.count() <= 0) fail("the rendezvous timeout must be positive");
+  if (config.max_restarts < 0) fail("max restarts must be >= 0");
+}
+
+RendezvousState::RendezvousState(JobConfig job, Clock::time_point started_at)
+    : config(std::move(job)), started(started_at) {
+  by_rank.assign(config.static_node_ranks ? static_cast<std::size_t>(config.max_nodes) : 0, 0);
+}
+
+std::vector<Action> step(RendezvousState& state, const Event& event, const Now& now) {
+  std::vector<Action> out;
+  std::visit(
+      [&](const auto& e) {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, Hello>) rules::on_hello(state, e, now, out);
+        else if constexpr (std::is_same_v<T, Heartbeat>) rules::on_heartbeat(state, e, now, out);
+        else if constexpr (std::is_same_v<T, FailureReport>) rules::on_failure(state, e, now, out);
+        else if constexpr (std::is_same_v<T, NodeDone>) rules::on_node_done(state, e, now, out);
+        else if constexpr (std::is_same_v<T, NodeStopped>) rules::on_node_stopped(state, e, now, out);
+        else if constexpr (std::is_same_v<T, Disconnected>) rules::on_disconnected(state, e, now, out);
+        else rules::on_tick(state, now, out);
+      },
+      event);
+  return out;
+}
+
+std::optional<Clock::time_point> next_deadline(const RendezvousState& state) {
+  std::optional<Clock::time_point> next;
+  auto consider = [&next](Clock::time_point t) { if (!next || t < *next) next = t; };
+  if (state.phase == Phase::kJoining) {
+    consider(state.started + state.config.join_timeout);
+    if (state.last_call_deadline) consider(*state.last_call_deadline);
+  }
+  if (!state.deadlines.empty()) consider(state.deadlines.front().first);
+  return next;
+}
+
+namespace rules {
+
+namespace {
+
+bool is_loopback(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address == "::1" || address == "localhost";
+}
+
+void refuse(ConnId conn, const std::string& why, const Hello& event, Actions& out) {
+  out.push_back(Send{conn, ErrorMsg{ErrorKind::kRefused, why}});
+  out.push_back(Close{conn});
+  out.push_back(Log{LogLevel::kWarning, "refused node from " + event.peer_address + " (host \"" +
+                                            event.hello.host + "\"): " + why});
+}
+
+// Every check a hello must pass; returns the reason for refusing, or "" to accept.
+std::string check_hello(const RendezvousState& state, const Hello& event) {
+  const HelloMsg& hello = event.hello;
+  const JobConfig& config = state.config;
+  if (hello.version != kProtocolVersion)
+    return "protocol version mismatch: the rendezvous server speaks v" + std::to_string(kProtocolVersion) +
+           ", this agent v" + std::to_string(hello.version) + " (use the same ddprun on every node)";
+  if (hello.run_id != config.run_id)
+    return "wrong run id \"" + hello.run_id + "\": the rendezvous server hosts a different run (check --rdzv-id)";
+  if (!verify_mac(config.token, event.nonce, config.run_id, hello.mac))
+    return "authentication failed: wrong job token (check --rdzv-token / DDPRUN_TOKEN / the token file)";
+  if (state.phase == Phase::kComplete || state.phase == Phase::kStopped || state.phase == Phase::kRestarting ||
+      state.phase == Phase::kRunning)
+    return std::string("the rendezvous of run \"") + config.run_id + "\" is closed (job " + to_string(state.phase) +
+           "); this node is not part of it";
+  if (hello.nproc < 1) return "a node must run at least one worker (nproc >= 1)";
+  if (config.static_node_ranks) {
+    if (!hello.node_rank) return "this job uses static node ranks: pass --node-rank";
+    int rank = *hello.node_rank;
+    if (rank < 0 || rank >= config.max_nodes)
+      return "node rank " + std::to_string(rank) + " is out of range: --nnodes " + std::to_string(config.max_nodes) +
+             " allows 0.." + std::to_string(config.max_nodes - 1);
+    if (ConnId holder = state.by_rank[static_cast<std::size_t>(rank)]) {
+      const NodeEntry& other = state.nodes.at(holder);
+      return "duplicate node rank " + std::to_string(rank) + ": already taken by host \"" + other.host + "\" (" +
+             other.address + ")";
+    }
+    if (rank == 0 && hello.master_port <= 0) return "node rank 0 must supply a master port";
+  } else {
+    if (hello.node_rank)
+      return "this job assigns node ranks dynamically (--rdzv-endpoint); do not pass --node-rank";
+    if (static_cast<int>(state.nodes.size()) >= config.max_nodes)
+      return "the rendezvous is full: " + std::to_string(config.max_nodes) + " nodes have already joined";
+    if (hello.master_port <= 0) return "a node must supply a master port candidate";
+  }
+  return {};
+}
+
+}  // namespace
+
+void on_hello(RendezvousState& state, const Hello& event, const Now& now, Actions& out) {
+  if (state.nodes.count(event.conn)) {  // a second hello is a protocol violation, not a rejoin
+    out.push_back(Close{event.conn});
+    return;
+  }
+  if (std::string why = check_hello(state, event); !why.empty()) return refuse(event.conn, why, event, out);
+
+  const HelloMsg& hello = event.hello;
+  NodeEntry node;
+  node.conn = event.conn;
+  node.nproc = hello.nproc;
+  node.host = hello.host;
+  node.loopback = hello.address.empty() && is_loopback(event.peer_address);
+  node.address = hello.address.empty() ? event.peer_address : hello.address;
+  node.master_port = hello.master_port;
+  node.join_seq = state.next_join_seq++;
+  if (!is_loopback(event.local_address) && !event.local_address.empty()) state.server_address = event.local_address;
+  if (hello.node_rank) {
+    node.node_rank = *hello.node_rank;
+    state.by_rank[static_cast<std::size_t>(node.node_rank)] = event.conn;
+  }
+  NodeEntry& stored = state.nodes.emplace(event.conn, std::move(node)).first->second;
+  touch(state, stored, now);
+
+  int joined = static_cast<int>(state.nodes.size());
+  out.push_back(Log{LogLevel::kDebug, "node joined: host \"" + stored.host + "\" (" + stored.address + "), " +
+                                          std::to_string(joined) + " of " + std::to_string(state.config.max_nodes)});
+  if (joined == state.config.max_nodes) return start_round(state, out);
+  if (joined >= state.config.min_nodes && !state.last_call_deadline)
+    state.last_call_deadline = now.steady + state.config.last_call;
+}
+
+void start_round(RendezvousState& state, Actions& out) {
+  if (!state.config.static_node_ranks && state.by_rank.empty()) {
+    // Dynamic ranks are fixed at the first round; restart rounds keep them.
+    std::vector<const NodeEntry*> order;
+    order.reserve(state.nodes.size());
+    for (const auto& [conn, node] : state.nodes) order.push_back(&node);
+    std::sort(order.begin(), order.end(), [](const NodeEntry* a, const NodeEntry* b) {
+      return std::tie(a->host, a->address, a->join_seq) < std::tie(b->host, b->address, b->join_seq);
+    });
+    for (const NodeEntry* node : order) {
+      state.nodes.at(node->conn).node_rank = static_cast<int>(state.by_rank.size());
+      state.by_rank.push_back(node->conn);
+    }
+  }
+  std::vector<int> nprocs;
+  nprocs.reserve(state.by_rank.size());
+  for (ConnId conn : state.by_rank) nprocs.push_back(state.nodes.at(conn).nproc);
+  const NodeEntry& node0 = state.nodes.at(state.by_rank.front());
+  // A node that reached us over loopback runs on our machine: the others reach it at our address.
+  std::string master_addr = node0.loopback && !state.server_address.empty() ? state.server_address : node0.address;
+
+  SendAssignments send{make_round(nprocs, master_addr, node0.master_port, state.config.run_id,
+                                  state.restart_count, state.config.max_restarts),
+                       {}};
+  send.slots.reserve(state.by_rank.size());
+  int offset = 0;
+  for (std::size_t rank = 0; rank < state.by_rank.size(); ++rank) {
+    send.slots.push_back(Slot{state.by_rank[rank], static_cast<int>(rank), offset});
+    offset += nprocs[rank];
+  }
+  for (auto& [conn, node] : state.nodes) node.done = node.stopped = false;
+  state.done_count = state.stopped_count = 0;
+  state.phase = Phase::kRunning;
+  state.last_call_deadline.reset();
+  out.push_back(Log{LogLevel::kInfo, "rendezvous complete: run \"" + state.config.run_id + "\", " +
+                                         std::to_string(send.round.nnodes) + " nodes, world size " +
+                                         std::to_string(send.round.world_size) + ", master " + master_addr + ":" +
+                                         std::to_string(node0.master_port) + ", restart " +
+                                         std::to_string(state.restart_count)});
+  out.push_back(std::move(send));
+}
+
+}  // namespace rules
+}  // namespace ddprun::rendezvous

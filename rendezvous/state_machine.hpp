@@ -1,0 +1,109 @@
+// Every rendezvous rule, as one deterministic function: step(state, event, now) → actions.
+//
+// No clock reads, no I/O, no randomness: time comes in as `now`, bytes are the server's business (server.hpp
+// turns frames into Events and Actions into frames). `step` updates the state in place, which is the same
+// function as returning a new state; copying 10k nodes per event would make a 10k-node join O(n²).
+// Every rule has a unit test in tests/rendezvous/state_machine_*_test.cpp.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "common/log.hpp"
+#include "rendezvous/job_config.hpp"
+#include "rendezvous/protocol.hpp"
+
+namespace ddprun::rendezvous {
+
+using ConnId = std::uint64_t;  // the server numbers its connections from 1
+using Clock = std::chrono::steady_clock;
+
+// Deadlines use the monotonic time; failure records carry wall time.
+struct Now {
+  Clock::time_point steady;
+  std::int64_t unix_ms = 0;
+};
+
+// Lifecycle of a job at the server:
+//   kJoining → kRunning               every expected node joined (elastic: min joined and last call passed)
+//   kJoining → kStopped               join timeout with nodes missing, or a failure reported before start
+//   kRunning → kComplete              every node reported all its workers exited 0
+//   kRunning → kStopped               a failure (worker or lost node) with no restart left
+//   kRunning → kRestarting → kRunning a worker failure with restarts left: every node stops its workers,
+//                                     says `stopped`, and gets the next round's assignment (same node ranks)
+//   kRestarting → kStopped            a node lost during the restart round
+// kStopped and kComplete are final: joins are refused, late failures (the teardown's victims) are ignored.
+enum class Phase { kJoining, kRunning, kRestarting, kStopped, kComplete };
+const char* to_string(Phase phase);
+
+struct NodeEntry {
+  ConnId conn = 0;
+  int node_rank = -1;          // static: from the hello; dynamic: -1 until the round starts
+  int nproc = 0;
+  std::string host;
+  std::string address;         // as the other nodes reach it
+  bool loopback = false;       // reached the server over loopback, so it runs on the server's machine
+  int master_port = 0;
+  std::uint64_t join_seq = 0;  // join order, the last tie-breaker for dynamic node ranks
+  Clock::time_point last_seen;
+  bool done = false;           // all its workers exited 0 (this round)
+  bool stopped = false;        // restart round: its workers are down
+};
+
+struct RendezvousState {
+  RendezvousState(JobConfig job, Clock::time_point started_at);
+
+  JobConfig config;
+  Phase phase = Phase::kJoining;
+  Clock::time_point started;
+  std::optional<Clock::time_point> last_call_deadline;
+  std::unordered_map<ConnId, NodeEntry> nodes;  // joined nodes still connected
+  std::vector<ConnId> by_rank;                   // node rank → conn (0 = empty slot)
+  // Heartbeat deadlines in arrival order. `now` never goes back, so pushes keep it sorted; entries made
+  // stale by a later heartbeat are skipped when popped. O(1) per heartbeat, no per-node timer.
+  std::deque<std::pair<Clock::time_point, ConnId>> deadlines;
+  std::string server_address;                    // the server's address as non-loopback nodes reached it
+  std::optional<Failure> root_cause;
+  int restart_count = 0;
+  int done_count = 0;
+  int stopped_count = 0;
+  std::uint64_t next_join_seq = 0;
+};
+
+// ---- events: what the server observed ----
+struct Hello {                // an authenticated-or-not hello; the machine checks it
+  ConnId conn = 0;
+  std::string nonce;          // the challenge this connection was sent
+  HelloMsg hello;
+  std::string peer_address;   // the agent's address as the server sees it
+  std::string local_address;  // the server's address on this connection
+};
+struct Heartbeat { ConnId conn = 0; };
+struct FailureReport { ConnId conn = 0; Failure failure; };
+struct NodeDone { ConnId conn = 0; };
+struct NodeStopped { ConnId conn = 0; };
+struct Disconnected { ConnId conn = 0; std::string reason; };
+struct Tick {};  // time passed; the server sends one at least every heartbeat_interval / 2
+using Event = std::variant<Hello, Heartbeat, FailureReport, NodeDone, NodeStopped, Disconnected, Tick>;
+
+// ---- actions: what the server must do, in order ----
+struct Send { ConnId conn = 0; ServerMessage message; };
+struct Slot { ConnId conn = 0; int node_rank = 0; int rank_offset = 0; };
+struct SendAssignments { Round round; std::vector<Slot> slots; };  // the round is encoded once
+struct Broadcast { std::vector<ConnId> conns; ServerMessage message; };  // encoded once
+struct Close { ConnId conn = 0; };  // after the frames queued for it are written
+struct Log { LogLevel level = LogLevel::kInfo; std::string text; };
+using Action = std::variant<Send, SendAssignments, Broadcast, Close, Log>;
+
+std::vector<Action> step(RendezvousState& state, const Event& event, const Now& now);
+
+// When the next Tick has something to decide, for servers that schedule precisely (nullopt: nothing pending).
+std::optional<Clock::time_point> next_deadline(const RendezvousState& state);
+
+}  // namespace ddprun::rendezvous

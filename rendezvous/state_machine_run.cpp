@@ -1,0 +1,177 @@
+// The rules after joining: liveness, failures, completion, restart rounds, and the clock's deadlines.
+#include <algorithm>
+#include <sstream>
+
+#include "rendezvous/state_machine_rules.hpp"
+
+namespace ddprun::rendezvous::rules {
+
+namespace {
+
+std::vector<ConnId> all_conns(const RendezvousState& state) {
+  std::vector<ConnId> conns;
+  conns.reserve(state.nodes.size());
+  for (const auto& [conn, node] : state.nodes) conns.push_back(conn);
+  std::sort(conns.begin(), conns.end());  // deterministic order for tests and logs
+  return conns;
+}
+
+bool is_final(Phase phase) { return phase == Phase::kStopped || phase == Phase::kComplete; }
+
+std::string seconds(std::chrono::milliseconds ms) {
+  std::ostringstream out;
+  out.precision(1);
+  out << std::fixed << static_cast<double>(ms.count()) / 1000.0 << " s";
+  return out.str();
+}
+
+// A node gone (connection closed or heartbeats missed). Before the round starts it only frees its place;
+// after, it is a node failure that stops the job (restarting without it is impossible: ranks are fixed).
+void node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out) {
+  auto it = state.nodes.find(conn);
+  if (it == state.nodes.end()) return;
+  NodeEntry node = std::move(it->second);
+  state.nodes.erase(it);
+  out.push_back(Close{conn});
+  if (state.phase == Phase::kJoining) {
+    if (state.config.static_node_ranks) state.by_rank[static_cast<std::size_t>(node.node_rank)] = 0;
+    if (static_cast<int>(state.nodes.size()) < state.config.min_nodes) state.last_call_deadline.reset();
+    out.push_back(Log{LogLevel::kWarning, "node from host \"" + node.host + "\" (" + node.address +
+                                              ") left before the rendezvous completed: " + why});
+    return;
+  }
+  if (is_final(state.phase)) return;
+  Failure failure;
+  failure.node_rank = node.node_rank;
+  failure.host = node.host;
+  failure.time_unix_ms = now.unix_ms;
+  failure.message = why;
+  stop_job(state, std::move(failure), "a node was lost", out);
+}
+
+std::string missing_nodes(const RendezvousState& state) {
+  std::ostringstream out;
+  int joined = static_cast<int>(state.nodes.size());
+  out << joined << " of " << state.config.max_nodes << " nodes joined";
+  if (state.config.static_node_ranks) {
+    out << "; missing node ranks";
+    int listed = 0;
+    for (std::size_t rank = 0; rank < state.by_rank.size(); ++rank) {
+      if (state.by_rank[rank] != 0) continue;
+      if (++listed > 32) { out << " ..."; break; }
+      out << (listed == 1 ? " " : ", ") << rank;
+    }
+  } else {
+    out << " (need " << state.config.min_nodes << "); joined hosts:";
+    int listed = 0;
+    for (ConnId conn : all_conns(state)) {
+      if (++listed > 32) { out << " ..."; break; }
+      out << (listed == 1 ? " " : ", ") << state.nodes.at(conn).host;
+    }
+    if (joined == 0) out << " none";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+void touch(RendezvousState& state, NodeEntry& node, const Now& now) {
+  node.last_seen = now.steady;
+  state.deadlines.emplace_back(now.steady + state.config.heartbeat_timeout, node.conn);
+}
+
+void stop_job(RendezvousState& state, Failure root_cause, const std::string& reason, Actions& out) {
+  state.phase = Phase::kStopped;
+  state.root_cause = root_cause;
+  state.deadlines.clear();  // final: nobody's silence matters any more
+  out.push_back(Log{LogLevel::kError, "stopping the job (" + reason + "); root cause: " + describe(root_cause)});
+  out.push_back(Broadcast{all_conns(state), StopMsg{std::move(root_cause), reason, false}});
+}
+
+void on_heartbeat(RendezvousState& state, const Heartbeat& event, const Now& now, Actions& out) {
+  auto it = state.nodes.find(event.conn);
+  if (it == state.nodes.end()) return;
+  if (!is_final(state.phase)) touch(state, it->second, now);
+  out.push_back(Send{event.conn, HeartbeatAckMsg{}});
+}
+
+void on_failure(RendezvousState& state, const FailureReport& event, const Now& now, Actions& out) {
+  auto it = state.nodes.find(event.conn);
+  if (it == state.nodes.end()) return;
+  NodeEntry& node = it->second;
+  Failure failure = event.failure;
+  failure.node_rank = node.node_rank;  // the server's word on which node this is, not the report's
+  if (failure.host.empty()) failure.host = node.host;
+  if (state.phase == Phase::kRestarting || is_final(state.phase)) {
+    out.push_back(Log{LogLevel::kDebug, "ignoring a later failure (teardown victim): " + describe(failure)});
+    return;
+  }
+  touch(state, node, now);
+  if (state.phase == Phase::kRunning && state.restart_count < state.config.max_restarts && !failure.is_node_failure()) {
+    state.phase = Phase::kRestarting;
+    state.root_cause = failure;
+    std::string reason = "restarting the job (restart " + std::to_string(state.restart_count + 1) + " of " +
+                         std::to_string(state.config.max_restarts) + ")";
+    out.push_back(Log{LogLevel::kWarning, reason + " after: " + describe(failure)});
+    out.push_back(Broadcast{all_conns(state), StopMsg{std::move(failure), reason, true}});
+    return;
+  }
+  stop_job(state, std::move(failure),
+           state.phase == Phase::kJoining ? "a node failed before the rendezvous completed" : "a worker failed",
+           out);
+}
+
+void on_node_done(RendezvousState& state, const NodeDone& event, const Now& now, Actions& out) {
+  auto it = state.nodes.find(event.conn);
+  if (it == state.nodes.end() || state.phase != Phase::kRunning || it->second.done) return;
+  touch(state, it->second, now);
+  it->second.done = true;
+  if (++state.done_count < static_cast<int>(state.by_rank.size())) return;
+  state.phase = Phase::kComplete;
+  state.deadlines.clear();
+  out.push_back(Log{LogLevel::kInfo, "job complete: every worker on all " + std::to_string(state.done_count) +
+                                         " nodes exited 0"});
+  out.push_back(Broadcast{all_conns(state), CompleteMsg{}});
+}
+
+void on_node_stopped(RendezvousState& state, const NodeStopped& event, const Now& now, Actions& out) {
+  auto it = state.nodes.find(event.conn);
+  if (it == state.nodes.end() || state.phase != Phase::kRestarting || it->second.stopped) return;
+  touch(state, it->second, now);
+  it->second.stopped = true;
+  if (++state.stopped_count < static_cast<int>(state.by_rank.size())) return;
+  ++state.restart_count;
+  start_round(state, out);
+}
+
+void on_disconnected(RendezvousState& state, const Disconnected& event, const Now& now, Actions& out) {
+  node_lost(state, event.conn, "connection closed" + (event.reason.empty() ? "" : " (" + event.reason + ")"),
+            now, out);
+}
+
+void on_tick(RendezvousState& state, const Now& now, Actions& out) {
+  if (state.phase == Phase::kJoining && now.steady >= state.started + state.config.join_timeout) {
+    std::string why = "rendezvous timed out after " + seconds(state.config.join_timeout) + ": " + missing_nodes(state);
+    out.push_back(Log{LogLevel::kError, why});
+    for (ConnId conn : all_conns(state)) {
+      out.push_back(Send{conn, ErrorMsg{ErrorKind::kTimeout, why}});
+      out.push_back(Close{conn});
+    }
+    state.nodes.clear();
+    state.deadlines.clear();
+    state.phase = Phase::kStopped;
+    return;
+  }
+  if (state.phase == Phase::kJoining && state.last_call_deadline && now.steady >= *state.last_call_deadline)
+    start_round(state, out);
+  while (!state.deadlines.empty() && state.deadlines.front().first <= now.steady) {
+    auto [deadline, conn] = state.deadlines.front();
+    state.deadlines.pop_front();
+    auto it = state.nodes.find(conn);
+    // Stale: the node was heard from after this deadline was set, and a later one is queued.
+    if (it == state.nodes.end() || it->second.last_seen + state.config.heartbeat_timeout > deadline) continue;
+    node_lost(state, conn, "missed heartbeats for " + seconds(state.config.heartbeat_timeout), now, out);
+  }
+}
+
+}  // namespace ddprun::rendezvous::rules

@@ -1,0 +1,43 @@
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+
+#include "common/error.hpp"
+#include "rendezvous/auth.hpp"
+
+using namespace ddprun::rendezvous;
+
+TEST_CASE("the mac is HMAC-SHA256 over the nonce and run id") {
+  // Reference: python3 -c 'import hmac,hashlib;print(hmac.new(b"key",b"ddprun-rdzv/1\nn1\njob",hashlib.sha256).hexdigest())'
+  CHECK(compute_mac("key", "n1", "job") == "b17e3adf0e9f10db7d32d3ca27ff49ff27c80671500b175e4905026ea6d02062");
+}
+
+TEST_CASE("a mac verifies only with the same token, nonce and run id") {
+  std::string mac = compute_mac("secret", "nonce", "run");
+  CHECK(verify_mac("secret", "nonce", "run", mac));
+  CHECK_FALSE(verify_mac("other", "nonce", "run", mac));
+  CHECK_FALSE(verify_mac("secret", "nonce2", "run", mac));
+  CHECK_FALSE(verify_mac("secret", "nonce", "run2", mac));
+  CHECK_FALSE(verify_mac("secret", "nonce", "run", mac.substr(1)));
+  CHECK_FALSE(verify_mac("secret", "nonce", "run", ""));
+}
+
+TEST_CASE("generated tokens and nonces are fresh hex strings") {
+  std::string a = generate_token(), b = generate_token();
+  CHECK(a.size() == 64);
+  CHECK(a != b);
+  CHECK(a.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(generate_nonce().size() == 32);
+}
+
+TEST_CASE("a token file's first line is the token, whitespace stripped") {
+  std::string path = "/tmp/ddprun_rdzv_token_test_" + std::to_string(::getpid());
+  { std::ofstream(path) << "  s3cret \nsecond line\n"; }
+  CHECK(read_token_file(path) == "s3cret");
+  { std::ofstream(path) << "\n"; }
+  CHECK_THROWS_AS(read_token_file(path), ddprun::Error);
+  std::remove(path.c_str());
+  CHECK_THROWS_AS(read_token_file(path), ddprun::Error);
+}

@@ -1,0 +1,125 @@
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+#include "rendezvous/protocol.hpp"
+
+using namespace ddprun::rendezvous;
+
+namespace {
+Failure sample_failure() {
+  Failure f;
+  f.node_rank = 1;
+  f.host = "gpu7";
+  f.rank = 5;
+  f.local_rank = 1;
+  f.pid = 4242;
+  f.exit_code = 3;
+  f.time_unix_ms = 1700000000123;
+  f.error_file_contents = R"({"message": "boom"})";
+  return f;
+}
+}  // namespace
+
+TEST_CASE("client messages survive an encode/decode round trip") {
+  HelloMsg hello;
+  hello.run_id = "job1";
+  hello.mac = "ab";
+  hello.node_rank = 2;
+  hello.nproc = 4;
+  hello.host = "h";
+  hello.address = "10.0.0.2";
+  hello.master_port = 29500;
+  auto back = std::get<HelloMsg>(decode_client_message(encode(ClientMessage{hello})));
+  CHECK(back.run_id == "job1");
+  CHECK(back.node_rank == std::optional<int>(2));
+  CHECK(back.nproc == 4);
+  CHECK(back.address == "10.0.0.2");
+  CHECK(back.master_port == 29500);
+  CHECK(std::get<FailureMsg>(decode_client_message(encode(ClientMessage{FailureMsg{sample_failure()}}))).failure ==
+        sample_failure());
+  CHECK(std::holds_alternative<HeartbeatMsg>(decode_client_message(encode(ClientMessage{HeartbeatMsg{}}))));
+  CHECK(std::holds_alternative<NodeDoneMsg>(decode_client_message(encode(ClientMessage{NodeDoneMsg{}}))));
+  CHECK(std::holds_alternative<StoppedMsg>(decode_client_message(encode(ClientMessage{StoppedMsg{}}))));
+}
+
+TEST_CASE("an assignment carries heterogeneous nprocs run-length encoded") {
+  Round round = make_round({4, 4, 2, 4}, "10.0.0.1", 29500, "job", 1, 3);
+  CHECK(round.world_size == 14);
+  CHECK(round.nprocs_runs == std::vector<std::pair<int, int>>{{4, 2}, {2, 1}, {4, 1}});
+  auto a = std::get<Assignment>(decode_server_message(encode_assignment(encode_round(round), 2, 8)));
+  CHECK(a.node_rank == 2);
+  CHECK(a.rank_offset == 8);
+  CHECK(a.nnodes == 4);
+  CHECK(a.world_size == 14);
+  CHECK(a.nprocs == std::vector<int>{4, 4, 2, 4});
+  CHECK(a.local_world_size() == 2);
+  CHECK(a.master_addr == "10.0.0.1");
+  CHECK(a.master_port == 29500);
+  CHECK(a.restart_count == 1);
+  CHECK(a.max_restarts == 3);
+}
+
+TEST_CASE("server messages survive an encode/decode round trip") {
+  ChallengeMsg challenge{kProtocolName, kProtocolVersion, "n0nce", 1000, 5000};
+  auto c = std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{challenge})));
+  CHECK(c.nonce == "n0nce");
+  CHECK(c.heartbeat_timeout_ms == 5000);
+  auto e = std::get<ErrorMsg>(decode_server_message(encode(ServerMessage{ErrorMsg{ErrorKind::kTimeout, "late"}})));
+  CHECK(e.kind == ErrorKind::kTimeout);
+  CHECK(e.message == "late");
+  auto s = std::get<StopMsg>(decode_server_message(encode(ServerMessage{StopMsg{sample_failure(), "why", true}})));
+  CHECK(s.root_cause == sample_failure());
+  CHECK(s.restarting);
+  CHECK(std::holds_alternative<CompleteMsg>(decode_server_message(encode(ServerMessage{CompleteMsg{}}))));
+  CHECK(std::holds_alternative<HeartbeatAckMsg>(decode_server_message(encode(ServerMessage{HeartbeatAckMsg{}}))));
+}
+
+TEST_CASE("malformed payloads are protocol errors") {
+  for (std::string bad : std::vector<std::string>{"", "not json", "[1,2]", R"({"no":"type"})", R"({"type":"bogus"})",
+                          R"({"type":"hello","v":"1"})", R"({"type":"failure","failure":{"rank":1}})",
+                          std::string(100, '[') + std::string(100, ']')}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(decode_client_message(bad), ProtocolError);
+  }
+}
+
+TEST_CASE("an assignment whose nprocs do not add up is a protocol error") {
+  std::string round = R"({"nnodes":3,"world_size":8,"nprocs_runs":[[4,2],[4,5]],"master_addr":"a","master_port":1,)"
+                      R"("run_id":"r","restart_count":0,"max_restarts":0})";
+  CHECK_THROWS_AS(decode_server_message(encode_assignment(round, 0, 0)), ProtocolError);
+  std::string huge = R"({"nnodes":3,"world_size":8,"nprocs_runs":[[4,2000000000]],"master_addr":"a","master_port":1,)"
+                     R"("run_id":"r","restart_count":0,"max_restarts":0})";
+  CHECK_THROWS_AS(decode_server_message(encode_assignment(huge, 0, 0)), ProtocolError);
+}
+
+TEST_CASE("invalid UTF-8 in an error file is replaced, not fatal") {
+  Failure f = sample_failure();
+  f.error_file_contents = "bad \xff\xfe bytes";
+  auto back = std::get<FailureMsg>(decode_client_message(encode(ClientMessage{FailureMsg{f}})));
+  CHECK(back.failure.error_file_contents.find("bad ") == 0);
+}
+
+TEST_CASE("a huge error file is truncated to keep the frame bounded") {
+  Failure f = sample_failure();
+  f.error_file_contents = std::string(kMaxErrorFileBytes * 2, 'x');
+  std::string payload = encode(ClientMessage{FailureMsg{f}});
+  CHECK(payload.size() < kMaxErrorFileBytes + 1024);
+}
+
+TEST_CASE("a failure describes itself for people") {
+  Failure f = sample_failure();
+  CHECK(describe(f) == "rank 5 (local rank 1, node 1, host gpu7, pid 4242) exited with code 3");
+  CHECK(exit_status_of(f) == 3);
+  f.exit_code.reset();
+  f.signal = 9;
+  CHECK(describe(f) == "rank 5 (local rank 1, node 1, host gpu7, pid 4242) was killed by signal 9 (SIGKILL)");
+  CHECK(exit_status_of(f) == 137);
+  Failure node;
+  node.node_rank = 2;
+  node.host = "gpu9";
+  node.message = "missed heartbeats for 5.0 s";
+  CHECK(describe(node) == "node 2 (host gpu9) lost: missed heartbeats for 5.0 s");
+  CHECK(exit_status_of(node) == 1);
+}

@@ -1,0 +1,258 @@
+// Joining rules of the rendezvous state machine, one test case per rule.
+#include "common/error.hpp"
+#include "tests/rendezvous/state_machine_fixture.hpp"
+
+using namespace ddprun::rendezvous;
+using namespace ddprun::rendezvous::testing;
+
+TEST_CASE("a node with the right token, run id and version joins and waits for the others") {
+  RendezvousState state(job(2, false), at(0ms).steady);
+  auto actions = step(state, hello(Joiner{}), at(0ms));
+  CHECK(find_all<Send>(actions).empty());
+  CHECK(find_all<Close>(actions).empty());
+  CHECK(state.nodes.size() == 1);
+  CHECK(state.phase == Phase::kJoining);
+}
+
+TEST_CASE("a hello with another protocol version is refused and its connection closed") {
+  RendezvousState state(job(2, false), at(0ms).steady);
+  Joiner j;
+  j.version = 2;
+  auto actions = step(state, hello(j), at(0ms));
+  CHECK(refusal(actions, 1).find("protocol version mismatch") != std::string::npos);
+  CHECK(closes(actions, 1));
+  CHECK(state.nodes.empty());
+}
+
+TEST_CASE("a hello with a wrong run id is refused") {
+  RendezvousState state(job(2, false), at(0ms).steady);
+  Joiner j;
+  j.run_id = "other";
+  CHECK(refusal(step(state, hello(j), at(0ms)), 1).find("wrong run id \"other\"") != std::string::npos);
+}
+
+TEST_CASE("a hello with a wrong token is refused, logged, and the joined nodes are undisturbed") {
+  RendezvousState state(job(2, false), at(0ms).steady);
+  step(state, hello(Joiner{}), at(0ms));
+  Joiner intruder;
+  intruder.conn = 2;
+  intruder.token = "guess";
+  auto actions = step(state, hello(intruder), at(1ms));
+  CHECK(refusal(actions, 2).find("authentication failed") != std::string::npos);
+  CHECK(find_one<Log>(actions).level == ddprun::LogLevel::kWarning);
+  CHECK(find_all<Send>(actions).size() == 1);  // nothing for node 1
+  CHECK(state.nodes.size() == 1);
+  CHECK(state.phase == Phase::kJoining);
+}
+
+TEST_CASE("a static node rank out of range is refused naming the allowed range") {
+  RendezvousState state(job(4, true), at(0ms).steady);
+  Joiner j;
+  j.node_rank = 4;
+  CHECK(refusal(step(state, hello(j), at(0ms)), 1) ==
+        "node rank 4 is out of range: --nnodes 4 allows 0..3");
+}
+
+TEST_CASE("a duplicate static node rank is refused naming the node that holds it") {
+  RendezvousState state(job(4, true), at(0ms).steady);
+  Joiner first;
+  first.node_rank = 1;
+  first.host = "alpha";
+  step(state, hello(first), at(0ms));
+  Joiner second = first;
+  second.conn = 2;
+  second.host = "beta";
+  auto why = refusal(step(state, hello(second), at(1ms)), 2);
+  CHECK(why.find("duplicate node rank 1") != std::string::npos);
+  CHECK(why.find("alpha") != std::string::npos);
+  CHECK(state.nodes.size() == 1);
+}
+
+TEST_CASE("a static job refuses a node without a node rank") {
+  RendezvousState state(job(2, true), at(0ms).steady);
+  CHECK(refusal(step(state, hello(Joiner{}), at(0ms)), 1).find("pass --node-rank") != std::string::npos);
+}
+
+TEST_CASE("a dynamic job refuses a node that brings a node rank") {
+  RendezvousState state(job(2, false), at(0ms).steady);
+  Joiner j;
+  j.node_rank = 0;
+  CHECK(refusal(step(state, hello(j), at(0ms)), 1).find("dynamically") != std::string::npos);
+}
+
+TEST_CASE("a node with no workers is refused") {
+  RendezvousState state(job(2, false), at(0ms).steady);
+  Joiner j;
+  j.nproc = 0;
+  CHECK(refusal(step(state, hello(j), at(0ms)), 1).find("at least one worker") != std::string::npos);
+}
+
+TEST_CASE("a second hello on a joined connection closes it") {
+  RendezvousState state(job(2, false), at(0ms).steady);
+  step(state, hello(Joiner{}), at(0ms));
+  CHECK(closes(step(state, hello(Joiner{}), at(1ms)), 1));
+}
+
+TEST_CASE("the rendezvous completes when the last expected node joins") {
+  RendezvousState state(job(3, true), at(0ms).steady);
+  auto actions = join_all(state, 3, at(0ms));
+  auto send = find_one<SendAssignments>(actions);
+  CHECK(send.slots.size() == 3);
+  CHECK(send.round.nnodes == 3);
+  CHECK(state.phase == Phase::kRunning);
+}
+
+TEST_CASE("global ranks are prefix sums of each node's worker count") {
+  RendezvousState state(job(3, true), at(0ms).steady);
+  std::vector<Action> actions;
+  int nprocs[] = {4, 1, 3};
+  for (int i : {2, 0, 1}) {  // join order differs from rank order
+    Joiner j;
+    j.conn = static_cast<ConnId>(10 + i);
+    j.node_rank = i;
+    j.nproc = nprocs[i];
+    actions = step(state, hello(j), at(0ms));
+  }
+  auto send = find_one<SendAssignments>(actions);
+  CHECK(send.round.world_size == 8);
+  REQUIRE(send.slots.size() == 3);
+  CHECK(send.slots[0].conn == 10);
+  CHECK(send.slots[0].rank_offset == 0);
+  CHECK(send.slots[1].rank_offset == 4);
+  CHECK(send.slots[2].rank_offset == 5);
+  CHECK(send.round.nprocs_runs == std::vector<std::pair<int, int>>{{4, 1}, {1, 1}, {3, 1}});
+}
+
+TEST_CASE("dynamic node ranks follow host and address order, not join order") {
+  RendezvousState state(job(3, false), at(0ms).steady);
+  std::vector<Action> actions;
+  for (auto [conn, host] : std::vector<std::pair<ConnId, std::string>>{{1, "c"}, {2, "a"}, {3, "b"}}) {
+    Joiner j;
+    j.conn = conn;
+    j.host = host;
+    actions = step(state, hello(j), at(0ms));
+  }
+  auto send = find_one<SendAssignments>(actions);
+  CHECK(send.slots[0].conn == 2);
+  CHECK(send.slots[1].conn == 3);
+  CHECK(send.slots[2].conn == 1);
+}
+
+TEST_CASE("node 0's address and picked port become MASTER_ADDR and MASTER_PORT") {
+  RendezvousState state(job(2, true), at(0ms).steady);
+  Joiner n1;
+  n1.conn = 1;
+  n1.node_rank = 1;
+  n1.master_port = 1111;
+  n1.peer = "10.0.0.7";
+  step(state, hello(n1), at(0ms));
+  Joiner n0;
+  n0.conn = 2;
+  n0.node_rank = 0;
+  n0.master_port = 2222;
+  n0.peer = "10.0.0.8";
+  auto send = find_one<SendAssignments>(step(state, hello(n0), at(0ms)));
+  CHECK(send.round.master_addr == "10.0.0.8");
+  CHECK(send.round.master_port == 2222);
+}
+
+TEST_CASE("node 0 on the server's machine is named by the address the other nodes reached the server at") {
+  RendezvousState state(job(2, true), at(0ms).steady);
+  Joiner n0;
+  n0.node_rank = 0;
+  n0.peer = "127.0.0.1";
+  auto h0 = hello(n0);
+  h0.local_address = "127.0.0.1";
+  step(state, h0, at(0ms));
+  Joiner n1;
+  n1.conn = 2;
+  n1.node_rank = 1;
+  auto h1 = hello(n1);
+  h1.local_address = "192.168.5.1";
+  auto send = find_one<SendAssignments>(step(state, h1, at(0ms)));
+  CHECK(send.round.master_addr == "192.168.5.1");
+}
+
+TEST_CASE("an agent's address override wins over the address the server observed") {
+  RendezvousState state(job(1, true), at(0ms).steady);
+  Joiner n0;
+  n0.node_rank = 0;
+  n0.peer = "127.0.0.1";
+  n0.address = "node0.cluster";
+  CHECK(find_one<SendAssignments>(step(state, hello(n0), at(0ms))).round.master_addr == "node0.cluster");
+}
+
+TEST_CASE("a join after the rendezvous completed is refused") {
+  RendezvousState state(job(1, false), at(0ms).steady);
+  join_all(state, 1, at(0ms));
+  Joiner late;
+  late.conn = 9;
+  CHECK(refusal(step(state, hello(late), at(1ms)), 9).find("is closed") != std::string::npos);
+  CHECK(state.nodes.size() == 1);
+}
+
+TEST_CASE("a node that leaves before the rendezvous completes frees its static node rank") {
+  RendezvousState state(job(2, true), at(0ms).steady);
+  Joiner j;
+  j.node_rank = 1;
+  step(state, hello(j), at(0ms));
+  auto actions = step(state, Disconnected{1, "eof"}, at(1ms));
+  CHECK(find_all<Broadcast>(actions).empty());
+  CHECK(state.phase == Phase::kJoining);
+  j.conn = 2;
+  CHECK(refusal(step(state, hello(j), at(2ms)), 2).empty());
+}
+
+TEST_CASE("the rendezvous times out naming the missing static node ranks") {
+  JobConfig config = job(4, true);
+  config.heartbeat_timeout = 120s;  // the joined node stays alive throughout
+  RendezvousState state(config, at(0ms).steady);
+  Joiner j;
+  j.node_rank = 1;
+  step(state, hello(j), at(0ms));
+  CHECK(find_all<Send>(step(state, Tick{}, at(59'999ms))).empty());
+  auto actions = step(state, Tick{}, at(60'000ms));
+  auto sends = find_all<Send>(actions);
+  REQUIRE(sends.size() == 1);
+  auto error = std::get<ErrorMsg>(sends[0].message);
+  CHECK(error.kind == ErrorKind::kTimeout);
+  CHECK(error.message == "rendezvous timed out after 60.0 s: 1 of 4 nodes joined; missing node ranks 0, 2, 3");
+  CHECK(closes(actions, 1));
+  CHECK(state.phase == Phase::kStopped);
+}
+
+TEST_CASE("the rendezvous times out naming the dynamic nodes that did join") {
+  JobConfig config = job(3, false);
+  config.heartbeat_timeout = 120s;
+  RendezvousState state(config, at(0ms).steady);
+  join_all(state, 2, at(0ms));
+  auto sends = find_all<Send>(step(state, Tick{}, at(60'000ms)));
+  REQUIRE(sends.size() == 2);
+  CHECK(std::get<ErrorMsg>(sends[0].message).message.find("2 of 3 nodes joined (need 3); joined hosts: host0, host1") !=
+        std::string::npos);
+}
+
+TEST_CASE("an elastic job starts when the last call passes after min nodes joined") {
+  JobConfig config = job(4, false);
+  config.min_nodes = 2;
+  config.heartbeat_timeout = 120s;
+  RendezvousState state(config, at(0ms).steady);
+  join_all(state, 2, at(1'000ms));
+  CHECK(find_all<SendAssignments>(step(state, Tick{}, at(10'999ms))).empty());
+  auto send = find_one<SendAssignments>(step(state, Tick{}, at(11'000ms)));
+  CHECK(send.round.nnodes == 2);
+}
+
+TEST_CASE("an elastic job starts at once when max nodes joined") {
+  JobConfig config = job(3, false);
+  config.min_nodes = 1;
+  RendezvousState state(config, at(0ms).steady);
+  CHECK(find_one<SendAssignments>(join_all(state, 3, at(0ms))).round.nnodes == 3);
+}
+
+TEST_CASE("a configuration with static ranks and an elastic range is invalid") {
+  JobConfig config = job(3, true);
+  config.min_nodes = 1;
+  CHECK_THROWS_AS(validate(config), RendezvousError);
+  CHECK_NOTHROW(validate(job(3, true)));
+}
