@@ -160,7 +160,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
       State::Param p;
       p.name = named[i].key();
       p.variable = v;
-      p.grad_view = bucket.flat.narrow(0, offset, v.numel()).view(v.sizes());
+      // Shares the bucket's storage without being an autograd view: optimizers detach_() gradients in
+      // zero_grad, which a view refuses.
+      p.grad_view = torch::empty({0}, bucket.flat.options());
+      p.grad_view.set_(bucket.flat.storage(), offset, v.sizes());
       p.bucket = state_->buckets.size();
       offset += v.numel();
       bucket.params.push_back(state_->params.size());

@@ -1,0 +1,67 @@
+#include "examples/fashion_mnist/options.hpp"
+
+#include <stdexcept>
+
+namespace ddprun::examples {
+
+const char* const kUsage =
+    "usage: fashion_mnist [--epochs N] [--batch-size N (per rank)] [--lr X] [--momentum X] [--seed N]\n"
+    "                     [--data-dir DIR] [--checkpoint-dir DIR] [--resume] [--max-steps N]\n"
+    "                     [--nproc N] [--syncbn] [--log-every N] [--threads N]\n"
+    "Trains the MNIST CNN on Fashion-MNIST with DDP. Under ddprun it is one worker; started alone it\n"
+    "launches --nproc workers itself.\n";
+
+namespace {
+
+template <typename T>
+T number(const std::string& flag, const std::string& text, T min) {
+  try {
+    size_t used = 0;
+    T v;
+    if constexpr (std::is_floating_point_v<T>) {
+      v = static_cast<T>(std::stod(text, &used));
+    } else {
+      v = static_cast<T>(std::stoll(text, &used));
+    }
+    if (used == text.size() && v >= min) return v;
+  } catch (const std::exception&) {
+  }
+  throw std::invalid_argument(flag + " expects a number >= " + std::to_string(min) + ", got '" + text + "'");
+}
+
+}  // namespace
+
+TrainOptions parse_options(int argc, char** argv) {
+  TrainOptions o;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    std::string value;
+    if (auto eq = flag.find('='); eq != std::string::npos && flag.rfind("--", 0) == 0) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    }
+    auto next = [&]() -> std::string {
+      if (!value.empty()) return value;
+      if (i + 1 >= argc) throw std::invalid_argument(flag + " expects a value");
+      return argv[++i];
+    };
+    if (flag == "--help" || flag == "-h") o.help = true;
+    else if (flag == "--epochs") o.epochs = number<int>(flag, next(), 1);
+    else if (flag == "--batch-size") o.batch_size = number<int>(flag, next(), 1);
+    else if (flag == "--lr") o.lr = number<double>(flag, next(), 0.0);
+    else if (flag == "--momentum") o.momentum = number<double>(flag, next(), 0.0);
+    else if (flag == "--seed") o.seed = number<std::uint64_t>(flag, next(), 0);
+    else if (flag == "--data-dir") o.data_dir = next();
+    else if (flag == "--checkpoint-dir") o.checkpoint_dir = next();
+    else if (flag == "--resume") o.resume = true;
+    else if (flag == "--max-steps") o.max_steps = number<std::int64_t>(flag, next(), 0);
+    else if (flag == "--nproc") o.nproc = number<int>(flag, next(), 1);
+    else if (flag == "--syncbn") o.syncbn = true;
+    else if (flag == "--log-every") o.log_every = number<int>(flag, next(), 1);
+    else if (flag == "--threads") o.threads = number<int>(flag, next(), 0);
+    else throw std::invalid_argument("unknown option '" + flag + "'");
+  }
+  return o;
+}
+
+}  // namespace ddprun::examples
