@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "rendezvous/state_machine_rules.hpp"
+#include "rendezvous/text.hpp"
 
 namespace ddprun::rendezvous::rules {
 
@@ -17,13 +18,6 @@ std::vector<ConnId> all_conns(const RendezvousState& state) {
 }
 
 bool is_final(Phase phase) { return phase == Phase::kStopped || phase == Phase::kComplete; }
-
-std::string seconds(std::chrono::milliseconds ms) {
-  std::ostringstream out;
-  out.precision(1);
-  out << std::fixed << static_cast<double>(ms.count()) / 1000.0 << " s";
-  return out.str();
-}
 
 // A node gone (connection closed or heartbeats missed). Before the round starts it only frees its place;
 // after, it is a node failure that stops the job (restarting without it is impossible: ranks are fixed).
@@ -151,7 +145,7 @@ void on_disconnected(RendezvousState& state, const Disconnected& event, const No
 
 void on_tick(RendezvousState& state, const Now& now, Actions& out) {
   if (state.phase == Phase::kJoining && now.steady >= state.started + state.config.join_timeout) {
-    std::string why = "rendezvous timed out after " + seconds(state.config.join_timeout) + ": " + missing_nodes(state);
+    std::string why = "rendezvous timed out after " + text::seconds(state.config.join_timeout) + ": " + missing_nodes(state);
     out.push_back(Log{LogLevel::kError, why});
     for (ConnId conn : all_conns(state)) {
       out.push_back(Send{conn, ErrorMsg{ErrorKind::kTimeout, why}});
@@ -170,7 +164,7 @@ void on_tick(RendezvousState& state, const Now& now, Actions& out) {
     auto it = state.nodes.find(conn);
     // Stale: the node was heard from after this deadline was set, and a later one is queued.
     if (it == state.nodes.end() || it->second.last_seen + state.config.heartbeat_timeout > deadline) continue;
-    node_lost(state, conn, "missed heartbeats for " + seconds(state.config.heartbeat_timeout), now, out);
+    node_lost(state, conn, "missed heartbeats for " + text::seconds(state.config.heartbeat_timeout), now, out);
   }
 }
 

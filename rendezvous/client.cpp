@@ -1,0 +1,250 @@
+#include "rendezvous/client.hpp"
+
+#include <unistd.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <deque>
+
+#include "rendezvous/auth.hpp"
+#include "rendezvous/text.hpp"
+#include "rendezvous/framing.hpp"
+
+namespace ddprun::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+using std::chrono::milliseconds;
+
+namespace {
+// Until the challenge names the server's heartbeat settings.
+constexpr milliseconds kHandshakeInterval{500};
+constexpr milliseconds kHandshakeTimeout{10'000};
+constexpr milliseconds kFirstRetry{20};
+constexpr milliseconds kMaxRetry{1000};
+}  // namespace
+
+class Client::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(asio::io_context& io, ClientConfig config, ClientHandlers handlers, Logger logger)
+      : config_(std::move(config)), handlers_(std::move(handlers)), logger_(logger.for_part("rendezvous")),
+        resolver_(io), socket_(io), retry_timer_(io), heartbeat_timer_(io), decoder_(config_.max_frame_bytes) {}
+
+  void start() {
+    JoinRequest& join = config_.join;
+    if (join.host.empty()) join.host = local_hostname();
+    bool may_be_node0 = !join.node_rank || *join.node_rank == 0;
+    if (join.master_port == 0 && may_be_node0) join.master_port = pick_free_port();
+    connect_deadline_ = Clock::now() + config_.connect_timeout;
+    connect();
+  }
+
+  void send(const ClientMessage& message) {
+    if (done_) return;
+    std::string frame = encode_frame(encode(message), config_.max_frame_bytes);
+    if (!hello_sent_) {
+      pending_.push_back(std::move(frame));
+      return;
+    }
+    outbox_.push_back(std::move(frame));
+    if (!writing_) write_next();
+  }
+
+  void close() {
+    if (done_) return;
+    done_ = true;
+    error_code ignored;
+    resolver_.cancel();
+    retry_timer_.cancel();
+    heartbeat_timer_.cancel();
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  std::string where() const { return config_.server_host + ":" + std::to_string(config_.server_port); }
+
+  void connect() {
+    error_code ec;
+    auto address = asio::ip::make_address(config_.server_host, ec);
+    if (!ec) return connect_to(tcp::endpoint(address, config_.server_port));
+    resolver_.async_resolve(config_.server_host, std::to_string(config_.server_port),
+                            [self = shared_from_this()](error_code rec, tcp::resolver::results_type results) {
+                              if (self->done_) return;
+                              if (rec || results.empty()) return self->retry(rec ? rec.message() : "no address");
+                              self->connect_to(results.begin()->endpoint());
+                            });
+  }
+
+  void connect_to(const tcp::endpoint& endpoint) {
+    error_code ignored;
+    socket_.close(ignored);
+    socket_.async_connect(endpoint, [self = shared_from_this()](error_code ec) {
+      if (self->done_) return;
+      if (ec) return self->retry(ec.message());
+      error_code opt_ec;
+      self->socket_.set_option(tcp::no_delay(true), opt_ec);
+      self->last_heard_ = Clock::now();
+      self->connected_ = true;
+      self->read_some();
+      self->schedule_heartbeat();
+    });
+  }
+
+  // The server may not be up yet (node 0 starts it): retry with backoff until connect_timeout.
+  void retry(const std::string& why) {
+    if (Clock::now() + retry_delay_ >= connect_deadline_)
+      return fail(ErrorKind::kTimeout, "could not reach the rendezvous server at " + where() + " within " +
+                                           text::seconds(config_.connect_timeout) + ": " + why);
+    logger_.debug("rendezvous server at ", where(), " not reachable yet (", why, "); retrying");
+    retry_timer_.expires_after(retry_delay_);
+    retry_delay_ = std::min(retry_delay_ * 2, kMaxRetry);
+    retry_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (!ec && !self->done_) self->connect();
+    });
+  }
+
+  void read_some() {
+    socket_.async_read_some(asio::buffer(read_buffer_), [self = shared_from_this()](error_code ec, std::size_t n) {
+      if (self->done_) return;
+      if (ec) {
+        return self->fail(ErrorKind::kLostServer, "lost the rendezvous server at " + self->where() + ": " +
+                                                      (ec == asio::error::eof ? "connection closed" : ec.message()));
+      }
+      self->last_heard_ = Clock::now();
+      try {
+        self->decoder_.feed(std::string_view(self->read_buffer_.data(), n));
+        while (auto payload = self->decoder_.next()) {
+          self->handle(decode_server_message(*payload));
+          if (self->done_) return;
+        }
+      } catch (const ProtocolError& e) {
+        return self->fail(ErrorKind::kProtocol, "bad message from the rendezvous server at " + self->where() +
+                                                    ": " + e.what());
+      }
+      self->read_some();
+    });
+  }
+
+  void handle(ServerMessage message) {
+    if (auto* challenge = std::get_if<ChallengeMsg>(&message)) return on_challenge(*challenge);
+    if (!hello_sent_) throw ProtocolError("expected a challenge first");
+    if (auto* error = std::get_if<ErrorMsg>(&message)) {
+      std::string prefix = error->kind == ErrorKind::kRefused ? "the rendezvous server refused this node: " : "";
+      return fail(error->kind, prefix + error->message);
+    }
+    if (auto* assignment = std::get_if<Assignment>(&message)) {
+      if (handlers_.on_assignment) handlers_.on_assignment(*assignment);
+    } else if (auto* stop = std::get_if<StopMsg>(&message)) {
+      StopOrder order{std::move(stop->root_cause), std::move(stop->reason), stop->restarting};
+      if (!order.restarting) close();  // final: nothing more to hear, and the server's going away is expected
+      if (handlers_.on_stop) handlers_.on_stop(order);
+    } else if (std::holds_alternative<CompleteMsg>(message)) {
+      close();
+      if (handlers_.on_job_complete) handlers_.on_job_complete();
+    }
+  }
+
+  void on_challenge(const ChallengeMsg& challenge) {
+    if (hello_sent_) throw ProtocolError("a second challenge");
+    if (challenge.protocol != kProtocolName || challenge.version != kProtocolVersion)
+      return fail(ErrorKind::kProtocol, "the rendezvous server at " + where() + " speaks " + challenge.protocol +
+                                            " v" + std::to_string(challenge.version) + "; this ddprun speaks " +
+                                            kProtocolName + " v" + std::to_string(kProtocolVersion));
+    if (challenge.heartbeat_interval_ms <= 0 || challenge.heartbeat_timeout_ms <= challenge.heartbeat_interval_ms)
+      throw ProtocolError("nonsensical heartbeat settings in the challenge");
+    heartbeat_interval_ = milliseconds(challenge.heartbeat_interval_ms);
+    heartbeat_timeout_ = milliseconds(challenge.heartbeat_timeout_ms);
+    HelloMsg hello;
+    hello.run_id = config_.run_id;
+    hello.mac = compute_mac(config_.token, challenge.nonce, config_.run_id);
+    hello.node_rank = config_.join.node_rank;
+    hello.nproc = config_.join.nproc;
+    hello.host = config_.join.host;
+    hello.address = config_.join.address;
+    hello.master_port = config_.join.master_port;
+    hello_sent_ = true;
+    outbox_.push_back(encode_frame(encode(ClientMessage{hello}), config_.max_frame_bytes));
+    for (auto& frame : pending_) outbox_.push_back(std::move(frame));
+    pending_.clear();
+    if (!writing_) write_next();
+    schedule_heartbeat();  // now at the server's interval, replacing the handshake watchdog's wait
+  }
+
+  void write_next() {
+    if (outbox_.empty() || done_ || !connected_) {
+      writing_ = false;
+      return;
+    }
+    writing_ = true;
+    asio::async_write(socket_, asio::buffer(outbox_.front()), [self = shared_from_this()](error_code ec, std::size_t) {
+      if (self->done_) return;
+      if (ec) return self->fail(ErrorKind::kLostServer, "lost the rendezvous server at " + self->where() + ": " +
+                                                             ec.message());
+      self->outbox_.pop_front();
+      self->write_next();
+    });
+  }
+
+  // One timer: sends heartbeats and notices a silent server.
+  void schedule_heartbeat() {
+    heartbeat_timer_.expires_after(hello_sent_ ? heartbeat_interval_ : kHandshakeInterval);
+    heartbeat_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec || self->done_) return;
+      milliseconds timeout = self->hello_sent_ ? self->heartbeat_timeout_ : kHandshakeTimeout;
+      if (Clock::now() - self->last_heard_ > timeout)
+        return self->fail(ErrorKind::kLostServer, "lost the rendezvous server at " + self->where() +
+                                                      ": nothing heard for " + text::seconds(timeout));
+      if (self->hello_sent_) self->send(HeartbeatMsg{});
+      self->schedule_heartbeat();
+    });
+  }
+
+  void fail(ErrorKind kind, const std::string& message) {
+    if (done_) return;
+    close();
+    if (handlers_.on_error) handlers_.on_error(ClientError{kind, message});
+  }
+
+  static std::string local_hostname() {
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
+    return name;
+  }
+
+  ClientConfig config_;
+  ClientHandlers handlers_;
+  Logger logger_;
+  tcp::resolver resolver_;
+  tcp::socket socket_;
+  asio::steady_timer retry_timer_;
+  asio::steady_timer heartbeat_timer_;
+  FrameDecoder decoder_;
+  std::array<char, 1024> read_buffer_{};
+  std::deque<std::string> outbox_;
+  std::vector<std::string> pending_;  // reports made before the hello went out
+  Clock::time_point connect_deadline_;
+  Clock::time_point last_heard_;
+  milliseconds retry_delay_ = kFirstRetry;
+  milliseconds heartbeat_interval_ = kHandshakeInterval;
+  milliseconds heartbeat_timeout_ = kHandshakeTimeout;
+  bool connected_ = false;
+  bool hello_sent_ = false;
+  bool writing_ = false;
+  bool done_ = false;
+};
+
+Client::Client(asio::io_context& io, ClientConfig config, ClientHandlers handlers, Logger logger)
+    : impl_(std::make_shared<Impl>(io, std::move(config), std::move(handlers), std::move(logger))) {}
+Client::~Client() { impl_->close(); }
+void Client::start() { impl_->start(); }
+void Client::report_failure(const Failure& failure) { impl_->send(FailureMsg{failure}); }
+void Client::report_node_done() { impl_->send(NodeDoneMsg{}); }
+void Client::report_stopped() { impl_->send(StoppedMsg{}); }
+void Client::close() { impl_->close(); }
+
+}  // namespace ddprun::rendezvous

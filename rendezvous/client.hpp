@@ -1,0 +1,87 @@
+// The rendezvous client: one per agent. Connects (retrying until the server is up), proves the job token,
+// joins, heartbeats, and turns server messages into handler calls.
+//
+// Runs on the caller's io_context, single-threaded, no threads of its own. Handlers are called on that
+// loop; they may call any method, including close(), and may destroy the Client. After a terminal call
+// (on_job_complete, a final on_stop, or on_error) no handler is called again and the connection is closed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "common/log.hpp"
+#include "rendezvous/errors.hpp"
+#include "rendezvous/failure.hpp"
+#include "rendezvous/framing.hpp"
+#include "rendezvous/protocol.hpp"
+
+namespace ddprun::rendezvous {
+
+struct JoinRequest {
+  std::optional<int> node_rank;  // static node ranks only (--node-rank, SLURM_NODEID)
+  int nproc = 1;                 // this node's worker count
+  std::string host;              // hostname, for messages; empty = gethostname()
+  std::string address;           // how the other nodes reach this one (--local-addr); empty = as the server sees it
+  // MASTER_PORT candidate, used if this node becomes node 0: --master-port, or 0 to have the client pick a
+  // free port on this machine just before joining (only when this node can become node 0).
+  int master_port = 0;
+};
+
+struct ClientConfig {
+  std::string server_host;  // name or address of the rendezvous server
+  std::uint16_t server_port = 0;
+  std::string run_id;
+  std::string token;
+  JoinRequest join;
+  // Keep retrying the connection this long: node 0 may start its in-process server after the others.
+  std::chrono::milliseconds connect_timeout{900'000};
+  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
+};
+
+struct StopOrder {
+  Failure root_cause;   // the same on every node
+  std::string reason;
+  bool restarting = false;  // restart round: stop the workers, call report_stopped(), await on_assignment
+};
+
+struct ClientHandlers {
+  std::function<void(const Assignment&)> on_assignment;  // once per round
+  std::function<void(const StopOrder&)> on_stop;         // every node, the reporter included
+  std::function<void()> on_job_complete;                 // every worker on every node exited 0
+  std::function<void(const ClientError&)> on_error;      // refused, timed out, lost the server, protocol
+};
+
+class Client {
+ public:
+  Client(boost::asio::io_context& io, ClientConfig config, ClientHandlers handlers, Logger logger);
+  ~Client();  // close()
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  void start();  // asynchronous: resolve, connect (with retries), authenticate, join
+  // Queued until the hello is sent; then written in order. Ignored after a terminal event.
+  void report_failure(const Failure& failure);
+  void report_node_done();   // every local worker exited 0
+  void report_stopped();     // restart round: every local worker is down
+  void close();              // no more handlers; idempotent
+
+  class Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// A free TCP port on this machine (bind to port 0 and release it), as torchrun picks MASTER_PORT.
+// Racy by nature: another process may take it before the TCPStore binds. Throws ConnectionError.
+std::uint16_t pick_free_port(const std::string& bind_address = "0.0.0.0");
+
+// The block an agent logs once the rendezvous completes.
+std::string format_summary(const Assignment& assignment, const std::string& host);
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,58 @@
+// The client's free functions: error raising, free-port picking, the summary block.
+#include <boost/asio/ip/tcp.hpp>
+#include <sstream>
+
+#include "rendezvous/client.hpp"
+
+namespace ddprun::rendezvous {
+
+void ClientError::raise() const {
+  switch (kind) {
+    case ErrorKind::kRefused: throw RefusedError(message);
+    case ErrorKind::kTimeout: throw TimeoutError(message);
+    case ErrorKind::kLostServer: throw ConnectionError(message);
+    case ErrorKind::kProtocol: throw ProtocolError(message);
+  }
+  throw RendezvousError(message);
+}
+
+std::uint16_t pick_free_port(const std::string& bind_address) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(bind_address, ec);
+  asio::ip::tcp::endpoint endpoint(address, 0);
+  if (!ec) acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) endpoint = acceptor.local_endpoint(ec);
+  if (ec) throw ConnectionError("cannot pick a free port on " + bind_address + ": " + ec.message());
+  return endpoint.port();
+}
+
+std::string format_summary(const Assignment& a, const std::string& host) {
+  std::ostringstream out;
+  int local = a.local_world_size();
+  out << "rendezvous complete: run \"" << a.run_id << "\", restart " << a.restart_count << " of " << a.max_restarts
+      << "\n  node rank      " << a.node_rank << " of " << a.nnodes << " (host " << host << ")"
+      << "\n  global ranks   " << a.rank_offset << ".." << a.rank_offset + local - 1 << " of world size "
+      << a.world_size << " (" << local << " on this node)"
+      << "\n  MASTER_ADDR    " << a.master_addr << "\n  MASTER_PORT    " << a.master_port
+      << "\n  nprocs by node ";
+  // Run-length form: 10k identical nodes print as one entry.
+  std::size_t i = 0, runs = 0;
+  while (i < a.nprocs.size()) {
+    std::size_t j = i;
+    while (j < a.nprocs.size() && a.nprocs[j] == a.nprocs[i]) ++j;
+    if (++runs > 16) {
+      out << " ...";
+      break;
+    }
+    out << (runs > 1 ? ", " : "") << a.nprocs[i];
+    if (j - i > 1) out << " x" << (j - i);
+    i = j;
+  }
+  return out.str();
+}
+
+}  // namespace ddprun::rendezvous

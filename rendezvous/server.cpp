@@ -1,0 +1,292 @@
+#include "rendezvous/server.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <deque>
+#include <unordered_map>
+
+#include "common/error.hpp"
+#include "rendezvous/auth.hpp"
+#include "rendezvous/server_connection.hpp"
+
+namespace ddprun::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+
+class Server::Impl final : public ConnectionOwner, public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(asio::io_context& io, JobConfig config, Logger logger)
+      : io_(io), logger_(logger.for_part("rendezvous")), state_(std::move(config), Clock::now()),
+        acceptor_(io), tick_timer_(io), accept_retry_timer_(io), drain_timer_(io) {
+    tick_period_ = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  state_.config.heartbeat_interval / 4),
+                              std::chrono::milliseconds(5), std::chrono::milliseconds(250));
+  }
+
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  virtual ~Impl() = default;
+
+  void start(const std::string& bind_address, std::uint16_t port) {
+    tcp::endpoint endpoint;
+    error_code ec;
+    auto address = asio::ip::make_address(bind_address, ec);
+    if (!ec) {
+      endpoint = tcp::endpoint(address, port);
+    } else {
+      tcp::resolver resolver(io_);
+      auto results = resolver.resolve(bind_address, std::to_string(port), tcp::resolver::passive, ec);
+      if (ec || results.empty())
+        throw ConnectionError("cannot listen on " + bind_address + ":" + std::to_string(port) +
+                              ": cannot resolve the address (" + ec.message() + ")");
+      endpoint = results.begin()->endpoint();
+    }
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      error_code ignored;
+      acceptor_.close(ignored);
+      throw ConnectionError("cannot listen on " + bind_address + ":" + std::to_string(port) + ": " + ec.message());
+    }
+    state_.started = Clock::now();  // the join timeout counts from here
+    logger_.info("rendezvous server for run \"", state_.config.run_id, "\" listening on ", bind_address, ":",
+                 this->port(), ", expecting ", expected_nodes(), " nodes");
+    accept();
+    tick();
+  }
+
+  std::uint16_t port() const {
+    error_code ec;
+    auto endpoint = acceptor_.local_endpoint(ec);
+    return ec ? 0 : endpoint.port();
+  }
+
+  void stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    error_code ignored;
+    acceptor_.close(ignored);
+    tick_timer_.cancel();
+    accept_retry_timer_.cancel();
+    auto conns = std::move(conns_);
+    conns_.clear();
+    for (auto& [id, conn] : conns) {
+      conn->detach();
+      conn->close("server stopped");
+    }
+    fire_drained();
+  }
+
+  void async_wait_drained(std::chrono::milliseconds max_wait, std::function<void()> done) {
+    drain_done_ = std::move(done);
+    drain_timer_.expires_after(max_wait);
+    drain_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec != asio::error::operation_aborted) self->fire_drained();
+    });
+    check_drained();
+  }
+
+  void on_payload(std::uint64_t id, std::string payload) override {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;
+    auto conn = it->second;  // a copy: closing erases the map entry
+    ClientMessage message;
+    try {
+      message = decode_client_message(payload);
+      if (!conn->greeted && !std::holds_alternative<HelloMsg>(message))
+        throw ProtocolError("expected a hello first");
+    } catch (const ProtocolError& e) {
+      logger_.warning("closing connection from ", conn->peer_address(), ": ", e.what());
+      conn->close(e.what());
+      return;
+    }
+    std::visit(
+        [&](auto& m) {
+          using T = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<T, HelloMsg>) {
+            if (!conn->greeted) ++greeted_open_;
+            conn->greeted = true;
+            run(Hello{id, conn->nonce, std::move(m), conn->peer_address(), conn->local_address()});
+          } else if constexpr (std::is_same_v<T, HeartbeatMsg>) {
+            run(Heartbeat{id});
+          } else if constexpr (std::is_same_v<T, FailureMsg>) {
+            run(FailureReport{id, std::move(m.failure)});
+          } else if constexpr (std::is_same_v<T, NodeDoneMsg>) {
+            run(NodeDone{id});
+          } else {
+            run(NodeStopped{id});
+          }
+        },
+        message);
+  }
+
+  void on_closed(std::uint64_t id, const std::string& reason) override {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;
+    bool greeted = it->second->greeted;
+    conns_.erase(it);
+    if (!greeted) return;
+    --greeted_open_;
+    run(Disconnected{id, reason});
+    check_drained();
+  }
+
+  const RendezvousState& state() const { return state_; }
+  std::size_t connection_count() const { return conns_.size(); }
+
+ private:
+  static Now now() {
+    auto wall = std::chrono::system_clock::now().time_since_epoch();
+    return Now{Clock::now(), std::chrono::duration_cast<std::chrono::milliseconds>(wall).count()};
+  }
+
+  std::string expected_nodes() const {
+    const JobConfig& c = state_.config;
+    return c.min_nodes == c.max_nodes ? std::to_string(c.max_nodes)
+                                      : std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes);
+  }
+
+  void accept() {
+    acceptor_.async_accept([self = shared_from_this()](error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || self->stopped_) return;
+      if (ec) {
+        // Out of descriptors: back off instead of spinning; a few clients will retry their connect.
+        self->logger_.warning("accept failed: ", ec.message());
+        self->accept_retry_timer_.expires_after(std::chrono::milliseconds(50));
+        self->accept_retry_timer_.async_wait([self](error_code wait_ec) {
+          if (!wait_ec && !self->stopped_) self->accept();
+        });
+        return;
+      }
+      self->on_accept(std::move(socket));
+      self->accept();
+    });
+  }
+
+  void on_accept(tcp::socket socket) {
+    std::uint64_t id = next_id_++;
+    auto conn = std::make_shared<ServerConnection>(std::move(socket), id, state_.config.max_frame_bytes, this);
+    conn->nonce = generate_nonce();
+    conns_.emplace(id, conn);
+    handshakes_.emplace_back(Clock::now() + state_.config.heartbeat_timeout, id);
+    ChallengeMsg challenge;
+    challenge.nonce = conn->nonce;
+    challenge.heartbeat_interval_ms = state_.config.heartbeat_interval.count();
+    challenge.heartbeat_timeout_ms = state_.config.heartbeat_timeout.count();
+    conn->send(std::make_shared<const std::string>(encode_frame(encode(ServerMessage{challenge}))));
+    conn->start();
+  }
+
+  void run(const Event& event) {
+    for (auto& action : step(state_, event, now())) apply(action);
+  }
+
+  Frame frame_of(const ServerMessage& message) const {
+    return std::make_shared<const std::string>(encode_frame(encode(message), state_.config.max_frame_bytes));
+  }
+
+  ServerConnection* find(ConnId id) const {
+    auto it = conns_.find(id);
+    return it == conns_.end() ? nullptr : it->second.get();
+  }
+
+  void apply(const Action& action) {
+    if (auto* send = std::get_if<Send>(&action)) {
+      if (auto* conn = find(send->conn)) conn->send(frame_of(send->message));
+    } else if (auto* assign = std::get_if<SendAssignments>(&action)) {
+      std::string round = encode_round(assign->round);  // once for every node
+      for (const Slot& slot : assign->slots)
+        if (auto* conn = find(slot.conn))
+          conn->send(std::make_shared<const std::string>(
+              encode_frame(encode_assignment(round, slot.node_rank, slot.rank_offset))));
+    } else if (auto* broadcast = std::get_if<Broadcast>(&action)) {
+      Frame frame = frame_of(broadcast->message);
+      for (ConnId id : broadcast->conns)
+        if (auto* conn = find(id)) conn->send(frame);
+    } else if (auto* close = std::get_if<Close>(&action)) {
+      if (auto* conn = find(close->conn); conn && !conn->closing()) {
+        conn->close_after_flush();
+        lingering_.emplace_back(Clock::now() + state_.config.heartbeat_timeout, close->conn);
+      }
+    } else if (auto* log = std::get_if<Log>(&action)) {
+      logger_.write(log->level, log->text);
+    }
+  }
+
+  void tick() {
+    tick_timer_.expires_after(tick_period_);
+    tick_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec == asio::error::operation_aborted || self->stopped_) return;
+      self->run(Tick{});
+      self->sweep(self->handshakes_, "no hello in time", [](const ServerConnection& c) { return !c.greeted; });
+      self->sweep(self->lingering_, "peer did not hang up", [](const ServerConnection&) { return true; });
+      self->check_drained();
+      self->tick();
+    });
+  }
+
+  // Closes connections whose deadline in `queue` passed and that still match `overdue`.
+  template <typename Predicate>
+  void sweep(std::deque<std::pair<Clock::time_point, ConnId>>& queue, const char* why, Predicate overdue) {
+    auto now_steady = Clock::now();
+    while (!queue.empty() && queue.front().first <= now_steady) {
+      ConnId id = queue.front().second;
+      queue.pop_front();
+      auto it = conns_.find(id);
+      if (it == conns_.end() || !overdue(*it->second)) continue;
+      auto conn = it->second;
+      logger_.debug("closing connection from ", conn->peer_address(), ": ", why);
+      conn->close(why);
+    }
+  }
+
+  void check_drained() {
+    if (!drain_done_) return;
+    if ((state_.phase == Phase::kComplete || state_.phase == Phase::kStopped) && greeted_open_ == 0) fire_drained();
+  }
+
+  void fire_drained() {
+    if (!drain_done_) return;
+    drain_timer_.cancel();
+    asio::post(io_, std::move(drain_done_));
+    drain_done_ = nullptr;
+  }
+
+  asio::io_context& io_;
+  Logger logger_;
+  RendezvousState state_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer tick_timer_;
+  asio::steady_timer accept_retry_timer_;
+  asio::steady_timer drain_timer_;
+  std::chrono::milliseconds tick_period_{100};
+  std::unordered_map<ConnId, std::shared_ptr<ServerConnection>> conns_;
+  std::deque<std::pair<Clock::time_point, ConnId>> handshakes_;  // pre-hello deadlines, in accept order
+  std::deque<std::pair<Clock::time_point, ConnId>> lingering_;   // closing, waiting for the peer's EOF
+  std::size_t greeted_open_ = 0;
+  ConnId next_id_ = 1;
+  bool stopped_ = false;
+  std::function<void()> drain_done_;
+};
+
+Server::Server(asio::io_context& io, JobConfig config, Logger logger) {
+  validate(config);
+  impl_ = std::make_shared<Impl>(io, std::move(config), std::move(logger));
+}
+Server::~Server() { impl_->stop(); }
+void Server::start(const std::string& bind_address, std::uint16_t port) { impl_->start(bind_address, port); }
+std::uint16_t Server::port() const { return impl_->port(); }
+void Server::stop() { impl_->stop(); }
+void Server::async_wait_drained(std::chrono::milliseconds max_wait, std::function<void()> done) {
+  impl_->async_wait_drained(max_wait, std::move(done));
+}
+Phase Server::phase() const { return impl_->state().phase; }
+const RendezvousState& Server::state() const { return impl_->state(); }
+std::size_t Server::connection_count() const { return impl_->connection_count(); }
+
+}  // namespace ddprun::rendezvous

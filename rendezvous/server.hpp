@@ -1,0 +1,54 @@
+// The rendezvous server: an Asio acceptor whose connections feed the state machine (state_machine.hpp).
+//
+// It only translates: frames → Events, Actions → frames. Runs on the caller's io_context, single-threaded,
+// no threads of its own; the launcher's agent shares the loop. One periodic timer drives the clock (Tick
+// events) for heartbeat deadlines, the join timeout and the elastic last call: no per-connection timers.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "common/log.hpp"
+#include "rendezvous/job_config.hpp"
+#include "rendezvous/state_machine.hpp"
+
+namespace ddprun::rendezvous {
+
+class Server {
+ public:
+  // Throws RendezvousError if the config is invalid (validate()).
+  Server(boost::asio::io_context& io, JobConfig config, Logger logger);
+  ~Server();  // stop()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Listens on bind_address ("127.0.0.1", "0.0.0.0", "::", a host name) and port (0 = a free one), and
+  // starts the join timeout. Throws ConnectionError naming the address if it cannot listen.
+  void start(const std::string& bind_address, std::uint16_t port);
+  std::uint16_t port() const;
+
+  // Closes the listener and every connection now. Idempotent; pending handlers finish as aborted.
+  void stop();
+
+  // Calls `done` (once, on the loop) when the job has ended (complete or stopped) and every agent has hung
+  // up, or after max_wait, whichever is first: so a node that hosts the server does not exit before the
+  // other nodes have read their last message.
+  void async_wait_drained(std::chrono::milliseconds max_wait, std::function<void()> done);
+
+  // For tests, logs and benchmarks.
+  Phase phase() const;
+  const RendezvousState& state() const;
+  std::size_t connection_count() const;
+
+  class Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::rendezvous

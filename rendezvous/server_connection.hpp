@@ -1,0 +1,71 @@
+// One agent's connection at the server: reads frames, writes queued frames, reports both to its owner.
+//
+// It never interprets a message: payloads go up to the Server, which turns them into state-machine events.
+// Outgoing frames are shared_ptrs so a broadcast to 10k nodes encodes its frame once.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "rendezvous/framing.hpp"
+
+namespace ddprun::rendezvous {
+
+using Frame = std::shared_ptr<const std::string>;
+
+// What a connection tells the server. The server detaches itself (detach()) before it goes away.
+class ConnectionOwner {
+ public:
+  virtual void on_payload(std::uint64_t conn, std::string payload) = 0;
+  virtual void on_closed(std::uint64_t conn, const std::string& reason) = 0;
+
+ protected:
+  ~ConnectionOwner() = default;
+};
+
+class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
+ public:
+  ServerConnection(boost::asio::ip::tcp::socket socket, std::uint64_t id, std::size_t max_frame_bytes,
+                   ConnectionOwner* owner);
+
+  void start();                 // begins reading
+  void send(Frame frame);       // queued; written in order
+  void close_after_flush();     // once every queued frame is written: FIN, then close at the peer's EOF
+  bool closing() const { return closing_; }
+  void close(const std::string& reason);  // closes now; the owner hears on_closed once
+  void detach() { owner_ = nullptr; }
+
+  std::uint64_t id() const { return id_; }
+  const std::string& peer_address() const { return peer_address_; }
+  const std::string& local_address() const { return local_address_; }
+  // Per-connection handshake state kept here so the server needs no second map.
+  std::string nonce;
+  bool greeted = false;  // its hello has reached the state machine
+
+ private:
+  void read_some();
+  void write_next();
+  void half_close();
+
+  boost::asio::ip::tcp::socket socket_;
+  std::uint64_t id_;
+  ConnectionOwner* owner_;
+  FrameDecoder decoder_;
+  std::array<char, 1024> read_buffer_{};  // small: 10k connections each hold one
+  std::deque<Frame> outbox_;
+  bool writing_ = false;
+  bool closing_ = false;  // close_after_flush requested
+  bool closed_ = false;
+  std::string peer_address_;
+  std::string local_address_;
+};
+
+// "10.0.0.1" for IPv4 and IPv4-mapped IPv6 addresses, the plain text otherwise.
+std::string address_text(const boost::asio::ip::address& address);
+
+}  // namespace ddprun::rendezvous

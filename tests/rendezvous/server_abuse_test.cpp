@@ -1,0 +1,141 @@
+// Hostile or mistaken peers against the real server: each is refused or cut off, and the job goes on.
+#include "tests/rendezvous/socket_fixture.hpp"
+
+using namespace ddprun::rendezvous;
+using namespace ddprun::rendezvous::testing;
+
+namespace {
+// A two-node static job where node 0 (a real client) has joined and waits for node 1.
+struct HalfJoined {
+  asio::io_context io;
+  Server server{io, test_job(2, true), quiet_logger()};
+  std::unique_ptr<Agent> node0;
+
+  HalfJoined() {
+    server.start("127.0.0.1", 0);
+    node0 = start_agent(io, client_config(server.port(), 0, 1));
+    REQUIRE(run_until(io, [&] { return server.state().nodes.size() == 1; }));
+  }
+
+  // The job is undisturbed: node 1 can still join and both get their assignments.
+  void check_job_still_runs() {
+    auto node1 = start_agent(io, client_config(server.port(), 1, 1));
+    CHECK(run_until(io, [&] { return !node0->events.assignments.empty() && !node1->events.assignments.empty(); }));
+    CHECK_FALSE(node0->events.error);
+    if (node0->events.error) MESSAGE(node0->events.error->message);
+  }
+};
+
+std::string refusal_of(RawPeer& peer) {
+  auto payload = peer.read_frame();
+  REQUIRE(payload);
+  auto message = decode_server_message(*payload);
+  REQUIRE(std::holds_alternative<ErrorMsg>(message));
+  return std::get<ErrorMsg>(message).message;
+}
+}  // namespace
+
+TEST_CASE("a wrong token is refused with a clear message on that agent and the job is undisturbed") {
+  HalfJoined job;
+  auto config = client_config(job.server.port(), 1, 1);
+  config.token = "wrong";
+  auto intruder = start_agent(job.io, config);
+  REQUIRE(run_until(job.io, [&] { return intruder->events.error.has_value(); }));
+  CHECK(intruder->events.error->kind == ErrorKind::kRefused);
+  CHECK(intruder->events.error->message ==
+        "the rendezvous server refused this node: authentication failed: wrong job token (check --rdzv-token / "
+        "DDPRUN_TOKEN / the token file)");
+  CHECK_THROWS_AS(intruder->events.error->raise(), RefusedError);
+  job.check_job_still_runs();
+}
+
+TEST_CASE("a wrong run id is refused with a clear message") {
+  HalfJoined job;
+  auto config = client_config(job.server.port(), 1, 1);
+  config.run_id = "other-job";
+  auto stranger = start_agent(job.io, config);
+  REQUIRE(run_until(job.io, [&] { return stranger->events.error.has_value(); }));
+  CHECK(stranger->events.error->message.find("wrong run id \"other-job\"") != std::string::npos);
+  job.check_job_still_runs();
+}
+
+TEST_CASE("a duplicate node rank is refused on the offending node only") {
+  HalfJoined job;
+  auto twin = start_agent(job.io, client_config(job.server.port(), 0, 1, "twin"));
+  REQUIRE(run_until(job.io, [&] { return twin->events.error.has_value(); }));
+  CHECK(twin->events.error->message.find("duplicate node rank 0") != std::string::npos);
+  job.check_job_still_runs();
+}
+
+TEST_CASE("an out-of-range node rank is refused naming the range") {
+  HalfJoined job;
+  auto stray = start_agent(job.io, client_config(job.server.port(), 7, 1));
+  REQUIRE(run_until(job.io, [&] { return stray->events.error.has_value(); }));
+  CHECK(stray->events.error->message.find("node rank 7 is out of range: --nnodes 2 allows 0..1") != std::string::npos);
+  job.check_job_still_runs();
+}
+
+TEST_CASE("another protocol version is refused with a clear message") {
+  HalfJoined job;
+  RawPeer peer(job.io, job.server.port());
+  peer.handshake(1, 1, "s3cret", kProtocolVersion + 1);
+  CHECK(refusal_of(peer).find("protocol version mismatch") != std::string::npos);
+  CHECK(peer.wait_closed());
+  job.check_job_still_runs();
+}
+
+TEST_CASE("garbage bytes to the port close that connection only") {
+  HalfJoined job;
+  RawPeer peer(job.io, job.server.port());
+  peer.send_bytes("GET / HTTP/1.1\r\nHost: x\r\n\r\n");  // "GET " reads as a 1.2 GB frame length
+  CHECK(peer.wait_closed());
+  RawPeer json_garbage(job.io, job.server.port());
+  json_garbage.send_bytes(encode_frame("{not json"));
+  CHECK(json_garbage.wait_closed());
+  job.check_job_still_runs();
+}
+
+TEST_CASE("an oversized frame closes that connection only") {
+  HalfJoined job;
+  RawPeer peer(job.io, job.server.port());
+  peer.send_bytes(std::string("\x00\x20\x00\x00", 4) + std::string(1000, 'x'));  // announces 2 MiB
+  CHECK(peer.wait_closed());
+  job.check_job_still_runs();
+}
+
+TEST_CASE("a truncated frame closes that connection only, at hang-up or at the handshake deadline") {
+  HalfJoined job;
+  RawPeer hangs_up(job.io, job.server.port());
+  hangs_up.send_bytes(encode_frame(R"({"type":"heartbeat"})").substr(0, 10));
+  hangs_up.close();
+  RawPeer stalls(job.io, job.server.port());
+  stalls.send_bytes(encode_frame(R"({"type":"heartbeat"})").substr(0, 10));
+  auto started = std::chrono::steady_clock::now();
+  CHECK(stalls.wait_closed(2000ms));  // heartbeat_timeout is 400 ms in test_job
+  CHECK(std::chrono::steady_clock::now() - started < 1500ms);
+  job.check_job_still_runs();
+}
+
+TEST_CASE("a message before the hello closes that connection") {
+  HalfJoined job;
+  RawPeer peer(job.io, job.server.port());
+  peer.send(HeartbeatMsg{});
+  CHECK(peer.wait_closed());
+  job.check_job_still_runs();
+}
+
+TEST_CASE("a joined node whose heartbeats stop is lost after the deadline and every other node is stopped") {
+  HalfJoined job;
+  RawPeer mute(job.io, job.server.port());
+  mute.handshake(1, 1);  // joins as node 1, then never says another word
+  REQUIRE(run_until(job.io, [&] { return !job.node0->events.assignments.empty(); }));
+  auto assigned_at = std::chrono::steady_clock::now();
+  REQUIRE(run_until(job.io, [&] { return !job.node0->events.stops.empty(); }, 3000ms));
+  auto took = std::chrono::steady_clock::now() - assigned_at;
+  CHECK(took >= 350ms);
+  CHECK(took < 1000ms);
+  const Failure& cause = job.node0->events.stops[0].root_cause;
+  CHECK(cause.node_rank == 1);
+  CHECK(cause.host == "rawhost");
+  CHECK(cause.message == "missed heartbeats for 0.4 s");
+}

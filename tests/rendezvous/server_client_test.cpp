@@ -1,0 +1,194 @@
+// The real server and clients over 127.0.0.1 sockets in one process: the job's happy and unhappy paths.
+#include "tests/rendezvous/socket_fixture.hpp"
+
+using namespace ddprun::rendezvous;
+using namespace ddprun::rendezvous::testing;
+
+namespace {
+struct Job {
+  asio::io_context io;
+  Server server;
+  std::vector<std::unique_ptr<Agent>> agents;
+
+  explicit Job(JobConfig config) : server(io, std::move(config), quiet_logger()) { server.start("127.0.0.1", 0); }
+
+  Agent& add(std::optional<int> node_rank, int nproc, const std::string& host = "testhost") {
+    agents.push_back(start_agent(io, client_config(server.port(), node_rank, nproc, host)));
+    return *agents.back();
+  }
+  bool all(const std::function<bool(const Agent&)>& pred) {
+    return run_until(io, [&] { return std::all_of(agents.begin(), agents.end(), [&](auto& a) { return pred(*a); }); });
+  }
+};
+
+bool assigned(const Agent& a) { return !a.events.assignments.empty(); }
+
+Failure worker_failure(int rank, int exit_code) {
+  Failure f;
+  f.host = "testhost";
+  f.rank = rank;
+  f.local_rank = 0;
+  f.pid = 777;
+  f.exit_code = exit_code;
+  f.time_unix_ms = 1;
+  f.error_file_contents = "Traceback: boom";
+  return f;
+}
+}  // namespace
+
+TEST_CASE("nodes with different worker counts get prefix-sum rank offsets and node 0's master port") {
+  Job job(test_job(3, true));
+  auto& n2 = job.add(2, 1);
+  auto& n0 = job.add(0, 4);
+  auto& n1 = job.add(1, 2);
+  REQUIRE(job.all(assigned));
+  CHECK(n0.events.assignments[0].rank_offset == 0);
+  CHECK(n1.events.assignments[0].rank_offset == 4);
+  CHECK(n2.events.assignments[0].rank_offset == 6);
+  for (auto* a : {&n0, &n1, &n2}) {
+    const Assignment& got = a->events.assignments[0];
+    CHECK(got.world_size == 7);
+    CHECK(got.nprocs == std::vector<int>{4, 2, 1});
+    CHECK(got.master_addr == "127.0.0.1");
+    CHECK(got.master_port > 0);
+    CHECK(got.master_port == n0.events.assignments[0].master_port);
+    CHECK(got.run_id == "job42");
+  }
+  CHECK(format_summary(n1.events.assignments[0], "testhost").find("global ranks   4..5 of world size 7") !=
+        std::string::npos);
+}
+
+TEST_CASE("the job completes on every node once every node reported done, and the server drains") {
+  Job job(test_job(2, true));
+  job.add(0, 1);
+  job.add(1, 1);
+  REQUIRE(job.all(assigned));
+  for (auto& a : job.agents) a->client->report_node_done();
+  REQUIRE(job.all([](const Agent& a) { return a.events.complete; }));
+  bool drained = false;
+  job.server.async_wait_drained(2s, [&] { drained = true; });
+  CHECK(run_until(job.io, [&] { return drained; }, 1000ms));
+  CHECK(job.server.phase() == Phase::kComplete);
+  for (auto& a : job.agents) CHECK_FALSE(a->events.error);
+}
+
+TEST_CASE("a worker failure on one node stops every node, the reporter included, with the same root cause") {
+  Job job(test_job(3, true));
+  for (int r = 0; r < 3; ++r) job.add(r, 2);
+  REQUIRE(job.all(assigned));
+  job.agents[1]->client->report_failure(worker_failure(3, 9));
+  REQUIRE(job.all([](const Agent& a) { return !a.events.stops.empty(); }));
+  for (auto& a : job.agents) {
+    const StopOrder& stop = a->events.stops[0];
+    CHECK_FALSE(stop.restarting);
+    CHECK(stop.root_cause.rank == 3);
+    CHECK(stop.root_cause.node_rank == 1);
+    CHECK(stop.root_cause.exit_code == std::optional<int>(9));
+    CHECK(stop.root_cause.error_file_contents == "Traceback: boom");
+    CHECK_FALSE(a->events.error);  // the server going away after a final stop is not an error
+  }
+}
+
+TEST_CASE("an agent that disconnects during the job is a node failure for every other node") {
+  Job job(test_job(2, true));
+  job.add(0, 1);
+  job.add(1, 1);
+  REQUIRE(job.all(assigned));
+  job.agents[1]->client->close();
+  REQUIRE(run_until(job.io, [&] { return !job.agents[0]->events.stops.empty(); }));
+  const Failure& cause = job.agents[0]->events.stops[0].root_cause;
+  CHECK(cause.is_node_failure());
+  CHECK(cause.node_rank == 1);
+  CHECK(describe(cause).find("connection closed") != std::string::npos);
+}
+
+TEST_CASE("a client that loses the server reports it") {
+  Job job(test_job(1, true));
+  auto& a = job.add(0, 1);
+  REQUIRE(job.all(assigned));
+  job.server.stop();
+  REQUIRE(run_until(job.io, [&] { return a.events.error.has_value(); }));
+  CHECK(a.events.error->kind == ErrorKind::kLostServer);
+  CHECK(a.events.error->message.find("lost the rendezvous server") != std::string::npos);
+  CHECK_THROWS_AS(a.events.error->raise(), ddprun::rendezvous::ConnectionError);
+}
+
+TEST_CASE("a client notices a server that stays connected but falls silent") {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  tcp::socket silent(io);
+  acceptor.async_accept(silent, [&](boost::system::error_code) {
+    ChallengeMsg challenge{kProtocolName, kProtocolVersion, "n", 50, 300};
+    asio::write(silent, asio::buffer(encode_frame(encode(ServerMessage{challenge}))));
+  });
+  auto agent = start_agent(io, client_config(acceptor.local_endpoint().port(), 0, 1));
+  auto started = std::chrono::steady_clock::now();
+  REQUIRE(run_until(io, [&] { return agent->events.error.has_value(); }, 3000ms));
+  CHECK(agent->events.error->message.find("nothing heard for 0.3 s") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - started < 1500ms);
+}
+
+TEST_CASE("a client retries until the server is up") {
+  asio::io_context io;
+  std::uint16_t port = pick_free_port("127.0.0.1");
+  auto agent = start_agent(io, client_config(port, 0, 1));
+  run_for(io, 200ms);
+  Server server(io, test_job(1, true), quiet_logger());
+  server.start("127.0.0.1", port);
+  CHECK(run_until(io, [&] { return assigned(*agent); }));
+}
+
+TEST_CASE("a client gives up when the server never comes up") {
+  asio::io_context io;
+  auto config = client_config(pick_free_port("127.0.0.1"), 0, 1);
+  config.connect_timeout = 300ms;
+  auto agent = start_agent(io, config);
+  REQUIRE(run_until(io, [&] { return agent->events.error.has_value(); }, 3000ms));
+  CHECK(agent->events.error->kind == ErrorKind::kTimeout);
+  CHECK(agent->events.error->message.find("could not reach the rendezvous server") != std::string::npos);
+}
+
+TEST_CASE("nodes that wait for a node that never joins give up after the rendezvous timeout, naming it") {
+  JobConfig config = test_job(3, true);
+  config.join_timeout = 300ms;
+  Job job(config);
+  job.add(0, 1);
+  job.add(2, 1);
+  REQUIRE(job.all([](const Agent& a) { return a.events.error.has_value(); }));
+  for (auto& a : job.agents) {
+    CHECK(a->events.error->kind == ErrorKind::kTimeout);
+    CHECK(a->events.error->message.find("missing node ranks 1") != std::string::npos);
+  }
+}
+
+TEST_CASE("dynamic node ranks are assigned by host name, whatever the join order") {
+  Job job(test_job(3, false));
+  auto& c = job.add(std::nullopt, 1, "host-c");
+  auto& a = job.add(std::nullopt, 1, "host-a");
+  auto& b = job.add(std::nullopt, 1, "host-b");
+  REQUIRE(job.all(assigned));
+  CHECK(a.events.assignments[0].node_rank == 0);
+  CHECK(b.events.assignments[0].node_rank == 1);
+  CHECK(c.events.assignments[0].node_rank == 2);
+}
+
+TEST_CASE("a failure with restarts left runs a restart round with the restart count incremented") {
+  JobConfig config = test_job(2, true);
+  config.max_restarts = 1;
+  Job job(config);
+  job.add(0, 1);
+  job.add(1, 1);
+  REQUIRE(job.all(assigned));
+  job.agents[0]->client->report_failure(worker_failure(0, 1));
+  REQUIRE(job.all([](const Agent& a) { return !a.events.stops.empty(); }));
+  for (auto& a : job.agents) {
+    CHECK(a->events.stops[0].restarting);
+    a->client->report_stopped();
+  }
+  REQUIRE(job.all([](const Agent& a) { return a.events.assignments.size() == 2; }));
+  for (auto& a : job.agents) {
+    CHECK(a->events.assignments[1].restart_count == 1);
+    a->client->report_node_done();
+  }
+  CHECK(job.all([](const Agent& a) { return a.events.complete; }));
+}

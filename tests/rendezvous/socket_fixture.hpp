@@ -1,0 +1,165 @@
+// Helpers for socket-level tests: a bounded event loop, recorded client events, and a raw peer that
+// speaks (or abuses) the wire protocol by hand. Everything on 127.0.0.1; every wait has a deadline.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <functional>
+#include <memory>
+
+#include "rendezvous/auth.hpp"
+#include "rendezvous/client.hpp"
+#include "rendezvous/server.hpp"
+
+namespace ddprun::rendezvous::testing {
+
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+inline Logger quiet_logger() {
+  return Logger(std::getenv("RDZV_TEST_VERBOSE") ? LogLevel::kDebug : LogLevel::kOff, "test", "");
+}
+
+// Runs the loop until `done()` or the timeout; returns done().
+inline bool run_until(asio::io_context& io, const std::function<bool()>& done,
+                      std::chrono::milliseconds timeout = 5000ms) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    if (io.stopped()) io.restart();
+    io.run_one_for(5ms);
+  }
+  return done();
+}
+
+// Runs the loop for a while, for "nothing happens" checks.
+inline void run_for(asio::io_context& io, std::chrono::milliseconds duration) {
+  run_until(io, [] { return false; }, duration);
+}
+
+inline JobConfig test_job(int nnodes, bool static_ranks) {
+  JobConfig config;
+  config.run_id = "job42";
+  config.token = "s3cret";
+  config.min_nodes = config.max_nodes = nnodes;
+  config.static_node_ranks = static_ranks;
+  config.heartbeat_interval = 50ms;
+  config.heartbeat_timeout = 400ms;
+  config.join_timeout = 10s;
+  return config;
+}
+
+// One agent's view: everything its handlers were told.
+struct Recorder {
+  std::vector<Assignment> assignments;
+  std::vector<StopOrder> stops;
+  bool complete = false;
+  std::optional<ClientError> error;
+
+  ClientHandlers handlers() {
+    return ClientHandlers{[this](const Assignment& a) { assignments.push_back(a); },
+                          [this](const StopOrder& s) { stops.push_back(s); }, [this] { complete = true; },
+                          [this](const ClientError& e) { error = e; }};
+  }
+};
+
+struct Agent {
+  Recorder events;
+  std::unique_ptr<Client> client;
+};
+
+inline ClientConfig client_config(std::uint16_t port, std::optional<int> node_rank, int nproc,
+                                  const std::string& host = "testhost") {
+  ClientConfig config;
+  config.server_host = "127.0.0.1";
+  config.server_port = port;
+  config.run_id = "job42";
+  config.token = "s3cret";
+  config.join.node_rank = node_rank;
+  config.join.nproc = nproc;
+  config.join.host = host;
+  config.connect_timeout = 3s;
+  return config;
+}
+
+inline std::unique_ptr<Agent> start_agent(asio::io_context& io, ClientConfig config) {
+  auto agent = std::make_unique<Agent>();
+  agent->client = std::make_unique<Client>(io, std::move(config), agent->events.handlers(), quiet_logger());
+  agent->client->start();
+  return agent;
+}
+
+// A hand-driven peer: connects, writes raw bytes, reads frames.
+class RawPeer {
+ public:
+  RawPeer(asio::io_context& io, std::uint16_t port) : io_(io), socket_(io) {
+    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  }
+
+  void send_bytes(const std::string& bytes) { asio::write(socket_, asio::buffer(bytes)); }
+  void send(const ClientMessage& message) { send_bytes(encode_frame(encode(message))); }
+
+  // The next frame's payload, or nullopt at end of stream / timeout.
+  std::optional<std::string> read_frame(std::chrono::milliseconds timeout = 3000ms) {
+    bool finished = false;
+    while (!(frame_ = decoder_.next())) {
+      if (eof_) return std::nullopt;
+      finished = false;
+      socket_.async_read_some(asio::buffer(buffer_), [this, &finished](boost::system::error_code ec, std::size_t n) {
+        finished = true;
+        if (ec) eof_ = true;
+        else decoder_.feed(std::string_view(buffer_.data(), n));
+      });
+      if (!run_until(io_, [&] { return finished; }, timeout)) {
+        socket_.cancel();
+        run_until(io_, [&] { return finished; }, 1000ms);
+        return std::nullopt;
+      }
+    }
+    return frame_;
+  }
+
+  // Reads (discarding frames) until the server hangs up; false if it did not within the timeout.
+  bool wait_closed(std::chrono::milliseconds timeout = 3000ms) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (!read_frame(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())))
+        return eof_;
+    }
+    return false;
+  }
+
+  // Reads the challenge and answers with a hello; returns the challenge's nonce.
+  std::string handshake(std::optional<int> node_rank, int nproc, const std::string& token = "s3cret",
+                        int version = kProtocolVersion) {
+    auto payload = read_frame();
+    REQUIRE(payload);
+    auto challenge = std::get<ChallengeMsg>(decode_server_message(*payload));
+    HelloMsg hello;
+    hello.version = version;
+    hello.run_id = "job42";
+    hello.mac = compute_mac(token, challenge.nonce, "job42");
+    hello.node_rank = node_rank;
+    hello.nproc = nproc;
+    hello.host = "rawhost";
+    hello.master_port = 29999;
+    send(hello);
+    return challenge.nonce;
+  }
+
+  void close() { socket_.close(); }
+
+ private:
+  asio::io_context& io_;
+  tcp::socket socket_;
+  FrameDecoder decoder_;
+  std::array<char, 4096> buffer_{};
+  std::optional<std::string> frame_;
+  bool eof_ = false;
+};
+
+}  // namespace ddprun::rendezvous::testing
