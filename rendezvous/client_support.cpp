@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "rendezvous/client.hpp"
+#include "rendezvous/listener.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -17,15 +18,10 @@ void ClientError::raise() const {
 }
 
 std::uint16_t pick_free_port(const std::string& bind_address) {
-  namespace asio = boost::asio;
-  asio::io_context io;
-  asio::ip::tcp::acceptor acceptor(io);
+  boost::asio::io_context io;
+  auto acceptor = open_listener(io, bind_address, 0, /*listen=*/false);
   boost::system::error_code ec;
-  auto address = asio::ip::make_address(bind_address, ec);
-  asio::ip::tcp::endpoint endpoint(address, 0);
-  if (!ec) acceptor.open(endpoint.protocol(), ec);
-  if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) endpoint = acceptor.local_endpoint(ec);
+  auto endpoint = acceptor.local_endpoint(ec);
   if (ec) throw ConnectionError("cannot pick a free port on " + bind_address + ": " + ec.message());
   return endpoint.port();
 }

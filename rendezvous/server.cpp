@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "rendezvous/auth.hpp"
+#include "rendezvous/listener.hpp"
 #include "rendezvous/server_connection.hpp"
 
 namespace ddprun::rendezvous {
@@ -31,28 +32,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   virtual ~Impl() = default;
 
   void start(const std::string& bind_address, std::uint16_t port) {
-    tcp::endpoint endpoint;
-    error_code ec;
-    auto address = asio::ip::make_address(bind_address, ec);
-    if (!ec) {
-      endpoint = tcp::endpoint(address, port);
-    } else {
-      tcp::resolver resolver(io_);
-      auto results = resolver.resolve(bind_address, std::to_string(port), tcp::resolver::passive, ec);
-      if (ec || results.empty())
-        throw ConnectionError("cannot listen on " + bind_address + ":" + std::to_string(port) +
-                              ": cannot resolve the address (" + ec.message() + ")");
-      endpoint = results.begin()->endpoint();
-    }
-    acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) {
-      error_code ignored;
-      acceptor_.close(ignored);
-      throw ConnectionError("cannot listen on " + bind_address + ":" + std::to_string(port) + ": " + ec.message());
-    }
+    acceptor_ = open_listener(io_, bind_address, port);
     state_.started = Clock::now();  // the join timeout counts from here
     logger_.info("rendezvous server for run \"", state_.config.run_id, "\" listening on ", bind_address, ":",
                  this->port(), ", expecting ", expected_nodes(), " nodes");
@@ -89,6 +69,11 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
       if (ec != asio::error::operation_aborted) self->fire_drained();
     });
     check_drained();
+  }
+
+  void async_wait_job_end(std::function<void()> done) {
+    job_end_ = std::move(done);
+    check_job_end();
   }
 
   void on_payload(std::uint64_t id, std::string payload) override {
@@ -184,6 +169,15 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
 
   void run(const Event& event) {
     for (auto& action : step(state_, event, now())) apply(action);
+    check_job_end();
+  }
+
+  bool job_ended() const { return state_.phase == Phase::kComplete || state_.phase == Phase::kStopped; }
+
+  void check_job_end() {
+    if (!job_end_ || !job_ended()) return;
+    asio::post(io_, std::move(job_end_));
+    job_end_ = nullptr;
   }
 
   Frame frame_of(const ServerMessage& message) const {
@@ -247,7 +241,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
 
   void check_drained() {
     if (!drain_done_) return;
-    if ((state_.phase == Phase::kComplete || state_.phase == Phase::kStopped) && greeted_open_ == 0) fire_drained();
+    if (job_ended() && greeted_open_ == 0) fire_drained();
   }
 
   void fire_drained() {
@@ -272,6 +266,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   ConnId next_id_ = 1;
   bool stopped_ = false;
   std::function<void()> drain_done_;
+  std::function<void()> job_end_;
 };
 
 Server::Server(asio::io_context& io, JobConfig config, Logger logger) {
@@ -285,6 +280,7 @@ void Server::stop() { impl_->stop(); }
 void Server::async_wait_drained(std::chrono::milliseconds max_wait, std::function<void()> done) {
   impl_->async_wait_drained(max_wait, std::move(done));
 }
+void Server::async_wait_job_end(std::function<void()> done) { impl_->async_wait_job_end(std::move(done)); }
 Phase Server::phase() const { return impl_->state().phase; }
 const RendezvousState& Server::state() const { return impl_->state(); }
 std::size_t Server::connection_count() const { return impl_->connection_count(); }

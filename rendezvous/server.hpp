@@ -40,6 +40,9 @@ class Server {
   // other nodes have read their last message.
   void async_wait_drained(std::chrono::milliseconds max_wait, std::function<void()> done);
 
+  // Calls `done` (once, on the loop) when the job ends: complete, stopped, or rendezvous timed out.
+  void async_wait_job_end(std::function<void()> done);
+
   // For tests, logs and benchmarks.
   Phase phase() const;
   const RendezvousState& state() const;

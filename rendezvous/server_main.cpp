@@ -1,0 +1,122 @@
+// ddprun-rendezvous: a rendezvous server on its own, for jobs too big to host on node 0's agent.
+//
+//   ddprun-rendezvous --rdzv-id ID --nnodes N[:M] [--host ADDR] [--port P] [--token-file F] ...
+// The token comes from --token, DDPRUN_TOKEN or --token-file. Exits when the job has ended and every agent
+// has hung up: 0 when the job completed, 1 when it was stopped or timed out, 130/143 on SIGINT/SIGTERM.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include "common/error.hpp"
+#include "rendezvous/auth.hpp"
+#include "rendezvous/server.hpp"
+
+namespace {
+
+using namespace ddprun;
+using namespace ddprun::rendezvous;
+
+constexpr int kUsageError = 64;  // sysexits EX_USAGE, as the launcher
+
+long peak_rss_kib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;  // KiB on Linux
+}
+
+void parse_nnodes(const std::string& text, JobConfig& config) {
+  auto colon = text.find(':');
+  try {
+    config.min_nodes = std::stoi(text.substr(0, colon));
+    config.max_nodes = colon == std::string::npos ? config.min_nodes : std::stoi(text.substr(colon + 1));
+  } catch (const std::exception&) {
+    throw UsageError("--nnodes must be N or MIN:MAX, not \"" + text + "\"", kUsageError);
+  }
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"ddprun's rendezvous server, on its own"};
+  JobConfig config;
+  std::string host = "0.0.0.0", nnodes = "1", token, token_file, port_file, log_level = "info";
+  std::uint16_t port = 29400;
+  double heartbeat_interval = 1.0, heartbeat_timeout = 5.0, join_timeout = 900.0, last_call = 30.0;
+  app.add_option("--rdzv-id", config.run_id, "run id the agents must present")->required();
+  app.add_option("--nnodes", nnodes, "expected nodes: N, or MIN:MAX for an elastic job");
+  app.add_option("--host", host, "address to listen on")->capture_default_str();
+  app.add_option("--port", port, "port to listen on (0 = a free port)")->capture_default_str();
+  app.add_option("--token", token, "job token (prefer DDPRUN_TOKEN or --token-file)");
+  app.add_option("--token-file", token_file, "file whose first line is the job token");
+  app.add_flag("--static-node-ranks", config.static_node_ranks, "agents bring their node rank");
+  app.add_option("--heartbeat-interval", heartbeat_interval, "seconds")->capture_default_str();
+  app.add_option("--heartbeat-timeout", heartbeat_timeout, "seconds")->capture_default_str();
+  app.add_option("--rdzv-timeout", join_timeout, "seconds to wait for every node")->capture_default_str();
+  app.add_option("--last-call", last_call, "elastic jobs: seconds to wait for more nodes after MIN")->capture_default_str();
+  app.add_option("--max-restarts", config.max_restarts, "restart rounds after worker failures");
+  app.add_option("--port-file", port_file, "write the listening port here once listening");
+  app.add_option("--log-level", log_level, "debug|info|warning|error")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kUsageError;
+  }
+
+  LogLevel level = LogLevel::kInfo;
+  if (!parse_log_level(log_level, level)) throw UsageError("unknown --log-level " + log_level, kUsageError);
+  Logger logger(level, "ddprun-rendezvous", "");
+  parse_nnodes(nnodes, config);
+  if (token.empty() && std::getenv("DDPRUN_TOKEN")) token = std::getenv("DDPRUN_TOKEN");
+  if (token.empty() && !token_file.empty()) token = read_token_file(token_file);
+  if (token.empty()) throw UsageError("no job token: pass --token-file, set DDPRUN_TOKEN, or --token", kUsageError);
+  config.token = token;
+  auto ms = [](double seconds) { return std::chrono::milliseconds(static_cast<long long>(seconds * 1000)); };
+  config.heartbeat_interval = ms(heartbeat_interval);
+  config.heartbeat_timeout = ms(heartbeat_timeout);
+  config.join_timeout = ms(join_timeout);
+  config.last_call = ms(last_call);
+
+  boost::asio::io_context io;
+  Server server(io, config, logger);
+  server.start(host, port);
+  if (!port_file.empty()) std::ofstream(port_file) << server.port() << "\n";
+
+  int exit_code = 1;
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    logger.warning("stopping on signal ", sig);
+    exit_code = 128 + sig;
+    server.stop();
+    io.stop();
+  });
+  server.async_wait_job_end([&] {
+    // Let every agent read its last message before the listener goes away.
+    server.async_wait_drained(std::chrono::seconds(5), [&] {
+      exit_code = server.phase() == Phase::kComplete ? 0 : 1;
+      signals.cancel();
+      server.stop();
+      io.stop();
+    });
+  });
+  io.run();
+  logger.info("exiting with ", exit_code, "; peak RSS ", peak_rss_kib(), " KiB");
+  return exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const ddprun::UsageError& e) {
+    std::cerr << "ddprun-rendezvous: " << e.what() << "\n";
+    return e.exit_code();
+  } catch (const ddprun::Error& e) {
+    std::cerr << "ddprun-rendezvous: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Rendezvous scale benchmark: one ddprun-rendezvous server, one load generator opening N simulated agents
+# (real rendezvous Clients on one event loop) over 127.0.0.1. Reports, per N, the median over RUNS of the
+# time until every agent holds its assignment (and until `complete` reached all), and the server's peak RSS.
+#
+#   scripts/bench/rdzv_scale.sh [BUILD_DIR] [N...]        (defaults: build, 1000 4000 10000; RUNS=3)
+set -euo pipefail
+
+build=${1:-build}
+shift || true
+sizes=("$@")
+[ ${#sizes[@]} -eq 0 ] && sizes=(1000 4000 10000)
+runs=${RUNS:-3}
+server=$build/rendezvous/ddprun-rendezvous
+loadgen=$build/rendezvous/ddprun-rdzv-loadgen
+for exe in "$server" "$loadgen"; do
+  [ -x "$exe" ] || { echo "rdzv_scale: $exe not built (ninja -C $build ddprun-rendezvous ddprun-rdzv-loadgen)" >&2; exit 2; }
+done
+
+# Each side holds one socket per agent, plus a few: 10k agents need ~10k descriptors per process.
+max=${sizes[0]}
+for n in "${sizes[@]}"; do [ "$n" -gt "$max" ] && max=$n; done
+ulimit -n "$(ulimit -Hn)"
+if [ "$(ulimit -n)" -lt $((max + 64)) ]; then
+  echo "rdzv_scale: ulimit -n is $(ulimit -n); $((max + 64)) descriptors needed per process" >&2
+  exit 2
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+printf "%-7s %-16s %-16s %-18s %s\n" nodes "assign_ms(med)" "complete_ms(med)" "server_rss_kib(max)" "assign_ms(all)"
+for n in "${sizes[@]}"; do
+  assign=() complete=() rss=()
+  for ((r = 0; r < runs; r++)); do
+    rm -f "$work/port"
+    "$server" --rdzv-id "bench$r" --nnodes "$n" --host 127.0.0.1 --port 0 --token "$token" \
+      --port-file "$work/port" --heartbeat-interval 1 --heartbeat-timeout 10 --log-level info 2>"$work/server.log" &
+    pid=$!
+    for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
+    line=$("$loadgen" --port "$(cat "$work/port")" --nodes "$n" --rdzv-id "bench$r" --token "$token" --timeout 60)
+    wait "$pid"
+    assign+=("$(sed -E 's/.*assign_ms=([0-9.]+).*/\1/' <<<"$line")")
+    complete+=("$(sed -E 's/.*complete_ms=([0-9.]+).*/\1/' <<<"$line")")
+    rss+=("$(sed -nE 's/.*peak RSS ([0-9]+) KiB.*/\1/p' "$work/server.log")")
+    sleep 1  # let the previous run's sockets leave TIME_WAIT pressure behind
+  done
+  printf "%-7s %-16s %-16s %-18s %s\n" "$n" "$(printf '%s\n' "${assign[@]}" | median)" \
+    "$(printf '%s\n' "${complete[@]}" | median)" "$(printf '%s\n' "${rss[@]}" | sort -n | tail -1)" "${assign[*]}"
+done
