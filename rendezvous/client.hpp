@@ -64,7 +64,9 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  void start();  // asynchronous: resolve, connect (with retries), authenticate, join
+  // Asynchronous: resolve, connect (with retries), authenticate, join. Throws ConnectionError only if it
+  // must pick a master port (join.master_port == 0) and cannot.
+  void start();
   // Queued until the hello is sent; then written in order. Ignored after a terminal event.
   void report_failure(const Failure& failure);
   void report_node_done();   // every local worker exited 0

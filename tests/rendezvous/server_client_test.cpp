@@ -76,8 +76,10 @@ TEST_CASE("a worker failure on one node stops every node, the reporter included,
   Job job(test_job(3, true));
   for (int r = 0; r < 3; ++r) job.add(r, 2);
   REQUIRE(job.all(assigned));
+  auto reported = std::chrono::steady_clock::now();
   job.agents[1]->client->report_failure(worker_failure(3, 9));
   REQUIRE(job.all([](const Agent& a) { return !a.events.stops.empty(); }));
+  CHECK(std::chrono::steady_clock::now() - reported < 100ms);  // milliseconds, not heartbeat periods
   for (auto& a : job.agents) {
     const StopOrder& stop = a->events.stops[0];
     CHECK_FALSE(stop.restarting);
@@ -126,6 +128,21 @@ TEST_CASE("a client notices a server that stays connected but falls silent") {
   REQUIRE(run_until(io, [&] { return agent->events.error.has_value(); }, 3000ms));
   CHECK(agent->events.error->message.find("nothing heard for 0.3 s") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - started < 1500ms);
+}
+
+TEST_CASE("a client refuses a server that speaks another protocol version") {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  tcp::socket future(io);
+  acceptor.async_accept(future, [&](boost::system::error_code) {
+    ChallengeMsg challenge{kProtocolName, kProtocolVersion + 1, "n", 50, 300};
+    asio::write(future, asio::buffer(encode_frame(encode(ServerMessage{challenge}))));
+  });
+  auto agent = start_agent(io, client_config(acceptor.local_endpoint().port(), 0, 1));
+  REQUIRE(run_until(io, [&] { return agent->events.error.has_value(); }));
+  CHECK(agent->events.error->kind == ErrorKind::kProtocol);
+  CHECK(agent->events.error->message.find("speaks ddprun-rdzv v2; this ddprun speaks ddprun-rdzv v1") !=
+        std::string::npos);
 }
 
 TEST_CASE("a client retries until the server is up") {
