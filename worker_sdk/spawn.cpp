@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,6 +87,7 @@ struct Worker {
   int rank = 0;
   pid_t pid = -1;
   bool running = false;
+  int pidfd = -1;  // readable once the worker has ended
   std::string error_file;
 };
 
@@ -121,9 +123,11 @@ Supervisor::Supervisor(const std::vector<std::string>& argv, const SpawnOptions&
   char tmpl[] = "/tmp/ddprun-spawn-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) throw Error(std::string("mkdtemp: ") + std::strerror(errno));
   tmp_dir_ = tmpl;
-  // Signals become events on a descriptor: SIGCHLD says a worker ended, the others ask us to stop.
+  // Stop requests become events on a descriptor. A worker's end is seen through its pidfd, not SIGCHLD:
+  // in a multithreaded program (LibTorch starts threads) a process-directed SIGCHLD may be delivered to
+  // another thread, where it is discarded, and the supervisor would wait forever.
   sigemptyset(&handled_);
-  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled_, sig);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled_, sig);
   ::pthread_sigmask(SIG_BLOCK, &handled_, &previous_mask_);
   signal_fd_ = ::signalfd(-1, &handled_, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd_ < 0) throw Error(std::string("signalfd: ") + std::strerror(errno));
@@ -139,7 +143,10 @@ Supervisor::~Supervisor() {
   proc::signal_each(proc::descendants_of(::getpid()), SIGKILL);
   while (::waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
   }
-  for (auto& w : workers_) ::unlink(w.error_file.c_str());
+  for (auto& w : workers_) {
+    ::unlink(w.error_file.c_str());
+    if (w.pidfd >= 0) ::close(w.pidfd);
+  }
   ::rmdir(tmp_dir_.c_str());
   if (signal_fd_ >= 0) ::close(signal_fd_);
   ::pthread_sigmask(SIG_SETMASK, &previous_mask_, nullptr);
@@ -172,6 +179,12 @@ void Supervisor::start_all() {
       throw Error("spawn: cannot start rank " + std::to_string(rank) + ": " + e.what());
     }
     w.running = true;
+    w.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, w.pid, 0));
+    if (w.pidfd < 0) {
+      workers_.push_back(w);
+      stop_all(SIGKILL);
+      throw Error(std::string("pidfd_open (Linux >= 5.3 needed): ") + std::strerror(errno));
+    }
     workers_.push_back(w);
   }
 }
@@ -213,8 +226,11 @@ int Supervisor::run() {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now()).count();
       timeout_ms = left > 0 ? static_cast<int>(left) : 0;
     }
-    pollfd pfd{signal_fd_, POLLIN, 0};
-    int rc = ::poll(&pfd, 1, timeout_ms);
+    std::vector<pollfd> fds{{signal_fd_, POLLIN, 0}};
+    for (auto& w : workers_) {
+      if (w.running) fds.push_back({w.pidfd, POLLIN, 0});
+    }
+    int rc = ::poll(fds.data(), fds.size(), timeout_ms);
     if (rc < 0 && errno != EINTR) throw Error(std::string("poll: ") + std::strerror(errno));
     if (rc == 0) {  // grace period over
       stop_all(SIGKILL);
@@ -224,16 +240,14 @@ int Supervisor::run() {
     signalfd_siginfo info{};
     while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
       int sig = static_cast<int>(info.ssi_signo);
-      if (sig != SIGCHLD) {
-        if (!stopping_) {
-          exit_code_ = 128 + sig;
-          stopping_ = true;
-          kill_at_ = Clock::now() + options_.term_timeout;
-        }
-        stop_all(SIGTERM);
+      if (!stopping_) {
+        exit_code_ = 128 + sig;
+        stopping_ = true;
+        kill_at_ = Clock::now() + options_.term_timeout;
       }
+      stop_all(SIGTERM);
     }
-    // SIGCHLDs coalesce: reap every child that has ended, not one per signal.
+    // Reap every child that has ended (escaped orphans re-parented to us included).
     int status = 0;
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) on_exit(pid, status);

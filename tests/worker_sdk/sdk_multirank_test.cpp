@@ -1,0 +1,223 @@
+// Multi-rank tests: real processes (this binary re-executed through the SDK's embedded spawn), real
+// sockets on 127.0.0.1, real Gloo. Each SDK_TEST_ROLE runs inside every rank; the TEST_CASE beside it
+// starts the ranks and checks what they left in the shared directory.
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize.h>
+
+#include "tests/worker_sdk/doctest_torch.hpp"
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "examples/fashion_mnist/net.hpp"
+#include "tests/worker_sdk/test_support.hpp"
+#include "worker_sdk/sdk.hpp"
+
+namespace sdk = ddprun::sdk;
+namespace ex = ddprun::examples;
+using sdk::test::TempDir;
+
+#define ROLE_CHECK(cond) DDPRUN_SDK_CHECK(cond, "role check failed: " #cond)
+
+namespace {
+
+constexpr int kWorld = 2, kBatch = 8, kSteps = 3;
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+// The data of the DDP equivalence test: the same on every process (seeded), kSteps*micro*kWorld*kBatch rows.
+std::pair<at::Tensor, at::Tensor> equivalence_data(int micro) {
+  torch::manual_seed(1234);
+  int64_t rows = int64_t{kSteps} * micro * kWorld * kBatch;
+  return {torch::randn({rows, 1, 28, 28}), torch::randint(0, 10, {rows}, torch::kLong)};
+}
+
+}  // namespace
+
+SDK_TEST_ROLE("ddp_equivalence") {
+  torch::set_num_threads(1);
+  auto world = sdk::WorldInfo::from_env();
+  auto pg = sdk::ProcessGroup::init(world);
+  const int micro = env_int("SDK_TEST_MICRO", 1);
+  torch::manual_seed(static_cast<uint64_t>(world.rank));  // different inits: construction must broadcast rank 0's
+  ex::Net model;
+  sdk::DdpOptions options;
+  options.first_bucket_cap_bytes = options.bucket_cap_bytes = 64 << 10;  // several buckets
+  sdk::DistributedDataParallel ddp(model.ptr(), pg, options);
+  ROLE_CHECK(ddp.bucket_layout().size() >= 3);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.5));
+  auto [x, y] = equivalence_data(micro);
+  for (int step = 0; step < kSteps; ++step) {
+    opt.zero_grad();
+    for (int m = 0; m < micro; ++m) {
+      int64_t first = (int64_t{step} * micro + m) * kWorld * kBatch + int64_t{world.rank} * kBatch;
+      auto run = [&] {
+        torch::nll_loss(model->forward(x.narrow(0, first, kBatch)), y.narrow(0, first, kBatch)).backward();
+      };
+      if (m + 1 < micro) {
+        auto guard = ddp.no_sync();
+        run();
+      } else {
+        run();
+      }
+    }
+    opt.step();
+  }
+  torch::save(model->parameters(), dir + "/params-" + std::to_string(world.rank) + ".pt");
+  // Metric reduction and barrier on the same group.
+  ROLE_CHECK(pg->sum(world.rank + 1.0) == 3.0);
+  ROLE_CHECK(pg->mean(world.rank + 1.0) == 1.5);
+  ROLE_CHECK((pg->sum(std::vector<double>{1, double(world.rank)}) == std::vector<double>{2, 1}));
+  pg->barrier();
+  return 0;
+}
+
+TEST_SUITE("ddp") {
+  TEST_CASE("W ranks x batch b end where one process with batch W*b ends, identical across ranks") {
+    for (int micro : {1, 2}) {
+      CAPTURE(micro);
+      TempDir dir;
+      REQUIRE(sdk::test::run_ranks("ddp_equivalence", kWorld, dir.path(), {{"SDK_TEST_MICRO", std::to_string(micro)}}) == 0);
+      torch::manual_seed(0);
+      ex::Net reference;
+      torch::optim::SGD opt(reference->parameters(), torch::optim::SGDOptions(0.05).momentum(0.5));
+      auto [x, y] = equivalence_data(micro);
+      for (int step = 0; step < kSteps; ++step) {
+        opt.zero_grad();
+        for (int m = 0; m < micro; ++m) {
+          int64_t first = (int64_t{step} * micro + m) * kWorld * kBatch;
+          torch::nll_loss(reference->forward(x.narrow(0, first, kWorld * kBatch)),
+                          y.narrow(0, first, kWorld * kBatch)).backward();
+        }
+        opt.step();
+      }
+      std::vector<at::Tensor> p0, p1;
+      torch::load(p0, dir / "params-0.pt");
+      torch::load(p1, dir / "params-1.pt");
+      auto ref = reference->parameters();
+      REQUIRE(p0.size() == ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) {
+        CAPTURE(i);
+        CHECK(torch::equal(p0[i], p1[i]));  // bitwise identical replicas
+        CHECK(torch::allclose(p0[i], ref[i], /*rtol=*/1e-5, /*atol=*/1e-6));
+        CHECK_FALSE(torch::equal(p0[i], torch::zeros_like(p0[i])));
+      }
+    }
+  }
+}
+
+SDK_TEST_ROLE("unused_parameters") {
+  auto world = sdk::WorldInfo::from_env();
+  auto pg = sdk::ProcessGroup::init(world);
+  struct TwoHeads : torch::nn::Module {
+    torch::nn::Linear used{register_module("used", torch::nn::Linear(4, 2))};
+    torch::nn::Linear idle{register_module("idle", torch::nn::Linear(4, 2))};
+  };
+  auto model = std::make_shared<TwoHeads>();
+  {
+    sdk::DistributedDataParallel ddp(model, pg);
+    std::string message;
+    try {
+      model->used->forward(torch::ones({3, 4})).sum().backward();
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    ROLE_CHECK(message.find("idle.weight") != std::string::npos);
+    ROLE_CHECK(message.find("expect_unused_parameters") != std::string::npos);
+  }
+  model->zero_grad();
+  sdk::DdpOptions options;
+  options.expect_unused_parameters = true;
+  sdk::DistributedDataParallel ddp(model, pg, options);
+  model->used->forward(torch::ones({3, 4})).sum().backward();
+  ROLE_CHECK(torch::equal(model->idle->weight.grad(), torch::zeros({2, 4})));
+  ROLE_CHECK(torch::equal(model->used->bias.grad(), torch::full({2}, 3.0)));
+  return 0;
+}
+
+TEST_CASE("a parameter without gradient is a clear error unless expected" * doctest::test_suite("ddp")) {
+  TempDir dir;
+  CHECK(sdk::test::run_ranks("unused_parameters", 2, dir.path()) == 0);
+}
+
+SDK_TEST_ROLE("syncbn") {
+  auto world = sdk::WorldInfo::from_env();
+  auto pg = sdk::ProcessGroup::init(world);
+  torch::manual_seed(5);
+  at::Tensor x_all = torch::randn({kWorld * 4, 3, 5, 5}) * 2 + 1;
+  at::Tensor r_all = torch::randn({kWorld * 4, 3, 5, 5});
+  sdk::SyncBatchNorm bn(3, pg);
+  {
+    torch::NoGradGuard no_grad;
+    bn->weight.copy_(torch::tensor({0.5, 1.5, 2.0}));
+    bn->bias.copy_(torch::tensor({0.1, -0.2, 0.3}));
+  }
+  at::Tensor x = x_all.narrow(0, world.rank * 4, 4).clone().requires_grad_();
+  at::Tensor y = bn->forward(x);
+  (y * r_all.narrow(0, world.rank * 4, 4)).sum().backward();
+  at::Tensor gw = bn->weight.grad().clone(), gb = bn->bias.grad().clone();
+  pg->allreduce(gw);  // DDP would average these; their sum is the concatenated batch's gradient
+  pg->allreduce(gb);
+  torch::save(std::vector<at::Tensor>{y.detach(), x.grad(), gw, gb, bn->running_mean, bn->running_var},
+              dir + "/syncbn-" + std::to_string(world.rank) + ".pt");
+  return 0;
+}
+
+TEST_CASE("SyncBatchNorm equals BatchNorm on the concatenated batch, forward and gradients" * doctest::test_suite("syncbn")) {
+  TempDir dir;
+  REQUIRE(sdk::test::run_ranks("syncbn", kWorld, dir.path()) == 0);
+  torch::manual_seed(5);
+  at::Tensor x = (torch::randn({kWorld * 4, 3, 5, 5}) * 2 + 1).requires_grad_();
+  at::Tensor r = torch::randn({kWorld * 4, 3, 5, 5});
+  at::Tensor w = torch::tensor({0.5, 1.5, 2.0}).requires_grad_(), b = torch::tensor({0.1, -0.2, 0.3}).requires_grad_();
+  at::Tensor rm = torch::zeros({3}), rv = torch::ones({3});
+  at::Tensor y = torch::batch_norm(x, w, b, rm, rv, true, 0.1, 1e-5, false);
+  (y * r).sum().backward();
+  for (int rank = 0; rank < kWorld; ++rank) {
+    CAPTURE(rank);
+    std::vector<at::Tensor> got;
+    torch::load(got, dir / ("syncbn-" + std::to_string(rank) + ".pt"));
+    CHECK(torch::allclose(got[0], y.detach().narrow(0, rank * 4, 4), 1e-5, 1e-5));
+    CHECK(torch::allclose(got[1], x.grad().narrow(0, rank * 4, 4), 1e-4, 1e-5));
+    CHECK(torch::allclose(got[2], w.grad(), 1e-4, 1e-5));
+    CHECK(torch::allclose(got[3], b.grad(), 1e-4, 1e-5));
+    CHECK(torch::allclose(got[4], rm, 1e-5, 1e-6));
+    CHECK(torch::allclose(got[5], rv, 1e-5, 1e-6));
+  }
+}
+
+SDK_TEST_ROLE("checkpoint_save") {
+  torch::manual_seed(static_cast<uint64_t>(env_int("SDK_TEST_EPOCH", 0)));
+  torch::nn::Linear model(64, 64);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  sdk::save_checkpoint(dir + "/checkpoint.pt", *model, opt, env_int("SDK_TEST_EPOCH", 0));
+  return 0;
+}
+
+TEST_CASE("a save killed before its rename leaves the previous checkpoint loadable" * doctest::test_suite("checkpoint")) {
+  TempDir dir;
+  std::string self = "/proc/self/exe", out;
+  auto save = [&](int epoch, bool kill) {
+    std::map<std::string, std::string> env{{"SDK_TEST_EPOCH", std::to_string(epoch)}};
+    if (kill) env["DDPRUN_SDK_TEST_KILL_BEFORE_RENAME"] = "1";
+    return sdk::test::run_program({self, "--role", "checkpoint_save", dir.path()}, env, out);
+  };
+  auto load = [&] {
+    torch::nn::Linear model(64, 64);
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    return sdk::load_checkpoint(dir / "checkpoint.pt", *model, opt).value_or(-1);
+  };
+  REQUIRE(save(1, false) == 0);
+  CHECK(load() == 1);
+  CHECK(save(2, true) == 128 + SIGKILL);  // died with a complete temp file, before the rename
+  CHECK(load() == 1);
+  CHECK(save(3, false) == 0);  // a later save replaces the stale temp file
+  CHECK(load() == 3);
+}

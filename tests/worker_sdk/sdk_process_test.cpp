@@ -1,0 +1,153 @@
+// Embedded spawn and the error file across processes, and the Fashion-MNIST example as a smoke test.
+// No LibTorch here: the roles only need processes.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "examples/fashion_mnist/idx.hpp"
+#include "tests/worker_sdk/test_support.hpp"
+#include "worker_sdk/error.hpp"
+#include "worker_sdk/world.hpp"
+
+namespace sdk = ddprun::sdk;
+namespace ex = ddprun::examples;
+using sdk::test::TempDir;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+void write_pid(const std::string& dir) {
+  std::ofstream(dir + "/pid-" + sdk::env_or("RANK", "x")) << ::getpid();
+}
+
+// Waits (bounded) until rank 0 has written its pid, so the failure hits a running peer.
+void wait_for_rank0(const std::string& dir) {
+  for (int i = 0; i < 500 && ::access((dir + "/pid-0").c_str(), F_OK) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+std::vector<int> pids(const std::string& dir, int n) {
+  std::vector<int> out;
+  for (int r = 0; r < n; ++r) out.push_back(std::stoi(sdk::test::read_text(dir + "/pid-" + std::to_string(r))));
+  return out;
+}
+
+}  // namespace
+
+SDK_TEST_ROLE("fail_one") {
+  write_pid(dir);
+  if (sdk::env_or("RANK", "") == "0") {
+    if (sdk::env_or("SDK_TEST_STUBBORN", "") == "1") std::signal(SIGTERM, SIG_IGN);
+    ::pause();
+    return 0;
+  }
+  wait_for_rank0(dir);
+  if (sdk::env_or("SDK_TEST_STUBBORN", "") == "1") ::raise(SIGKILL);
+  return 3;
+}
+
+TEST_SUITE("spawn") {
+  TEST_CASE("one worker's failure stops the others and its exit code is passed on") {
+    TempDir dir;
+    auto t0 = Clock::now();
+    CHECK(sdk::test::run_ranks("fail_one", 3, dir.path()) == 3);
+    CHECK(Clock::now() - t0 < std::chrono::seconds(4));  // SIGTERM, not the 5 s grace
+    for (int pid : pids(dir.path(), 3)) CHECK_FALSE(sdk::test::process_alive(pid));
+  }
+
+  TEST_CASE("a worker ignoring SIGTERM is killed after the grace; a signal death gives 128+N") {
+    TempDir dir;
+    auto t0 = Clock::now();
+    CHECK(sdk::test::run_ranks("fail_one", 2, dir.path(), {{"SDK_TEST_STUBBORN", "1"}}, 300) == 128 + SIGKILL);
+    auto took = Clock::now() - t0;
+    CHECK(took >= std::chrono::milliseconds(300));
+    CHECK(took < std::chrono::seconds(4));
+    for (int pid : pids(dir.path(), 2)) CHECK_FALSE(sdk::test::process_alive(pid));
+  }
+}
+
+SDK_TEST_ROLE("throw") {
+  DDPRUN_SDK_CHECK(sdk::env_or("RANK", "0") != "1", "rank 1 cannot go on: the sky fell");
+  ::pause();
+  return 0;
+}
+
+SDK_TEST_ROLE("spawn_throw") { return sdk::test::run_ranks("throw", 2, dir); }
+
+TEST_CASE("an exception is written to the error file and shown by the supervisor" * doctest::test_suite("error_file")) {
+  TempDir dir;
+  std::string out;
+  std::map<std::string, std::string> env{{"RANK", "1"}, {"TORCHELASTIC_ERROR_FILE", dir / "err.json"}};
+  CHECK(sdk::test::run_program({"/proc/self/exe", "--role", "throw", dir.path()}, env, out) == 1);
+  std::string json = sdk::test::read_text(dir / "err.json");
+  CHECK(json.find("\"message\": \"ddprun::sdk::Error: rank 1 cannot go on: the sky fell\"") != std::string::npos);
+  CHECK(json.find("sdk_process_test.cpp:") != std::string::npos);
+  // Through embedded spawn: the root cause line carries the message, and the exit code is the worker's.
+  CHECK(sdk::test::run_program({"/proc/self/exe", "--role", "spawn_throw", dir.path()}, {}, out) == 1);
+  CHECK(out.find("rank 1 (pid") != std::string::npos);
+  CHECK(out.find("failed with exit code 1: ddprun::sdk::Error: rank 1 cannot go on: the sky fell") != std::string::npos);
+}
+
+#ifdef SDK_TEST_FASHION_MNIST
+namespace {
+// A Fashion-MNIST look-alike: n images whose label is readable from the pixels.
+void write_split(const std::string& dir, const std::string& prefix, int64_t n) {
+  ex::IdxArray images{{n, 28, 28}, std::vector<std::uint8_t>(static_cast<size_t>(n) * 784)};
+  ex::IdxArray labels{{n}, std::vector<std::uint8_t>(static_cast<size_t>(n))};
+  for (int64_t i = 0; i < n; ++i) {
+    auto label = static_cast<std::uint8_t>((i * 7) % 10);
+    labels.data[static_cast<size_t>(i)] = label;
+    for (int p = 0; p < 784; ++p) {
+      images.data[static_cast<size_t>(i * 784 + p)] = static_cast<std::uint8_t>((p / 28 == label * 2) ? 255 : (p * 13 + i) % 50);
+    }
+  }
+  ex::write_idx(dir + "/" + prefix + "-images-idx3-ubyte.gz", images);
+  ex::write_idx(dir + "/" + prefix + "-labels-idx1-ubyte.gz", labels);
+}
+}  // namespace
+
+TEST_SUITE("example") {
+  TEST_CASE("fashion_mnist trains on a small generated data set, checkpoints, and resumes at the next epoch") {
+    TempDir dir;
+    write_split(dir.path(), "train", 256);
+    write_split(dir.path(), "t10k", 64);
+    const std::string bin = SDK_TEST_FASHION_MNIST;
+    const std::vector<std::string> common{bin, "--nproc", "2", "--batch-size", "16", "--log-every", "4",
+                                          "--data-dir", dir.path(), "--checkpoint-dir", dir / "ckpt"};
+    std::string out;
+    auto args = common;
+    args.insert(args.end(), {"--epochs", "1"});
+    REQUIRE_MESSAGE(sdk::test::run_program(args, {}, out) == 0, out);
+    CHECK(std::regex_search(out, std::regex("train epoch 1 step 4/8 loss [0-9.]+ throughput [0-9.]+ samples/s")));
+    CHECK(std::regex_search(out, std::regex("(^|\n)epoch 1 test_loss [0-9]+\\.[0-9]{4} accuracy [0-9]+\\.[0-9]{2}%\n")));
+    args = common;
+    args.insert(args.end(), {"--epochs", "2", "--resume", "--syncbn"});
+    // A checkpoint without BatchNorm does not fit the --syncbn model: resume must fail loudly.
+    CHECK(sdk::test::run_program(args, {}, out) != 0);
+    args.pop_back();
+    REQUIRE_MESSAGE(sdk::test::run_program(args, {}, out) == 0, out);
+    CHECK(out.find("at epoch 2") != std::string::npos);
+    CHECK(out.find("epoch 1 test_loss") == std::string::npos);
+    CHECK(out.find("epoch 2 test_loss") != std::string::npos);
+  }
+
+  TEST_CASE("fashion_mnist --syncbn runs, and a missing data set names its package") {
+    TempDir dir;
+    write_split(dir.path(), "train", 64);
+    write_split(dir.path(), "t10k", 32);
+    std::string out;
+    const std::string bin = SDK_TEST_FASHION_MNIST;
+    REQUIRE_MESSAGE(sdk::test::run_program({bin, "--nproc", "2", "--batch-size", "8", "--syncbn", "--max-steps", "3",
+                                            "--data-dir", dir.path()}, {}, out) == 0, out);
+    CHECK(out.find("epoch 1 test_loss") != std::string::npos);
+    CHECK(sdk::test::run_program({bin, "--nproc", "2", "--data-dir", dir / "nothing"}, {}, out) == 1);
+    CHECK(out.find("dataset-fashion-mnist") != std::string::npos);
+  }
+}
+#endif
