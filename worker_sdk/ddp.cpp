@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "worker_sdk/error.hpp"
+#include "worker_sdk/gloo_ring.hpp"
 
 namespace ddprun::sdk {
 
@@ -32,6 +33,8 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   DdpOptions options;
   std::vector<Param> params;
   std::vector<Bucket> buckets;
+  std::unique_ptr<GlooRing> ring;  // the direct CPU path; null: the process group's allreduce
+  bool last_inline = false;        // the last bucket is ready: finish_backward reduces it itself
   std::size_t next_launch = 0;  // buckets launch strictly in index order
   bool in_backward = false;
   bool no_sync = false;
@@ -75,8 +78,15 @@ void DistributedDataParallel::State::mark_ready(std::size_t index) {
 void DistributedDataParallel::State::launch_ready_buckets() {
   while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
     Bucket& b = buckets[next_launch++];
+    if (group->size() == 1) continue;
     b.flat.div_(group->size());  // average; dividing first keeps the sum in range as PyTorch does
-    b.work = group->allreduce_async(b.flat);
+    if (ring && next_launch == buckets.size()) {
+      last_inline = true;
+    } else if (ring) {
+      ring->launch(next_launch - 1);
+    } else {
+      b.work = group->allreduce_async(b.flat);
+    }
   }
 }
 
@@ -106,6 +116,11 @@ void DistributedDataParallel::State::finish_backward() {
                   "DdpOptions::expect_unused_parameters = true");
     }
     launch_ready_buckets();
+  }
+  if (ring) ring->wait_all();
+  if (last_inline) {
+    last_inline = false;
+    ring->run_inline(buckets.size() - 1, options.busy_poll_last_bucket);
   }
   for (auto& b : buckets) {
     if (b.work) b.work->wait();
@@ -170,6 +185,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
       state_->params.push_back(std::move(p));
     }
     state_->buckets.push_back(std::move(bucket));
+  }
+
+  std::vector<at::Tensor> flats;
+  for (auto& b : state_->buckets) flats.push_back(b.flat);
+  if (options.direct_gloo && group_->size() > 1 && GlooRing::supports(flats)) {
+    state_->ring = std::make_unique<GlooRing>(*group_, flats, options.segment_bytes);
   }
 
   std::weak_ptr<State> weak = state_;

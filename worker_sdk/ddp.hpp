@@ -26,6 +26,13 @@ struct DdpOptions {
   // False: a parameter that gets no gradient in a synchronised backward is an error (it would leave its
   // bucket unreduced). True: such parameters count as zero gradients on this rank.
   bool expect_unused_parameters = false;
+  // CPU float/double gradients go through a Gloo ring of DDP's own with synchronous pairs (see
+  // gloo_ring.hpp: ~40x lower latency than ProcessGroupGloo here); false: through the process group.
+  bool direct_gloo = true;
+  std::size_t segment_bytes = 1u << 20;  // largest message of the direct path
+  // The last bucket is reduced by the thread that ran backward (it would only wait otherwise); true:
+  // its reads spin rather than sleep, trading a core's idle time for wake-up latency.
+  bool busy_poll_last_bucket = true;
 };
 
 class DistributedDataParallel {

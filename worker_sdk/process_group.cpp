@@ -19,7 +19,7 @@
 namespace ddprun::sdk {
 namespace {
 
-std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
+std::shared_ptr<::gloo::transport::Device> make_gloo_device(const std::string& master_addr) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   }
@@ -55,7 +55,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorldInfo& world, const P
   pg->store_ = c10::make_intrusive<c10d::PrefixStore>("ddprun_sdk/" + std::to_string(world.restart_count), tcp);
 
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-  gloo_options->devices.push_back(gloo_device(world.master_addr));
+  pg->timeout_ = options.timeout;
+  pg->gloo_device_ = make_gloo_device(world.master_addr);
+  gloo_options->devices.push_back(pg->gloo_device_);
   gloo_options->threads = options.gloo_threads;
   pg->gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
       c10::make_intrusive<c10d::PrefixStore>("gloo", pg->store_), world.rank, world.world_size, gloo_options);

@@ -13,6 +13,10 @@
 
 #include "worker_sdk/world.hpp"
 
+namespace gloo::transport {
+class Device;
+}
+
 namespace ddprun::sdk {
 
 struct ProcessGroupOptions {
@@ -34,6 +38,12 @@ class ProcessGroup {
   // cuda:LOCAL_RANK when LibTorch has CUDA and a device is present, else CPU.
   torch::Device device() const { return device_; }
   const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // The Gloo transport device (network interface) this group's connections use.
+  const std::shared_ptr<gloo::transport::Device>& gloo_device() const { return gloo_device_; }
+  // 0, 1, 2, ... per call: a key prefix for sub-communicators built through the store, the same on every
+  // rank as long as every rank builds them in the same order.
+  int next_sequence() { return sequence_++; }
 
   // Sum over ranks, in place, started asynchronously; the backend is chosen by the tensor's device.
   c10::intrusive_ptr<c10d::Work> allreduce_async(at::Tensor& tensor);
@@ -55,6 +65,9 @@ class ProcessGroup {
   int size_ = 1;
   torch::Device device_{torch::kCPU};
   c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_{0};
+  std::shared_ptr<gloo::transport::Device> gloo_device_;
+  int sequence_ = 0;
   c10::intrusive_ptr<c10d::ProcessGroup> gloo_;
   c10::intrusive_ptr<c10d::ProcessGroup> nccl_;  // null without CUDA
 };

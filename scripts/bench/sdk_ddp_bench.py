@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Worker SDK DDP vs PyTorch's Python DDP, side by side in one run (stdlib only).
+
+Runs build-sdk/examples/ddp_bench/ddp_bench (C++, worker SDK) and ../shared/peers/py_ddp_bench.py
+(Python DDP) on the same model, batch, synthetic data, gloo and one thread per rank, alternating them
+run by run so machine noise hits both alike. Reports the median over runs of steps/s per rank (mean of
+the ranks), the C++/Python ratio at 2 ranks and each side's scaling efficiency (2 ranks vs 1 rank).
+
+usage: sdk_ddp_bench.py [--runs 5] [--model cnn|mlp|both] [--bin PATH] [--peer PATH]
+"""
+import argparse, os, re, statistics, subprocess, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIGS = {  # model -> (env, steps)
+    "cnn": ({"BATCH": "64"}, 100),
+    "mlp": ({"MODEL": "mlp", "BATCH": "32"}, 2000),
+}
+
+
+def run(cmd, env):
+    out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+    rates = [float(m) for m in re.findall(r"rank \d+/\d+: ([0-9.]+) steps/s", out.stdout)]
+    if out.returncode != 0 or not rates:
+        sys.exit(f"failed: {' '.join(cmd)}\n{out.stdout}\n{out.stderr}")
+    return statistics.mean(rates)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--model", default="both", choices=["cnn", "mlp", "both"])
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build-sdk/examples/ddp_bench/ddp_bench"))
+    ap.add_argument("--peer", default=os.path.join(os.path.dirname(ROOT), "shared/peers/py_ddp_bench.py"))
+    a = ap.parse_args()
+    models = ["cnn", "mlp"] if a.model == "both" else [a.model]
+    results = {}
+    for i in range(a.runs):
+        for model in models:
+            env, steps = CONFIGS[model]
+            for world in (1, 2):
+                for impl, cmd in (("cpp", [a.bin]), ("py", ["/usr/bin/python3", a.peer])):
+                    r = run(cmd + [str(world), str(steps)], {**env, "OMP_NUM_THREADS": "1"})
+                    results.setdefault((model, impl, world), []).append(r)
+                    print(f"run {i + 1} {model} {impl} world {world}: {r:.2f} steps/s per rank", flush=True)
+    print("\nmedian steps/s per rank over %d runs" % a.runs)
+    print("| model | C++ SDK 1 rank | C++ SDK 2 ranks | Python DDP 1 rank | Python DDP 2 ranks | "
+          "C++/Python (2 ranks) | scaling C++ | scaling Python |")
+    print("|---|---|---|---|---|---|---|---|")
+    for model in models:
+        m = {k: statistics.median(results[(model,) + k]) for k in
+             [("cpp", 1), ("cpp", 2), ("py", 1), ("py", 2)]}
+        print(f"| {model} | {m['cpp', 1]:.2f} | {m['cpp', 2]:.2f} | {m['py', 1]:.2f} | {m['py', 2]:.2f} | "
+              f"{m['cpp', 2] / m['py', 2]:.2f}x | {100 * m['cpp', 2] / m['cpp', 1]:.1f}% | "
+              f"{100 * m['py', 2] / m['py', 1]:.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
