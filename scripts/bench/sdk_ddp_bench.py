@@ -6,7 +6,8 @@ Runs build-sdk/examples/ddp_bench/ddp_bench (C++, worker SDK) and ../shared/peer
 run by run so machine noise hits both alike. Reports the median over runs of steps/s per rank (mean of
 the ranks), the C++/Python ratio at 2 ranks and each side's scaling efficiency (2 ranks vs 1 rank).
 
-usage: sdk_ddp_bench.py [--runs 5] [--model cnn|mlp|both] [--bin PATH] [--peer PATH]
+usage: sdk_ddp_bench.py [--runs 5] [--model cnn|mlp|both] [--bin PATH] [--peer PATH] [--variants]
+--variants: 2 ranks only, the SDK's DDP with each design choice undone in turn, beside Python DDP.
 """
 import argparse, os, re, statistics, subprocess, sys
 
@@ -25,14 +26,44 @@ def run(cmd, env):
     return statistics.mean(rates)
 
 
+VARIANTS = {  # name -> env of ddp_bench
+    "sdk default": {},
+    "no busy-poll on last bucket": {"DDP_NO_BUSY_POLL": "1"},
+    "one bucket (no overlap)": {"DDP_FIRST_BUCKET_MB": "1000", "DDP_BUCKET_MB": "1000"},
+    "via ProcessGroupGloo": {"DDP_VIA_PROCESS_GROUP": "1"},
+}
+
+
+def variants(a, models):
+    results = {}
+    for i in range(a.runs):
+        for model in models:
+            env, steps = CONFIGS[model]
+            runs = [(name, [a.bin], {**env, **venv}) for name, venv in VARIANTS.items()]
+            runs.append(("python DDP", ["/usr/bin/python3", a.peer], env))
+            for name, cmd, e in runs:
+                r = run(cmd + ["2", str(steps)], {**e, "OMP_NUM_THREADS": "1"})
+                results.setdefault((model, name), []).append(r)
+                print(f"run {i + 1} {model} {name}: {r:.2f}", flush=True)
+    print("\nmedian steps/s per rank, 2 ranks, over %d runs" % a.runs)
+    print("| model | " + " | ".join(list(VARIANTS) + ["python DDP"]) + " |")
+    print("|---" * (len(VARIANTS) + 2) + "|")
+    for model in models:
+        print(f"| {model} | " + " | ".join(f"{statistics.median(results[(model, n)]):.2f}"
+                                        for n in list(VARIANTS) + ["python DDP"]) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--model", default="both", choices=["cnn", "mlp", "both"])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build-sdk/examples/ddp_bench/ddp_bench"))
     ap.add_argument("--peer", default=os.path.join(os.path.dirname(ROOT), "shared/peers/py_ddp_bench.py"))
+    ap.add_argument("--variants", action="store_true")
     a = ap.parse_args()
     models = ["cnn", "mlp"] if a.model == "both" else [a.model]
+    if a.variants:
+        return variants(a, models)
     results = {}
     for i in range(a.runs):
         for model in models:

@@ -32,10 +32,10 @@ int env_int(const char* name, int fallback) {
   return v ? std::atoi(v) : fallback;
 }
 
-// The data of the DDP equivalence test: the same on every process (seeded), kSteps*micro*kWorld*kBatch rows.
-std::pair<at::Tensor, at::Tensor> equivalence_data(int micro) {
+// The data of the DDP equivalence test: the same on every process (seeded), kSteps*micro*world*kBatch rows.
+std::pair<at::Tensor, at::Tensor> equivalence_data(int micro, int world) {
   torch::manual_seed(1234);
-  int64_t rows = int64_t{kSteps} * micro * kWorld * kBatch;
+  int64_t rows = int64_t{kSteps} * micro * world * kBatch;
   return {torch::randn({rows, 1, 28, 28}), torch::randint(0, 10, {rows}, torch::kLong)};
 }
 
@@ -50,14 +50,16 @@ SDK_TEST_ROLE("ddp_equivalence") {
   ex::Net model;
   sdk::DdpOptions options;
   options.first_bucket_cap_bytes = options.bucket_cap_bytes = 64 << 10;  // several buckets
+  options.direct_gloo = env_int("SDK_TEST_VIA_PG", 0) == 0;
+  options.segment_bytes = 16 << 10;  // several segments per bucket on the direct path
   sdk::DistributedDataParallel ddp(model.ptr(), pg, options);
   ROLE_CHECK(ddp.bucket_layout().size() >= 3);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.5));
-  auto [x, y] = equivalence_data(micro);
+  auto [x, y] = equivalence_data(micro, world.world_size);
   for (int step = 0; step < kSteps; ++step) {
     opt.zero_grad();
     for (int m = 0; m < micro; ++m) {
-      int64_t first = (int64_t{step} * micro + m) * kWorld * kBatch + int64_t{world.rank} * kBatch;
+      int64_t first = (int64_t{step} * micro + m) * world.world_size * kBatch + int64_t{world.rank} * kBatch;
       auto run = [&] {
         torch::nll_loss(model->forward(x.narrow(0, first, kBatch)), y.narrow(0, first, kBatch)).backward();
       };
@@ -72,35 +74,46 @@ SDK_TEST_ROLE("ddp_equivalence") {
   }
   torch::save(model->parameters(), dir + "/params-" + std::to_string(world.rank) + ".pt");
   // Metric reduction and barrier on the same group.
-  ROLE_CHECK(pg->sum(world.rank + 1.0) == 3.0);
-  ROLE_CHECK(pg->mean(world.rank + 1.0) == 1.5);
-  ROLE_CHECK((pg->sum(std::vector<double>{1, double(world.rank)}) == std::vector<double>{2, 1}));
+  const double w = world.world_size;
+  ROLE_CHECK(pg->sum(world.rank + 1.0) == w * (w + 1) / 2);
+  ROLE_CHECK(pg->mean(world.rank + 1.0) == (w + 1) / 2);
+  ROLE_CHECK((pg->sum(std::vector<double>{1, double(world.rank)}) == std::vector<double>{w, w * (w - 1) / 2}));
   pg->barrier();
   return 0;
 }
 
 TEST_SUITE("ddp") {
   TEST_CASE("W ranks x batch b end where one process with batch W*b ends, identical across ranks") {
-    for (int micro : {1, 2}) {
+    // {gradient accumulation micro-steps, through the process group instead of the direct ring, ranks}:
+    // 2 ranks use the direct path's AllreduceRing, 3 its AllreduceRingChunked.
+    struct Config {
+      int micro, via_pg, world;
+    };
+    for (Config config : {Config{1, 0, 2}, Config{2, 0, 2}, Config{2, 1, 2}, Config{1, 0, 3}}) {
+      const int micro = config.micro, via_pg = config.via_pg, world = config.world;
       CAPTURE(micro);
+      CAPTURE(via_pg);
+      CAPTURE(world);
       TempDir dir;
-      REQUIRE(sdk::test::run_ranks("ddp_equivalence", kWorld, dir.path(), {{"SDK_TEST_MICRO", std::to_string(micro)}}) == 0);
+      REQUIRE(sdk::test::run_ranks("ddp_equivalence", world, dir.path(),
+                                   {{"SDK_TEST_MICRO", std::to_string(micro)},
+                                    {"SDK_TEST_VIA_PG", std::to_string(via_pg)}}) == 0);
       torch::manual_seed(0);
       ex::Net reference;
       torch::optim::SGD opt(reference->parameters(), torch::optim::SGDOptions(0.05).momentum(0.5));
-      auto [x, y] = equivalence_data(micro);
+      auto [x, y] = equivalence_data(micro, world);
       for (int step = 0; step < kSteps; ++step) {
         opt.zero_grad();
         for (int m = 0; m < micro; ++m) {
-          int64_t first = (int64_t{step} * micro + m) * kWorld * kBatch;
-          torch::nll_loss(reference->forward(x.narrow(0, first, kWorld * kBatch)),
-                          y.narrow(0, first, kWorld * kBatch)).backward();
+          int64_t first = (int64_t{step} * micro + m) * world * kBatch;
+          torch::nll_loss(reference->forward(x.narrow(0, first, world * kBatch)),
+                          y.narrow(0, first, world * kBatch)).backward();
         }
         opt.step();
       }
       std::vector<at::Tensor> p0, p1;
       torch::load(p0, dir / "params-0.pt");
-      torch::load(p1, dir / "params-1.pt");
+      torch::load(p1, dir / ("params-" + std::to_string(world - 1) + ".pt"));
       auto ref = reference->parameters();
       REQUIRE(p0.size() == ref.size());
       for (size_t i = 0; i < ref.size(); ++i) {
