@@ -2,7 +2,7 @@
 function(ddprun_warnings target)
   target_compile_options(${target} PRIVATE
     -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
-    -Wunused -Woverloaded-virtual -Wnull-dereference -Wdouble-promotion -Wformat=2
+    -Wunused -Woverloaded-virtual -Wdouble-promotion -Wformat=2
     -Wimplicit-fallthrough)
   if(DDPRUN_WERROR)
     target_compile_options(${target} PRIVATE -Werror)

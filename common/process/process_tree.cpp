@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <system_error>
 #include <unordered_map>
 
@@ -23,9 +24,8 @@ namespace {
 // The parent pid from /proc/<pid>/stat. The command name (field 2) may contain spaces and ')' so the
 // fields are read after the *last* ')'.
 pid_t parent_of(const char* pid_dir) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%s/stat", pid_dir);
-  FILE* f = std::fopen(path, "re");
+  const std::string path = std::string("/proc/") + pid_dir + "/stat";
+  FILE* f = std::fopen(path.c_str(), "re");
   if (!f) return -1;
   char buf[1024];
   size_t n = std::fread(buf, 1, sizeof buf - 1, f);

@@ -1,0 +1,30 @@
+// The environment every worker gets (DESIGN.md "Worker environment"): torchrun's variables, plus ddprun's
+// own DDPRUN_* additions. Pure: computes a new environment from the agent's and the world assignment.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "agent/world.hpp"
+
+namespace ddprun::agent {
+
+struct WorkerEnvInputs {
+  int local_rank = 0;
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE
+  int agent_pid = 0;       // DDPRUN_AGENT_PID
+};
+
+// `base` is the agent's own environment ("NAME=value"); variables of the contract replace entries of the
+// same name, OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING are only added when not already set.
+std::vector<std::string> worker_environment(const std::vector<std::string>& base, const World& world,
+                                            const WorkerEnvInputs& inputs);
+
+// The current process's environment as a vector.
+std::vector<std::string> current_environment();
+
+// The value of NAME in an "NAME=value" vector, or `fallback`.
+std::string env_value(const std::vector<std::string>& env, const std::string& name,
+                      const std::string& fallback = "");
+
+}  // namespace ddprun::agent

@@ -1,0 +1,83 @@
+#include "agent/exit_summary.hpp"
+
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace ddprun::agent {
+
+std::string iso_time(std::int64_t unix_ms) {
+  const std::time_t secs = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(unix_ms % 1000));
+  return buf;
+}
+
+nlohmann::json worker_json(const WorkerRecord& w) {
+  nlohmann::json j{{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", w.pid}, {"state", to_string(w.state)}};
+  if (w.state != WorkerState::kRunning) {
+    if (w.status.signaled) {
+      j["signal"] = w.status.signal;
+      j["signal_name"] = process::signal_name(w.status.signal);
+    } else {
+      j["exit_code"] = w.status.code;
+    }
+    j["time_ms"] = w.end_ms;
+  }
+  if (!w.error_message.empty()) j["error"] = w.error_message;
+  return j;
+}
+
+nlohmann::json summary_json(const SupervisionPolicy& policy, const SummaryContext& ctx) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& w : policy.workers()) workers.push_back(worker_json(w));
+  nlohmann::json j{{"event", "summary"}, {"time_ms", ctx.end_ms}, {"exit_code", policy.exit_code()},
+                   {"host", ctx.host}, {"node_rank", ctx.node_rank}, {"workers", workers}};
+  if (const WorkerRecord* root = policy.root_cause()) {
+    j["root_cause"] = worker_json(*root);
+    j["root_cause"]["host"] = ctx.host;
+    j["root_cause"]["node_rank"] = ctx.node_rank;
+  } else if (policy.stop_signal() != 0) {
+    j["stopped_by_signal"] = process::signal_name(policy.stop_signal());
+  }
+  return j;
+}
+
+std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& ctx) {
+  std::ostringstream out;
+  const WorkerRecord* root = policy.root_cause();
+  const double secs = static_cast<double>(ctx.end_ms - ctx.start_ms) / 1000.0;
+  char elapsed[32];
+  std::snprintf(elapsed, sizeof elapsed, "%.3f s", secs);
+  if (root) {
+    out << "ddprun: job FAILED after " << elapsed << "\n";
+    out << "ddprun: root cause: rank " << root->rank << " (local rank " << root->local_rank << ", node "
+        << ctx.node_rank << ", host " << ctx.host << ", pid " << root->pid << ") " << root->status.describe()
+        << " at " << iso_time(root->end_ms) << "\n";
+    if (!root->error_message.empty()) out << "ddprun: root cause error: " << root->error_message << "\n";
+  } else if (policy.stop_signal() != 0) {
+    out << "ddprun: job stopped by " << process::signal_name(policy.stop_signal()) << " after " << elapsed << "\n";
+  } else if (policy.exit_code() != 0) {
+    out << "ddprun: job stopped after " << elapsed << "\n";
+  } else {
+    out << "ddprun: all " << policy.workers().size() << " workers succeeded in " << elapsed << "\n";
+    return out.str();
+  }
+  for (const auto& w : policy.workers()) {
+    char line[512];
+    const double at = static_cast<double>(w.end_ms - ctx.start_ms) / 1000.0;
+    std::snprintf(line, sizeof line, "ddprun:   rank %-4d local %-3d pid %-8d %-9s %-26s +%.3fs%s\n", w.rank,
+                  w.local_rank, static_cast<int>(w.pid), to_string(w.state), w.status.describe().c_str(), at,
+                  &w == root ? "  <- root cause" : "");
+    out << line;
+  }
+  if (!ctx.log_root.empty()) out << "ddprun: logs in " << ctx.log_root << "\n";
+  out << "ddprun: exit code " << policy.exit_code() << "\n";
+  return out.str();
+}
+
+}  // namespace ddprun::agent

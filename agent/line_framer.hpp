@@ -1,0 +1,38 @@
+// Turns a worker's byte stream into whole, prefixed lines. Pure (no I/O), so the rules are unit-tested:
+// - every complete line is emitted with the prefix in front, in one piece, so the forwarder can write it
+//   with one write(2) and two workers' bytes never mix within a line;
+// - bytes are passed through untouched (binary included); only a prefix is inserted after each '\n';
+// - a line longer than `max_line` is cut there and emitted with a '\n' appended, so one runaway writer
+//   cannot grow memory without bound;
+// - at end of stream a partial last line is emitted with a '\n' appended.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace ddprun::agent {
+
+class LineFramer {
+ public:
+  explicit LineFramer(std::string prefix, std::size_t max_line = std::size_t{1} << 20)
+      : prefix_(std::move(prefix)), max_line_(max_line) {}
+
+  // Appends the complete lines found in data[0..n) (and any carried-over partial line) to `out`.
+  void feed(const char* data, std::size_t n, std::string& out);
+  // Appends the partial last line, if any, terminated with '\n'.
+  void finish(std::string& out);
+
+  bool has_partial() const { return !partial_.empty(); }
+
+ private:
+  std::string prefix_;
+  std::size_t max_line_;
+  std::string partial_;
+};
+
+// Expands {rank}, {local_rank}, {node_rank} and {role} in a prefix format. Returns false (and leaves
+// `out` unspecified) when the format holds an unknown {placeholder} or an unbalanced brace.
+bool expand_prefix(const std::string& format, int rank, int local_rank, int node_rank, const std::string& role,
+                   std::string& out);
+
+}  // namespace ddprun::agent

@@ -1,0 +1,14 @@
+// One node's agent: starts the workers, watches them on an Asio loop, tears everything down at the first
+// failure or stop signal, forwards output, and reports. Applies agent/supervision_policy.hpp's decisions.
+#pragma once
+
+#include "agent/agent_config.hpp"
+
+namespace ddprun::agent {
+
+// Runs the job on this node to the end and returns ddprun's exit code (see README "Exit codes").
+// Throws ddprun::SystemError when the run cannot be set up (run directory, events file) — before any
+// worker is started.
+int run_node_agent(const AgentConfig& config);
+
+}  // namespace ddprun::agent

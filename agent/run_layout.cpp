@@ -1,0 +1,76 @@
+#include "agent/run_layout.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace ddprun::agent {
+namespace fs = std::filesystem;
+
+RunLayout RunLayout::create(const std::string& log_dir, const std::string& run_id) {
+  RunLayout layout;
+  std::string base;
+  if (log_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    base = (tmp && *tmp) ? tmp : "/tmp";
+    layout.temporary_ = true;
+  } else {
+    base = log_dir;
+    std::error_code ec;
+    fs::create_directories(base, ec);
+    if (ec) throw SystemError("cannot create log directory " + base, ec.value());
+  }
+  std::string name = base + "/" + (layout.temporary_ ? "ddprun-" : "") + run_id + "_XXXXXX";
+  std::vector<char> buf(name.begin(), name.end());
+  buf.push_back('\0');
+  if (!::mkdtemp(buf.data())) throw SystemError("cannot create run directory in " + base, errno);
+  layout.root_ = buf.data();
+  return layout;
+}
+
+std::string RunLayout::worker_dir(int attempt, int local_rank) const {
+  return root_ + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(local_rank);
+}
+
+void RunLayout::prepare_attempt(int attempt, int local_world_size) const {
+  for (int lr = 0; lr < local_world_size; ++lr) {
+    std::error_code ec;
+    fs::create_directories(worker_dir(attempt, lr), ec);
+    if (ec) throw SystemError("cannot create " + worker_dir(attempt, lr), ec.value());
+  }
+}
+
+void RunLayout::cleanup() const {
+  if (!temporary_ || root_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(root_, ec);
+}
+
+std::string check_writable_dir(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return dir + " exists and is not a directory";
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) return dir + " is not writable (" + std::strerror(errno) + ")";
+    return "";
+  }
+  if (errno != ENOENT) return "cannot use " + dir + " (" + std::strerror(errno) + ")";
+  // Not there yet: the nearest existing ancestor must be a writable directory.
+  fs::path p = fs::absolute(dir).parent_path();
+  while (!p.empty() && ::stat(p.c_str(), &st) != 0) {
+    if (p == p.root_path()) break;
+    p = p.parent_path();
+  }
+  if (!S_ISDIR(st.st_mode)) return "cannot create " + dir + ": " + p.string() + " is not a directory";
+  if (::access(p.c_str(), W_OK | X_OK) != 0)
+    return "cannot create " + dir + ": " + p.string() + " is not writable (" + std::strerror(errno) + ")";
+  return "";
+}
+
+}  // namespace ddprun::agent

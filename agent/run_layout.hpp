@@ -1,0 +1,40 @@
+// Where a run keeps its files: per attempt, per local rank, stdout/stderr logs and the error file each
+// worker may write (TORCHELASTIC_ERROR_FILE). With --log-dir the tree lives there and is kept:
+//   <log-dir>/<run-id>_<6 random chars>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
+// (torchrun's layout, so tools that read it keep working). Without --log-dir the same tree is made in
+// $TMPDIR and removed when the agent ends, since only the error files are needed, and only until read.
+#pragma once
+
+#include <string>
+
+namespace ddprun::agent {
+
+class RunLayout {
+ public:
+  // Creates the run directory. Throws ddprun::SystemError naming the path when it cannot.
+  static RunLayout create(const std::string& log_dir, const std::string& run_id);
+  RunLayout() = default;
+
+  const std::string& root() const { return root_; }
+  bool temporary() const { return temporary_; }
+
+  // Creates attempt_<n>/<local_rank>/ for every local rank. Throws ddprun::SystemError.
+  void prepare_attempt(int attempt, int local_world_size) const;
+  std::string worker_dir(int attempt, int local_rank) const;
+  std::string error_file(int attempt, int local_rank) const { return worker_dir(attempt, local_rank) + "/error.json"; }
+  std::string stdout_file(int attempt, int local_rank) const { return worker_dir(attempt, local_rank) + "/stdout.log"; }
+  std::string stderr_file(int attempt, int local_rank) const { return worker_dir(attempt, local_rank) + "/stderr.log"; }
+
+  // Removes the tree if it is temporary; keeps it otherwise.
+  void cleanup() const;
+
+ private:
+  std::string root_;
+  bool temporary_ = false;
+};
+
+// Checks that `dir` exists (or can be created) and is writable, without leaving anything behind when it
+// was not there before. Returns an empty string when fine, else what is wrong, fit for one line.
+std::string check_writable_dir(const std::string& dir);
+
+}  // namespace ddprun::agent

@@ -1,0 +1,116 @@
+#include "agent/supervision_policy.hpp"
+
+#include <algorithm>
+#include <csignal>
+
+#include "common/error.hpp"
+
+namespace ddprun::agent {
+
+const char* to_string(WorkerState state) {
+  switch (state) {
+    case WorkerState::kRunning: return "running";
+    case WorkerState::kSucceeded: return "succeeded";
+    case WorkerState::kFailed: return "failed";
+    case WorkerState::kVictim: return "victim";
+  }
+  return "?";
+}
+
+void SupervisionPolicy::add_worker(int rank, int local_rank, pid_t pid, std::int64_t now_ms) {
+  DDPRUN_CHECK_EQ(static_cast<std::size_t>(local_rank), workers_.size());
+  WorkerRecord r;
+  r.rank = rank;
+  r.local_rank = local_rank;
+  r.pid = pid;
+  r.start_ms = now_ms;
+  workers_.push_back(r);
+}
+
+WorkerRecord& SupervisionPolicy::worker(int local_rank) {
+  DDPRUN_CHECK_LT(static_cast<std::size_t>(local_rank), workers_.size());
+  return workers_[static_cast<std::size_t>(local_rank)];
+}
+
+Decision SupervisionPolicy::begin_teardown(int signal, std::int64_t now_ms) {
+  phase_ = Phase::kStopping;
+  teardown_ms_ = now_ms;
+  Decision d;
+  d.signal_all = signal;
+  d.arm_grace = true;
+  d.teardown_began = true;
+  return d;
+}
+
+Decision SupervisionPolicy::on_exit(int local_rank, const process::ExitStatus& status, std::int64_t now_ms) {
+  WorkerRecord& w = worker(local_rank);
+  DDPRUN_CHECK(w.state == WorkerState::kRunning);
+  w.status = status;
+  w.end_ms = now_ms;
+  if (status.success()) {
+    w.state = WorkerState::kSucceeded;
+    return {};
+  }
+  if (phase_ != Phase::kRunning) {
+    w.state = WorkerState::kVictim;
+    return {};
+  }
+  w.state = WorkerState::kFailed;
+  if (root_cause_ < 0) root_cause_ = local_rank;
+  return begin_teardown(SIGTERM, now_ms);
+}
+
+Decision SupervisionPolicy::on_signal(int signal, std::int64_t now_ms) {
+  const bool stops = signal == SIGINT || signal == SIGTERM || signal == SIGHUP || signal == SIGQUIT;
+  Decision d;
+  if (!stops) {  // SIGUSR1/SIGUSR2 and the like: a notice for the workers (SLURM preemption), nothing more
+    d.signal_all = signal;
+    return d;
+  }
+  if (phase_ == Phase::kRunning) {
+    stop_signal_ = signal;
+    return begin_teardown(signal, now_ms);  // forward the very signal, as torchrun does
+  }
+  if (phase_ == Phase::kStopping && signal == SIGINT) {  // a second Ctrl-C: the user does not want to wait
+    phase_ = Phase::kKilling;
+    d.signal_all = SIGKILL;
+    return d;
+  }
+  if (phase_ == Phase::kStopping) d.signal_all = signal;
+  return d;
+}
+
+Decision SupervisionPolicy::on_grace_expired(std::int64_t) {
+  Decision d;
+  if (phase_ != Phase::kStopping) return d;
+  phase_ = Phase::kKilling;
+  d.signal_all = SIGKILL;
+  return d;
+}
+
+Decision SupervisionPolicy::on_external_stop(std::int64_t now_ms) {
+  if (phase_ != Phase::kRunning) return {};
+  external_stop_ = true;
+  return begin_teardown(SIGTERM, now_ms);
+}
+
+bool SupervisionPolicy::all_exited() const {
+  return std::none_of(workers_.begin(), workers_.end(),
+                      [](const WorkerRecord& w) { return w.state == WorkerState::kRunning; });
+}
+
+const WorkerRecord* SupervisionPolicy::root_cause() const {
+  return root_cause_ < 0 ? nullptr : &workers_[static_cast<std::size_t>(root_cause_)];
+}
+
+int SupervisionPolicy::exit_code() const {
+  if (const WorkerRecord* root = root_cause()) {
+    const int code = root->status.shell_code();
+    return code == 0 ? 1 : code;
+  }
+  if (stop_signal_ != 0) return 128 + stop_signal_;
+  if (external_stop_) return 1;
+  return 0;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,85 @@
+// The rules of one node's job, apart from doing them: a pure state machine fed with events (a worker
+// exited, a signal reached ddprun, the grace period ran out) and the time, answering with what to do.
+// agent/node_agent.cpp applies the decisions to real processes; tests/agent/ checks every rule alone.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/process/wait_status.hpp"
+
+namespace ddprun::agent {
+
+// A worker's lifecycle:
+//   kRunning ── exits 0 ───────────────────────────────▶ kSucceeded
+//   kRunning ── non-zero / signal, job still running ──▶ kFailed   (the earliest is the root cause)
+//   kRunning ── non-zero / signal, after teardown began ▶ kVictim   (killed by, or during, the teardown)
+// A worker that exits 0 during the teardown is kSucceeded: it finished before the stop reached it.
+enum class WorkerState { kRunning, kSucceeded, kFailed, kVictim };
+const char* to_string(WorkerState state);
+
+struct WorkerRecord {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = 0;
+  std::int64_t start_ms = 0;
+  WorkerState state = WorkerState::kRunning;
+  process::ExitStatus status;
+  std::int64_t end_ms = 0;
+  std::string error_message;  // from the worker's error file, when it wrote one
+};
+
+// The job on this node:
+//   kRunning ── first failure, or a stop signal ──▶ kStopping (stop signal sent to every worker group)
+//   kStopping ── grace expired, or a second SIGINT ──▶ kKilling (SIGKILL sent)
+//   any ── every worker exited ──▶ the agent reaps stragglers and finishes (phase stays as it was)
+enum class Phase { kRunning, kStopping, kKilling };
+
+// What the executor must do after an event. signal_all == 0: send nothing.
+struct Decision {
+  int signal_all = 0;        // send to every worker's process group and every descendant
+  bool arm_grace = false;    // start the --term-timeout timer; on expiry call on_grace_expired
+  bool teardown_began = false;
+};
+
+class SupervisionPolicy {
+ public:
+  void add_worker(int rank, int local_rank, pid_t pid, std::int64_t now_ms);
+
+  // A worker (by local rank) exited with `status` at `now_ms`.
+  Decision on_exit(int local_rank, const process::ExitStatus& status, std::int64_t now_ms);
+  // ddprun itself received `signal`.
+  Decision on_signal(int signal, std::int64_t now_ms);
+  Decision on_grace_expired(std::int64_t now_ms);
+  // Stop requested from outside the node (another node failed): like a failure elsewhere.
+  Decision on_external_stop(std::int64_t now_ms);
+
+  bool all_exited() const;
+  Phase phase() const { return phase_; }
+  const std::vector<WorkerRecord>& workers() const { return workers_; }
+  WorkerRecord& worker(int local_rank);
+  // The earliest failure on this node, if any.
+  const WorkerRecord* root_cause() const;
+  // The signal that stopped the job from outside (0: none).
+  int stop_signal() const { return stop_signal_; }
+  std::int64_t teardown_ms() const { return teardown_ms_; }
+  // 0 when every worker succeeded; the root cause's code (128+N for a signal); 128+N when ddprun was
+  // stopped by signal N before any worker failed; 1 for an external stop with no local cause.
+  int exit_code() const;
+
+ private:
+  Decision begin_teardown(int signal, std::int64_t now_ms);
+
+  std::vector<WorkerRecord> workers_;  // indexed by local rank
+  Phase phase_ = Phase::kRunning;
+  int root_cause_ = -1;
+  int stop_signal_ = 0;
+  bool external_stop_ = false;
+  std::int64_t teardown_ms_ = 0;
+};
+
+}  // namespace ddprun::agent

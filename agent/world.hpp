@@ -1,0 +1,23 @@
+// Where this node's workers sit in the job: what the launcher (one node) or the rendezvous (many nodes)
+// decided, and everything the env contract of ../shared/DESIGN.md is computed from.
+#pragma once
+
+#include <string>
+
+namespace ddprun::agent {
+
+struct World {
+  int node_rank = 0;         // GROUP_RANK
+  int nnodes = 1;            // GROUP_WORLD_SIZE
+  int local_world_size = 1;  // workers on this node
+  int rank_offset = 0;       // global rank of this node's local rank 0 (prefix sum of earlier nodes' workers)
+  int world_size = 1;        // workers on all nodes
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string run_id = "none";
+  std::string role = "default";
+  int restart_count = 0;
+  int max_restarts = 0;
+};
+
+}  // namespace ddprun::agent

@@ -1,0 +1,233 @@
+#include "launcher/cli.hpp"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+
+#include "agent/env_contract.hpp"
+#include "agent/line_framer.hpp"
+#include "agent/run_layout.hpp"
+#include "common/error.hpp"
+#include "common/version.hpp"
+#include "launcher/exit_codes.hpp"
+#include "launcher/host_resources.hpp"
+#include "launcher/option_values.hpp"
+#include "launcher/ports.hpp"
+#include "launcher/program.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+struct RawOptions {
+  std::string nproc = "1";
+  std::string nnodes = "1";
+  std::string node_rank = "0";
+  std::string master_addr;
+  std::string master_port;
+  bool standalone = false;
+  std::string log_dir;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  std::string term_timeout = "30";
+  std::string run_id = "none";
+  std::string role = "default";
+  bool no_python = false;
+  bool module = false;
+  std::string monitor_interval;
+  std::string events_file;
+  std::string prefix = "[rank{rank}]: ";
+  bool no_prefix = false;
+  std::string log_level;
+  bool verbose = false;
+  bool quiet = false;
+};
+
+void define_options(CLI::App& app, RawOptions& o) {
+  app.add_option("--nproc-per-node,--nproc_per_node", o.nproc,
+                 "Workers on this node: a number, or auto|gpu (visible CUDA devices, else CPUs), cpu (CPUs)");
+  app.add_option("--nnodes", o.nnodes, "Number of nodes (this version: 1)");
+  app.add_option("--node-rank,--node_rank", o.node_rank, "Rank of this node (this version: 0)");
+  app.add_option("--master-addr,--master_addr", o.master_addr,
+                 "MASTER_ADDR given to workers: where rank 0 hosts the c10d store (default 127.0.0.1)");
+  app.add_option("--master-port,--master_port", o.master_port,
+                 "MASTER_PORT given to workers; 0 or unset picks a free port");
+  app.add_flag("--standalone", o.standalone, "Single-node job on this machine, with a free port");
+  app.add_option("--log-dir,--log_dir", o.log_dir,
+                 "Keep per-attempt, per-rank logs and error files under this directory");
+  app.add_option("-r,--redirects", o.redirects,
+                 "Send worker streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or per local "
+                 "rank, e.g. 0:3,1:1");
+  app.add_option("-t,--tee", o.tee, "Copy worker streams to log files as well as the console (same values)");
+  app.add_option("--local-ranks-filter,--local_ranks_filter", o.local_ranks_filter,
+                 "Show only these local ranks' output on the console, e.g. 0 or 0,2 (log files keep all)");
+  app.add_option("--term-timeout,--term_timeout", o.term_timeout,
+                 "Seconds between SIGTERM and SIGKILL when tearing the job down (default 30)");
+  app.add_option("--run-id,--run_id", o.run_id, "Job id (TORCHELASTIC_RUN_ID; default none)");
+  app.add_option("--role", o.role, "Worker role name (ROLE_NAME; default default)");
+  app.add_flag("--no-python,--no_python", o.no_python, "Execute PROGRAM directly, even a .py file");
+  app.add_flag("-m,--module", o.module, "PROGRAM is a Python module, run as python -m PROGRAM");
+  app.add_option("--monitor-interval,--monitor_interval", o.monitor_interval,
+                 "Accepted for torchrun compatibility and ignored: ddprun sees exits as events, not by polling");
+  app.add_option("--events-file,--events_file", o.events_file, "Write one JSON line per lifecycle event here");
+  app.add_option("--prefix", o.prefix,
+                 "Console line prefix; {rank} {local_rank} {node_rank} {role} are replaced (default '[rank{rank}]: ')");
+  app.add_flag("--no-prefix", o.no_prefix, "No prefix on forwarded lines (lines are still never mixed)");
+  app.add_option("--log-level", o.log_level, "debug|info|warning|error|off (default info; env DDPRUN_LOG_LEVEL)");
+  app.add_flag("-v,--verbose", o.verbose, "Same as --log-level debug");
+  app.add_flag("-q,--quiet", o.quiet, "Same as --log-level warning");
+}
+
+int parse_int(const std::string& name, const std::string& text, int lo, int hi) {
+  int v = 0;
+  if (!parse_int_strict(text, v)) throw UsageError(name + " must be an integer, got '" + text + "'", kExitUsage);
+  if (v < lo || v > hi)
+    throw UsageError(name + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                         text,
+                     kExitUsage);
+  return v;
+}
+
+int resolve_nproc(const std::string& text, const std::vector<std::string>& env, std::vector<std::string>& notes) {
+  if (text == "auto" || text == "gpu" || text == "cpu") {
+    const std::string cvd = agent::env_value(env, "CUDA_VISIBLE_DEVICES", "");
+    const bool cvd_set = agent::env_value(env, "CUDA_VISIBLE_DEVICES", "\x01") != "\x01";
+    const int gpus = text == "cpu" ? 0 : visible_gpu_count(cvd, cvd_set);
+    if (gpus > 0) return gpus;
+    const int cpus = usable_cpu_count();
+    if (text != "cpu") notes.push_back("--nproc-per-node " + text + ": no CUDA device visible, using " +
+                                       std::to_string(cpus) + " (the usable CPUs)");
+    return cpus;
+  }
+  return parse_int("--nproc-per-node", text, 1, 4096);
+}
+
+LogLevel resolve_log_level(const RawOptions& o, const std::vector<std::string>& env) {
+  LogLevel level = LogLevel::kInfo;
+  const std::string from_env = agent::env_value(env, "DDPRUN_LOG_LEVEL", "");
+  if (!from_env.empty() && !parse_log_level(from_env, level))
+    throw UsageError("DDPRUN_LOG_LEVEL must be debug, info, warning, error or off, got '" + from_env + "'",
+                     kExitUsage);
+  if (!o.log_level.empty() && !parse_log_level(o.log_level, level))
+    throw UsageError("--log-level must be debug, info, warning, error or off, got '" + o.log_level + "'",
+                     kExitUsage);
+  if (o.verbose) level = LogLevel::kDebug;
+  if (o.quiet) level = LogLevel::kWarning;
+  return level;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+CommandLine parse_command_line(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  CommandLine result;
+  RawOptions o;
+  CLI::App app{"ddprun [OPTIONS] PROGRAM [ARGS...]\nLaunch and supervise a distributed PyTorch job; one failure anywhere ends it all.",
+               "ddprun"};
+  app.set_version_flag("--version", std::string("ddprun ") + kVersion);
+  // Everything from the first positional argument on belongs to the worker's command line.
+  app.prefix_command();
+  define_options(app, o);
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    result.exit_now = true;
+    result.text = app.help();
+    return result;
+  } catch (const CLI::CallForVersion&) {
+    result.exit_now = true;
+    result.text = std::string("ddprun ") + kVersion + "\n";
+    return result;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(std::string(e.what()) + " (see ddprun --help)", kExitUsage);
+  }
+  std::vector<std::string> command = app.remaining();
+  if (!command.empty() && command.front() == "--") command.erase(command.begin());
+  if (!command.empty() && command.front().size() > 1 && command.front()[0] == '-')
+    throw UsageError("unknown option " + command.front() + " (see ddprun --help)", kExitUsage);
+  if (command.empty())
+    throw UsageError("no program given: usage is ddprun [OPTIONS] PROGRAM [ARGS...]", kExitUsage);
+
+  agent::AgentConfig& cfg = result.agent;
+  cfg.log = Logger(resolve_log_level(o, env), "ddprun", "");
+  cfg.base_env = env;
+  cfg.host = host_name();
+
+  // Topology. Multi-node jobs need the rendezvous (a later version); say so rather than pretend.
+  const int nnodes = parse_nnodes(o.nnodes);
+  if (o.standalone && nnodes != 1)
+    throw UsageError("--standalone runs one node; it cannot be combined with --nnodes " + o.nnodes, kExitUsage);
+  if (nnodes != 1)
+    throw UsageError("--nnodes " + o.nnodes + ": this version of ddprun runs single-node jobs only; use --nnodes 1",
+                     kExitUsage);
+  const int node_rank = parse_int("--node-rank", o.node_rank, 0, nnodes - 1);
+  const int nproc = resolve_nproc(o.nproc, env, result.notes);
+
+  agent::World& w = cfg.world;
+  w.nnodes = nnodes;
+  w.node_rank = node_rank;
+  w.local_world_size = nproc;
+  w.rank_offset = 0;
+  w.world_size = nproc;
+  w.master_addr = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
+  if (!valid_host(w.master_addr))
+    throw UsageError("--master-addr '" + o.master_addr + "' is not a host name or address", kExitUsage);
+  w.run_id = o.run_id;
+  if (!valid_name(w.run_id)) throw UsageError("--run-id must be 1-128 characters of [A-Za-z0-9._-], got '" +
+                                                  o.run_id + "'", kExitUsage);
+  w.role = o.role;
+  if (!valid_name(w.role))
+    throw UsageError("--role must be 1-128 characters of [A-Za-z0-9._-], got '" + o.role + "'", kExitUsage);
+
+  cfg.term_timeout = parse_duration("--term-timeout", o.term_timeout);
+  if (!o.monitor_interval.empty()) parse_duration("--monitor-interval", o.monitor_interval);
+
+  cfg.output.prefix_format = o.no_prefix ? std::string() : o.prefix;
+  std::string probe;
+  if (!agent::expand_prefix(cfg.output.prefix_format, 0, 0, 0, "x", probe))
+    throw UsageError("--prefix '" + o.prefix + "': use only {rank}, {local_rank}, {node_rank} and {role}",
+                     kExitUsage);
+  cfg.output.redirects = parse_std_streams("--redirects", o.redirects, nproc);
+  cfg.output.tee = parse_std_streams("--tee", o.tee, nproc);
+  cfg.output.console_local_ranks = parse_rank_list("--local-ranks-filter", o.local_ranks_filter, nproc);
+
+  // The program, exactly as it will be executed; checked now so that a typo starts no worker.
+  resolve_worker_command(command, o.module, o.no_python, env, cfg);
+
+  // Files and ports last: they touch the system.
+  if (!o.log_dir.empty()) {
+    const std::string why = agent::check_writable_dir(o.log_dir);
+    if (!why.empty()) throw UsageError("--log-dir: " + why, kExitCantCreate);
+    cfg.log_dir = o.log_dir;
+  } else if (cfg.output.redirects.all || cfg.output.redirects.per_rank_given || cfg.output.tee.all ||
+             cfg.output.tee.per_rank_given) {
+    throw UsageError("--redirects and --tee write log files: give --log-dir DIR as well", kExitUsage);
+  }
+  if (!o.events_file.empty()) {
+    const std::string why = check_writable_file(o.events_file);
+    if (!why.empty()) throw UsageError("--events-file: " + why, kExitCantCreate);
+    cfg.events_file = o.events_file;
+  }
+  const int port = o.master_port.empty() ? 0 : parse_int("--master-port", o.master_port, 0, 65535);
+  if (port == 0) {
+    w.master_port = pick_free_port();
+  } else {
+    const std::string why = port_unavailable_reason(port);
+    if (!why.empty())
+      throw UsageError("--master-port " + std::to_string(port) + " is not available (" + why +
+                           "); choose another or 0 for a free one",
+                       kExitUnavailable);
+    w.master_port = port;
+  }
+  return result;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,26 @@
+// The command line: `ddprun [options] PROGRAM [ARGS...]` → a validated agent configuration.
+//
+// Validation is complete before anything is started: every problem is a ddprun::UsageError carrying one
+// line for the user and the exit code of launcher/exit_codes.hpp, and no worker, file or directory has
+// been created when it is thrown.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "agent/agent_config.hpp"
+
+namespace ddprun::launcher {
+
+struct CommandLine {
+  bool exit_now = false;     // --help / --version: print `text` to stdout and exit 0
+  std::string text;
+  agent::AgentConfig agent;  // valid when !exit_now
+  std::vector<std::string> notes;  // informational lines to log (e.g. nproc fallback)
+};
+
+// `env` is the launcher's environment ("NAME=value"), consulted for PATH, PYTHON_EXEC, DDPRUN_LOG_LEVEL,
+// CUDA_VISIBLE_DEVICES. Throws ddprun::UsageError.
+CommandLine parse_command_line(const std::vector<std::string>& args, const std::vector<std::string>& env);
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,36 @@
+// ddprun: a thin main over the launcher library. Parse and validate everything, then run this node's
+// agent; the exit code is the job's (see launcher/exit_codes.hpp and the README).
+#include <iostream>
+
+#include "agent/env_contract.hpp"
+#include "agent/node_agent.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "launcher/cli.hpp"
+#include "launcher/exit_codes.hpp"
+
+int main(int argc, char** argv) {
+  using namespace ddprun;
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  launcher::CommandLine cmd;
+  try {
+    cmd = launcher::parse_command_line(args, agent::current_environment());
+  } catch (const UsageError& e) {
+    write_all(2, std::string("ddprun: error: ") + e.what() + "\n");
+    return e.exit_code();
+  }
+  if (cmd.exit_now) {
+    std::cout << cmd.text << std::flush;
+    return 0;
+  }
+  for (const auto& note : cmd.notes) cmd.agent.log.info(note);
+  try {
+    return agent::run_node_agent(cmd.agent);
+  } catch (const SystemError& e) {
+    write_all(2, std::string("ddprun: error: ") + e.what() + "\n");
+    return launcher::kExitOsError;
+  } catch (const std::exception& e) {
+    write_all(2, std::string("ddprun: internal error: ") + e.what() + "\n");
+    return launcher::kExitSoftware;
+  }
+}
