@@ -1,0 +1,112 @@
+// The Boost-free process primitives against real children.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <string>
+
+#include "common/process/process_tree.hpp"
+#include "common/process/spawn.hpp"
+#include "common/process/wait_status.hpp"
+
+using namespace ddprun::process;
+
+namespace {
+// A regular file without execute permission, removed when the guard goes.
+struct PlainFile {
+  std::string path = "/tmp/ddprun_plain_fileXXXXXX";
+  PlainFile() {
+    const int fd = ::mkstemp(path.data());
+    ::fchmod(fd, 0644);
+    ::close(fd);
+  }
+  ~PlainFile() { ::unlink(path.c_str()); }
+};
+
+ExitStatus run_to_end(const std::vector<std::string>& argv) {
+  SpawnOptions o;
+  o.program = argv[0];
+  o.argv = argv;
+  o.env = {"PATH=/usr/bin:/bin"};
+  const pid_t pid = spawn(o);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return decode_wait_status(status);
+}
+}  // namespace
+
+TEST_CASE("exit codes and signals are decoded as a shell reports them") {
+  CHECK(run_to_end({"sh", "-c", "exit 7"}).shell_code() == 7);
+  const auto s = run_to_end({"sh", "-c", "kill -SEGV $$"});
+  CHECK(s.signaled);
+  CHECK(s.signal == SIGSEGV);
+  CHECK(s.shell_code() == 139);
+  CHECK(s.describe().find("SIGSEGV") != std::string::npos);
+}
+
+TEST_CASE("a program that cannot be executed raises ExecError with 127 or 126") {
+  SpawnOptions o;
+  o.program = "/nonexistent/program";
+  o.argv = {o.program};
+  try {
+    spawn(o);
+    FAIL("spawn should throw");
+  } catch (const ExecError& e) {
+    CHECK(e.exit_code() == 127);
+  }
+  PlainFile plain;
+  o.program = plain.path;  // exists, not executable
+  o.argv = {o.program};
+  try {
+    spawn(o);
+    FAIL("spawn should throw");
+  } catch (const ExecError& e) {
+    CHECK(e.exit_code() == 126);
+  }
+}
+
+TEST_CASE("the child leads its own process group, with default signal dispositions") {
+  std::signal(SIGUSR1, SIG_IGN);  // exec keeps ignored signals: spawn must restore the default
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  SpawnOptions o;
+  o.program = "sh";
+  o.argv = {"sh", "-c", "echo $$ $(ps -o pgid= -p $$); kill -USR1 $$; echo survived"};
+  o.env = {"PATH=/usr/bin:/bin"};
+  o.stdout_fd = fds[1];
+  const pid_t pid = spawn(o);
+  ::close(fds[1]);
+  char buf[256] = {};
+  ssize_t n = 0, got = 0;
+  while ((n = ::read(fds[0], buf + got, sizeof buf - 1 - static_cast<size_t>(got))) > 0) got += n;
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::signal(SIGUSR1, SIG_DFL);
+  int self = 0, group = 0;
+  REQUIRE(std::sscanf(buf, "%d %d", &self, &group) == 2);
+  CHECK(self == group);
+  CHECK(std::string(buf).find("survived") == std::string::npos);
+  CHECK(decode_wait_status(status).signal == SIGUSR1);
+}
+
+TEST_CASE("PATH resolution reports not found, directory and not executable") {
+  CHECK(resolve_program("sh", "/usr/bin:/bin").check == ProgramCheck::kOk);
+  CHECK(resolve_program("no-such-program-xyz", "/usr/bin:/bin").check == ProgramCheck::kNotFound);
+  CHECK(resolve_program("/tmp", "").check == ProgramCheck::kIsDirectory);
+  PlainFile plain;
+  CHECK(resolve_program(plain.path, "").check == ProgramCheck::kNotExecutable);
+}
+
+TEST_CASE("signal names parse both ways") {
+  CHECK(parse_signal("KILL") == SIGKILL);
+  CHECK(parse_signal("sigterm") == SIGTERM);
+  CHECK(parse_signal("10") == 10);
+  CHECK(parse_signal("nonsense") == 0);
+  CHECK(signal_name(SIGINT) == "SIGINT");
+}

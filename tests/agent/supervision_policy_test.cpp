@@ -1,0 +1,146 @@
+// One rule per case: the node's job as a pure state machine, no processes, no clock.
+#include <doctest/doctest.h>
+
+#include <csignal>
+
+#include "agent/supervision_policy.hpp"
+
+using namespace ddprun::agent;
+using ddprun::process::ExitStatus;
+
+namespace {
+ExitStatus exited(int code) { return {false, code, 0, false}; }
+ExitStatus killed(int sig) { return {true, 0, sig, false}; }
+
+SupervisionPolicy three_workers() {
+  SupervisionPolicy p;
+  for (int lr = 0; lr < 3; ++lr) p.add_worker(10 + lr, lr, 100 + lr, 0);
+  return p;
+}
+}  // namespace
+
+TEST_CASE("a worker that exits 0 is done and changes nothing for the others") {
+  auto p = three_workers();
+  const Decision d = p.on_exit(1, exited(0), 5);
+  CHECK(d.signal_all == 0);
+  CHECK_FALSE(d.arm_grace);
+  CHECK(p.worker(1).state == WorkerState::kSucceeded);
+  CHECK(p.phase() == Phase::kRunning);
+}
+
+TEST_CASE("the job succeeds with exit code 0 when every worker exited 0") {
+  auto p = three_workers();
+  for (int lr = 0; lr < 3; ++lr) p.on_exit(lr, exited(0), lr);
+  CHECK(p.all_exited());
+  CHECK(p.exit_code() == 0);
+  CHECK(p.root_cause() == nullptr);
+}
+
+TEST_CASE("the first non-zero exit stops everyone with SIGTERM and arms the grace timer") {
+  auto p = three_workers();
+  const Decision d = p.on_exit(1, exited(3), 7);
+  CHECK(d.signal_all == SIGTERM);
+  CHECK(d.arm_grace);
+  CHECK(d.teardown_began);
+  CHECK(p.phase() == Phase::kStopping);
+  CHECK(p.teardown_ms() == 7);
+  REQUIRE(p.root_cause() != nullptr);
+  CHECK(p.root_cause()->rank == 11);
+}
+
+TEST_CASE("a death by signal is a failure like a non-zero exit") {
+  auto p = three_workers();
+  CHECK(p.on_exit(2, killed(SIGSEGV), 1).signal_all == SIGTERM);
+  CHECK(p.worker(2).state == WorkerState::kFailed);
+  CHECK(p.exit_code() == 128 + SIGSEGV);
+}
+
+TEST_CASE("workers that die after the teardown began are victims, not the root cause") {
+  auto p = three_workers();
+  p.on_exit(1, exited(3), 1);
+  CHECK(p.on_exit(0, killed(SIGTERM), 2).signal_all == 0);
+  CHECK(p.on_exit(2, exited(143), 3).signal_all == 0);
+  CHECK(p.worker(0).state == WorkerState::kVictim);
+  CHECK(p.worker(2).state == WorkerState::kVictim);
+  CHECK(p.root_cause()->local_rank == 1);
+  CHECK(p.exit_code() == 3);
+}
+
+TEST_CASE("a worker that exits 0 during the teardown is counted as succeeded") {
+  auto p = three_workers();
+  p.on_exit(0, exited(1), 1);
+  p.on_exit(1, exited(0), 2);
+  CHECK(p.worker(1).state == WorkerState::kSucceeded);
+}
+
+TEST_CASE("the root cause's exit code becomes ddprun's, for every code 1..255") {
+  for (int code = 1; code <= 255; ++code) {
+    auto p = three_workers();
+    p.on_exit(0, exited(code), 1);
+    CHECK(p.exit_code() == code);
+  }
+}
+
+TEST_CASE("the grace period running out escalates to SIGKILL once") {
+  auto p = three_workers();
+  p.on_exit(0, exited(1), 1);
+  const Decision d = p.on_grace_expired(30001);
+  CHECK(d.signal_all == SIGKILL);
+  CHECK(p.phase() == Phase::kKilling);
+  CHECK(p.on_grace_expired(30002).signal_all == 0);
+}
+
+TEST_CASE("a stop signal to ddprun is forwarded and starts the teardown") {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    auto p = three_workers();
+    const Decision d = p.on_signal(sig, 4);
+    CHECK(d.signal_all == sig);
+    CHECK(d.arm_grace);
+    CHECK(p.phase() == Phase::kStopping);
+    for (int lr = 0; lr < 3; ++lr) p.on_exit(lr, killed(sig), 5);
+    CHECK(p.exit_code() == 128 + sig);
+  }
+}
+
+TEST_CASE("a second SIGINT kills at once") {
+  auto p = three_workers();
+  p.on_signal(SIGINT, 1);
+  CHECK(p.on_signal(SIGINT, 2).signal_all == SIGKILL);
+  CHECK(p.phase() == Phase::kKilling);
+}
+
+TEST_CASE("SIGUSR1 and SIGUSR2 are forwarded and nothing else happens") {
+  for (int sig : {SIGUSR1, SIGUSR2}) {
+    auto p = three_workers();
+    const Decision d = p.on_signal(sig, 1);
+    CHECK(d.signal_all == sig);
+    CHECK_FALSE(d.arm_grace);
+    CHECK(p.phase() == Phase::kRunning);
+  }
+}
+
+TEST_CASE("a worker failure before a stop signal stays the root cause") {
+  auto p = three_workers();
+  p.on_exit(2, exited(7), 1);
+  p.on_signal(SIGINT, 2);
+  CHECK(p.exit_code() == 7);
+}
+
+TEST_CASE("two failures seen in the same batch: the first reported is the root cause, the second also failed") {
+  auto p = three_workers();
+  p.on_exit(2, exited(5), 1);
+  // Reaped in the same batch, before any signal could reach it: failed on its own, not a victim.
+  // (Policy sees it after the teardown began, so it is a victim unless it is reported first.)
+  p.on_exit(0, exited(6), 1);
+  CHECK(p.root_cause()->local_rank == 2);
+  CHECK(p.exit_code() == 5);
+}
+
+TEST_CASE("an external stop tears down and exits 1 when no local worker failed") {
+  auto p = three_workers();
+  const Decision d = p.on_external_stop(3);
+  CHECK(d.signal_all == SIGTERM);
+  for (int lr = 0; lr < 3; ++lr) p.on_exit(lr, killed(SIGTERM), 4);
+  CHECK(p.root_cause() == nullptr);
+  CHECK(p.exit_code() == 1);
+}

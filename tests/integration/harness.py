@@ -1,0 +1,153 @@
+"""Shared machinery for ddprun's integration tests.
+
+The test process makes itself a child subreaper, so every process ddprun or its workers leave behind -
+even a double-forked, setsid'd one - is re-parented to the test and shows up in `descendants()`.
+Every test ends by asserting that nothing is left, and kills whatever is, so a failing test cannot
+leak processes into the next one.
+"""
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+DDPRUN = os.environ.get("DDPRUN", os.path.join(os.path.dirname(__file__), "../../build/launcher/ddprun"))
+WORKER = os.environ.get("TEST_WORKER", os.path.join(os.path.dirname(__file__), "../../build/tests/bin/test_worker"))
+
+PR_SET_CHILD_SUBREAPER = 36
+ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _parents():
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2:].split()
+        out[int(entry)] = (int(fields[1]), fields[0].decode())
+    return out
+
+
+def descendants(root=None, include_zombies=False):
+    """Live descendants of `root` (default: this test process)."""
+    root = os.getpid() if root is None else root
+    parents = _parents()
+    children = {}
+    for pid, (ppid, state) in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            if include_zombies or parents[child][1] != "Z":
+                found.append(child)
+    return found
+
+
+def reap_zombies():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def pid_alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return data[data.rindex(b")") + 2:].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+class Result:
+    def __init__(self, proc, stdout, stderr, elapsed):
+        self.code = proc.returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.elapsed = elapsed
+
+    def text(self):
+        return self.stdout.decode(errors="replace") + self.stderr.decode(errors="replace")
+
+    def __repr__(self):
+        return f"exit {self.code} after {self.elapsed:.2f}s\n--- stdout\n{self.stdout[-3000:].decode(errors='replace')}\n--- stderr\n{self.stderr[-3000:].decode(errors='replace')}"
+
+
+class DdprunTestCase(unittest.TestCase):
+    """Runs ddprun, asserts no process is left at the end of each test."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ddprun_it_")
+        self.env = dict(os.environ)
+        self.env.pop("DDPRUN_LOG_LEVEL", None)
+
+    def tearDown(self):
+        reap_zombies()
+        deadline = time.monotonic() + 5
+        left = descendants()
+        while left and time.monotonic() < deadline:
+            time.sleep(0.02)
+            reap_zombies()
+            left = descendants()
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        reap_zombies()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.assertEqual(left, [], "processes left behind after the test")
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def start(self, *args, stdin=subprocess.DEVNULL):
+        return subprocess.Popen([DDPRUN, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=stdin, env=self.env, start_new_session=True)
+
+    def run_ddprun(self, *args, timeout=60):
+        t0 = time.monotonic()
+        proc = self.start(*args)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            self.fail(f"ddprun did not finish within {timeout}s:\n{out[-2000:]!r}\n{err[-2000:]!r}")
+        return Result(proc, out, err, time.monotonic() - t0)
+
+    def worker(self, *steps, nproc=2, extra=()):
+        return self.run_ddprun("--nproc-per-node", nproc, *extra, WORKER, *steps)
+
+    def wait_for_files(self, paths, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(os.path.exists(p) for p in paths):
+                return
+            time.sleep(0.005)
+        self.fail(f"timed out waiting for {paths}")
+
+    def read_pids(self, pidfile):
+        pids = {}
+        with open(pidfile) as f:
+            for line in f:
+                rank, pid, pgid = map(int, line.split())
+                pids[rank] = (pid, pgid)
+        return pids
+
+    def events(self, path):
+        with open(path) as f:
+            return [json.loads(line) for line in f]

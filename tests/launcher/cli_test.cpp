@@ -1,0 +1,69 @@
+#include <doctest/doctest.h>
+
+#include "agent/env_contract.hpp"
+#include "common/error.hpp"
+#include "launcher/cli.hpp"
+#include "launcher/exit_codes.hpp"
+
+using namespace ddprun::launcher;
+using ddprun::UsageError;
+
+namespace {
+const std::vector<std::string> kEnv = {"PATH=/usr/bin:/bin"};
+
+CommandLine parse(std::vector<std::string> args) { return parse_command_line(args, kEnv); }
+
+int usage_code(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const UsageError& e) {
+    return e.exit_code();
+  }
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("both torchrun spellings of an option are accepted") {
+  CHECK(parse({"--nproc-per-node", "3", "true"}).agent.world.local_world_size == 3);
+  CHECK(parse({"--nproc_per_node=2", "true"}).agent.world.local_world_size == 2);
+  CHECK(parse({"--run_id", "abc", "true"}).agent.world.run_id == "abc");
+}
+
+TEST_CASE("everything after the program belongs to the worker, options included") {
+  const auto c = parse({"--nproc-per-node", "2", "sh", "-c", "echo --nproc-per-node", "--standalone"});
+  CHECK(c.agent.argv == std::vector<std::string>{"sh", "-c", "echo --nproc-per-node", "--standalone"});
+  CHECK(c.agent.world.local_world_size == 2);
+}
+
+TEST_CASE("a .py program runs under python3 -u, -m runs a module, --no-python execs directly") {
+  const auto m = parse({"-m", "json.tool", "--help"});
+  CHECK(m.agent.argv == std::vector<std::string>{"python3", "-u", "-m", "json.tool", "--help"});
+  CHECK(usage_code({"--no-python", "-m", "x"}) == kExitUsage);
+  CHECK(usage_code({"missing_script.py"}) == kExitNotFound);
+}
+
+TEST_CASE("master port 0 or unset picks a free port; master addr defaults to loopback") {
+  const auto c = parse({"true"});
+  CHECK(c.agent.world.master_port > 0);
+  CHECK(c.agent.world.master_addr == "127.0.0.1");
+}
+
+TEST_CASE("help and version exit at once") {
+  CHECK(parse({"--help"}).exit_now);
+  CHECK(parse({"--version"}).text.find("ddprun") == 0);
+}
+
+TEST_CASE("bad input is refused with the documented code") {
+  CHECK(usage_code({"--nproc-per-node", "0", "true"}) == kExitUsage);
+  CHECK(usage_code({"--nproc-per-node", "-2", "true"}) == kExitUsage);
+  CHECK(usage_code({"--nproc-per-node", "two", "true"}) == kExitUsage);
+  CHECK(usage_code({}) == kExitUsage);
+  CHECK(usage_code({"--bogus", "true"}) == kExitUsage);
+  CHECK(usage_code({"--standalone", "--nnodes", "2", "true"}) == kExitUsage);
+  CHECK(usage_code({"--master-port", "70000", "true"}) == kExitUsage);
+  CHECK(usage_code({"no-such-program-xyz"}) == kExitNotFound);
+  CHECK(usage_code({"/tmp"}) == kExitNotExecutable);
+  CHECK(usage_code({"--term-timeout", "-1", "true"}) == kExitUsage);
+  CHECK(usage_code({"--prefix", "{host}", "true"}) == kExitUsage);
+  CHECK(usage_code({"--tee", "3", "true"}) == kExitUsage);  // log files need --log-dir
+}
