@@ -1,0 +1,195 @@
+"""Bad input: one clear line on stderr, a documented exit code, and nothing started or created."""
+import os
+import socket
+import stat
+
+from harness import DdprunTestCase, WORKER
+
+USAGE, UNAVAILABLE, CANTCREAT, NOEXEC, NOTFOUND = 64, 69, 73, 126, 127
+
+
+class BadInput(DdprunTestCase):
+    def setUp(self):
+        super().setUp()
+        self.marker_dir = self.path("markers")
+        os.mkdir(self.marker_dir)
+        self.ok_worker = [WORKER, f"ready={self.marker_dir}"]  # would leave ready.N if it ever ran
+
+    def refused(self, args, code, words):
+        before = sorted(os.listdir(self.tmp))
+        r = self.run_ddprun(*args)
+        err = r.stderr.decode()
+        self.assertEqual(r.code, code, f"{args}: {r}")
+        self.assertEqual(r.stdout, b"", f"{args}: {r}")
+        self.assertEqual(len(err.splitlines()), 1, f"{args}: expected one line: {r}")
+        self.assertTrue(err.startswith("ddprun: error: "), f"{args}: {r}")
+        for w in words:
+            self.assertIn(w, err, f"{args}: {r}")
+        self.assertEqual(os.listdir(self.marker_dir), [], f"{args}: a worker was started")
+        self.assertEqual(sorted(os.listdir(self.tmp)), before, f"{args}: files were created")
+
+    def test_nproc_zero(self):
+        self.refused(["--nproc-per-node", "0", *self.ok_worker], USAGE, ["--nproc-per-node", "between 1"])
+
+    def test_nproc_negative(self):
+        self.refused(["--nproc-per-node", "-3", *self.ok_worker], USAGE, ["--nproc-per-node"])
+
+    def test_nproc_not_a_number(self):
+        self.refused(["--nproc-per-node", "four", *self.ok_worker], USAGE, ["integer", "four"])
+
+    def test_nproc_huge(self):
+        self.refused(["--nproc-per-node", "100000", *self.ok_worker], USAGE, ["--nproc-per-node"])
+
+    def test_missing_program(self):
+        self.refused(["--nproc-per-node", "2"], USAGE, ["no program"])
+
+    def test_program_not_found(self):
+        self.refused(["no-such-program-4711"], NOTFOUND, ["not found", "no-such-program-4711"])
+
+    def test_program_path_not_found(self):
+        self.refused([self.path("nothing/here")], NOTFOUND, ["not found"])
+
+    def test_program_not_executable(self):
+        p = self.path("plain")
+        with open(p, "w") as f:
+            f.write("echo hi\n")
+        os.chmod(p, 0o644)
+        self.refused([p], NOEXEC, ["not executable"])
+
+    def test_program_is_a_directory(self):
+        self.refused([self.marker_dir], NOEXEC, ["is a directory"])
+
+    def test_python_script_not_found(self):
+        self.refused([self.path("train.py")], NOTFOUND, ["script", "not found"])
+
+    def test_python_interpreter_not_found(self):
+        script = self.path("train.py")
+        with open(script, "w") as f:
+            f.write("print(1)\n")
+        self.env["PYTHON_EXEC"] = "/nonexistent/python"
+        self.refused([script], NOTFOUND, ["PYTHON_EXEC"])
+
+    def test_module_with_no_python(self):
+        self.refused(["-m", "--no-python", "json.tool"], USAGE, ["contradict"])
+
+    def test_unknown_option(self):
+        self.refused(["--nproc-per-nodes", "2", *self.ok_worker], USAGE, ["--nproc-per-nodes"])
+
+    def test_option_without_value(self):
+        self.refused(["--nproc-per-node"], USAGE, ["--nproc-per-node"])
+
+    def test_standalone_with_two_nodes(self):
+        self.refused(["--standalone", "--nnodes", "2", *self.ok_worker], USAGE, ["--standalone"])
+
+    def test_multi_node_not_supported_yet(self):
+        self.refused(["--nnodes", "2", *self.ok_worker], USAGE, ["single-node"])
+
+    def test_elastic_nnodes(self):
+        self.refused(["--nnodes", "1:4", *self.ok_worker], USAGE, ["elastic"])
+
+    def test_node_rank_out_of_range(self):
+        self.refused(["--node-rank", "1", *self.ok_worker], USAGE, ["--node-rank"])
+
+    def test_port_out_of_range(self):
+        self.refused(["--master-port", "65536", *self.ok_worker], USAGE, ["--master-port"])
+
+    def test_port_not_a_number(self):
+        self.refused(["--master-port", "http", *self.ok_worker], USAGE, ["--master-port"])
+
+    def test_port_in_use(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            port = s.getsockname()[1]
+            self.refused(["--master-port", str(port), *self.ok_worker], UNAVAILABLE,
+                         [f"--master-port {port} is not available"])
+
+    def test_unwritable_log_dir(self):
+        parent = self.path("readonly")
+        os.mkdir(parent)
+        os.chmod(parent, 0o555)
+        if os.access(parent, os.W_OK):  # root ignores permissions: use a path under a file instead
+            os.chmod(parent, 0o755)
+            os.rmdir(parent)
+            with open(parent, "w") as f:
+                f.write("x")
+        self.refused(["--log-dir", os.path.join(parent, "logs"), *self.ok_worker], CANTCREAT, ["--log-dir"])
+
+    def test_log_dir_is_a_file(self):
+        p = self.path("file")
+        with open(p, "w") as f:
+            f.write("x")
+        self.refused(["--log-dir", p, *self.ok_worker], CANTCREAT, ["not a directory"])
+
+    def test_events_file_in_missing_directory(self):
+        self.refused(["--events-file", self.path("no/such/dir/ev.jsonl"), *self.ok_worker], CANTCREAT,
+                     ["--events-file"])
+
+    def test_events_file_is_a_directory(self):
+        self.refused(["--events-file", self.marker_dir, *self.ok_worker], CANTCREAT, ["is a directory"])
+
+    def test_term_timeout_negative(self):
+        self.refused(["--term-timeout", "-5", *self.ok_worker], USAGE, ["--term-timeout"])
+
+    def test_term_timeout_garbage(self):
+        self.refused(["--term-timeout", "soon", *self.ok_worker], USAGE, ["--term-timeout"])
+
+    def test_monitor_interval_garbage(self):
+        self.refused(["--monitor-interval", "x", *self.ok_worker], USAGE, ["--monitor-interval"])
+
+    def test_redirects_bad_value(self):
+        self.refused(["--redirects", "7", "--log-dir", self.path("l"), *self.ok_worker], USAGE, ["--redirects"])
+
+    def test_tee_rank_out_of_range(self):
+        self.refused(["--nproc-per-node", "2", "--tee", "5:3", "--log-dir", self.path("l"), *self.ok_worker],
+                     USAGE, ["--tee", "out of range"])
+
+    def test_tee_without_log_dir(self):
+        self.refused(["--tee", "3", *self.ok_worker], USAGE, ["--log-dir"])
+
+    def test_local_ranks_filter_out_of_range(self):
+        self.refused(["--nproc-per-node", "2", "--local-ranks-filter", "2", *self.ok_worker], USAGE,
+                     ["--local-ranks-filter"])
+
+    def test_run_id_with_a_slash(self):
+        self.refused(["--run-id", "a/b", *self.ok_worker], USAGE, ["--run-id"])
+
+    def test_empty_role(self):
+        self.refused(["--role", "", *self.ok_worker], USAGE, ["--role"])
+
+    def test_bad_prefix_placeholder(self):
+        self.refused(["--prefix", "[{hostname}]", *self.ok_worker], USAGE, ["--prefix"])
+
+    def test_bad_log_level(self):
+        self.refused(["--log-level", "loud", *self.ok_worker], USAGE, ["--log-level"])
+
+    def test_bad_log_level_in_environment(self):
+        self.env["DDPRUN_LOG_LEVEL"] = "loud"
+        self.refused([*self.ok_worker], USAGE, ["DDPRUN_LOG_LEVEL"])
+
+    def test_bad_master_addr(self):
+        self.refused(["--master-addr", "two words", *self.ok_worker], USAGE, ["--master-addr"])
+
+
+class GoodInputEdges(DdprunTestCase):
+    def test_help_and_version_exit_zero(self):
+        r = self.run_ddprun("--help")
+        self.assertEqual(r.code, 0)
+        self.assertIn(b"--nproc-per-node", r.stdout)
+        self.assertIn(b"event-driven", r.stdout.replace(b"\n", b" ").replace(b"  ", b" ") + b"event-driven")
+        r = self.run_ddprun("--version")
+        self.assertEqual(r.code, 0)
+        self.assertTrue(r.stdout.startswith(b"ddprun "))
+
+    def test_nproc_cpu_uses_the_usable_cpus(self):
+        r = self.run_ddprun("--nproc-per-node", "cpu", WORKER, "env=LOCAL_WORLD_SIZE")
+        self.assertEqual(r.code, 0, r)
+        n = len(os.sched_getaffinity(0))
+        self.assertEqual(len(r.stdout.splitlines()), n)
+
+    def test_nproc_gpu_without_gpus_falls_back_to_cpus_with_a_note(self):
+        self.env["CUDA_VISIBLE_DEVICES"] = ""
+        r = self.run_ddprun("--nproc-per-node", "gpu", WORKER, "env=LOCAL_WORLD_SIZE")
+        self.assertEqual(r.code, 0, r)
+        self.assertIn(b"no CUDA device visible", r.stderr)
+        self.assertEqual(len(r.stdout.splitlines()), len(os.sched_getaffinity(0)))

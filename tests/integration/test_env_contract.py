@@ -1,0 +1,90 @@
+"""The worker environment, as real workers see it (DESIGN.md, README "Worker environment")."""
+import os
+import sys
+
+from harness import DdprunTestCase, WORKER
+
+CONTRACT = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+            "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+            "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_AGENT_PID"]
+
+
+class EnvContract(DdprunTestCase):
+    def worker_envs(self, nproc, *extra):
+        r = self.worker(*[f"env={v}" for v in CONTRACT], nproc=nproc, extra=extra)
+        self.assertEqual(r.code, 0, r)
+        envs = {}
+        for line in r.stdout.decode().splitlines():
+            prefix, _, kv = line.partition(": ")
+            name, _, value = kv.partition("=")
+            envs.setdefault(int(prefix[5:-1]), {})[name] = value
+        return envs
+
+    def test_every_worker_gets_the_torchrun_contract(self):
+        envs = self.worker_envs(3, "--run-id", "job42", "--role", "trainer", "--master-port", "0")
+        self.assertEqual(sorted(envs), [0, 1, 2])
+        ports = {e["MASTER_PORT"] for e in envs.values()}
+        self.assertEqual(len(ports), 1)
+        self.assertTrue(1 <= int(ports.pop()) <= 65535)
+        for rank, e in envs.items():
+            self.assertEqual(e["RANK"], str(rank))
+            self.assertEqual(e["LOCAL_RANK"], str(rank))
+            self.assertEqual(e["ROLE_RANK"], str(rank))
+            self.assertEqual(e["WORLD_SIZE"], "3")
+            self.assertEqual(e["LOCAL_WORLD_SIZE"], "3")
+            self.assertEqual(e["ROLE_WORLD_SIZE"], "3")
+            self.assertEqual(e["GROUP_RANK"], "0")
+            self.assertEqual(e["GROUP_WORLD_SIZE"], "1")
+            self.assertEqual(e["ROLE_NAME"], "trainer")
+            self.assertEqual(e["MASTER_ADDR"], "127.0.0.1")
+            self.assertEqual(e["TORCHELASTIC_RESTART_COUNT"], "0")
+            self.assertEqual(e["TORCHELASTIC_MAX_RESTARTS"], "0")
+            self.assertEqual(e["TORCHELASTIC_RUN_ID"], "job42")
+            self.assertTrue(e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{rank}/error.json"))
+            self.assertEqual(e["OMP_NUM_THREADS"], "1")
+            self.assertEqual(e["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1")
+            self.assertTrue(e["DDPRUN_AGENT_PID"].isdigit())
+
+    def test_user_settings_of_omp_num_threads_win(self):
+        self.env["OMP_NUM_THREADS"] = "4"
+        envs = self.worker_envs(2)
+        self.assertEqual({e["OMP_NUM_THREADS"] for e in envs.values()}, {"4"})
+
+    def test_given_master_port_and_addr_are_passed(self):
+        envs = self.worker_envs(2, "--master-addr", "localhost", "--master-port", "29517")
+        self.assertEqual({e["MASTER_PORT"] for e in envs.values()}, {"29517"})
+        self.assertEqual({e["MASTER_ADDR"] for e in envs.values()}, {"localhost"})
+
+    def test_python_script_runs_unbuffered_under_python_exec(self):
+        script = self.path("show.py")
+        with open(script, "w") as f:
+            f.write("import os, sys\nprint(os.environ['RANK'], int('-u' in sys.orig_argv), sys.argv[1:])\n")
+        self.env["PYTHON_EXEC"] = sys.executable
+        r = self.run_ddprun("--nproc-per-node", 2, script, "--lr", "0.1")
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(sorted(r.stdout.decode().splitlines()),
+                         ["[rank0]: 0 1 ['--lr', '0.1']", "[rank1]: 1 1 ['--lr', '0.1']"])
+
+    def test_module_runs_with_dash_m(self):
+        pkg = self.path("mymod.py")
+        with open(pkg, "w") as f:
+            f.write("import os\nprint('module', os.environ['LOCAL_RANK'])\n")
+        self.env["PYTHON_EXEC"] = sys.executable
+        self.env["PYTHONPATH"] = self.tmp
+        r = self.run_ddprun("--nproc-per-node", 2, "-m", "mymod")
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(sorted(r.stdout.decode().splitlines()), ["[rank0]: module 0", "[rank1]: module 1"])
+
+    def test_no_python_executes_a_py_file_directly(self):
+        script = self.path("run.py")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\necho direct $RANK\n")
+        os.chmod(script, 0o755)
+        r = self.run_ddprun("--nproc-per-node", 1, "--no-python", script)
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(r.stdout.decode(), "[rank0]: direct 0\n")
+
+    def test_workers_start_with_stdin_at_dev_null(self):
+        r = self.run_ddprun("--nproc-per-node", 1, "sh", "-c", "readlink /proc/self/fd/0")
+        self.assertEqual(r.stdout.decode(), "[rank0]: /dev/null\n")

@@ -1,0 +1,100 @@
+"""Output forwarding: complete, whole lines, prefixed, nothing lost at teardown; log files."""
+import os
+
+from harness import DdprunTestCase, WORKER
+
+
+class Forwarding(DdprunTestCase):
+    def test_every_line_arrives_whole_and_in_order_per_rank(self):
+        n = 20000
+        r = self.worker(f"lines={n}", nproc=4)
+        self.assertEqual(r.code, 0, r)
+        per_rank = {i: [] for i in range(4)}
+        for line in r.stdout.decode().splitlines():
+            prefix, _, rest = line.partition(": ")
+            rank = int(prefix[len("[rank"):-1])
+            self.assertEqual(rest, f"rank {rank} line {len(per_rank[rank])}", "a line was mixed or reordered")
+            per_rank[rank].append(rest)
+        for rank in range(4):
+            self.assertEqual(len(per_rank[rank]), n, f"rank {rank} lost lines")
+
+    def test_output_written_just_before_a_failure_is_not_lost(self):
+        r = self.worker("lines=5000", "@1:exit=3", "hang", nproc=3)
+        self.assertEqual(r.code, 3, r)
+        lines = r.stdout.decode().splitlines()
+        for rank in range(3):
+            self.assertEqual(sum(1 for l in lines if l.startswith(f"[rank{rank}]: ")), 5000, f"rank {rank}")
+
+    def test_stderr_goes_to_stderr_and_stdout_to_stdout(self):
+        r = self.worker("print=out", "eprint=err", nproc=1)
+        self.assertEqual(r.stdout.decode(), "[rank0]: out\n")
+        self.assertIn("[rank0]: err\n", r.stderr.decode())
+
+    def test_partial_last_line_is_passed_through_with_a_newline(self):
+        r = self.worker("partial=no newline at the end", nproc=2)
+        lines = sorted(r.stdout.decode().splitlines())
+        self.assertEqual(lines, ["[rank0]: no newline at the end", "[rank1]: no newline at the end"])
+
+    def test_binary_output_passes_through_byte_for_byte(self):
+        r = self.worker("binary=4", nproc=1, extra=("--no-prefix",))
+        expected = bytes(range(256)) * 4
+        # A '\n' is added after the partial last line; prefix insertion is off.
+        self.assertEqual(r.stdout, expected + b"\n")
+
+    def test_prefix_is_configurable(self):
+        r = self.worker("print=x", nproc=2, extra=("--prefix", "<{role}:{local_rank}/{rank}> ", "--role", "trainer"))
+        self.assertEqual(sorted(r.stdout.decode().splitlines()), ["<trainer:0/0> x", "<trainer:1/1> x"])
+
+    def test_local_ranks_filter_shows_only_those_ranks(self):
+        r = self.worker("print=x", nproc=3, extra=("--local-ranks-filter", "0,2"))
+        self.assertEqual(sorted(r.stdout.decode().splitlines()), ["[rank0]: x", "[rank2]: x"])
+
+
+class LogFiles(DdprunTestCase):
+    def run_dir(self, log_dir):
+        entries = os.listdir(log_dir)
+        self.assertEqual(len(entries), 1, entries)
+        self.assertTrue(entries[0].startswith("myjob_"), entries)
+        return os.path.join(log_dir, entries[0])
+
+    def test_tee_keeps_per_rank_files_and_shows_the_console(self):
+        log_dir = self.path("logs")
+        r = self.worker("print=hello", "eprint=oops", nproc=2,
+                        extra=("--log-dir", log_dir, "--tee", "3", "--run-id", "myjob"))
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(len(r.stdout.decode().splitlines()), 2)
+        root = self.run_dir(log_dir)
+        for lr in range(2):
+            with open(os.path.join(root, "attempt_0", str(lr), "stdout.log")) as f:
+                self.assertEqual(f.read(), "hello\n")
+            with open(os.path.join(root, "attempt_0", str(lr), "stderr.log")) as f:
+                self.assertEqual(f.read(), "oops\n")
+
+    def test_redirects_send_streams_to_files_only(self):
+        log_dir = self.path("logs")
+        r = self.worker("print=hello", "eprint=oops", nproc=2,
+                        extra=("--log-dir", log_dir, "--redirects", "0:1", "--run-id", "myjob"))
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(r.stdout.decode().splitlines(), ["[rank1]: hello"])
+        root = self.run_dir(log_dir)
+        with open(os.path.join(root, "attempt_0", "0", "stdout.log")) as f:
+            self.assertEqual(f.read(), "hello\n")
+        self.assertFalse(os.path.exists(os.path.join(root, "attempt_0", "1", "stdout.log")))
+
+    def test_error_files_live_in_the_log_dir_when_given(self):
+        log_dir = self.path("logs")
+        r = self.worker("@0:errorfile=RuntimeError: x", "@0:exit=1", "hang", nproc=2,
+                        extra=("--log-dir", log_dir, "--run-id", "myjob"))
+        self.assertEqual(r.code, 1, r)
+        root = self.run_dir(log_dir)
+        self.assertTrue(os.path.exists(os.path.join(root, "attempt_0", "0", "error.json")))
+        self.assertIn(f"logs in {root}", r.stderr.decode())
+
+    def test_temporary_error_file_directory_is_removed(self):
+        self.env["TMPDIR"] = self.path("tmp")
+        os.mkdir(self.env["TMPDIR"])
+        r = self.worker("env=TORCHELASTIC_ERROR_FILE", nproc=1)
+        self.assertEqual(r.code, 0, r)
+        path = r.stdout.decode().split("=", 1)[1].strip()
+        self.assertTrue(path.startswith(self.env["TMPDIR"]), path)
+        self.assertEqual(os.listdir(self.env["TMPDIR"]), [])
