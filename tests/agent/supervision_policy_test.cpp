@@ -126,13 +126,15 @@ TEST_CASE("a worker failure before a stop signal stays the root cause") {
   CHECK(p.exit_code() == 7);
 }
 
-TEST_CASE("two failures seen in the same batch: the first reported is the root cause, the second also failed") {
+TEST_CASE("of two failures reaped together, the first reported is the root cause and the other a victim") {
   auto p = three_workers();
   p.on_exit(2, exited(5), 1);
-  // Reaped in the same batch, before any signal could reach it: failed on its own, not a victim.
-  // (Policy sees it after the teardown began, so it is a victim unless it is reported first.)
+  // Reaped right after the teardown's SIGTERM went out: whether it died of that signal or just before
+  // cannot be told from waitpid, so it is reported as a victim with its own exit status.
   p.on_exit(0, exited(6), 1);
   CHECK(p.root_cause()->local_rank == 2);
+  CHECK(p.worker(0).state == WorkerState::kVictim);
+  CHECK(p.worker(0).status.code == 6);
   CHECK(p.exit_code() == 5);
 }
 
