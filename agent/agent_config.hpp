@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,34 @@ struct OutputConfig {
   StdStreams tee;                                // to files and the console
 };
 
+// How this node takes part in the rendezvous. Every run goes through it, one node or many: a single node
+// hosts an in-process server on 127.0.0.1 with a generated token and joins it (~1 ms on loopback).
+enum class Hosting {
+  kNo,       // connect only (static node rank > 0, or a separate ddprun-rendezvous)
+  kYes,      // host the server here, failing if its port cannot be bound
+  kIfLocal,  // dynamic mode: host when the endpoint is one of this machine's addresses and the port is free
+};
+
+struct RendezvousConfig {
+  Hosting hosting = Hosting::kYes;
+  std::string bind_address = "127.0.0.1";  // where a hosted server listens
+  std::string server_host = "127.0.0.1";   // where this node's client connects
+  int server_port = 0;                      // 0: a free port (hosted server only)
+  std::string token;
+  bool static_node_ranks = true;
+  std::optional<int> node_rank;  // static mode only
+  int nnodes = 1;
+  std::string local_addr;        // how the other nodes reach this one (join.address); empty: as the server sees it
+  int master_port = 0;           // MASTER_PORT offered if this node becomes node 0; 0: picked by the client
+  std::chrono::milliseconds join_timeout{900'000};
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds heartbeat_timeout{5000};
+  int max_restarts = 0;
+};
+
 struct AgentConfig {
-  World world;
+  World world;  // what is known before the rendezvous; node rank, offsets and master come from it
+  RendezvousConfig rdzv;
   std::string program;              // what to execute: a path, or a name looked up in PATH
   std::vector<std::string> argv;    // the worker's argv, argv[0] included
   std::vector<std::string> base_env;

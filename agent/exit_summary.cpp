@@ -37,7 +37,11 @@ nlohmann::json summary_json(const SupervisionPolicy& policy, const SummaryContex
   for (const auto& w : policy.workers()) workers.push_back(worker_json(w));
   nlohmann::json j{{"event", "summary"}, {"time_ms", ctx.end_ms}, {"exit_code", policy.exit_code()},
                    {"host", ctx.host}, {"node_rank", ctx.node_rank}, {"workers", workers}};
-  if (const WorkerRecord* root = policy.root_cause()) {
+  if (const auto& cause = policy.job_cause()) {
+    j["root_cause"] = {{"description", cause->text}, {"node_rank", cause->node_rank}, {"rank", cause->rank},
+                       {"exit_code", cause->exit_code}, {"time_ms", cause->time_ms}};
+    if (!cause->error.empty()) j["root_cause"]["error"] = cause->error;
+  } else if (const WorkerRecord* root = policy.root_cause()) {
     j["root_cause"] = worker_json(*root);
     j["root_cause"]["host"] = ctx.host;
     j["root_cause"]["node_rank"] = ctx.node_rank;
@@ -53,7 +57,19 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
   const double secs = static_cast<double>(ctx.end_ms - ctx.start_ms) / 1000.0;
   char elapsed[32];
   std::snprintf(elapsed, sizeof elapsed, "%.3f s", secs);
-  if (root) {
+  const auto& cause = policy.job_cause();
+  if (cause) {
+    // The job's root cause, possibly on another node: the same lines on every node.
+    out << "ddprun: job FAILED after " << elapsed << "\n";
+    out << "ddprun: root cause: " << cause->text;
+    if (cause->time_ms > 0) out << " at " << iso_time(cause->time_ms);
+    out << "\n";
+    if (!cause->error.empty()) out << "ddprun: root cause error: " << cause->error << "\n";
+    const bool here = cause->node_rank == ctx.node_rank && cause->rank >= 0;
+    root = nullptr;
+    for (const auto& w : policy.workers())
+      if (here && w.rank == cause->rank) root = &w;
+  } else if (root) {
     out << "ddprun: job FAILED after " << elapsed << "\n";
     out << "ddprun: root cause: rank " << root->rank << " (local rank " << root->local_rank << ", node "
         << ctx.node_rank << ", host " << ctx.host << ", pid " << root->pid << ") " << root->status.describe()

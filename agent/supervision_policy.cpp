@@ -94,6 +94,11 @@ Decision SupervisionPolicy::on_external_stop(std::int64_t now_ms) {
   return begin_teardown(SIGTERM, now_ms);
 }
 
+Decision SupervisionPolicy::on_job_cause(JobCause cause, std::int64_t now_ms) {
+  job_cause_ = std::move(cause);
+  return on_external_stop(now_ms);
+}
+
 bool SupervisionPolicy::all_exited() const {
   return std::none_of(workers_.begin(), workers_.end(),
                       [](const WorkerRecord& w) { return w.state == WorkerState::kRunning; });
@@ -104,6 +109,7 @@ const WorkerRecord* SupervisionPolicy::root_cause() const {
 }
 
 int SupervisionPolicy::exit_code() const {
+  if (job_cause_) return job_cause_->exit_code == 0 ? 1 : job_cause_->exit_code;
   if (const WorkerRecord* root = root_cause()) {
     const int code = root->status.shell_code();
     return code == 0 ? 1 : code;

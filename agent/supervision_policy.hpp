@@ -46,6 +46,17 @@ struct Decision {
   bool teardown_began = false;
 };
 
+// The job's root cause as the rendezvous decided it: the earliest failure on any node (the same on every
+// node), or this node's own trouble with the rendezvous (refused, timed out, lost the server).
+struct JobCause {
+  std::string text;      // one line: "rank 3 (local rank 1, node 1, host gpu7, pid 42) exited with code 1"
+  int exit_code = 1;     // what ddprun exits with on every node
+  int node_rank = -1;    // where it happened; -1: not a worker
+  int rank = -1;         // the failed worker's global rank; -1: a node or the rendezvous
+  std::string error;     // the worker's error file, if any
+  std::int64_t time_ms = 0;
+};
+
 class SupervisionPolicy {
  public:
   void add_worker(int rank, int local_rank, pid_t pid, std::int64_t now_ms);
@@ -57,6 +68,11 @@ class SupervisionPolicy {
   Decision on_grace_expired(std::int64_t now_ms);
   // Stop requested from outside the node (another node failed): like a failure elsewhere.
   Decision on_external_stop(std::int64_t now_ms);
+  // The job is over for a reason decided beyond this node: tears down like an external stop (when still
+  // running) and makes `cause` the summary's root cause and the exit code's source. The latest call wins:
+  // the rendezvous' word replaces this node's own view of which failure came first.
+  Decision on_job_cause(JobCause cause, std::int64_t now_ms);
+  const std::optional<JobCause>& job_cause() const { return job_cause_; }
 
   bool all_exited() const;
   Phase phase() const { return phase_; }
@@ -67,7 +83,7 @@ class SupervisionPolicy {
   // The signal that stopped the job from outside (0: none).
   int stop_signal() const { return stop_signal_; }
   std::int64_t teardown_ms() const { return teardown_ms_; }
-  // 0 when every worker succeeded; the root cause's code (128+N for a signal); 128+N when ddprun was
+  // The job cause's code when there is one; else 0 when every worker succeeded; the root cause's code (128+N for a signal); 128+N when ddprun was
   // stopped by signal N before any worker failed; 1 for an external stop with no local cause.
   int exit_code() const;
 
@@ -80,6 +96,7 @@ class SupervisionPolicy {
   int stop_signal_ = 0;
   bool external_stop_ = false;
   std::int64_t teardown_ms_ = 0;
+  std::optional<JobCause> job_cause_;
 };
 
 }  // namespace ddprun::agent

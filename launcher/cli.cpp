@@ -15,23 +15,19 @@
 #include "launcher/option_values.hpp"
 #include "launcher/ports.hpp"
 #include "launcher/program.hpp"
+#include "launcher/topology.hpp"
 
 namespace ddprun::launcher {
 namespace {
 
 struct RawOptions {
   std::string nproc = "1";
-  std::string nnodes = "1";
-  std::string node_rank = "0";
-  std::string master_addr;
-  std::string master_port;
-  bool standalone = false;
+  TopologyOptions topo;
   std::string log_dir;
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
   std::string term_timeout = "30";
-  std::string run_id = "none";
   std::string role = "default";
   bool no_python = false;
   bool module = false;
@@ -47,13 +43,37 @@ struct RawOptions {
 void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc,
                  "Workers on this node: a number, or auto|gpu (visible CUDA devices, else CPUs), cpu (CPUs)");
-  app.add_option("--nnodes", o.nnodes, "Number of nodes (this version: 1)");
-  app.add_option("--node-rank,--node_rank", o.node_rank, "Rank of this node (this version: 0)");
-  app.add_option("--master-addr,--master_addr", o.master_addr,
-                 "MASTER_ADDR given to workers: where rank 0 hosts the c10d store (default 127.0.0.1)");
-  app.add_option("--master-port,--master_port", o.master_port,
-                 "MASTER_PORT given to workers; 0 or unset picks a free port");
-  app.add_flag("--standalone", o.standalone, "Single-node job on this machine, with a free port");
+  TopologyOptions& t = o.topo;
+  app.add_option("--nnodes", t.nnodes, "Number of nodes (default 1)");
+  app.add_option("--node-rank,--node_rank", t.node_rank,
+                 "Rank of this node, 0..nnodes-1 (static jobs; node 0 hosts the rendezvous)");
+  app.add_option("--master-addr,--master_addr", t.master_addr,
+                 "Node 0's address: static jobs rendezvous there, and it is workers' MASTER_ADDR (default "
+                 "127.0.0.1)");
+  app.add_option("--master-port,--master_port", t.master_port,
+                 "MASTER_PORT given to workers; 0 or unset picks a free port on node 0");
+  app.add_flag("--standalone", t.standalone, "Single-node job on this machine, with a free port");
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", t.rdzv_endpoint,
+                 "HOST[:PORT] of the rendezvous (dynamic node ranks); the machine at HOST hosts it, or a "
+                 "ddprun-rendezvous does (default port 29400)");
+  app.add_option("--rdzv-id,--rdzv_id", t.rdzv_id, "Job id shared by every node (same as --run-id)");
+  app.add_option("--rdzv-backend,--rdzv_backend", t.rdzv_backend,
+                 "Accepted for torchrun compatibility: c10d or static (ddprun has one rendezvous)");
+  app.add_option("--rdzv-port,--rdzv_port", t.rdzv_port,
+                 "Static jobs: the port node 0 hosts the rendezvous on, at --master-addr (default 29400)");
+  app.add_option("--rdzv-token,--rdzv_token", t.rdzv_token,
+                 "Shared secret every node must prove (never sent); else --rdzv-token-file or DDPRUN_TOKEN");
+  app.add_option("--rdzv-token-file,--rdzv_token_file", t.rdzv_token_file, "Read the token from this file");
+  app.add_option("--rdzv-timeout,--rdzv_timeout", t.rdzv_timeout,
+                 "Seconds to wait for every node to join, or for the server to answer (default 900)");
+  app.add_option("--heartbeat-interval,--heartbeat_interval", t.heartbeat_interval,
+                 "Seconds between heartbeats (set on the node hosting the rendezvous; default 1)");
+  app.add_option("--heartbeat-timeout,--heartbeat_timeout", t.heartbeat_timeout,
+                 "Seconds of silence after which a node, or the server, is lost (host's setting; default 5)");
+  app.add_option("--local-addr,--local_addr", t.local_addr,
+                 "How the other nodes reach this one (MASTER_ADDR when this is node 0)");
+  app.add_option("--max-restarts,--max_restarts", t.max_restarts,
+                 "Restart the whole job (every node) this many times after a worker failure (default 0)");
   app.add_option("--log-dir,--log_dir", o.log_dir,
                  "Keep per-attempt, per-rank logs and error files under this directory");
   app.add_option("-r,--redirects", o.redirects,
@@ -64,7 +84,7 @@ void define_options(CLI::App& app, RawOptions& o) {
                  "Show only these local ranks' output on the console, e.g. 0 or 0,2 (log files keep all)");
   app.add_option("--term-timeout,--term_timeout", o.term_timeout,
                  "Seconds between SIGTERM and SIGKILL when tearing the job down (default 30)");
-  app.add_option("--run-id,--run_id", o.run_id, "Job id (TORCHELASTIC_RUN_ID; default none)");
+  app.add_option("--run-id,--run_id", t.run_id, "Job id (TORCHELASTIC_RUN_ID; default none)");
   app.add_option("--role", o.role, "Worker role name (ROLE_NAME; default default)");
   app.add_flag("--no-python,--no_python", o.no_python, "Execute PROGRAM directly, even a .py file");
   app.add_flag("-m,--module", o.module, "PROGRAM is a Python module, run as python -m PROGRAM");
@@ -79,16 +99,6 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_flag("-q,--quiet", o.quiet, "Same as --log-level warning");
 }
 
-int parse_int(const std::string& name, const std::string& text, int lo, int hi) {
-  int v = 0;
-  if (!parse_int_strict(text, v)) throw UsageError(name + " must be an integer, got '" + text + "'", kExitUsage);
-  if (v < lo || v > hi)
-    throw UsageError(name + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
-                         text,
-                     kExitUsage);
-  return v;
-}
-
 int resolve_nproc(const std::string& text, const std::vector<std::string>& env, std::vector<std::string>& notes) {
   if (text == "auto" || text == "gpu" || text == "cpu") {
     const std::string cvd = agent::env_value(env, "CUDA_VISIBLE_DEVICES", "");
@@ -100,7 +110,7 @@ int resolve_nproc(const std::string& text, const std::vector<std::string>& env, 
                                        std::to_string(cpus) + " (the usable CPUs)");
     return cpus;
   }
-  return parse_int("--nproc-per-node", text, 1, 4096);
+  return parse_int_in("--nproc-per-node", text, 1, 4096);
 }
 
 LogLevel resolve_log_level(const RawOptions& o, const std::vector<std::string>& env) {
@@ -161,28 +171,11 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const std::
   cfg.base_env = env;
   cfg.host = host_name();
 
-  // Topology. Multi-node jobs need the rendezvous (a later version); say so rather than pretend.
-  const int nnodes = parse_nnodes(o.nnodes);
-  if (o.standalone && nnodes != 1)
-    throw UsageError("--standalone runs one node; it cannot be combined with --nnodes " + o.nnodes, kExitUsage);
-  if (nnodes != 1)
-    throw UsageError("--nnodes " + o.nnodes + ": this version of ddprun runs single-node jobs only; use --nnodes 1",
-                     kExitUsage);
-  const int node_rank = parse_int("--node-rank", o.node_rank, 0, nnodes - 1);
   const int nproc = resolve_nproc(o.nproc, env, result.notes);
-
   agent::World& w = cfg.world;
-  w.nnodes = nnodes;
-  w.node_rank = node_rank;
   w.local_world_size = nproc;
-  w.rank_offset = 0;
-  w.world_size = nproc;
-  w.master_addr = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
-  if (!valid_host(w.master_addr))
-    throw UsageError("--master-addr '" + o.master_addr + "' is not a host name or address", kExitUsage);
-  w.run_id = o.run_id;
-  if (!valid_name(w.run_id)) throw UsageError("--run-id must be 1-128 characters of [A-Za-z0-9._-], got '" +
-                                                  o.run_id + "'", kExitUsage);
+  o.topo.node_rank_given = app.count("--node-rank") > 0;
+  // Ports last (below): picking a MASTER_PORT touches the system.
   w.role = o.role;
   if (!valid_name(w.role))
     throw UsageError("--role must be 1-128 characters of [A-Za-z0-9._-], got '" + o.role + "'", kExitUsage);
@@ -216,17 +209,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const std::
     if (!why.empty()) throw UsageError("--events-file: " + why, kExitCantCreate);
     cfg.events_file = o.events_file;
   }
-  const int port = o.master_port.empty() ? 0 : parse_int("--master-port", o.master_port, 0, 65535);
-  if (port == 0) {
-    w.master_port = pick_free_port();
-  } else {
-    const std::string why = port_unavailable_reason(port);
-    if (!why.empty())
-      throw UsageError("--master-port " + std::to_string(port) + " is not available (" + why +
-                           "); choose another or 0 for a free one",
-                       kExitUnavailable);
-    w.master_port = port;
-  }
+  resolve_topology(o.topo, env, cfg, result.notes);
   return result;
 }
 

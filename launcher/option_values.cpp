@@ -134,4 +134,14 @@ std::string check_writable_file(const std::string& path) {
   return "";
 }
 
+int parse_int_in(const std::string& name, const std::string& text, int lo, int hi) {
+  int v = 0;
+  if (!parse_int_strict(text, v)) throw UsageError(name + " must be an integer, got '" + text + "'", kExitUsage);
+  if (v < lo || v > hi)
+    throw UsageError(name + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                         text,
+                     kExitUsage);
+  return v;
+}
+
 }  // namespace ddprun::launcher

@@ -12,6 +12,8 @@ namespace ddprun::launcher {
 
 // Whole string a decimal integer (sign allowed), within int range. No throw.
 bool parse_int_strict(const std::string& text, int& out);
+// `text` as an integer within [lo, hi], or UsageError naming `option`.
+int parse_int_in(const std::string& option, const std::string& text, int lo, int hi);
 // "N" or torchrun's elastic "MIN:MAX" (only MIN == MAX is supported here).
 int parse_nnodes(const std::string& text);
 // Seconds, fractions allowed: "30", "0.5". Must be >= 0 and <= one day.

@@ -81,8 +81,32 @@ class BadInput(DdprunTestCase):
     def test_standalone_with_two_nodes(self):
         self.refused(["--standalone", "--nnodes", "2", *self.ok_worker], USAGE, ["--standalone"])
 
-    def test_multi_node_not_supported_yet(self):
-        self.refused(["--nnodes", "2", *self.ok_worker], USAGE, ["single-node"])
+    def test_multi_node_needs_an_address(self):
+        self.refused(["--nnodes", "2", *self.ok_worker], USAGE, ["--master-addr", "--rdzv-endpoint"])
+
+    def test_multi_node_node_rank_out_of_range(self):
+        self.refused(["--nnodes", "2", "--node-rank", "2", "--master-addr", "127.0.0.1", *self.ok_worker], USAGE,
+                     ["--node-rank", "between 0 and 1"])
+
+    def test_dynamic_needs_an_id(self):
+        self.refused(["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1234", *self.ok_worker], USAGE,
+                     ["--rdzv-id"])
+
+    def test_dynamic_with_node_rank(self):
+        self.refused(["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1234", "--rdzv-id", "j", "--node-rank", "1",
+                      *self.ok_worker], USAGE, ["--node-rank"])
+
+    def test_bad_endpoint(self):
+        self.refused(["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:http", "--rdzv-id", "j", *self.ok_worker],
+                     USAGE, ["--rdzv-endpoint"])
+
+    def test_unreadable_token_file(self):
+        self.refused(["--rdzv-token-file", self.path("no-such-token"), *self.ok_worker], 66,
+                     ["--rdzv-token-file"])
+
+    def test_heartbeat_timeout_not_above_interval(self):
+        self.refused(["--heartbeat-interval", "2", "--heartbeat-timeout", "1", *self.ok_worker], USAGE,
+                     ["--heartbeat-timeout"])
 
     def test_elastic_nnodes(self):
         self.refused(["--nnodes", "1:4", *self.ok_worker], USAGE, ["elastic"])

@@ -48,6 +48,41 @@ TEST_CASE("master port 0 or unset picks a free port; master addr defaults to loo
   CHECK(c.agent.world.master_addr == "127.0.0.1");
 }
 
+TEST_CASE("one node hosts an in-process rendezvous on loopback with a generated token") {
+  const auto c = parse({"--nproc-per-node", "3", "true"});
+  CHECK(c.agent.rdzv.hosting == ddprun::agent::Hosting::kYes);
+  CHECK(c.agent.rdzv.bind_address == "127.0.0.1");
+  CHECK(c.agent.rdzv.server_port == 0);
+  CHECK(c.agent.rdzv.token.size() >= 32);
+  CHECK(c.agent.rdzv.master_port == c.agent.world.master_port);
+}
+
+TEST_CASE("static multi-node: node 0 hosts at --rdzv-port, the others connect to --master-addr") {
+  const auto n0 = parse({"--nnodes", "3", "--node-rank", "0", "--master-addr", "10.1.2.3", "--rdzv-port",
+                         "29411", "--rdzv-token", "s3cret", "true"});
+  CHECK(n0.agent.rdzv.hosting == ddprun::agent::Hosting::kYes);
+  CHECK(n0.agent.rdzv.bind_address == "0.0.0.0");
+  CHECK(n0.agent.rdzv.server_host == "10.1.2.3");
+  CHECK(n0.agent.rdzv.server_port == 29411);
+  CHECK(n0.agent.rdzv.local_addr == "10.1.2.3");
+  CHECK(n0.agent.rdzv.token == "s3cret");
+  CHECK(*n0.agent.rdzv.node_rank == 0);
+  const auto n2 = parse({"--nnodes", "3", "--node_rank", "2", "--master_addr", "10.1.2.3", "true"});
+  CHECK(n2.agent.rdzv.hosting == ddprun::agent::Hosting::kNo);
+  CHECK(n2.agent.rdzv.server_port == 29400);
+  CHECK(*n2.agent.rdzv.node_rank == 2);
+}
+
+TEST_CASE("dynamic multi-node: the endpoint's machine may host, ranks come from the server") {
+  const auto d = parse({"--nnodes", "2", "--rdzv_endpoint", "node7:29555", "--rdzv-id", "job9", "true"});
+  CHECK(d.agent.rdzv.hosting == ddprun::agent::Hosting::kIfLocal);
+  CHECK(d.agent.rdzv.server_host == "node7");
+  CHECK(d.agent.rdzv.server_port == 29555);
+  CHECK(!d.agent.rdzv.static_node_ranks);
+  CHECK(!d.agent.rdzv.node_rank);
+  CHECK(d.agent.world.run_id == "job9");
+}
+
 TEST_CASE("help and version exit at once") {
   CHECK(parse({"--help"}).exit_now);
   CHECK(parse({"--version"}).text.find("ddprun") == 0);
@@ -61,6 +96,10 @@ TEST_CASE("bad input is refused with the documented code") {
   CHECK(usage_code({"--bogus", "true"}) == kExitUsage);
   CHECK(usage_code({"--standalone", "--nnodes", "2", "true"}) == kExitUsage);
   CHECK(usage_code({"--master-port", "70000", "true"}) == kExitUsage);
+  CHECK(usage_code({"--nnodes", "2", "true"}) == kExitUsage);  // no --master-addr nor --rdzv-endpoint
+  CHECK(usage_code({"--nnodes", "2", "--master-addr", "h", "--node-rank", "2", "true"}) == kExitUsage);
+  CHECK(usage_code({"--nnodes", "2", "--rdzv-endpoint", "h:1", "true"}) == kExitUsage);  // no --rdzv-id
+  CHECK(usage_code({"--rdzv-backend", "etcd", "true"}) == kExitUsage);
   CHECK(usage_code({"no-such-program-xyz"}) == kExitNotFound);
   CHECK(usage_code({"/tmp"}) == kExitNotExecutable);
   CHECK(usage_code({"--term-timeout", "-1", "true"}) == kExitUsage);

@@ -1,0 +1,76 @@
+// The agent's executor, shared by its three source files: node_agent.cpp (set-up, reaping, teardown,
+// finishing), node_agent_workers.cpp (starting workers and routing their output) and node_agent_rdzv.cpp
+// (what the rendezvous says, and what this node tells it). Rules live in supervision_policy.hpp.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/agent_config.hpp"
+#include "agent/child_reaper.hpp"
+#include "agent/event_log.hpp"
+#include "agent/output_pump.hpp"
+#include "agent/rendezvous_link.hpp"
+#include "agent/run_layout.hpp"
+#include "agent/supervision_policy.hpp"
+
+namespace ddprun::agent {
+
+class NodeAgent {
+ public:
+  explicit NodeAgent(const AgentConfig& config);
+  int run();
+
+ private:
+  // node_agent_workers.cpp
+  void start_workers();
+  void start_worker(int local_rank);
+  int open_target(int local_rank, int stream_bit, bool& console, int& file_fd);
+  void signal_everything(int signal, bool include_descendants);
+  // node_agent_rdzv.cpp
+  rendezvous::ClientHandlers rendezvous_handlers();
+  void on_assignment(const rendezvous::Assignment& a);
+  void on_stop(const rendezvous::StopOrder& order);
+  void on_outcome(const JobCause* cause, const char* reason);
+  void report_worker_failure(int local_rank);
+  void report_signal(int signal);
+  // node_agent.cpp
+  void wait_signal(boost::asio::signal_set& set);
+  void on_signal(int signal);
+  void on_child_exit(pid_t pid, const process::ExitStatus& status);
+  void after_reap(bool has_children);
+  void apply(const Decision& d, const char* reason);
+  void arm_grace();
+  void on_grace_expired();
+  void maybe_finish();
+
+  const AgentConfig& config_;
+  World world_;  // the launcher's, then the rendezvous' assignment
+  Logger log_;
+  boost::asio::io_context io_;
+  boost::asio::signal_set stop_signals_;
+  boost::asio::signal_set notice_signals_;
+  ChildReaper reaper_;
+  boost::asio::steady_timer grace_timer_;
+  boost::asio::steady_timer drain_timer_;
+  SupervisionPolicy policy_;
+  RunLayout layout_;
+  EventLog events_;
+  std::unordered_map<pid_t, int> local_rank_of_;
+  std::vector<std::unique_ptr<OutputPump>> pumps_;
+  RendezvousLink link_;
+  bool grace_armed_ = false;
+  bool killing_stragglers_ = false;
+  bool processes_gone_ = false;
+  bool finished_ = false;
+  bool workers_started_ = false;  // the assignment came and workers were started
+  bool outcome_known_ = false;    // the rendezvous said how the job ended (or that it is lost to us)
+  std::int64_t start_ms_ = 0;
+};
+
+}  // namespace ddprun::agent

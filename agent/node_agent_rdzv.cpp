@@ -1,0 +1,121 @@
+// The agent's side of the rendezvous: the assignment starts the workers; a local failure is reported so
+// that every node stops; the server's stop order (or losing the server) tears this node down with the
+// job's root cause, the same on every node.
+#include <unistd.h>
+
+#include <csignal>
+#include <nlohmann/json.hpp>
+
+#include "agent/node_agent_impl.hpp"
+#include "common/process/wait_status.hpp"
+#include "common/time.hpp"
+
+namespace ddprun::agent {
+namespace rdzv = ddprun::rendezvous;
+using nlohmann::json;
+
+namespace {
+JobCause cause_of(const rdzv::Failure& f) {
+  JobCause c;
+  c.text = rdzv::describe(f);
+  c.exit_code = rdzv::exit_status_of(f);
+  c.node_rank = f.node_rank;
+  c.rank = f.rank;
+  c.error = f.error_file_contents;
+  c.time_ms = f.time_unix_ms;
+  return c;
+}
+}  // namespace
+
+rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
+  return rdzv::ClientHandlers{
+      [this](const rdzv::Assignment& a) { on_assignment(a); },
+      [this](const rdzv::StopOrder& s) { on_stop(s); },
+      [this] { on_outcome(nullptr, "complete"); },
+      [this](const rdzv::ClientError& e) {
+        log_.error(e.message);
+        JobCause c;
+        c.text = e.message;
+        c.exit_code = exit_code_of(e);
+        c.time_ms = unix_ms();
+        on_outcome(&c, "rendezvous_error");
+      }};
+}
+
+void NodeAgent::on_assignment(const rdzv::Assignment& a) {
+  if (a.local_world_size() != world_.local_world_size)
+    throw SystemError("the rendezvous assigned " + std::to_string(a.local_world_size()) + " workers, not " +
+                          std::to_string(world_.local_world_size),
+                      0);
+  world_.node_rank = a.node_rank;
+  world_.nnodes = a.nnodes;
+  world_.rank_offset = a.rank_offset;
+  world_.world_size = a.world_size;
+  world_.master_addr = a.master_addr;
+  world_.master_port = a.master_port;
+  world_.run_id = a.run_id;
+  world_.restart_count = a.restart_count;
+  world_.max_restarts = a.max_restarts;
+  // One block per node and round, so a log shows at a glance where every node's ranks went.
+  if (a.nnodes > 1) log_.info(rdzv::format_summary(a, config_.host));
+  events_.write(json{{"event", "rendezvous"}, {"time_ms", unix_ms()}, {"node_rank", a.node_rank},
+                     {"nnodes", a.nnodes}, {"rank_offset", a.rank_offset}, {"world_size", a.world_size},
+                     {"master_addr", a.master_addr}, {"master_port", a.master_port},
+                     {"restart_count", a.restart_count}});
+  if (policy_.phase() != Phase::kRunning) return;  // a signal came first: on_signal already reported it
+  workers_started_ = true;
+  start_workers();
+}
+
+void NodeAgent::on_stop(const rdzv::StopOrder& order) {
+  const JobCause cause = cause_of(order.root_cause);
+  if (order.root_cause.node_rank != world_.node_rank || !policy_.root_cause())
+    log_.error("job stopped: ", cause.text);
+  on_outcome(&cause, "stopped_by_rendezvous");
+}
+
+// The job's end as the rendezvous tells it (cause == nullptr: every node succeeded). Always terminal.
+void NodeAgent::on_outcome(const JobCause* cause, const char* reason) {
+  outcome_known_ = true;
+  if (cause) apply(policy_.on_job_cause(*cause, unix_ms()), reason);
+  // Nothing was started (refused, timed out, stopped before the assignment): nothing to wait for.
+  if (!workers_started_) processes_gone_ = true;
+  maybe_finish();
+}
+
+void NodeAgent::report_worker_failure(int local_rank) {
+  const WorkerRecord& w = policy_.worker(local_rank);
+  rdzv::Failure f;
+  f.node_rank = world_.node_rank;
+  f.host = config_.host;
+  f.rank = w.rank;
+  f.local_rank = w.local_rank;
+  f.pid = w.pid;
+  if (w.status.signaled) f.signal = w.status.signal;
+  else f.exit_code = w.status.code;
+  f.time_unix_ms = w.end_ms;
+  f.error_file_contents = w.error_message;
+  link_.client().report_failure(f);
+}
+
+void NodeAgent::report_signal(int signal) {
+  if (!workers_started_) {
+    // Not in a round yet: leaving frees this node's place, the others wait for a replacement or time out.
+    JobCause c;
+    c.text = std::string("ddprun received ") + process::signal_name(signal) + " before the rendezvous completed";
+    c.exit_code = 128 + signal;
+    c.time_ms = unix_ms();
+    on_outcome(&c, "signal");
+    return;
+  }
+  rdzv::Failure f;
+  f.node_rank = world_.node_rank;
+  f.host = config_.host;
+  f.pid = ::getpid();
+  f.signal = signal;
+  f.time_unix_ms = unix_ms();
+  f.message = std::string("its ddprun received ") + process::signal_name(signal);
+  link_.client().report_failure(f);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,124 @@
+// Starting workers (env contract, output routing) and signalling them: the agent's hands on processes.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "agent/env_contract.hpp"
+#include "agent/node_agent_impl.hpp"
+#include "common/error.hpp"
+#include "common/process/process_tree.hpp"
+#include "common/process/spawn.hpp"
+#include "common/time.hpp"
+
+namespace ddprun::agent {
+using nlohmann::json;
+
+void NodeAgent::start_workers() {
+  const World& w = world_;
+  for (int lr = 0; lr < w.local_world_size; ++lr) {
+    if (policy_.phase() != Phase::kRunning) break;  // a signal or an early failure already stopped the job
+    start_worker(lr);
+  }
+  log_.info("started ", w.local_world_size, " workers: ranks ", w.rank_offset, "-",
+            w.rank_offset + w.local_world_size - 1, " of ", w.world_size, " (node ", w.node_rank, " of ", w.nnodes,
+            "), master ", w.master_addr, ":", w.master_port, ", run id ", w.run_id, ", attempt ", w.restart_count);
+}
+
+// Decides where one stream of a worker goes. Returns the fd the child writes to (a pipe's write end, or
+// /dev/null); fills `console` and `file_fd` for the pump. -1 when no pump is needed.
+int NodeAgent::open_target(int local_rank, int stream_bit, bool& console, int& file_fd) {
+  const OutputConfig& out = config_.output;
+  const bool redirected = (out.redirects.mask_for(local_rank) & stream_bit) != 0;
+  const bool teed = (out.tee.mask_for(local_rank) & stream_bit) != 0;
+  const auto& filter = out.console_local_ranks;
+  console = !redirected && (filter.empty() || std::count(filter.begin(), filter.end(), local_rank) > 0);
+  file_fd = -1;
+  if (redirected || teed) {
+    const int attempt = world_.restart_count;
+    const std::string path = stream_bit == kStdout ? layout_.stdout_file(attempt, local_rank)
+                                                   : layout_.stderr_file(attempt, local_rank);
+    file_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (file_fd < 0) throw SystemError("cannot create " + path, errno);
+  }
+  return (console || file_fd >= 0) ? 0 : -1;
+}
+
+void NodeAgent::start_worker(int local_rank) {
+  const World& w = world_;
+  const int rank = w.rank_offset + local_rank;
+  process::SpawnOptions opts;
+  opts.program = config_.program;
+  opts.argv = config_.argv;
+  opts.env = worker_environment(config_.base_env, w,
+                                {local_rank, layout_.error_file(w.restart_count, local_rank), ::getpid()});
+  ::unlink(layout_.error_file(w.restart_count, local_rank).c_str());
+
+  std::string prefix;
+  expand_prefix(config_.output.prefix_format, rank, local_rank, w.node_rank, w.role, prefix);
+  struct Route {
+    int bit;
+    int console_fd;
+    Pipe pipe;
+    bool console = false;
+    int file_fd = -1;
+  };
+  Route routes[2] = {{kStdout, 1, {}}, {kStderr, 2, {}}};
+  int null_fd = -1;
+  for (Route& r : routes) {
+    if (open_target(local_rank, r.bit, r.console, r.file_fd) == 0) {
+      r.pipe = make_output_pipe();
+    } else {
+      if (null_fd < 0) null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+      r.pipe.write_fd = null_fd;
+    }
+  }
+  opts.stdout_fd = routes[0].pipe.write_fd;
+  opts.stderr_fd = routes[1].pipe.write_fd;
+
+  pid_t pid = 0;
+  process::ExitStatus exec_failure;
+  bool exec_failed = false;
+  try {
+    pid = process::spawn(opts);
+  } catch (const process::ExecError& e) {
+    log_.error("rank ", rank, ": ", e.what());
+    exec_failure.code = e.exit_code();
+    exec_failed = true;
+  }
+  // The child has its copies; ours must go, or the pipes would never reach end of file.
+  for (Route& r : routes)
+    if (r.pipe.write_fd >= 0 && r.pipe.write_fd != null_fd) ::close(r.pipe.write_fd);
+  if (null_fd >= 0) ::close(null_fd);
+
+  for (Route& r : routes) {
+    if (r.pipe.read_fd < 0) continue;
+    PumpTargets t{r.console ? r.console_fd : -1, r.file_fd, prefix};
+    pumps_.push_back(std::make_unique<OutputPump>(io_, r.pipe.read_fd, t, [this] { maybe_finish(); }));
+    pumps_.back()->start();
+  }
+
+  const std::int64_t now = unix_ms();
+  policy_.add_worker(rank, local_rank, pid, now);
+  if (exec_failed) {
+    const Decision d = policy_.on_exit(local_rank, exec_failure, now);
+    apply(d, "worker_failed");
+    if (d.teardown_began) report_worker_failure(local_rank);
+    return;
+  }
+  local_rank_of_[pid] = local_rank;
+  log_.debug("rank ", rank, " started, pid ", pid);
+  events_.write(json{{"event", "started"}, {"time_ms", now}, {"rank", rank}, {"local_rank", local_rank},
+                     {"pid", pid}, {"node_rank", w.node_rank}});
+}
+
+void NodeAgent::signal_everything(int signal, bool include_descendants) {
+  // Only the groups of workers still running: a reaped worker's pid (its group id) may be reused.
+  for (const WorkerRecord& w : policy_.workers())
+    if (w.state == WorkerState::kRunning && w.pid > 0) process::signal_group(w.pid, signal);
+  // Descendants that left their worker's group (setsid, daemonised) or outlived their worker.
+  if (include_descendants) process::signal_each(process::descendants_of(::getpid()), signal);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,85 @@
+#include "agent/rendezvous_link.hpp"
+
+#include "rendezvous/errors.hpp"
+
+namespace ddprun::agent {
+namespace rdzv = ddprun::rendezvous;
+
+int exit_code_of(const rdzv::ClientError& error) {
+  switch (error.kind) {
+    case rdzv::ErrorKind::kRefused: return kExitRdzvRefused;
+    case rdzv::ErrorKind::kTimeout: return kExitRdzvTimeout;
+    case rdzv::ErrorKind::kLostServer: return kExitRdzvLost;
+    case rdzv::ErrorKind::kProtocol: return kExitRdzvProtocol;
+  }
+  return kExitRdzvProtocol;
+}
+
+RendezvousLink::RendezvousLink(boost::asio::io_context& io, const AgentConfig& config,
+                               rdzv::ClientHandlers handlers)
+    : io_(io), config_(config), handlers_(std::move(handlers)), log_(config.log.for_part("rendezvous")) {
+  // One node talking to itself: the rendezvous' lines would only repeat the agent's (--verbose shows them).
+  if (config.rdzv.nnodes == 1 && config.rdzv.hosting == Hosting::kYes && !log_.enabled(LogLevel::kDebug))
+    log_ = Logger(LogLevel::kOff, "rendezvous", "");
+}
+
+RendezvousLink::~RendezvousLink() {
+  client_.reset();
+  server_.reset();
+}
+
+std::uint16_t RendezvousLink::server_port() const {
+  return server_ ? server_->port() : static_cast<std::uint16_t>(config_.rdzv.server_port);
+}
+
+void RendezvousLink::start() {
+  const RendezvousConfig& r = config_.rdzv;
+  if (r.hosting != Hosting::kNo) {
+    rdzv::JobConfig job;
+    job.run_id = config_.world.run_id;
+    job.token = r.token;
+    job.min_nodes = job.max_nodes = r.nnodes;
+    job.static_node_ranks = r.static_node_ranks;
+    job.heartbeat_interval = r.heartbeat_interval;
+    job.heartbeat_timeout = r.heartbeat_timeout;
+    job.join_timeout = r.join_timeout;
+    job.max_restarts = r.max_restarts;
+    auto server = std::make_unique<rdzv::Server>(io_, job, log_);
+    try {
+      server->start(r.bind_address, static_cast<std::uint16_t>(r.server_port));
+      server_ = std::move(server);
+    } catch (const rdzv::ConnectionError& e) {
+      // Dynamic mode: the endpoint is another machine, or a server (ddprun-rendezvous, another agent on
+      // this machine) already listens there: join it as a client.
+      if (r.hosting == Hosting::kYes) throw;
+      log_.debug("not hosting the rendezvous here: ", e.what());
+    }
+  }
+  rdzv::ClientConfig c;
+  c.server_host = r.server_host;
+  c.server_port = server_port();
+  c.run_id = config_.world.run_id;
+  c.token = r.token;
+  c.join.node_rank = r.node_rank;
+  c.join.nproc = config_.world.local_world_size;
+  c.join.host = config_.host;
+  c.join.address = r.local_addr;
+  c.join.master_port = r.master_port;
+  c.connect_timeout = r.join_timeout;
+  client_ = std::make_unique<rdzv::Client>(io_, c, handlers_, log_);
+  client_->start();
+}
+
+void RendezvousLink::finish(std::function<void()> done) {
+  if (client_) client_->close();
+  if (!server_) {
+    done();
+    return;
+  }
+  server_->async_wait_drained(std::chrono::seconds(2), [this, done = std::move(done)] {
+    server_->stop();
+    done();
+  });
+}
+
+}  // namespace ddprun::agent

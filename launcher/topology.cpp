@@ -1,0 +1,165 @@
+#include "launcher/topology.hpp"
+
+#include "agent/env_contract.hpp"
+#include "common/error.hpp"
+#include "launcher/exit_codes.hpp"
+#include "launcher/option_values.hpp"
+#include "launcher/ports.hpp"
+#include "rendezvous/auth.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+constexpr int kDefaultRdzvPort = 29400;
+
+// --rdzv-token, then --rdzv-token-file, then DDPRUN_TOKEN. Multi-node without any: a token derived from
+// the run id, which keeps other jobs out but not an attacker, said so in the log.
+std::string resolve_token(const TopologyOptions& o, const std::vector<std::string>& env, bool local_only,
+                          const std::string& run_id, std::vector<std::string>& notes) {
+  if (!o.rdzv_token.empty() && !o.rdzv_token_file.empty())
+    throw UsageError("give either --rdzv-token or --rdzv-token-file, not both", kExitUsage);
+  if (!o.rdzv_token.empty()) return o.rdzv_token;
+  if (!o.rdzv_token_file.empty()) {
+    try {
+      return rendezvous::read_token_file(o.rdzv_token_file);
+    } catch (const Error& e) {
+      throw UsageError(std::string("--rdzv-token-file: ") + e.what(), kExitNoInput);
+    }
+  }
+  const std::string from_env = agent::env_value(env, "DDPRUN_TOKEN", "");
+  if (!from_env.empty()) return from_env;
+  // One node: nobody else needs to know the token, so it is a fresh random one.
+  if (local_only) return rendezvous::generate_token();
+  notes.push_back("no --rdzv-token, --rdzv-token-file or DDPRUN_TOKEN: the rendezvous accepts any node that "
+                  "knows the run id '" + run_id + "'");
+  return "ddprun-run-id-token:" + run_id;
+}
+
+// MASTER_PORT on the node that will be node 0: the one asked for, if free here, or a free one.
+int master_port_here(const TopologyOptions& o) {
+  const int port = o.master_port.empty() ? 0 : parse_int_in("--master-port", o.master_port, 0, 65535);
+  if (port == 0) return pick_free_port();
+  const std::string why = port_unavailable_reason(port);
+  if (!why.empty())
+    throw UsageError("--master-port " + std::to_string(port) + " is not available (" + why +
+                         "); choose another or 0 for a free one",
+                     kExitUnavailable);
+  return port;
+}
+
+}  // namespace
+
+void parse_endpoint(const std::string& text, std::string& host, int& port) {
+  port = kDefaultRdzvPort;
+  host = text;
+  std::string port_text;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string::npos) throw UsageError("--rdzv-endpoint '" + text + "': missing ']'", kExitUsage);
+    host = text.substr(1, close - 1);
+    if (close + 1 < text.size()) {
+      if (text[close + 1] != ':') throw UsageError("--rdzv-endpoint '" + text + "' is not HOST:PORT", kExitUsage);
+      port_text = text.substr(close + 2);
+    }
+  } else if (const auto colon = text.rfind(':'); colon != std::string::npos && text.find(':') == colon) {
+    host = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
+  }
+  if (!valid_host(host)) throw UsageError("--rdzv-endpoint '" + text + "': the host is not valid", kExitUsage);
+  if (!port_text.empty()) port = parse_int_in("--rdzv-endpoint port", port_text, 1, 65535);
+}
+
+void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& env, agent::AgentConfig& cfg,
+                      std::vector<std::string>& notes) {
+  const int nnodes = parse_nnodes(o.nnodes);
+  const bool dynamic = !o.rdzv_endpoint.empty();
+  if (o.standalone && nnodes != 1)
+    throw UsageError("--standalone runs one node; it cannot be combined with --nnodes " + o.nnodes, kExitUsage);
+  if (o.standalone && dynamic)
+    throw UsageError("--standalone hosts its own rendezvous; it cannot be combined with --rdzv-endpoint",
+                     kExitUsage);
+  if (!o.rdzv_backend.empty() && o.rdzv_backend != "c10d" && o.rdzv_backend != "static" &&
+      o.rdzv_backend != "ddprun")
+    throw UsageError("--rdzv-backend '" + o.rdzv_backend + "': ddprun has its own rendezvous; use c10d, static "
+                     "or leave it out", kExitUsage);
+  if (dynamic && o.node_rank_given)
+    throw UsageError("--node-rank is for static jobs (--master-addr); with --rdzv-endpoint the server assigns "
+                     "node ranks", kExitUsage);
+  if (!dynamic && nnodes > 1 && o.master_addr.empty())
+    throw UsageError("--nnodes " + o.nnodes + " needs --master-addr HOST (node 0's address; static node ranks) "
+                     "or --rdzv-endpoint HOST:PORT with --rdzv-id ID (dynamic)", kExitUsage);
+  const int node_rank = parse_int_in("--node-rank", o.node_rank, 0, nnodes - 1);
+
+  agent::World& w = cfg.world;
+  agent::RendezvousConfig& r = cfg.rdzv;
+  w.nnodes = r.nnodes = nnodes;
+  w.node_rank = node_rank;
+  w.rank_offset = 0;
+  w.world_size = w.local_world_size;
+  w.master_addr = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
+  if (!valid_host(w.master_addr))
+    throw UsageError("--master-addr '" + o.master_addr + "' is not a host name or address", kExitUsage);
+  if (!o.local_addr.empty() && !valid_host(o.local_addr))
+    throw UsageError("--local-addr '" + o.local_addr + "' is not a host name or address", kExitUsage);
+  if (!o.rdzv_id.empty() && o.run_id != "none" && o.rdzv_id != o.run_id)
+    throw UsageError("--rdzv-id and --run-id name the same thing; give one", kExitUsage);
+  w.run_id = o.rdzv_id.empty() ? o.run_id : o.rdzv_id;
+  if (!valid_name(w.run_id))
+    throw UsageError("--run-id must be 1-128 characters of [A-Za-z0-9._-], got '" + w.run_id + "'", kExitUsage);
+  if (dynamic && o.rdzv_id.empty() && o.run_id == "none")
+    throw UsageError("--rdzv-endpoint needs --rdzv-id ID: the same job id on every node", kExitUsage);
+
+  r.join_timeout = parse_duration("--rdzv-timeout", o.rdzv_timeout);
+  r.heartbeat_interval = parse_duration("--heartbeat-interval", o.heartbeat_interval);
+  r.heartbeat_timeout = parse_duration("--heartbeat-timeout", o.heartbeat_timeout);
+  if (r.join_timeout.count() <= 0) throw UsageError("--rdzv-timeout must be positive", kExitUsage);
+  if (r.heartbeat_interval.count() <= 0 || r.heartbeat_timeout <= r.heartbeat_interval)
+    throw UsageError("--heartbeat-timeout must be longer than --heartbeat-interval, which must be positive",
+                     kExitUsage);
+  r.max_restarts = parse_int_in("--max-restarts", o.max_restarts, 0, 1000000);
+  w.max_restarts = r.max_restarts;
+  r.local_addr = o.local_addr;
+
+  const bool local_only = nnodes == 1 && !dynamic;
+  r.token = resolve_token(o, env, local_only, w.run_id, notes);
+  if (local_only) {
+    // One node: an in-process server on loopback, a free port, ranks as given.
+    r.hosting = agent::Hosting::kYes;
+    r.bind_address = r.server_host = "127.0.0.1";
+    r.server_port = 0;
+    r.static_node_ranks = true;
+    r.node_rank = 0;
+    if (r.local_addr.empty()) r.local_addr = w.master_addr;  // MASTER_ADDR as given (default 127.0.0.1)
+    w.master_port = r.master_port = master_port_here(o);
+    return;
+  }
+  if (dynamic) {
+    parse_endpoint(o.rdzv_endpoint, r.server_host, r.server_port);
+    // The endpoint's own machine hosts the server (binding the endpoint succeeds only there, and only for
+    // the first agent); every other agent, or all of them beside a ddprun-rendezvous, join as clients.
+    r.hosting = agent::Hosting::kIfLocal;
+    r.bind_address = r.server_host;
+    r.static_node_ranks = false;
+    w.master_port = r.master_port =
+        o.master_port.empty() ? 0 : parse_int_in("--master-port", o.master_port, 0, 65535);
+    return;
+  }
+  // Static: node 0 hosts the server on every interface at --rdzv-port; every node (0 too) reaches it at
+  // --master-addr, which is also node 0's MASTER_ADDR unless --local-addr says otherwise.
+  r.server_port = parse_int_in("--rdzv-port", o.rdzv_port, 1, 65535);
+  r.server_host = w.master_addr;
+  r.static_node_ranks = true;
+  r.node_rank = node_rank;
+  if (node_rank == 0) {
+    r.hosting = agent::Hosting::kYes;
+    r.bind_address = "0.0.0.0";
+    if (r.local_addr.empty()) r.local_addr = w.master_addr;
+    w.master_port = r.master_port = master_port_here(o);
+  } else {
+    r.hosting = agent::Hosting::kNo;
+    w.master_port = r.master_port =
+        o.master_port.empty() ? 0 : parse_int_in("--master-port", o.master_port, 0, 65535);
+  }
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,42 @@
+// Where this node stands in the job, from the topology and rendezvous options: standalone (one node, an
+// in-process rendezvous on 127.0.0.1), static (--nnodes N --node-rank R --master-addr HOST: node 0 hosts
+// the rendezvous) or dynamic (--rdzv-endpoint HOST:PORT --rdzv-id ID: the server assigns node ranks).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "agent/agent_config.hpp"
+
+namespace ddprun::launcher {
+
+struct TopologyOptions {
+  std::string nnodes = "1";
+  std::string node_rank = "0";
+  bool node_rank_given = false;
+  std::string master_addr;
+  std::string master_port;
+  bool standalone = false;
+  std::string run_id = "none";
+  std::string rdzv_endpoint;
+  std::string rdzv_id;
+  std::string rdzv_backend;
+  std::string rdzv_port = "29400";
+  std::string rdzv_token;
+  std::string rdzv_token_file;
+  std::string rdzv_timeout = "900";
+  std::string heartbeat_interval = "1";
+  std::string heartbeat_timeout = "5";
+  std::string local_addr;
+  std::string max_restarts = "0";
+};
+
+// Fills cfg.world (what is known before the rendezvous) and cfg.rdzv; cfg.world.local_world_size must be
+// set. Only checks, except that MASTER_PORT is picked here when this node is node 0. Throws UsageError.
+void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& env, agent::AgentConfig& cfg,
+                      std::vector<std::string>& notes);
+
+// "host:port", "[v6]:port" or "host" (port 29400). Throws UsageError naming --rdzv-endpoint.
+void parse_endpoint(const std::string& text, std::string& host, int& port);
+
+}  // namespace ddprun::launcher
