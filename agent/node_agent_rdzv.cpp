@@ -77,7 +77,10 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
 // The job's end as the rendezvous tells it (cause == nullptr: every node succeeded). Always terminal.
 void NodeAgent::on_outcome(const JobCause* cause, const char* reason) {
   outcome_known_ = true;
-  if (cause) apply(policy_.on_job_cause(*cause, unix_ms()), reason);
+  if (cause) {
+    const Decision d = policy_.on_job_cause(*cause, unix_ms());
+    if (workers_started_) apply(d, reason);  // else nothing to tear down, and nothing to say about it
+  }
   // Nothing was started (refused, timed out, stopped before the assignment): nothing to wait for.
   if (!workers_started_) processes_gone_ = true;
   maybe_finish();

@@ -1,0 +1,211 @@
+"""Multi-node jobs on one machine: 2-4 ddprun agents as separate processes on loopback, one per node rank,
+all with --master-addr 127.0.0.1. One failure anywhere ends every node with the same root cause and code."""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+from harness import DdprunTestCase, Result, WORKER
+
+REFUSED, TIMEOUT, LOST = 77, 75, 74
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MultiNodeCase(DdprunTestCase):
+    def setUp(self):
+        super().setUp()
+        self.port = free_port()
+        self.ready = self.path("ready")
+        os.mkdir(self.ready)
+        self.go = self.path("go")
+        self.env["DDPRUN_TOKEN"] = "test-token"
+
+    def node(self, rank, nnodes, *steps, nproc=1, extra=(), rdzv_timeout=20):
+        return self.start("--nnodes", nnodes, "--node-rank", rank, "--master-addr", "127.0.0.1", "--rdzv-port",
+                          self.port, "--nproc-per-node", nproc, "--heartbeat-interval", "0.2",
+                          "--heartbeat-timeout", "1", "--rdzv-timeout", rdzv_timeout, *extra, WORKER, *steps)
+
+    def wait_all(self, procs, timeout=30):
+        results = []
+        t0 = time.monotonic()
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=max(1, timeout - (time.monotonic() - t0)))
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    try:
+                        os.killpg(q.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                out, err = p.communicate()
+                self.fail(f"ddprun pid {p.pid} did not finish within {timeout}s:\n{err[-3000:]!r}")
+            results.append(Result(p, out, err, time.monotonic() - t0))
+        return results
+
+    def wait_ready(self, world_size):
+        self.wait_for_files([os.path.join(self.ready, f"ready.{r}") for r in range(world_size)], timeout=20)
+
+    def release(self):
+        with open(self.go, "w"):
+            pass
+
+
+class StaticJobs(MultiNodeCase):
+    def test_success_with_heterogeneous_nproc(self):
+        nprocs = [1, 3, 2]
+        procs = [self.node(r, 3, "env=RANK", "env=WORLD_SIZE", "env=GROUP_RANK", "env=LOCAL_RANK",
+                           "env=MASTER_PORT", nproc=n) for r, n in enumerate(nprocs)]
+        results = self.wait_all(procs)
+        offset = 0
+        ports = set()
+        for r, (n, res) in enumerate(zip(nprocs, results)):
+            self.assertEqual(res.code, 0, res)
+            out = res.stdout.decode()
+            for lr in range(n):
+                self.assertIn(f"[rank{offset + lr}]: RANK={offset + lr}\n", out, res)
+                self.assertIn(f"[rank{offset + lr}]: LOCAL_RANK={lr}\n", out, res)
+            self.assertEqual(out.count("WORLD_SIZE=6\n"), n, res)
+            self.assertEqual(out.count(f"GROUP_RANK={r}\n"), n, res)
+            ports |= {line.split("=")[1] for line in out.splitlines() if "MASTER_PORT=" in line}
+            self.assertIn("global ranks", res.stderr.decode())  # the rendezvous summary block
+            offset += n
+        self.assertEqual(len(ports), 1, "MASTER_PORT differs between nodes")
+
+    def test_worker_failure_on_a_non_host_node_stops_every_node(self):
+        # Everyone else sleeps outside any collective: torchrun's survivors hang here.
+        steps = [f"ready={self.ready}", f"@3:waitfile={self.go}", "@3:errorfile=boom", "@3:exit=7", "hang"]
+        procs = [self.node(r, 3, *steps, nproc=2) for r in range(3)]
+        self.wait_ready(6)
+        t0 = time.monotonic()
+        self.release()
+        results = self.wait_all(procs)
+        self.assertLess(time.monotonic() - t0, 5)
+        for res in results:
+            self.assertEqual(res.code, 7, res)
+            err = res.stderr.decode()
+            self.assertIn("root cause: rank 3 (local rank 1, node 1, host", err, res)
+            self.assertIn("root cause error: boom", err, res)
+
+    def test_worker_killed_by_signal_gives_128_plus_n_everywhere(self):
+        steps = [f"ready={self.ready}", f"@0:waitfile={self.go}", "@0:kill=SIGSEGV", "hang"]
+        procs = [self.node(r, 2, *steps) for r in range(2)]
+        self.wait_ready(2)
+        self.release()
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 128 + signal.SIGSEGV, res)
+
+    def test_sigkill_of_one_agent_stops_the_others(self):
+        procs = [self.node(r, 3, f"ready={self.ready}", "hang") for r in range(3)]
+        self.wait_ready(3)
+        os.kill(procs[2].pid, signal.SIGKILL)
+        results = self.wait_all(procs)
+        self.assertEqual(results[2].code, -signal.SIGKILL)
+        for res in results[:2]:
+            self.assertEqual(res.code, 1, res)
+            self.assertIn("root cause: node 2 (host", res.stderr.decode(), res)
+
+    def test_the_server_node_killed(self):
+        procs = [self.node(r, 3, f"ready={self.ready}", "hang") for r in range(3)]
+        self.wait_ready(3)
+        os.kill(procs[0].pid, signal.SIGKILL)
+        results = self.wait_all(procs)
+        for res in results[1:]:
+            self.assertEqual(res.code, LOST, res)
+            self.assertIn("lost the rendezvous server", res.stderr.decode(), res)
+
+    def test_sigterm_to_one_agent_stops_the_job(self):
+        procs = [self.node(r, 2, f"ready={self.ready}", "hang") for r in range(2)]
+        self.wait_ready(2)
+        os.kill(procs[1].pid, signal.SIGTERM)
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 128 + signal.SIGTERM, res)
+
+    def test_wrong_token_run_id_and_duplicate_rank_are_refused_job_undisturbed(self):
+        steps = [f"ready={self.ready}", f"waitfile={self.go}"]
+        procs = [self.node(r, 2, *steps) for r in range(2)]
+        self.wait_ready(2)
+        intruders = [self.node(1, 2, "exit=3", extra=("--rdzv-token", "wrong")),
+                     self.node(1, 2, "exit=3", extra=("--run-id", "other")),
+                     self.node(1, 2, "exit=3")]
+        bad = self.wait_all(intruders)
+        for res, words in zip(bad, ["wrong job token", "run id", "refused this node"]):
+            self.assertEqual(res.code, REFUSED, res)
+            self.assertIn(words, res.stderr.decode(), res)
+            self.assertNotIn("[rank", res.stdout.decode(), res)
+        self.release()
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 0, res)
+
+    def test_garbage_bytes_to_the_port_leave_the_job_alone(self):
+        procs = [self.node(r, 2, f"ready={self.ready}", f"waitfile={self.go}") for r in range(2)]
+        self.wait_ready(2)
+        for payload in [b"GET / HTTP/1.0\r\n\r\n", os.urandom(4096), b"\xff\xff\xff\xff" + b"x" * 100]:
+            with socket.create_connection(("127.0.0.1", self.port)) as s:
+                try:
+                    s.sendall(payload)
+                    s.settimeout(2)
+                    while s.recv(4096):
+                        pass
+                except OSError:
+                    pass
+        self.release()
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 0, res)
+
+    def test_a_node_that_never_joins(self):
+        procs = [self.node(r, 3, "exit=0", rdzv_timeout=1) for r in range(2)]
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, TIMEOUT, res)
+            self.assertIn("missing node ranks 2", res.stderr.decode(), res)
+            self.assertNotIn("[rank", res.stdout.decode(), res)
+
+    def test_server_never_there(self):
+        res = self.wait_all([self.node(1, 2, "exit=0", rdzv_timeout=1)])[0]
+        self.assertEqual(res.code, TIMEOUT, res)
+        self.assertIn("could not reach the rendezvous server", res.stderr.decode(), res)
+
+
+class DynamicJobs(MultiNodeCase):
+    def dyn(self, *steps, nproc=1, extra=()):
+        return self.start("--nnodes", 3, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "dynjob",
+                          "--nproc-per-node", nproc, "--heartbeat-interval", "0.2", "--heartbeat-timeout", "1",
+                          "--rdzv-timeout", "20", *extra, WORKER, *steps)
+
+    def check_ranks(self, results, world):
+        seen = []
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+            seen += [int(line.split("=")[1]) for line in res.stdout.decode().splitlines() if "RANK=" in line
+                     and "LOCAL" not in line and "GROUP" not in line]
+        self.assertEqual(sorted(seen), list(range(world)))
+
+    def test_in_process_host_and_assigned_ranks(self):
+        procs = [self.dyn("env=RANK", nproc=n) for n in (2, 1, 2)]
+        self.check_ranks(self.wait_all(procs), 5)
+
+    def test_separate_rendezvous_server(self):
+        server = subprocess.Popen([os.path.join(os.path.dirname(os.environ.get("DDPRUN", "ddprun")),
+                                                "../rendezvous/ddprun-rendezvous"), "--rdzv-id", "dynjob",
+                                   "--nnodes", "3", "--host", "127.0.0.1", "--port", str(self.port)],
+                                  env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True)
+        time.sleep(0.3)
+        procs = [self.dyn("env=RANK") for _ in range(3)]
+        results = self.wait_all(procs)
+        self.check_ranks(results, 3)
+        for res in results:
+            self.assertNotIn("listening on", res.stderr.decode(), res)
+        self.assertEqual(self.wait_all([server])[0].code, 0)
+
+    def test_failure_reaches_every_dynamic_node(self):
+        procs = [self.dyn(f"ready={self.ready}", f"@1:waitfile={self.go}", "@1:exit=9", "hang") for _ in range(3)]
+        self.wait_ready(3)
+        self.release()
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 9, res)
