@@ -19,7 +19,11 @@ class Forwarding(DdprunTestCase):
             self.assertEqual(len(per_rank[rank]), n, f"rank {rank} lost lines")
 
     def test_output_written_just_before_a_failure_is_not_lost(self):
-        r = self.worker("lines=5000", "@1:exit=3", "hang", nproc=3)
+        # Rank 1 fails only once every rank has written its lines, so all of them were written before
+        # the failure; then the teardown must not lose what sits in the pipes.
+        ready = [self.path(f"ready.{i}") for i in range(3)]
+        r = self.worker("lines=5000", f"ready={self.tmp}", *[f"@1:waitfile={p}" for p in ready], "@1:exit=3", "hang",
+                        nproc=3)
         self.assertEqual(r.code, 3, r)
         lines = r.stdout.decode().splitlines()
         for rank in range(3):
