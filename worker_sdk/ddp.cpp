@@ -5,12 +5,24 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <sched.h>
+
 #include <mutex>
 
 #include "worker_sdk/error.hpp"
 #include "worker_sdk/gloo_ring.hpp"
 
 namespace ddprun::sdk {
+namespace {
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return CPU_COUNT(&set);
+}
+
+}  // namespace
 
 struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   struct Param {
@@ -35,6 +47,7 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   std::vector<Bucket> buckets;
   std::unique_ptr<GlooRing> ring;  // the direct CPU path; null: the process group's allreduce
   bool last_inline = false;        // the last bucket is ready: finish_backward reduces it itself
+  bool busy_poll = false;          // DdpOptions::busy_poll_last_bucket, decided
   std::size_t next_launch = 0;  // buckets launch strictly in index order
   bool in_backward = false;
   bool no_sync = false;
@@ -120,7 +133,7 @@ void DistributedDataParallel::State::finish_backward() {
   if (ring) ring->wait_all();
   if (last_inline) {
     last_inline = false;
-    ring->run_inline(buckets.size() - 1, options.busy_poll_last_bucket);
+    ring->run_inline(buckets.size() - 1, busy_poll);
   }
   for (auto& b : buckets) {
     if (b.work) b.work->wait();
@@ -189,6 +202,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 
   std::vector<at::Tensor> flats;
   for (auto& b : state_->buckets) flats.push_back(b.flat);
+  using BusyPoll = DdpOptions::BusyPoll;
+  state_->busy_poll = options.busy_poll_last_bucket == BusyPoll::kAlways ||
+                      (options.busy_poll_last_bucket == BusyPoll::kAuto && usable_cpus() > group_->local_size());
   if (options.direct_gloo && group_->size() > 1 && GlooRing::supports(flats)) {
     state_->ring = std::make_unique<GlooRing>(*group_, flats, options.segment_bytes);
   }

@@ -36,6 +36,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorldInfo& world, const P
   auto pg = std::make_shared<ProcessGroup>();
   pg->rank_ = world.rank;
   pg->size_ = world.world_size;
+  pg->local_size_ = world.local_world_size;
 
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(world.master_port);

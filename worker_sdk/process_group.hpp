@@ -35,6 +35,7 @@ class ProcessGroup {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  int local_size() const { return local_size_; }  // LOCAL_WORLD_SIZE: ranks sharing this node
   // cuda:LOCAL_RANK when LibTorch has CUDA and a device is present, else CPU.
   torch::Device device() const { return device_; }
   const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
@@ -63,6 +64,7 @@ class ProcessGroup {
 
   int rank_ = 0;
   int size_ = 1;
+  int local_size_ = 1;
   torch::Device device_{torch::kCPU};
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_{0};

@@ -1,7 +1,9 @@
 // The C++ twin of ../shared/peers/py_ddp_bench.py, for side-by-side benchmarks: the same models,
 // synthetic data, SGD(lr 0.01, momentum 0.5), gloo, one thread per rank, 10 warm-up steps, then
 // "rank R/W: X steps/s". Usage: ddp_bench WORLD STEPS (env MODEL=mlp for the MLP, BATCH=N, default 64;
-// DDP_BUCKET_MB=N for the bucket cap). WORLD 1 trains without DDP, as the Python peer does.
+// DDP_BUCKET_MB / DDP_FIRST_BUCKET_MB / DDP_SEGMENT_MB, DDP_NO_BUSY_POLL / DDP_BUSY_POLL, DDP_VIA_PROCESS_GROUP undo
+// design choices for comparison; BENCH_PHASES prints forward/backward/step times). WORLD 1 trains without
+// DDP, as the Python peer does.
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 
@@ -19,8 +21,7 @@ namespace ex = ddprun::examples;
 namespace {
 
 template <typename Model>
-double run(Model model, int steps, int batch, sdk::DistributedDataParallel* ddp) {
-  (void)ddp;
+double run(Model model, int steps, int batch) {
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.5));
   at::Tensor x = torch::randn({batch, 1, 28, 28});
   at::Tensor y = torch::randint(0, 10, {batch}, torch::kLong);
@@ -52,14 +53,16 @@ int bench(const sdk::WorldInfo& world, int steps) {
   const int batch = std::atoi(sdk::env_or("BATCH", "64").c_str());
   sdk::DdpOptions options;
   if (const char* mb = std::getenv("DDP_FIRST_BUCKET_MB")) options.first_bucket_cap_bytes = static_cast<size_t>(std::atof(mb) * (1 << 20));
-  if (std::getenv("DDP_NO_BUSY_POLL")) options.busy_poll_last_bucket = false;
+  if (const char* mb = std::getenv("DDP_SEGMENT_MB")) options.segment_bytes = static_cast<size_t>(std::atof(mb) * (1 << 20));
+  if (std::getenv("DDP_NO_BUSY_POLL")) options.busy_poll_last_bucket = sdk::DdpOptions::BusyPoll::kNever;
+  if (std::getenv("DDP_BUSY_POLL")) options.busy_poll_last_bucket = sdk::DdpOptions::BusyPoll::kAlways;
   if (std::getenv("DDP_VIA_PROCESS_GROUP")) options.direct_gloo = false;
   if (const char* mb = std::getenv("DDP_BUCKET_MB")) options.bucket_cap_bytes = static_cast<size_t>(std::atof(mb) * (1 << 20));
   double rate;
   auto go = [&](auto model) {
-    std::unique_ptr<sdk::DistributedDataParallel> ddp;
+    std::unique_ptr<sdk::DistributedDataParallel> ddp;  // alive while training: its hooks reduce gradients
     if (world.world_size > 1) ddp = std::make_unique<sdk::DistributedDataParallel>(model.ptr(), pg, options);
-    return run(model, steps, batch, ddp.get());
+    return run(model, steps, batch);
   };
   rate = sdk::env_or("MODEL", "") == "mlp" ? go(ex::Mlp()) : go(ex::Net());
   std::printf("rank %d/%d: %.2f steps/s\n", world.rank, world.world_size, rate);
