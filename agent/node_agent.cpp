@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <csignal>
@@ -161,6 +162,9 @@ void NodeAgent::on_grace_expired() {
 }
 
 void NodeAgent::after_reap(bool has_children) {
+  // Between rounds (a restart's stragglers reaped before the next assignment) no worker is running, yet
+  // the job is not done: only a started round can end.
+  if (!workers_started_) return;
   if (!policy_.all_exited()) {
     // While killing, anything a dying worker forked meanwhile is killed too.
     if (policy_.phase() == Phase::kKilling) process::signal_each(process::descendants_of(::getpid()), SIGKILL);
@@ -194,8 +198,15 @@ void NodeAgent::after_reap(bool has_children) {
 }
 
 void NodeAgent::maybe_finish() {
-  if (finished_ || !processes_gone_ || !outcome_known_) return;
+  if (finished_ || !processes_gone_) return;
   if (!std::all_of(pumps_.begin(), pumps_.end(), [](const auto& p) { return p->finished(); })) return;
+  if (restarting_) {
+    // Posted: this may run inside a pump's callback, and the next round destroys the pumps.
+    restarting_ = false;
+    asio::post(io_, [this] { begin_next_round(); });
+    return;
+  }
+  if (!outcome_known_) return;
   finished_ = true;
   reaper_.stop();
   boost::system::error_code ignored;

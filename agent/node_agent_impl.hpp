@@ -39,6 +39,7 @@ class NodeAgent {
   void on_outcome(const JobCause* cause, const char* reason);
   void report_worker_failure(int local_rank);
   void report_signal(int signal);
+  void begin_next_round();
   // node_agent.cpp
   void wait_signal(boost::asio::signal_set& set);
   void on_signal(int signal);
@@ -70,6 +71,7 @@ class NodeAgent {
   bool finished_ = false;
   bool workers_started_ = false;  // the assignment came and workers were started
   bool outcome_known_ = false;    // the rendezvous said how the job ended (or that it is lost to us)
+  bool restarting_ = false;       // a restart round: once every local process is gone, say so and wait
   std::int64_t start_ms_ = 0;
 };
 

@@ -63,12 +63,24 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
                      {"master_addr", a.master_addr}, {"master_port", a.master_port},
                      {"restart_count", a.restart_count}});
   if (policy_.phase() != Phase::kRunning) return;  // a signal came first: on_signal already reported it
+  if (a.restart_count > 0) layout_.prepare_attempt(a.restart_count, world_.local_world_size);
   workers_started_ = true;
   start_workers();
 }
 
 void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   const JobCause cause = cause_of(order.root_cause);
+  if (order.restarting) {
+    // The whole job restarts: down with this attempt's workers, then report_stopped (begin_next_round).
+    log_.warning("restarting the job (restart ", world_.restart_count + 1, " of ", world_.max_restarts,
+                 ") after: ", cause.text);
+    events_.write(json{{"event", "restarting"}, {"time_ms", unix_ms()}, {"cause", cause.text}});
+    restarting_ = true;
+    apply(policy_.on_external_stop(unix_ms()), "restart");
+    if (!workers_started_) processes_gone_ = true;
+    maybe_finish();
+    return;
+  }
   if (order.root_cause.node_rank != world_.node_rank || !policy_.root_cause())
     log_.error("job stopped: ", cause.text);
   on_outcome(&cause, "stopped_by_rendezvous");
@@ -84,6 +96,21 @@ void NodeAgent::on_outcome(const JobCause* cause, const char* reason) {
   // Nothing was started (refused, timed out, stopped before the assignment): nothing to wait for.
   if (!workers_started_) processes_gone_ = true;
   maybe_finish();
+}
+
+// Every process of the stopped attempt is gone and its output drained: tell the rendezvous, and start
+// over when the next assignment comes (on_assignment).
+void NodeAgent::begin_next_round() {
+  processes_gone_ = false;
+  grace_armed_ = false;
+  killing_stragglers_ = false;
+  workers_started_ = false;
+  grace_timer_.cancel();
+  drain_timer_.cancel();
+  pumps_.clear();
+  local_rank_of_.clear();
+  policy_.reset_for_restart();
+  link_.client().report_stopped();
 }
 
 void NodeAgent::report_worker_failure(int local_rank) {

@@ -99,6 +99,15 @@ Decision SupervisionPolicy::on_job_cause(JobCause cause, std::int64_t now_ms) {
   return on_external_stop(now_ms);
 }
 
+void SupervisionPolicy::reset_for_restart() {
+  workers_.clear();
+  phase_ = Phase::kRunning;
+  root_cause_ = -1;
+  external_stop_ = false;
+  teardown_ms_ = 0;
+  job_cause_.reset();
+}
+
 bool SupervisionPolicy::all_exited() const {
   return std::none_of(workers_.begin(), workers_.end(),
                       [](const WorkerRecord& w) { return w.state == WorkerState::kRunning; });

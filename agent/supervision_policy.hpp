@@ -74,6 +74,10 @@ class SupervisionPolicy {
   Decision on_job_cause(JobCause cause, std::int64_t now_ms);
   const std::optional<JobCause>& job_cause() const { return job_cause_; }
 
+  // A restart round: every worker of this attempt is down; forget them and run again. Signals that
+  // stopped ddprun itself are never restarted (the rendezvous only restarts after worker failures).
+  void reset_for_restart();
+
   bool all_exited() const;
   Phase phase() const { return phase_; }
   const std::vector<WorkerRecord>& workers() const { return workers_; }

@@ -146,3 +146,52 @@ TEST_CASE("an external stop tears down and exits 1 when no local worker failed")
   CHECK(p.root_cause() == nullptr);
   CHECK(p.exit_code() == 1);
 }
+
+TEST_CASE("the job's root cause from another node tears this node down and sets the exit code") {
+  auto p = three_workers();
+  JobCause cause;
+  cause.text = "rank 40 (local rank 0, node 3, host h3, pid 9) exited with code 7";
+  cause.exit_code = 7;
+  cause.node_rank = 3;
+  cause.rank = 40;
+  const Decision d = p.on_job_cause(cause, 20);
+  CHECK(d.teardown_began);
+  CHECK(d.signal_all == SIGTERM);
+  CHECK(p.phase() == Phase::kStopping);
+  for (int lr = 0; lr < 3; ++lr) p.on_exit(lr, killed(SIGTERM), 21);
+  CHECK(p.worker(0).state == WorkerState::kVictim);
+  CHECK(p.exit_code() == 7);
+  REQUIRE(p.job_cause());
+  CHECK(p.job_cause()->node_rank == 3);
+}
+
+TEST_CASE("the rendezvous' root cause replaces this node's own earlier failure") {
+  auto p = three_workers();
+  p.on_exit(0, exited(2), 10);  // local failure, but another node's was received first by the server
+  JobCause cause;
+  cause.exit_code = 128 + SIGSEGV;
+  const Decision d = p.on_job_cause(cause, 11);
+  CHECK_FALSE(d.teardown_began);  // already tearing down
+  CHECK(p.exit_code() == 128 + SIGSEGV);
+}
+
+TEST_CASE("a job cause with exit code 0 still fails the job") {
+  auto p = three_workers();
+  p.on_job_cause(JobCause{}, 1);
+  CHECK(p.exit_code() != 0);
+}
+
+TEST_CASE("a restart round forgets the attempt's workers and failures") {
+  auto p = three_workers();
+  p.on_exit(1, exited(3), 10);
+  p.on_exit(0, killed(SIGTERM), 11);
+  p.on_exit(2, killed(SIGTERM), 11);
+  CHECK(p.exit_code() == 3);
+  p.reset_for_restart();
+  CHECK(p.workers().empty());
+  CHECK(p.phase() == Phase::kRunning);
+  CHECK(p.root_cause() == nullptr);
+  CHECK(p.exit_code() == 0);
+  p.add_worker(10, 0, 200, 12);
+  CHECK_FALSE(p.all_exited());
+}

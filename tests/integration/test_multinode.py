@@ -165,10 +165,57 @@ class StaticJobs(MultiNodeCase):
             self.assertIn("missing node ranks 2", res.stderr.decode(), res)
             self.assertNotIn("[rank", res.stdout.decode(), res)
 
+    def test_a_silent_agent_is_lost_after_the_heartbeat_timeout(self):
+        procs = [self.node(r, 3, f"ready={self.ready}", "hang") for r in range(3)]
+        self.wait_ready(3)
+        os.kill(procs[2].pid, signal.SIGSTOP)  # alive but silent: no heartbeats, the connection stays open
+        t0 = time.monotonic()
+        results = self.wait_all(procs[:2])
+        self.assertLess(time.monotonic() - t0, 4)  # heartbeat timeout 1 s
+        for res in results:
+            self.assertEqual(res.code, 1, res)
+            self.assertIn("root cause: node 2 (host", res.stderr.decode(), res)
+        os.kill(procs[2].pid, signal.SIGCONT)  # it finds its server gone and stops its workers
+        self.assertEqual(self.wait_all(procs[2:])[0].code, LOST)
+
     def test_server_never_there(self):
         res = self.wait_all([self.node(1, 2, "exit=0", rdzv_timeout=1)])[0]
         self.assertEqual(res.code, TIMEOUT, res)
         self.assertIn("could not reach the rendezvous server", res.stderr.decode(), res)
+
+
+class Restarts(MultiNodeCase):
+    SCRIPT = ('echo R=$RANK C=$TORCHELASTIC_RESTART_COUNT M=$TORCHELASTIC_MAX_RESTARTS; '
+              'if [ $RANK = 2 ] && [ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; then exit 3; fi; sleep 0.1')
+
+    def nodes(self, max_restarts):
+        return [self.start("--nnodes", 2, "--node-rank", r, "--master-addr", "127.0.0.1", "--rdzv-port", self.port,
+                           "--nproc-per-node", 2, "--max-restarts", max_restarts, "sh", "-c", self.SCRIPT)
+                for r in range(2)]
+
+    def test_whole_job_restarts_with_the_same_count_on_every_node(self):
+        results = self.wait_all(self.nodes(2))
+        for node, res in enumerate(results):
+            self.assertEqual(res.code, 0, res)
+            out = res.stdout.decode()
+            for rank in (2 * node, 2 * node + 1):  # the last attempt ran everywhere, to the end
+                self.assertIn(f"[rank{rank}]: R={rank} C=2 M=2\n", out, res)
+            if node == 1:  # earlier attempts: the failing rank got as far as its echo (the others may not)
+                for count in range(2):
+                    self.assertIn(f"[rank2]: R=2 C={count} M=2\n", out, res)
+
+    def test_restarts_exhausted_fail_with_the_root_cause(self):
+        results = self.wait_all(self.nodes(1))
+        for res in results:
+            self.assertEqual(res.code, 3, res)
+            self.assertIn("root cause: rank 2 (local rank 0, node 1", res.stderr.decode(), res)
+            self.assertNotIn("C=2", res.stdout.decode(), res)
+
+    def test_single_node_restart(self):
+        res = self.run_ddprun("--nproc-per-node", 3, "--max-restarts", 3, "sh", "-c", self.SCRIPT)
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(res.stdout.decode().count("R=2 C="), 3, res)  # the failing rank always echoes
+        self.assertIn("R=0 C=2", res.stdout.decode(), res)
 
 
 class DynamicJobs(MultiNodeCase):
