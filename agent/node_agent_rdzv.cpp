@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/node_agent_impl.hpp"
+#include "common/error.hpp"
 #include "common/process/wait_status.hpp"
 #include "common/time.hpp"
 
@@ -44,9 +45,8 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
 
 void NodeAgent::on_assignment(const rdzv::Assignment& a) {
   if (a.local_world_size() != world_.local_world_size)
-    throw SystemError("the rendezvous assigned " + std::to_string(a.local_world_size()) + " workers, not " +
-                          std::to_string(world_.local_world_size),
-                      0);
+    throw Error("the rendezvous assigned " + std::to_string(a.local_world_size()) + " workers to this node, not " +
+                std::to_string(world_.local_world_size));  // a bug: the server only echoes our nproc
   world_.node_rank = a.node_rank;
   world_.nnodes = a.nnodes;
   world_.rank_offset = a.rank_offset;
