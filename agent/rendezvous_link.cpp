@@ -1,9 +1,30 @@
 #include "agent/rendezvous_link.hpp"
 
+#include <boost/asio/ip/tcp.hpp>
+
 #include "rendezvous/errors.hpp"
 
 namespace ddprun::agent {
 namespace rdzv = ddprun::rendezvous;
+namespace {
+
+// Whether `host` names an address of this machine: binding it (any port) succeeds only then.
+bool is_local_address(boost::asio::io_context& io, const std::string& host) {
+  namespace ip = boost::asio::ip;
+  boost::system::error_code ec;
+  ip::tcp::resolver resolver(io);
+  const auto results = resolver.resolve(host, "0", ec);
+  if (ec) return false;
+  for (const auto& entry : results) {
+    ip::tcp::acceptor probe(io);
+    probe.open(entry.endpoint().protocol(), ec);
+    if (!ec) probe.bind(entry.endpoint(), ec);
+    if (!ec) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 int exit_code_of(const rdzv::ClientError& error) {
   switch (error.kind) {
@@ -44,9 +65,18 @@ void RendezvousLink::start() {
     job.heartbeat_timeout = r.heartbeat_timeout;
     job.join_timeout = r.join_timeout;
     job.max_restarts = r.max_restarts;
+    // Dynamic mode hosts on every interface once the endpoint is known to be this machine: a host name
+    // that resolves to 127.0.1.1 here (Debian's /etc/hosts) must still be reachable from the other nodes.
+    std::string bind_address = r.bind_address;
+    if (r.hosting == Hosting::kIfLocal) {
+      if (!is_local_address(io_, r.server_host)) bind_address.clear();
+      else if (bind_address != "127.0.0.1" && bind_address != "::1" && bind_address != "localhost")
+        bind_address = "0.0.0.0";
+    }
     auto server = std::make_unique<rdzv::Server>(io_, job, log_);
     try {
-      server->start(r.bind_address, static_cast<std::uint16_t>(r.server_port));
+      if (bind_address.empty()) throw rdzv::ConnectionError(r.server_host + " is not an address of this machine");
+      server->start(bind_address, static_cast<std::uint16_t>(r.server_port));
       server_ = std::move(server);
     } catch (const rdzv::ConnectionError& e) {
       // Dynamic mode: the endpoint is another machine, or a server (ddprun-rendezvous, another agent on
