@@ -1,14 +1,12 @@
 #include "rendezvous/auth.hpp"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
+#include <sys/random.h>
 
 #include <cerrno>
 #include <fstream>
 
 #include "common/error.hpp"
+#include "rendezvous/sha256.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -27,25 +25,30 @@ std::string to_hex(const unsigned char* data, std::size_t n) {
 std::string compute_mac(std::string_view token, std::string_view nonce, std::string_view run_id) {
   std::string message = "ddprun-rdzv/1\n";
   message.append(nonce).append("\n").append(run_id);
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  const unsigned char* result =
-      HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-           reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &length);
-  if (result == nullptr) throw Error("HMAC-SHA256 failed");
-  return to_hex(digest, length);
+  const Sha256Digest digest = hmac_sha256(token, message);
+  return to_hex(digest.data(), digest.size());
 }
 
 bool verify_mac(std::string_view token, std::string_view nonce, std::string_view run_id, std::string_view mac) {
   std::string expected = compute_mac(token, nonce, run_id);
   if (mac.size() != expected.size()) return false;
-  return CRYPTO_memcmp(expected.data(), mac.data(), expected.size()) == 0;
+  // Constant time: how much of a guess matched must not show in the time taken.
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    diff = static_cast<unsigned char>(diff | (static_cast<unsigned char>(expected[i]) ^ static_cast<unsigned char>(mac[i])));
+  return diff == 0;
 }
 
 std::string random_hex(std::size_t bytes) {
   std::string raw(bytes, '\0');
   auto* data = reinterpret_cast<unsigned char*>(raw.data());
-  if (RAND_bytes(data, static_cast<int>(bytes)) != 1) throw SystemError("RAND_bytes", EIO);
+  // The kernel's CSPRNG; blocks only before it is seeded at boot.
+  for (std::size_t done = 0; done < bytes;) {
+    const ssize_t n = ::getrandom(data + done, bytes - done, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw SystemError("getrandom", errno);
+    done += static_cast<std::size_t>(n);
+  }
   return to_hex(data, bytes);
 }
 
