@@ -142,6 +142,19 @@ class StaticJobs(MultiNodeCase):
         for res in self.wait_all(procs):
             self.assertEqual(res.code, 0, res)
 
+    def test_duplicate_or_out_of_range_node_rank_while_joining(self):
+        steps = [f"ready={self.ready}", "exit=0"]
+        first = [self.node(r, 3, *steps) for r in range(2)]
+        time.sleep(1.0)  # both joined (a few ms, even on a busy machine); node 2 not yet
+        dup = self.wait_all([self.node(1, 3, "exit=3")])[0]
+        self.assertEqual(dup.code, REFUSED, dup)
+        self.assertIn("duplicate node rank 1: already taken by host", dup.stderr.decode(), dup)
+        beyond = self.wait_all([self.node(3, 4, "exit=3")])[0]  # disagrees on --nnodes
+        self.assertEqual(beyond.code, REFUSED, beyond)
+        self.assertIn("node rank 3 is out of range", beyond.stderr.decode(), beyond)
+        for res in self.wait_all(first + [self.node(2, 3, *steps)]):
+            self.assertEqual(res.code, 0, res)
+
     def test_garbage_bytes_to_the_port_leave_the_job_alone(self):
         procs = [self.node(r, 2, f"ready={self.ready}", f"waitfile={self.go}") for r in range(2)]
         self.wait_ready(2)
