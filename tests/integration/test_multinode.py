@@ -6,7 +6,7 @@ import socket
 import subprocess
 import time
 
-from harness import DdprunTestCase, Result, WORKER
+from harness import DDPRUN, DdprunTestCase, Result, WORKER
 
 REFUSED, TIMEOUT, LOST = 77, 75, 74
 
@@ -250,8 +250,8 @@ class DynamicJobs(MultiNodeCase):
         self.check_ranks(self.wait_all(procs), 5)
 
     def test_separate_rendezvous_server(self):
-        server = subprocess.Popen([os.path.join(os.path.dirname(os.environ.get("DDPRUN", "ddprun")),
-                                                "../rendezvous/ddprun-rendezvous"), "--rdzv-id", "dynjob",
+        server = subprocess.Popen([os.environ.get("DDPRUN_RENDEZVOUS", os.path.join(
+                                      os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous")), "--rdzv-id", "dynjob",
                                    "--nnodes", "3", "--host", "127.0.0.1", "--port", str(self.port)],
                                   env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   start_new_session=True)

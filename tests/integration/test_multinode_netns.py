@@ -7,7 +7,7 @@ import subprocess
 import time
 import unittest
 
-from harness import WORKER
+from harness import DDPRUN, WORKER
 from test_multinode import MultiNodeCase, LOST
 
 
@@ -47,7 +47,7 @@ class TwoHosts(MultiNodeCase):
         sh("ip", "-n", self.ns[1], "link", "set", self.veth[1], "up")
 
     def host_node(self, rank, *steps, nproc=2):
-        args = ["ip", "netns", "exec", self.ns[rank], os.path.abspath(os.environ.get("DDPRUN", "ddprun")),
+        args = ["ip", "netns", "exec", self.ns[rank], os.path.abspath(DDPRUN),
                 "--nnodes", "2", "--node-rank", str(rank), "--master-addr", self.addr[0], "--rdzv-port",
                 str(self.port), "--nproc-per-node", str(nproc), "--heartbeat-interval", "0.2",
                 "--heartbeat-timeout", "1", "--rdzv-timeout", "20", WORKER, *steps]
