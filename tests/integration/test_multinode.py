@@ -191,6 +191,28 @@ class StaticJobs(MultiNodeCase):
         os.kill(procs[2].pid, signal.SIGCONT)  # it finds its server gone and stops its workers
         self.assertEqual(self.wait_all(procs[2:])[0].code, LOST)
 
+    def test_rendezvous_port_in_use_on_node_0(self):
+        with socket.socket() as s:
+            s.bind(("0.0.0.0", self.port))
+            s.listen()
+            res = self.wait_all([self.node(0, 2, f"ready={self.ready}")])[0]
+        self.assertEqual(res.code, 69, res)
+        self.assertIn(str(self.port), res.stderr.decode(), res)
+        self.assertEqual(os.listdir(self.ready), [], "a worker was started")
+
+    def test_token_file_on_every_node(self):
+        token = self.path("token")
+        with open(token, "w") as f:
+            f.write("  from-a-file \n")
+        del self.env["DDPRUN_TOKEN"]
+        procs = [self.node(r, 2, "exit=0", extra=("--rdzv-token-file", token)) for r in range(2)]
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 0, res)
+        self.env["DDPRUN_TOKEN"] = "from-a-file"  # the same token, another way in
+        procs = [self.node(0, 2, "exit=0", extra=("--rdzv-token-file", token)), self.node(1, 2, "exit=0")]
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 0, res)
+
     def test_server_never_there(self):
         res = self.wait_all([self.node(1, 2, "exit=0", rdzv_timeout=1)])[0]
         self.assertEqual(res.code, TIMEOUT, res)
