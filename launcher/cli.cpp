@@ -15,6 +15,7 @@
 #include "launcher/option_values.hpp"
 #include "launcher/ports.hpp"
 #include "launcher/program.hpp"
+#include "launcher/slurm.hpp"
 #include "launcher/topology.hpp"
 
 namespace ddprun::launcher {
@@ -175,6 +176,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const std::
   agent::World& w = cfg.world;
   w.local_world_size = nproc;
   o.topo.node_rank_given = app.count("--node-rank") > 0;
+  apply_slurm_topology(o.topo, app.count("--nnodes") > 0, app.count("--rdzv-port") > 0, env, result.notes);
   // Ports last (below): picking a MASTER_PORT touches the system.
   w.role = o.role;
   if (!valid_name(w.role))

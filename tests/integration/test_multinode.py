@@ -219,6 +219,21 @@ class StaticJobs(MultiNodeCase):
         self.assertIn("could not reach the rendezvous server", res.stderr.decode(), res)
 
 
+class Slurm(MultiNodeCase):
+    def test_srun_style_no_addresses_typed(self):
+        procs = []
+        for node in range(2):
+            self.env.update(SLURM_NNODES="2", SLURM_NODEID=str(node), SLURM_JOB_NODELIST="127.0.0.1,127.0.0.1",
+                            SLURM_JOB_ID="4242")
+            procs.append(self.start("--nproc-per-node", 2, "--rdzv-port", self.port, WORKER, "env=RANK",
+                                    "env=TORCHELASTIC_RUN_ID"))
+        for node, res in enumerate(self.wait_all(procs)):
+            self.assertEqual(res.code, 0, res)
+            out = res.stdout.decode()
+            self.assertIn(f"RANK={2 * node + 1}\n", out, res)
+            self.assertIn("TORCHELASTIC_RUN_ID=slurm-4242\n", out, res)
+
+
 class Restarts(MultiNodeCase):
     SCRIPT = ('echo R=$RANK C=$TORCHELASTIC_RESTART_COUNT M=$TORCHELASTIC_MAX_RESTARTS; '
               'if [ $RANK = 2 ] && [ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; then exit 3; fi; sleep 0.1')
