@@ -79,7 +79,8 @@ def main():
                 for impl, cmd in (("cpp", [a.bin]), ("py", ["/usr/bin/python3", a.peer])):
                     r = run(cmd + [str(world), str(steps)], {**env, "OMP_NUM_THREADS": "1"})
                     results.setdefault((model, impl, world), []).append(r)
-                    print(f"run {i + 1} {model} {impl} world {world}: {r:.2f} steps/s per rank", flush=True)
+                    print(f"run {i + 1} {model} {impl} world {world}: {r:.2f} steps/s per rank "
+                          f"(load {os.getloadavg()[0]:.1f})", flush=True)
             # The machine's own ceiling for "scaling": two independent 1-rank runs at the same time
             # (no communication at all) share caches, memory bandwidth and the hypervisor.
             r = run([a.bin, "1", str(steps)], {**env, "OMP_NUM_THREADS": "1"}, copies=2)
