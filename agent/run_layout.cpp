@@ -14,12 +14,25 @@
 namespace ddprun::agent {
 namespace fs = std::filesystem;
 
+namespace {
+// Where the temporary run directory goes: $TMPDIR when set, else a RAM file system. On disk, removing the
+// ten directories of an 8-worker run at exit cost ~20 ms on a file system mounted with `discard` (each
+// rmdir waits for the device), which was most of ddprun's teardown time; on tmpfs it is microseconds.
+std::string temporary_base() {
+  for (const char* var : {"TMPDIR", "XDG_RUNTIME_DIR"}) {
+    const char* v = std::getenv(var);
+    if (v && *v && ::access(v, W_OK | X_OK) == 0) return v;
+  }
+  if (::access("/dev/shm", W_OK | X_OK) == 0) return "/dev/shm";
+  return "/tmp";
+}
+}  // namespace
+
 RunLayout RunLayout::create(const std::string& log_dir, const std::string& run_id) {
   RunLayout layout;
   std::string base;
   if (log_dir.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    base = (tmp && *tmp) ? tmp : "/tmp";
+    base = temporary_base();
     layout.temporary_ = true;
   } else {
     base = log_dir;

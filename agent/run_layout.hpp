@@ -2,7 +2,8 @@
 // worker may write (TORCHELASTIC_ERROR_FILE). With --log-dir the tree lives there and is kept:
 //   <log-dir>/<run-id>_<6 random chars>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
 // (torchrun's layout, so tools that read it keep working). Without --log-dir the same tree is made in
-// $TMPDIR and removed when the agent ends, since only the error files are needed, and only until read.
+// $TMPDIR (else $XDG_RUNTIME_DIR, else /dev/shm, else /tmp) and removed when the agent ends, since only the
+// error files are needed, and only until read.
 #pragma once
 
 #include <string>

@@ -93,6 +93,8 @@ class DdprunTestCase(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="ddprun_it_")
         self.env = dict(os.environ)
         self.env.pop("DDPRUN_LOG_LEVEL", None)
+        # ddprun's temporary run directories land here, so a test that SIGKILLs ddprun leaves nothing in /tmp.
+        self.env["TMPDIR"] = self.tmp
 
     def tearDown(self):
         reap_zombies()

@@ -102,3 +102,14 @@ class LogFiles(DdprunTestCase):
         path = r.stdout.decode().split("=", 1)[1].strip()
         self.assertTrue(path.startswith(self.env["TMPDIR"]), path)
         self.assertEqual(os.listdir(self.env["TMPDIR"]), [])
+
+    def test_without_tmpdir_the_run_directory_is_on_a_ram_file_system(self):
+        if not os.access("/dev/shm", os.W_OK):
+            self.skipTest("/dev/shm is not writable here")
+        self.env.pop("TMPDIR")
+        self.env.pop("XDG_RUNTIME_DIR", None)
+        r = self.worker("env=TORCHELASTIC_ERROR_FILE", nproc=1)
+        self.assertEqual(r.code, 0, r)
+        path = r.stdout.decode().split("=", 1)[1].strip()
+        self.assertTrue(path.startswith("/dev/shm/ddprun-none_"), path)
+        self.assertFalse(os.path.exists(path.split("/attempt_")[0]), "the run directory was not removed")
