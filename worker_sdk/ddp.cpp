@@ -123,7 +123,14 @@ void DistributedDataParallel::State::finish_backward() {
       --buckets[p.bucket].pending;
     }
     if (!options.expect_unused_parameters) {
-      for (auto& b : buckets) b.work.reset();
+      // The buckets launched so far are being reduced with the other ranks right now (they see the same
+      // unused parameters and launched the same buckets): finish them before reporting. Otherwise this
+      // rank would tear its ring down mid-exchange and its peers would fail with "connection closed".
+      if (ring) ring->wait_all();
+      for (auto& b : buckets) {
+        if (b.work) b.work->wait();
+        b.work.reset();
+      }
       throw Error("DistributedDataParallel: parameters received no gradient in this backward: " + unused +
                   ". Every parameter must take part in the loss on every rank, or construct DDP with "
                   "DdpOptions::expect_unused_parameters = true");

@@ -126,38 +126,49 @@ TEST_SUITE("ddp") {
   }
 }
 
-SDK_TEST_ROLE("unused_parameters") {
-  auto world = sdk::WorldInfo::from_env();
-  auto pg = sdk::ProcessGroup::init(world);
-  struct TwoHeads : torch::nn::Module {
-    torch::nn::Linear used{register_module("used", torch::nn::Linear(4, 2))};
-    torch::nn::Linear idle{register_module("idle", torch::nn::Linear(4, 2))};
-  };
+namespace {
+struct TwoHeads : torch::nn::Module {
+  torch::nn::Linear used{register_module("used", torch::nn::Linear(4, 2))};
+  torch::nn::Linear idle{register_module("idle", torch::nn::Linear(4, 2))};
+};
+}  // namespace
+
+// Two separate jobs rather than an error and a second DDP in one process, and a barrier before each rank
+// returns: a rank that exits (closing its ring) while its peer is still finishing the same exchange made the
+// peer fail with "connection closed by peer" about once in 25 runs under load (see the session notes).
+SDK_TEST_ROLE("unused_parameters_error") {
+  auto pg = sdk::ProcessGroup::init(sdk::WorldInfo::from_env());
   auto model = std::make_shared<TwoHeads>();
-  {
-    sdk::DistributedDataParallel ddp(model, pg);
-    std::string message;
-    try {
-      model->used->forward(torch::ones({3, 4})).sum().backward();
-    } catch (const std::exception& e) {
-      message = e.what();
-    }
-    ROLE_CHECK(message.find("idle.weight") != std::string::npos);
-    ROLE_CHECK(message.find("expect_unused_parameters") != std::string::npos);
+  sdk::DistributedDataParallel ddp(model, pg);
+  std::string message;
+  try {
+    model->used->forward(torch::ones({3, 4})).sum().backward();
+  } catch (const std::exception& e) {
+    message = e.what();
   }
-  model->zero_grad();
+  ROLE_CHECK(message.find("idle.weight") != std::string::npos);
+  ROLE_CHECK(message.find("expect_unused_parameters") != std::string::npos);
+  pg->barrier();
+  return 0;
+}
+
+SDK_TEST_ROLE("unused_parameters_expected") {
+  auto pg = sdk::ProcessGroup::init(sdk::WorldInfo::from_env());
+  auto model = std::make_shared<TwoHeads>();
   sdk::DdpOptions options;
   options.expect_unused_parameters = true;
   sdk::DistributedDataParallel ddp(model, pg, options);
   model->used->forward(torch::ones({3, 4})).sum().backward();
   ROLE_CHECK(torch::equal(model->idle->weight.grad(), torch::zeros({2, 4})));
   ROLE_CHECK(torch::equal(model->used->bias.grad(), torch::full({2}, 3.0)));
+  pg->barrier();
   return 0;
 }
 
 TEST_CASE("a parameter without gradient is a clear error unless expected" * doctest::test_suite("ddp")) {
   TempDir dir;
-  CHECK(sdk::test::run_ranks("unused_parameters", 2, dir.path()) == 0);
+  CHECK(sdk::test::run_ranks("unused_parameters_error", 2, dir.path()) == 0);
+  CHECK(sdk::test::run_ranks("unused_parameters_expected", 2, dir.path()) == 0);
 }
 
 SDK_TEST_ROLE("syncbn") {
