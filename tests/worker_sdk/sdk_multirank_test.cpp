@@ -191,6 +191,7 @@ SDK_TEST_ROLE("syncbn") {
   pg->allreduce(gb);
   torch::save(std::vector<at::Tensor>{y.detach(), x.grad(), gw, gb, bn->running_mean, bn->running_var},
               dir + "/syncbn-" + std::to_string(world.rank) + ".pt");
+  pg->barrier();  // no rank leaves while its peer may still be reading the last exchange
   return 0;
 }
 
