@@ -1,10 +1,7 @@
 #include "worker_sdk/spawn.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +15,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/process/ports.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
 #include "common/process/wait_status.hpp"
@@ -33,18 +31,9 @@ namespace proc = ddprun::process;
 using Clock = std::chrono::steady_clock;
 
 int free_port(const std::string& addr) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw Error(std::string("socket: ") + std::strerror(errno));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = 0;
-  ::inet_pton(AF_INET, addr == "localhost" ? "127.0.0.1" : addr.c_str(), &sa.sin_addr);
-  socklen_t len = sizeof sa;
-  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  if (rc == 0) rc = ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  if (rc != 0) throw Error("cannot find a free port on " + addr + ": " + std::strerror(errno));
-  return ntohs(sa.sin_port);
+  const int port = proc::probe_tcp_port(addr, 0);
+  if (port < 0) throw Error("cannot find a free port on " + addr + ": " + std::strerror(-port));
+  return port;
 }
 
 // The environment of rank `rank`: ours, with the contract's variables replaced.

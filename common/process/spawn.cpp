@@ -30,6 +30,21 @@ char* hold(ChildPlan& plan, const std::string& s) {
   return plan.storage.back().data();
 }
 
+// Where execvp would look for `name`: itself if it holds a '/', else each PATH entry ("" meaning ".").
+std::vector<std::string> path_candidates(const std::string& name, const std::string& path_env) {
+  if (name.find('/') != std::string::npos) return {name};
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= path_env.size()) {
+    std::size_t end = path_env.find(':', start);
+    if (end == std::string::npos) end = path_env.size();
+    const std::string dir = path_env.substr(start, end - start);
+    out.push_back((dir.empty() ? std::string(".") : dir) + "/" + name);
+    start = end + 1;
+  }
+  return out;
+}
+
 [[noreturn]] void child_fail(int report_fd, int err) {
   // Best effort: the parent treats a short read as "exec failed with unknown error".
   ssize_t ignored = ::write(report_fd, &err, sizeof err);
@@ -115,16 +130,10 @@ ResolvedProgram resolve_program(const std::string& name, const std::string& path
   if (name.empty()) return {};
   if (name.find('/') != std::string::npos) return {check(name), name};
   ResolvedProgram best;  // the first non-executable match is reported if nothing better is found
-  size_t start = 0;
-  while (start <= path_env.size()) {
-    size_t end = path_env.find(':', start);
-    if (end == std::string::npos) end = path_env.size();
-    std::string dir = path_env.substr(start, end - start);
-    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+  for (const std::string& candidate : path_candidates(name, path_env)) {
     ProgramCheck c = check(candidate);
     if (c == ProgramCheck::kOk) return {c, candidate};
     if (c == ProgramCheck::kNotExecutable && best.check == ProgramCheck::kNotFound) best = {c, candidate};
-    start = end + 1;
   }
   return best;
 }
@@ -135,19 +144,7 @@ pid_t spawn(const SpawnOptions& o) {
   plan.argv.push_back(nullptr);
   for (const auto& e : o.env) plan.envp.push_back(hold(plan, e));
   plan.envp.push_back(nullptr);
-  if (o.program.find('/') != std::string::npos) {
-    plan.candidates.push_back(o.program);
-  } else {
-    const std::string path_env = path_of(o.env);
-    size_t start = 0;
-    while (start <= path_env.size()) {
-      size_t end = path_env.find(':', start);
-      if (end == std::string::npos) end = path_env.size();
-      std::string dir = path_env.substr(start, end - start);
-      plan.candidates.push_back((dir.empty() ? std::string(".") : dir) + "/" + o.program);
-      start = end + 1;
-    }
-  }
+  plan.candidates = path_candidates(o.program, path_of(o.env));
   for (const auto& c : plan.candidates) plan.candidate_ptrs.push_back(c.c_str());
 
   int report[2];
