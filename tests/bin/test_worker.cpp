@@ -2,7 +2,8 @@
 // one rank (RANK from the environment).
 //
 //   test_worker [@RANK:]STEP ...
-//   exit=N         exit with code N                 kill=SIG     raise SIG (default action restored first)
+//   exit=N         exit with code N                 kill=SIG     raise SIG (default action restored first;
+//                                                                kill=STOP stops us until SIGCONT/SIGKILL)
 //   sleep=SEC      sleep (fractions allowed)        hang         sleep until a signal kills us
 //   ignore=SIG     ignore SIG from now on           trap=SIG     on SIG print "rank R got SIGNAME", exit 0
 //   print=TEXT     print TEXT and a newline         partial=TEXT print TEXT with no newline
@@ -10,15 +11,27 @@
 //   flood=BYTES    write BYTES of 100-byte lines    binary=N     write bytes 0..255 N times
 //   env=NAME       print "NAME=value" (or "NAME unset")
 //   pidfile=PATH   append "rank pid pgid" to PATH   ready=DIR    create DIR/ready.RANK (tests wait for it)
-//   fork=KIND      start a child that sleeps forever: KIND "group" stays in our process group,
-//                  "setsid" leaves it (a new session), "orphan" double-forks so it is re-parented
+//                  (children started later by fork= append their own line too, after the worker's: the
+//                  first line of a rank is the worker's)
+//   fork=KIND[:N]  start N (default 1) children that sleep forever: KIND "group" stays in our process group,
+//                  "setsid" leaves it (a new session), "orphan" double-forks so it is re-parented, "daemon"
+//                  double-forks, calls setsid and ignores SIGTERM/SIGINT/SIGHUP/SIGQUIT: only SIGKILL ends it.
+//                  The step returns once every child is set up (own session, signals, pidfile line written).
+//   sigrecord=PATH from now on append "<pid> <rank> <SIGNAME>" to PATH for every SIGTERM, SIGINT, SIGHUP,
+//                  SIGQUIT, SIGUSR1 and SIGUSR2 this process (and every child forked later) receives; the
+//                  process goes on running: without termexit= nothing but SIGKILL ends it
+//   termexit=SEC   on the first SIGTERM/SIGINT/SIGHUP/SIGQUIT, _exit(128+sig) SEC seconds later (a second
+//                  signal within SEC is still recorded); forked children inherit it, daemons do not. Without
+//                  sigrecord= the same, minus the record (SIGUSR1/SIGUSR2 are then ignored)
 //   errorfile=MSG  write MSG to TORCHELASTIC_ERROR_FILE in torchelastic's JSON format
 //   waitfile=PATH  wait until PATH exists
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -31,12 +44,23 @@
 
 namespace {
 int g_rank = 0;
+std::string g_pidfile;  // set by pidfile=: forked children append their own line to it
+
+// sigrecord= / termexit= state, read by the signal handler (hence plain ints, set before handlers run).
+int g_record_fd = -1;                     // sigrecord's file, O_APPEND so lines of many processes never mix
+volatile std::sig_atomic_t g_termexit_ms = -1;  // -1: stopping signals are recorded and otherwise ignored
+volatile std::sig_atomic_t g_exit_signal = 0;   // the first stopping signal, once termexit is counting down
+volatile std::sig_atomic_t g_never_exit = 0;    // daemons: record, but only SIGKILL ends them
+bool g_handlers_installed = false;
+
+const int kRecordedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
 int signal_number(const std::string& s) {
   if (std::isdigit(static_cast<unsigned char>(s[0]))) return std::atoi(s.c_str());
   static const struct { const char* n; int v; } names[] = {{"TERM", SIGTERM}, {"INT", SIGINT}, {"KILL", SIGKILL},
       {"HUP", SIGHUP}, {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"SEGV", SIGSEGV},
-      {"ABRT", SIGABRT}, {"PIPE", SIGPIPE}};
+      {"ABRT", SIGABRT}, {"PIPE", SIGPIPE}, {"STOP", SIGSTOP}, {"CONT", SIGCONT}, {"BUS", SIGBUS},
+      {"FPE", SIGFPE}, {"ALRM", SIGALRM}};
   std::string n = s.rfind("SIG", 0) == 0 ? s.substr(3) : s;
   for (const auto& e : names)
     if (n == e.n) return e.v;
@@ -48,6 +72,7 @@ void write_out(int fd, const std::string& s) {
   size_t done = 0;
   while (done < s.size()) {
     ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;  // a recorded signal arrived mid-write: go on writing
     if (n <= 0) std::exit(3);
     done += static_cast<size_t>(n);
   }
@@ -61,21 +86,131 @@ extern "C" void on_trap(int sig) {
   ::_exit(0);
 }
 
+// Async-signal-safe formatting for the handler: no stdio, no allocation.
+void append_text(char* buf, size_t& n, size_t cap, const char* text) {
+  while (*text && n < cap) buf[n++] = *text++;
+}
+
+void append_number(char* buf, size_t& n, size_t cap, long v) {
+  char digits[24];
+  size_t d = 0;
+  const bool negative = v < 0;
+  unsigned long u = negative ? 0UL - static_cast<unsigned long>(v) : static_cast<unsigned long>(v);
+  do {
+    digits[d++] = static_cast<char>('0' + u % 10);
+    u /= 10;
+  } while (u != 0);
+  if (negative && n < cap) buf[n++] = '-';
+  while (d > 0 && n < cap) buf[n++] = digits[--d];
+}
+
+const char* recorded_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    default: return "SIG?";
+  }
+}
+
+extern "C" void on_termexit_alarm(int) { ::_exit(128 + g_exit_signal); }
+
+extern "C" void on_recorded_signal(int sig) {
+  const int saved_errno = errno;
+  if (g_record_fd >= 0) {
+    // One write() of one whole line on an O_APPEND file: lines from many processes never interleave.
+    char line[64];
+    size_t n = 0;
+    append_number(line, n, sizeof line, static_cast<long>(::getpid()));
+    append_text(line, n, sizeof line, " ");
+    append_number(line, n, sizeof line, g_rank);
+    append_text(line, n, sizeof line, " ");
+    append_text(line, n, sizeof line, recorded_name(sig));
+    append_text(line, n, sizeof line, "\n");
+    ssize_t ignored = ::write(g_record_fd, line, n);
+    (void)ignored;
+  }
+  const bool stopping = sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
+  if (stopping && g_termexit_ms >= 0 && !g_never_exit && g_exit_signal == 0) {
+    g_exit_signal = sig;
+    if (g_termexit_ms == 0) ::_exit(128 + sig);
+    // setitimer is a plain system call (safe here); the timer is per process, so each forked child counts
+    // down on its own first signal.
+    struct itimerval t {};
+    t.it_value.tv_sec = g_termexit_ms / 1000;
+    t.it_value.tv_usec = static_cast<suseconds_t>(g_termexit_ms % 1000) * 1000;
+    ::setitimer(ITIMER_REAL, &t, nullptr);
+  }
+  errno = saved_errno;
+}
+
+void install_recording_handlers() {
+  if (g_handlers_installed) return;
+  g_handlers_installed = true;
+  struct sigaction sa {};
+  sa.sa_handler = on_recorded_signal;
+  // SA_RESTART: a recorded signal must not turn a write or a wait into an error; the other recorded signals
+  // are blocked while one is handled so the handler's state changes stay simple.
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int s : kRecordedSignals) sigaddset(&sa.sa_mask, s);
+  for (int s : kRecordedSignals) ::sigaction(s, &sa, nullptr);
+  struct sigaction alarm {};
+  alarm.sa_handler = on_termexit_alarm;
+  sigemptyset(&alarm.sa_mask);
+  ::sigaction(SIGALRM, &alarm, nullptr);
+}
+
 void sleep_forever() {
   for (;;) ::pause();
 }
 
+void append_pidfile_line(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) return;
+  std::fprintf(f, "%d %d %d\n", g_rank, static_cast<int>(::getpid()), static_cast<int>(::getpgrp()));
+  std::fclose(f);
+}
+
+// Starts one child of `kind` and returns once it is set up: the child (or, for "orphan" and "daemon", the
+// grandchild) writes one byte on a pipe when its session, signal dispositions and pidfile line are in
+// place, so a later ready= step means every child can be found and behaves as asked.
 void start_child(const std::string& kind) {
+  int sync[2];
+  if (::pipe2(sync, O_CLOEXEC) != 0) std::exit(4);
+  const bool double_fork = kind == "orphan" || kind == "daemon";
   pid_t pid = ::fork();
+  if (pid < 0) std::exit(4);
   if (pid != 0) {
-    if (kind == "orphan") ::waitpid(pid, nullptr, 0);
+    ::close(sync[1]);
+    char byte;
+    while (::read(sync[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    ::close(sync[0]);
+    if (double_fork) ::waitpid(pid, nullptr, 0);
     return;
   }
+  ::close(sync[0]);
   if (kind == "setsid") ::setsid();
-  if (kind == "orphan") {
+  if (double_fork) {
     if (::fork() != 0) ::_exit(0);  // the grandchild is re-parented to the nearest subreaper
     ::setsid();
   }
+  if (kind == "daemon") {
+    if (g_handlers_installed) {
+      g_never_exit = 1;  // keeps recording what it gets, but nothing short of SIGKILL ends it
+    } else {
+      for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) std::signal(s, SIG_IGN);
+    }
+  }
+  if (!g_pidfile.empty()) append_pidfile_line(g_pidfile);
+  const char byte = 1;
+  while (::write(sync[1], &byte, 1) < 0 && errno == EINTR) {
+  }
+  ::close(sync[1]);
   sleep_forever();
 }
 
@@ -135,9 +270,8 @@ void run_step(const std::string& step) {
     const char* v = std::getenv(arg.c_str());
     write_out(1, v ? arg + "=" + v + "\n" : arg + " unset\n");
   } else if (verb == "pidfile") {
-    FILE* f = std::fopen(arg.c_str(), "a");
-    std::fprintf(f, "%d %d %d\n", g_rank, static_cast<int>(::getpid()), static_cast<int>(::getpgrp()));
-    std::fclose(f);
+    g_pidfile = arg;
+    append_pidfile_line(arg);
   } else if (verb == "ready") {
     const std::string path = arg + "/ready." + std::to_string(g_rank);
     const std::string tmp = path + ".tmp";
@@ -146,7 +280,25 @@ void run_step(const std::string& step) {
     std::fclose(f);
     std::rename(tmp.c_str(), path.c_str());
   } else if (verb == "fork") {
-    start_child(arg);
+    const auto colon = arg.find(':');
+    const int count = colon == std::string::npos ? 1 : std::atoi(arg.c_str() + colon + 1);
+    const std::string kind = arg.substr(0, colon);
+    if (kind != "group" && kind != "setsid" && kind != "orphan" && kind != "daemon") {
+      std::fprintf(stderr, "test_worker: unknown fork kind %s\n", kind.c_str());
+      std::exit(2);
+    }
+    for (int i = 0; i < count; ++i) start_child(kind);
+  } else if (verb == "sigrecord") {
+    if (g_record_fd >= 0) ::close(g_record_fd);
+    g_record_fd = ::open(arg.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (g_record_fd < 0) {
+      std::fprintf(stderr, "test_worker: cannot open %s: %s\n", arg.c_str(), std::strerror(errno));
+      std::exit(2);
+    }
+    install_recording_handlers();
+  } else if (verb == "termexit") {
+    g_termexit_ms = static_cast<std::sig_atomic_t>(std::atof(arg.c_str()) * 1000.0);
+    install_recording_handlers();
   } else if (verb == "errorfile") {
     const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (path) {
