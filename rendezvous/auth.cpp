@@ -1,16 +1,22 @@
 #include "rendezvous/auth.hpp"
 
-#include <sys/random.h>
+#include <sodium.h>
 
-#include <cerrno>
 #include <fstream>
 
 #include "common/error.hpp"
-#include "rendezvous/sha256.hpp"
 
 namespace ddprun::rendezvous {
 
 namespace {
+
+// sodium_init() once per process (a function-local static is initialised once, thread-safely), and only
+// when a MAC or random bytes are first needed: a ddprun that never authenticates does not pay for it.
+void ensure_sodium() {
+  static const bool ready = sodium_init() >= 0;
+  if (!ready) throw Error("libsodium could not be initialised (no randomness source?)");
+}
+
 std::string to_hex(const unsigned char* data, std::size_t n) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string out(n * 2, '0');
@@ -20,7 +26,23 @@ std::string to_hex(const unsigned char* data, std::size_t n) {
   }
   return out;
 }
+
+const unsigned char* bytes_of(std::string_view s) { return reinterpret_cast<const unsigned char*>(s.data()); }
+
 }  // namespace
+
+Sha256Digest hmac_sha256(std::string_view key, std::string_view message) {
+  ensure_sodium();
+  // The streaming API takes a key of any length (a longer one is hashed first, as RFC 2104 says); the
+  // one-shot crypto_auth_hmacsha256 wants exactly 32 bytes, and tokens are whatever the user wrote.
+  crypto_auth_hmacsha256_state state;
+  Sha256Digest digest{};
+  crypto_auth_hmacsha256_init(&state, bytes_of(key), key.size());
+  crypto_auth_hmacsha256_update(&state, bytes_of(message), message.size());
+  crypto_auth_hmacsha256_final(&state, digest.data());
+  sodium_memzero(&state, sizeof state);
+  return digest;
+}
 
 std::string compute_mac(std::string_view token, std::string_view nonce, std::string_view run_id) {
   std::string message = "ddprun-rdzv/1\n";
@@ -30,27 +52,22 @@ std::string compute_mac(std::string_view token, std::string_view nonce, std::str
 }
 
 bool verify_mac(std::string_view token, std::string_view nonce, std::string_view run_id, std::string_view mac) {
-  std::string expected = compute_mac(token, nonce, run_id);
+  const std::string expected = compute_mac(token, nonce, run_id);
+  // The length is public (always 64 hex digits); the contents are compared in constant time.
   if (mac.size() != expected.size()) return false;
-  // Constant time: how much of a guess matched must not show in the time taken.
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < expected.size(); ++i)
-    diff = static_cast<unsigned char>(diff | (static_cast<unsigned char>(expected[i]) ^ static_cast<unsigned char>(mac[i])));
-  return diff == 0;
+  return sodium_memcmp(expected.data(), mac.data(), expected.size()) == 0;
 }
 
 std::string random_hex(std::size_t bytes) {
+  ensure_sodium();
   std::string raw(bytes, '\0');
-  auto* data = reinterpret_cast<unsigned char*>(raw.data());
-  // The kernel's CSPRNG; blocks only before it is seeded at boot.
-  for (std::size_t done = 0; done < bytes;) {
-    const ssize_t n = ::getrandom(data + done, bytes - done, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw SystemError("getrandom", errno);
-    done += static_cast<std::size_t>(n);
-  }
-  return to_hex(data, bytes);
+  randombytes_buf(raw.data(), bytes);
+  return to_hex(bytes_of(raw), bytes);
 }
+
+std::string run_id_token(std::string_view run_id) { return "ddprun-run-id-token:" + std::string(run_id); }
+
+bool is_run_id_token(std::string_view token, std::string_view run_id) { return token == run_id_token(run_id); }
 
 std::string read_token_file(const std::string& path) {
   std::ifstream in(path);

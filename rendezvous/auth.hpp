@@ -3,9 +3,11 @@
 // The server sends a fresh random nonce per connection; the agent answers
 //   mac = hex(HMAC-SHA256(key = token, message = "ddprun-rdzv/1" LF nonce LF run_id))
 // Binding the run id into the MAC stops a response for one job from being replayed into another, and the
-// per-connection nonce stops replay within a job. Comparison is constant-time.
+// per-connection nonce stops replay within a job. Comparison is constant-time. The primitives are
+// libsodium's (HMAC-SHA256, sodium_memcmp, randombytes_buf): reviewed code, not ours.
 #pragma once
 
+#include <array>
 #include <string>
 #include <string_view>
 
@@ -14,12 +16,22 @@ namespace ddprun::rendezvous {
 std::string compute_mac(std::string_view token, std::string_view nonce, std::string_view run_id);
 bool verify_mac(std::string_view token, std::string_view nonce, std::string_view run_id, std::string_view mac);
 
-// `bytes` random bytes from the OS's CSPRNG, hex-encoded. Throws ddprun::SystemError if none are available.
+// HMAC-SHA256 with a key of any length (RFC 2104; RFC 4231 vectors in tests/rendezvous/auth_test.cpp).
+using Sha256Digest = std::array<unsigned char, 32>;
+Sha256Digest hmac_sha256(std::string_view key, std::string_view message);
+
+// `bytes` random bytes from the OS's CSPRNG, hex-encoded. Throws ddprun::Error if libsodium cannot start.
 std::string random_hex(std::size_t bytes);
 // A fresh job token for --standalone (256 bits).
 inline std::string generate_token() { return random_hex(32); }
 // A nonce for one challenge (128 bits).
 inline std::string generate_nonce() { return random_hex(16); }
+
+// The token a multi-node job falls back to when none is given: derived from the run id, so it keeps another
+// job's agents out but not a stranger who knows (or guesses) the run id. The server warns when it listens
+// beyond loopback with it (server.cpp). The launcher should build its fallback with this function.
+std::string run_id_token(std::string_view run_id);
+bool is_run_id_token(std::string_view token, std::string_view run_id);
 
 // Reads a token file: the first line, surrounding whitespace stripped. Throws ddprun::Error naming the file
 // when it cannot be read or is empty.
