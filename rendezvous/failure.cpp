@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.hpp"
 #include "rendezvous/json_fields.hpp"
 
 namespace ddprun::rendezvous {
@@ -41,8 +42,10 @@ std::string describe(const Failure& failure) {
 }
 
 int exit_status_of(const Failure& failure) {
-  if (failure.signal) return 128 + *failure.signal;
-  if (failure.exit_code && *failure.exit_code != 0) return *failure.exit_code;
+  // Belt and braces behind the decoder's checks: an exit status is 8 bits, so 256 would leave as 0 and a
+  // huge signal would overflow. Whatever a Failure holds, a failed job never exits 0.
+  if (failure.signal && *failure.signal >= 1 && *failure.signal <= kMaxSignal) return 128 + *failure.signal;
+  if (failure.exit_code && *failure.exit_code >= 1 && *failure.exit_code <= 255) return *failure.exit_code;
   return 1;
 }
 
@@ -62,18 +65,27 @@ void to_json(nlohmann::json& out, const Failure& failure) {
 }
 
 void from_json(const nlohmann::json& in, Failure& failure) {
+  // Every field is a peer's claim: bounded here, so what reaches describe(), exit_status_of() and the
+  // agent's exit summary is always something a real worker or node could have produced.
   using namespace json_fields;
   Failure f;
-  f.node_rank = get_int32(in, "node_rank");
-  f.host = get_string(in, "host");
-  f.rank = get_int32(in, "rank");
-  f.local_rank = get_int32(in, "local_rank");
-  f.pid = get_int(in, "pid");
-  f.time_unix_ms = get_int(in, "time_unix_ms");
-  f.exit_code = get_optional_int32(in, "exit_code");
-  f.signal = get_optional_int32(in, "signal");
-  f.error_file_contents = get_optional_string(in, "error_file_contents");
-  f.message = get_optional_string(in, "message");
+  f.node_rank = get_int_in(in, "node_rank", -1, kMaxNodeRank);
+  f.host = get_host(in, "host", /*allow_empty=*/true);
+  f.rank = get_int_in(in, "rank", -1, kMaxRank);
+  f.local_rank = get_int_in(in, "local_rank", -1, kMaxRank);
+  if ((f.rank < 0) != (f.local_rank < 0))
+    throw ProtocolError("a failure's rank and local rank must both be set (a worker) or both be -1 (a node)");
+  f.pid = get_int_in(in, "pid", std::int64_t{0}, kMaxPid);
+  f.time_unix_ms = get_int_in(in, "time_unix_ms", std::int64_t{0}, kMaxUnixMs);
+  f.exit_code = get_optional_int_in(in, "exit_code", 0, 255);
+  f.signal = get_optional_int_in(in, "signal", 1, kMaxSignal);
+  if (f.exit_code && f.signal) throw ProtocolError("a failure cannot both exit with a code and be killed by a signal");
+  if (f.rank >= 0 && !f.exit_code && !f.signal)
+    throw ProtocolError("a worker's failure needs an exit code or a signal");
+  if (f.rank < 0 && f.exit_code) throw ProtocolError("a node's failure has no exit code (only a signal)");
+  // to_json cuts at kMaxErrorFileBytes, but encoding replaces each invalid UTF-8 byte by U+FFFD (3 bytes).
+  f.error_file_contents = get_optional_string(in, "error_file_contents", 3 * kMaxErrorFileBytes + 64);
+  f.message = get_optional_string(in, "message", kMaxMessageBytes);
   failure = std::move(f);
 }
 

@@ -32,16 +32,24 @@ struct Failure {
 
 // Error files can be large; frames cannot. Contents beyond this are cut (with a marker) when serialised.
 inline constexpr std::size_t kMaxErrorFileBytes = 64 * 1024;
+// What from_json accepts from a peer; anything outside is a ProtocolError.
+inline constexpr int kMaxSignal = 64;                    // Linux: 1..64 (SIGRTMAX)
+inline constexpr int kMaxNodeRank = (1 << 20) - 1;       // kMaxNodes - 1 (protocol.hpp)
+inline constexpr int kMaxRank = (1 << 30) - 1;           // global ranks: far beyond any world size
+inline constexpr std::int64_t kMaxPid = 1 << 22;         // PID_MAX_LIMIT on 64-bit Linux
+inline constexpr std::int64_t kMaxUnixMs = 1LL << 50;    // ~37 000 years after 1970
+inline constexpr std::size_t kMaxMessageBytes = 16 * 1024;
 
 // One line for people: "rank 3 (local rank 1, node 1, host gpu7, pid 4242) exited with code 1" or
 // "node 2 (host gpu9) lost: missed heartbeats for 5.0 s".
 std::string describe(const Failure& failure);
 
-// The exit code ddprun leaves with for this root cause: the worker's code, 128+signal, or 1 for a lost node
-// (a non-zero code is guaranteed: a "failure" whose exit code is 0 still maps to 1).
+// The exit code ddprun leaves with for this root cause: the worker's code, 128+signal, or 1 for a lost node.
+// Always 1..255: a "failure" whose exit code is 0 or out of range, or whose signal is not 1..64, maps to 1.
 int exit_status_of(const Failure& failure);
 
-// JSON (de)serialisation; from_json throws ddprun::rendezvous::ProtocolError on missing or mistyped fields.
+// JSON (de)serialisation; from_json throws ddprun::rendezvous::ProtocolError on missing, mistyped or
+// out-of-range fields (exit code 0..255, signal 1..64, ranks >= -1 and both or neither -1, bounded strings).
 void to_json(nlohmann::json& out, const Failure& failure);
 void from_json(const nlohmann::json& in, Failure& failure);
 

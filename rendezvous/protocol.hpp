@@ -25,8 +25,15 @@ namespace ddprun::rendezvous {
 
 inline constexpr int kProtocolVersion = 1;
 inline constexpr const char* kProtocolName = "ddprun-rdzv";
-// Bounds on what a peer may claim, so decoding never allocates on a peer's say-so.
+// Bounds on what a peer may claim, so decoding never allocates on a peer's say-so; a field outside its bound
+// is a ProtocolError (see also failure.hpp and json_fields.hpp).
 inline constexpr int kMaxNodes = 1 << 20;
+inline constexpr int kMaxNproc = 1 << 16;                // workers on one node
+inline constexpr int kMaxRestarts = 1 << 20;
+inline constexpr std::size_t kMaxRunIdBytes = 256;
+inline constexpr std::size_t kMaxHexBytes = 128;         // MACs are 64 hex digits, nonces 32
+inline constexpr std::size_t kMaxTypeBytes = 32;         // "type", "kind", "proto"
+inline constexpr std::int64_t kMaxHeartbeatMs = 24LL * 3600 * 1000;
 
 // ---- client → server ----
 struct HelloMsg {

@@ -1,4 +1,6 @@
 // Decoding of the wire messages: every payload comes from an unauthenticated or untrusted peer.
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
@@ -37,17 +39,12 @@ json parse_object(std::string_view payload) {
   return j;
 }
 
-int get_count(const json& obj, const char* key, int min, int max) {
-  int value = get_int32(obj, key);
-  if (value < min || value > max)
-    throw ProtocolError(std::string("field \"") + key + "\" = " + std::to_string(value) + " is out of range");
-  return value;
-}
-
 Failure get_failure(const json& obj, const char* key) {
   try {
     return required(obj, key).get<Failure>();
   } catch (const json::exception& e) {
+    throw ProtocolError(std::string("bad failure: ") + e.what());
+  } catch (const ProtocolError& e) {
     throw ProtocolError(std::string("bad failure: ") + e.what());
   }
 }
@@ -55,10 +52,10 @@ Failure get_failure(const json& obj, const char* key) {
 Assignment decode_assignment(const json& j) {
   Assignment a;
   const json& round = required(j, "round");
-  a.nnodes = get_count(round, "nnodes", 1, kMaxNodes);
-  a.node_rank = get_count(j, "node_rank", 0, a.nnodes - 1);
-  a.rank_offset = get_count(j, "rank_offset", 0, std::numeric_limits<int>::max());
-  a.world_size = get_count(round, "world_size", 0, std::numeric_limits<int>::max());
+  a.nnodes = get_int_in(round, "nnodes", 1, kMaxNodes);
+  a.node_rank = get_int_in(j, "node_rank", 0, a.nnodes - 1);
+  a.rank_offset = get_int_in(j, "rank_offset", 0, std::numeric_limits<int>::max());
+  a.world_size = get_int_in(round, "world_size", 0, std::numeric_limits<int>::max());
   const json& runs = required(round, "nprocs_runs");
   if (!runs.is_array()) throw ProtocolError("field \"nprocs_runs\" is not an array");
   a.nprocs.reserve(static_cast<std::size_t>(a.nnodes));
@@ -67,18 +64,21 @@ Assignment decode_assignment(const json& j) {
     if (!run.is_array() || run.size() != 2 || !run[0].is_number_integer() || !run[1].is_number_integer())
       throw ProtocolError("field \"nprocs_runs\" holds a malformed run");
     auto nproc = run[0].get<long long>(), count = run[1].get<long long>();
-    if (nproc < 0 || count < 1 || count > a.nnodes - static_cast<long long>(a.nprocs.size()))
+    if (nproc < 1 || nproc > kMaxNproc || count < 1 || count > a.nnodes - static_cast<long long>(a.nprocs.size()))
       throw ProtocolError("field \"nprocs_runs\" does not add up to nnodes");
     a.nprocs.insert(a.nprocs.end(), static_cast<std::size_t>(count), static_cast<int>(nproc));
     world += nproc * count;
   }
   if (static_cast<int>(a.nprocs.size()) != a.nnodes || world != a.world_size)
     throw ProtocolError("assignment's nprocs do not add up to nnodes and world_size");
-  a.master_addr = get_string(round, "master_addr");
-  a.master_port = get_count(round, "master_port", 0, 65535);
-  a.run_id = get_string(round, "run_id");
-  a.restart_count = get_count(round, "restart_count", 0, std::numeric_limits<int>::max());
-  a.max_restarts = get_count(round, "max_restarts", 0, std::numeric_limits<int>::max());
+  long long below = 0;  // the rank offset is implied by the nprocs: check it rather than trust it
+  for (int r = 0; r < a.node_rank; ++r) below += a.nprocs[static_cast<std::size_t>(r)];
+  if (below != a.rank_offset) throw ProtocolError("assignment's rank_offset does not match the nprocs below it");
+  a.master_addr = get_host(round, "master_addr", /*allow_empty=*/false);
+  a.master_port = get_int_in(round, "master_port", 1, 65535);
+  a.run_id = get_string(round, "run_id", kMaxRunIdBytes);
+  a.max_restarts = get_int_in(round, "max_restarts", 0, kMaxRestarts);
+  a.restart_count = get_int_in(round, "restart_count", 0, a.max_restarts);
   return a;
 }
 
@@ -92,44 +92,47 @@ ErrorKind parse_error_kind(const std::string& text) {
 
 ClientMessage decode_client_message(std::string_view payload) {
   json j = parse_object(payload);
-  std::string type = get_string(j, "type");
+  std::string type = get_string(j, "type", kMaxTypeBytes);
   if (type == "heartbeat") return HeartbeatMsg{};
   if (type == "hello") {
     HelloMsg m;
-    m.version = get_int32(j, "v");
-    m.run_id = get_string(j, "run_id");
-    m.mac = get_string(j, "mac");
-    m.node_rank = get_optional_int32(j, "node_rank");
-    m.nproc = get_count(j, "nproc", 0, 1 << 16);
-    m.host = get_string(j, "host");
-    m.address = get_optional_string(j, "address");
-    m.master_port = get_count(j, "master_port", 0, 65535);
+    m.version = get_int_in(j, "v", 0, std::numeric_limits<int>::max());
+    m.run_id = get_string(j, "run_id", kMaxRunIdBytes);
+    m.mac = get_hex(j, "mac", kMaxHexBytes);
+    m.node_rank = get_optional_int_in(j, "node_rank", 0, kMaxNodes - 1);
+    m.nproc = get_int_in(j, "nproc", 0, kMaxNproc);
+    m.host = get_host(j, "host", /*allow_empty=*/true);
+    m.address = get_optional_host(j, "address");
+    m.master_port = get_int_in(j, "master_port", 0, 65535);  // 0: this node has none (it cannot be node 0)
     return m;
   }
   if (type == "failure") return FailureMsg{get_failure(j, "failure")};
   if (type == "node_done") return NodeDoneMsg{};
   if (type == "stopped") return StoppedMsg{};
-  throw ProtocolError("unknown message type \"" + type + "\"");
+  throw ProtocolError("unknown message type");  // not echoed: the peer's text does not go into our log
 }
 
 ServerMessage decode_server_message(std::string_view payload) {
   json j = parse_object(payload);
-  std::string type = get_string(j, "type");
+  std::string type = get_string(j, "type", kMaxTypeBytes);
   if (type == "heartbeat") return HeartbeatAckMsg{};
   if (type == "assignment") return decode_assignment(j);
   if (type == "challenge") {
     ChallengeMsg m;
-    m.protocol = get_string(j, "proto");
-    m.version = get_int32(j, "v");
-    m.nonce = get_string(j, "nonce");
-    m.heartbeat_interval_ms = get_int(j, "heartbeat_interval_ms");
-    m.heartbeat_timeout_ms = get_int(j, "heartbeat_timeout_ms");
+    m.protocol = get_string(j, "proto", kMaxTypeBytes);
+    m.version = get_int_in(j, "v", 0, std::numeric_limits<int>::max());
+    m.nonce = get_hex(j, "nonce", kMaxHexBytes);
+    m.heartbeat_interval_ms = get_int_in(j, "heartbeat_interval_ms", std::int64_t{1}, kMaxHeartbeatMs);
+    m.heartbeat_timeout_ms = get_int_in(j, "heartbeat_timeout_ms", m.heartbeat_interval_ms + 1, kMaxHeartbeatMs);
     return m;
   }
-  if (type == "error") return ErrorMsg{parse_error_kind(get_string(j, "kind")), get_string(j, "message")};
-  if (type == "stop") return StopMsg{get_failure(j, "root_cause"), get_string(j, "reason"), get_bool(j, "restarting", false)};
+  if (type == "error")
+    return ErrorMsg{parse_error_kind(get_string(j, "kind", kMaxTypeBytes)), get_string(j, "message", kMaxMessageBytes)};
+  if (type == "stop")
+    return StopMsg{get_failure(j, "root_cause"), get_string(j, "reason", kMaxMessageBytes),
+                   get_bool(j, "restarting", false)};
   if (type == "complete") return CompleteMsg{};
-  throw ProtocolError("unknown message type \"" + type + "\"");
+  throw ProtocolError("unknown message type");
 }
 
 }  // namespace ddprun::rendezvous

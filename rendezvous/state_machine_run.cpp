@@ -67,6 +67,21 @@ std::string missing_nodes(const RendezvousState& state) {
   return out.str();
 }
 
+// "" if a worker failure's ranks fit this node's place in the round, else why not. The decoder already
+// bounded them; only the state machine knows the node's rank offset and worker count.
+std::string check_ranks(const RendezvousState& state, const NodeEntry& node, const Failure& failure) {
+  if (failure.is_node_failure() || node.node_rank < 0) return {};
+  long long offset = 0;
+  for (int r = 0; r < node.node_rank; ++r) offset += state.nodes.at(state.by_rank[static_cast<std::size_t>(r)]).nproc;
+  if (failure.local_rank >= node.nproc)
+    return "local rank " + std::to_string(failure.local_rank) + " but the node runs " + std::to_string(node.nproc) +
+           " workers";
+  if (failure.rank != offset + failure.local_rank)
+    return "rank " + std::to_string(failure.rank) + " is not rank offset " + std::to_string(offset) +
+           " + local rank " + std::to_string(failure.local_rank);
+  return {};
+}
+
 }  // namespace
 
 void touch(RendezvousState& state, NodeEntry& node, const Now& now) {
@@ -100,6 +115,8 @@ void on_failure(RendezvousState& state, const FailureReport& event, const Now& n
     out.push_back(Log{LogLevel::kDebug, "ignoring a later failure (teardown victim): " + describe(failure)});
     return;
   }
+  if (std::string why = check_ranks(state, node, failure); !why.empty())
+    return node_lost(state, event.conn, "its agent sent an invalid failure report (" + why + ")", now, out);
   touch(state, node, now);
   if (state.phase == Phase::kRunning && state.restart_count < state.config.max_restarts && !failure.is_node_failure()) {
     state.phase = Phase::kRestarting;

@@ -62,9 +62,9 @@ TEST_CASE("an assignment carries heterogeneous nprocs run-length encoded") {
 }
 
 TEST_CASE("server messages survive an encode/decode round trip") {
-  ChallengeMsg challenge{kProtocolName, kProtocolVersion, "n0nce", 1000, 5000};
+  ChallengeMsg challenge{kProtocolName, kProtocolVersion, "0123abcd", 1000, 5000};
   auto c = std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{challenge})));
-  CHECK(c.nonce == "n0nce");
+  CHECK(c.nonce == "0123abcd");
   CHECK(c.heartbeat_timeout_ms == 5000);
   auto e = std::get<ErrorMsg>(decode_server_message(encode(ServerMessage{ErrorMsg{ErrorKind::kTimeout, "late"}})));
   CHECK(e.kind == ErrorKind::kTimeout);

@@ -23,11 +23,12 @@ struct Job {
 
 bool assigned(const Agent& a) { return !a.events.assignments.empty(); }
 
-Failure worker_failure(int rank, int exit_code) {
+// The server checks rank == rank offset + local rank: these jobs run 2 workers per node, or 1 on node 0.
+Failure worker_failure(int rank, int exit_code, int local_rank = 0) {
   Failure f;
   f.host = "testhost";
   f.rank = rank;
-  f.local_rank = 0;
+  f.local_rank = local_rank;
   f.pid = 777;
   f.exit_code = exit_code;
   f.time_unix_ms = 1;
@@ -77,7 +78,7 @@ TEST_CASE("a worker failure on one node stops every node, the reporter included,
   for (int r = 0; r < 3; ++r) job.add(r, 2);
   REQUIRE(job.all(assigned));
   auto reported = std::chrono::steady_clock::now();
-  job.agents[1]->client->report_failure(worker_failure(3, 9));
+  job.agents[1]->client->report_failure(worker_failure(3, 9, 1));
   REQUIRE(job.all([](const Agent& a) { return !a.events.stops.empty(); }));
   CHECK(std::chrono::steady_clock::now() - reported < 100ms);  // milliseconds, not heartbeat periods
   for (auto& a : job.agents) {
@@ -120,7 +121,7 @@ TEST_CASE("a client notices a server that stays connected but falls silent") {
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   tcp::socket silent(io);
   acceptor.async_accept(silent, [&](boost::system::error_code) {
-    ChallengeMsg challenge{kProtocolName, kProtocolVersion, "n", 50, 300};
+    ChallengeMsg challenge{kProtocolName, kProtocolVersion, "0f", 50, 300};
     asio::write(silent, asio::buffer(encode_frame(encode(ServerMessage{challenge}))));
   });
   auto agent = start_agent(io, client_config(acceptor.local_endpoint().port(), 0, 1));
@@ -135,7 +136,7 @@ TEST_CASE("a client refuses a server that speaks another protocol version") {
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   tcp::socket future(io);
   acceptor.async_accept(future, [&](boost::system::error_code) {
-    ChallengeMsg challenge{kProtocolName, kProtocolVersion + 1, "n", 50, 300};
+    ChallengeMsg challenge{kProtocolName, kProtocolVersion + 1, "0f", 50, 300};
     asio::write(future, asio::buffer(encode_frame(encode(ServerMessage{challenge}))));
   });
   auto agent = start_agent(io, client_config(acceptor.local_endpoint().port(), 0, 1));

@@ -172,3 +172,19 @@ TEST_CASE("the next deadline is the earliest of join timeout, last call and hear
   step(state, hello(Joiner{}), at(1'000ms));
   CHECK(next_deadline(state) == at(6'000ms).steady);
 }
+
+TEST_CASE("a failure report whose ranks do not fit its node is a lost node, not a misreported root cause") {
+  auto state = running(2);  // nproc 2 each: node 1 holds ranks 2 and 3
+  auto actions = step(state, FailureReport{2, worker_failure(0, 3)}, at(1ms));  // rank 0 is node 0's
+  const Failure cause = std::get<StopMsg>(find_one<Broadcast>(actions).message).root_cause;
+  CHECK(cause.is_node_failure());
+  CHECK(cause.node_rank == 1);
+  CHECK(cause.message == "its agent sent an invalid failure report (rank 0 is not rank offset 2 + local rank 0)");
+  CHECK(closes(actions, 2));
+  auto other = running(2);
+  Failure f = worker_failure(3, 3);
+  f.local_rank = 5;
+  auto lost = step(other, FailureReport{2, f}, at(1ms));
+  CHECK(std::get<StopMsg>(find_one<Broadcast>(lost).message).root_cause.message ==
+        "its agent sent an invalid failure report (local rank 5 but the node runs 2 workers)");
+}
