@@ -47,6 +47,7 @@ void FrameDecoder::check_header() const {
 std::optional<std::string> FrameDecoder::next() {
   std::size_t available = buffer_.size() - consumed_;
   if (available < kFrameHeaderBytes) return std::nullopt;
+  check_header();
   std::uint32_t length = read_length(buffer_.data() + consumed_);
   if (available < kFrameHeaderBytes + length) return std::nullopt;
   std::string payload = buffer_.substr(consumed_ + kFrameHeaderBytes, length);
@@ -55,7 +56,8 @@ std::optional<std::string> FrameDecoder::next() {
     buffer_.clear();
     consumed_ = 0;
   }
-  check_header();  // the next frame's header may already be here
+  // The next frame's header, if already here, is checked by the next call (or feed): the caller may raise
+  // the limit in between, as the server does when this frame was an accepted hello.
   return payload;
 }
 

@@ -24,8 +24,22 @@ struct JobConfig {
   std::chrono::milliseconds join_timeout{900'000};     // --rdzv-timeout: server start → all nodes joined
   std::chrono::milliseconds last_call{30'000};         // elastic only, see above
   int max_restarts = 0;                                // restart rounds after worker failures
-  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  // after authentication; kHandshakeMaxFrameBytes before
+  // Connections that have not joined (no hello yet, or refused and closing) held at once; 0 = 64 + 4 x
+  // max_nodes. Beyond it the oldest such connection is closed to admit the new one: a flood of strangers
+  // costs bounded memory, and a real agent, whose hello follows its connect within a round trip, still
+  // gets in (the newest connection is the one most likely to be about to say hello).
+  std::size_t max_pending_connections = 0;
+  // Unsent bytes a peer may leave queued before it is closed (and, once joined, counts as lost). Must hold
+  // at least one largest frame.
+  std::size_t max_outbox_bytes = 4 * kDefaultMaxFrameBytes;
+  // False when `token` is not a secret (e.g. derived from the run id): the server then warns loudly when it
+  // listens beyond loopback. A token equal to run_id_token(run_id) (auth.hpp) counts as no secret either way.
+  bool token_is_secret = true;
 };
+
+// max_pending_connections with the default applied.
+std::size_t pending_connection_limit(const JobConfig& config);
 
 // Throws ddprun::rendezvous::RendezvousError with a message fit for a user if the config is inconsistent.
 void validate(const JobConfig& config);

@@ -36,6 +36,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     state_.started = Clock::now();  // the join timeout counts from here
     logger_.info("rendezvous server for run \"", state_.config.run_id, "\" listening on ", bind_address, ":",
                  this->port(), ", expecting ", expected_nodes(), " nodes");
+    warn_if_open_without_token(bind_address);
     accept();
     tick();
   }
@@ -97,6 +98,10 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
             if (!conn->greeted) ++greeted_open_;
             conn->greeted = true;
             run(Hello{id, conn->nonce, std::move(m), conn->peer_address(), conn->local_address()});
+            if (!conn->joined && state_.nodes.count(id)) {  // accepted: a node now, with a node's limits
+              conn->authenticated();
+              ++joined_open_;
+            }
           } else if constexpr (std::is_same_v<T, HeartbeatMsg>) {
             run(Heartbeat{id});
           } else if constexpr (std::is_same_v<T, FailureMsg>) {
@@ -114,6 +119,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     auto it = conns_.find(id);
     if (it == conns_.end()) return;
     bool greeted = it->second->greeted;
+    if (it->second->joined) --joined_open_;
     conns_.erase(it);
     if (!greeted) return;
     --greeted_open_;
@@ -154,8 +160,10 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   }
 
   void on_accept(tcp::socket socket) {
+    if (conns_.size() - joined_open_ >= pending_connection_limit(state_.config)) evict_a_stranger();
     std::uint64_t id = next_id_++;
-    auto conn = std::make_shared<ServerConnection>(std::move(socket), id, state_.config.max_frame_bytes, this);
+    auto conn = std::make_shared<ServerConnection>(std::move(socket), id, state_.config.max_frame_bytes,
+                                                   state_.config.max_outbox_bytes, this);
     conn->nonce = generate_nonce();
     conns_.emplace(id, conn);
     handshakes_.emplace_back(Clock::now() + state_.config.heartbeat_timeout, id);
@@ -165,6 +173,48 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     challenge.heartbeat_timeout_ms = state_.config.heartbeat_timeout.count();
     conn->send(std::make_shared<const std::string>(encode_frame(encode(ServerMessage{challenge}))));
     conn->start();
+  }
+
+  // At the connection limit: closes a connection that has not joined, preferring one already refused,
+  // then the oldest still waiting for its hello. Never a node of the job.
+  void evict_a_stranger() {
+    auto evict_from = [this](std::deque<std::pair<Clock::time_point, ConnId>>& queue) {
+      while (!queue.empty()) {
+        ConnId id = queue.front().second;
+        queue.pop_front();
+        auto it = conns_.find(id);
+        if (it == conns_.end() || it->second->joined) continue;
+        auto conn = it->second;
+        conn->close("too many connections waiting to join");
+        return true;
+      }
+      return false;
+    };
+    if (!evict_from(lingering_)) evict_from(handshakes_);
+    ++evicted_;
+    auto now_steady = Clock::now();
+    if (now_steady - last_evict_log_ >= std::chrono::seconds(10)) {
+      // Once per 10 s, not per connection: a flood must not become a flood of log lines.
+      logger_.warning(evicted_, " connection(s) closed unheard: more than ", pending_connection_limit(state_.config),
+                      " connections at once have not joined (a flood of strangers?); the job's nodes are kept");
+      evicted_ = 0;
+      last_evict_log_ = now_steady;
+    }
+  }
+
+  // Without a secret token anyone who reaches the port can join: say so where the operator looks.
+  void warn_if_open_without_token(const std::string& bind_address) {
+    const JobConfig& c = state_.config;
+    if (c.token_is_secret && !is_run_id_token(c.token, c.run_id)) return;
+    error_code ec;
+    auto endpoint = acceptor_.local_endpoint(ec);
+    if (!ec && endpoint.address().is_loopback()) return;
+    logger_.warning(
+        "the rendezvous listens on ", bind_address, ":", port(), " without a secret token (it is derived from the "
+        "run id \"", c.run_id, "\"): anyone who can reach this port and knows or guesses the run id can join "
+        "first and become node 0, which sets every worker's MASTER_ADDR and MASTER_PORT, or report a failure "
+        "that stops the job with any root cause they like. Give every node the same secret: "
+        "--rdzv-token-file FILE or DDPRUN_TOKEN (e.g. head -c 32 /dev/urandom | base64 > FILE)");
   }
 
   void run(const Event& event) {
@@ -263,6 +313,9 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   std::deque<std::pair<Clock::time_point, ConnId>> handshakes_;  // pre-hello deadlines, in accept order
   std::deque<std::pair<Clock::time_point, ConnId>> lingering_;   // closing, waiting for the peer's EOF
   std::size_t greeted_open_ = 0;
+  std::size_t joined_open_ = 0;  // connections whose hello was accepted; the rest count against the limit
+  std::size_t evicted_ = 0;      // closed by the connection limit since the last warning
+  Clock::time_point last_evict_log_{};
   ConnId next_id_ = 1;
   bool stopped_ = false;
   std::function<void()> drain_done_;

@@ -1,5 +1,8 @@
 #include "rendezvous/server_connection.hpp"
 
+#include <algorithm>
+
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
 #include "common/error.hpp"
@@ -15,9 +18,16 @@ std::string address_text(const asio::ip::address& address) {
   return address.to_string();
 }
 
+namespace {
+constexpr std::size_t kPerFrameOverhead = 96;  // deque slot + shared_ptr control block + string header
+std::size_t cost_of(const Frame& frame) { return frame->size() + kPerFrameOverhead; }
+}  // namespace
+
 ServerConnection::ServerConnection(asio::ip::tcp::socket socket, std::uint64_t id, std::size_t max_frame_bytes,
-                                   ConnectionOwner* owner)
-    : socket_(std::move(socket)), id_(id), owner_(owner), decoder_(max_frame_bytes) {
+                                   std::size_t max_outbox_bytes, ConnectionOwner* owner)
+    : socket_(std::move(socket)), id_(id), owner_(owner),
+      decoder_(std::min(max_frame_bytes, kHandshakeMaxFrameBytes)), max_outbox_bytes_(max_outbox_bytes),
+      max_frame_bytes_(max_frame_bytes) {
   error_code ec;
   auto remote = socket_.remote_endpoint(ec);
   if (!ec) peer_address_ = address_text(remote.address());
@@ -27,6 +37,11 @@ ServerConnection::ServerConnection(asio::ip::tcp::socket socket, std::uint64_t i
 }
 
 void ServerConnection::start() { read_some(); }
+
+void ServerConnection::authenticated() {
+  joined = true;
+  decoder_.set_max_frame_bytes(max_frame_bytes_);
+}
 
 void ServerConnection::read_some() {
   socket_.async_read_some(asio::buffer(read_buffer_), [self = shared_from_this()](error_code ec, std::size_t n) {
@@ -55,6 +70,20 @@ void ServerConnection::read_some() {
 
 void ServerConnection::send(Frame frame) {
   if (closed_ || closing_) return;
+  // A peer that does not read would make us buffer without end (measured: 125 MB/s of heartbeat replies).
+  // A node that cannot take its messages is as good as lost: close it, and the state machine hears so.
+  if (overflowed_) return;
+  if (outbox_bytes_ + cost_of(frame) > max_outbox_bytes_) {
+    // Closed from the loop, not here: send() runs while the server applies a step's actions, and closing
+    // reports a lost node, which is a step of its own.
+    overflowed_ = true;
+    asio::post(socket_.get_executor(), [self = shared_from_this()] {
+      self->close("the peer does not read: over " + std::to_string(self->max_outbox_bytes_ / 1024) +
+                  " KiB unsent");
+    });
+    return;
+  }
+  outbox_bytes_ += cost_of(frame);
   outbox_.push_back(std::move(frame));
   if (!writing_) write_next();
 }
@@ -73,6 +102,7 @@ void ServerConnection::write_next() {
       if (ec != asio::error::operation_aborted) self->close(ec.message());
       return;
     }
+    self->outbox_bytes_ -= cost_of(self->outbox_.front());
     self->outbox_.pop_front();
     self->write_next();
   });
@@ -98,6 +128,7 @@ void ServerConnection::close(const std::string& reason) {
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   outbox_.clear();
+  outbox_bytes_ = 0;
   if (owner_) owner_->on_closed(id_, reason);
 }
 

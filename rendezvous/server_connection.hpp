@@ -30,11 +30,14 @@ class ConnectionOwner {
 
 class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
  public:
+  // Reads frames of at most kHandshakeMaxFrameBytes until authenticated(); a peer that leaves more than
+  // max_outbox_bytes unread is closed (as lost) rather than buffered for.
   ServerConnection(boost::asio::ip::tcp::socket socket, std::uint64_t id, std::size_t max_frame_bytes,
-                   ConnectionOwner* owner);
+                   std::size_t max_outbox_bytes, ConnectionOwner* owner);
 
   void start();                 // begins reading
-  void send(Frame frame);       // queued; written in order
+  void send(Frame frame);       // queued; written in order; closes the connection if the outbox is full
+  void authenticated();         // its hello was accepted: frames up to max_frame_bytes from now on
   void close_after_flush();     // once every queued frame is written: FIN, then close at the peer's EOF
   bool closing() const { return closing_; }
   void close(const std::string& reason);  // closes now; the owner hears on_closed once
@@ -46,6 +49,7 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   // Per-connection handshake state kept here so the server needs no second map.
   std::string nonce;
   bool greeted = false;  // its hello has reached the state machine
+  bool joined = false;   // ... and was accepted: a node of the job, not a stranger
 
  private:
   void read_some();
@@ -58,9 +62,15 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   FrameDecoder decoder_;
   std::array<char, 1024> read_buffer_{};  // small: 10k connections each hold one
   std::deque<Frame> outbox_;
+  // Bytes queued and not yet written, each frame counted with its bookkeeping (a 30-byte heartbeat reply
+  // costs ~100 bytes of heap), so a peer that sends heartbeats and never reads hits the bound too.
+  std::size_t outbox_bytes_ = 0;
+  std::size_t max_outbox_bytes_;
+  std::size_t max_frame_bytes_;
   bool writing_ = false;
   bool closing_ = false;  // close_after_flush requested
   bool closed_ = false;
+  bool overflowed_ = false;  // outbox bound hit: closing on the next turn of the loop
   std::string peer_address_;
   std::string local_address_;
 };

@@ -32,7 +32,16 @@ void validate(const JobConfig& config) {
   if (config.heartbeat_interval.count() <= 0 || config.heartbeat_timeout <= config.heartbeat_interval)
     fail("the heartbeat timeout must be longer than the (positive) heartbeat interval");
   if (config.join_timeout.count() <= 0) fail("the rendezvous timeout must be positive");
-  if (config.max_restarts < 0) fail("max restarts must be >= 0");
+  if (config.max_restarts < 0 || config.max_restarts > kMaxRestarts)
+    fail("max restarts must be in 0.." + std::to_string(kMaxRestarts));
+  if (config.run_id.size() > kMaxRunIdBytes) fail("the run id is longer than " + std::to_string(kMaxRunIdBytes));
+  if (config.max_frame_bytes < kHandshakeMaxFrameBytes || config.max_outbox_bytes < config.max_frame_bytes + kFrameHeaderBytes)
+    fail("the outbox bound must hold the largest frame, which must hold a hello");
+}
+
+std::size_t pending_connection_limit(const JobConfig& config) {
+  if (config.max_pending_connections > 0) return config.max_pending_connections;
+  return 64 + 4 * static_cast<std::size_t>(config.max_nodes);
 }
 
 RendezvousState::RendezvousState(JobConfig job, Clock::time_point started_at)
@@ -76,11 +85,20 @@ bool is_loopback(const std::string& address) {
   return address.rfind("127.", 0) == 0 || address == "::1" || address == "localhost";
 }
 
-void refuse(ConnId conn, const std::string& why, const Hello& event, Actions& out) {
+constexpr const char* kAuthFailed =
+    "authentication failed: wrong job token or run id (check --rdzv-id, and --rdzv-token-file / DDPRUN_TOKEN / "
+    "--rdzv-token)";
+
+void refuse(ConnId conn, const std::string& why, const Hello& event, const RendezvousState& state, Actions& out) {
   out.push_back(Send{conn, ErrorMsg{ErrorKind::kRefused, why}});
   out.push_back(Close{conn});
+  // Our own log may say which of the two was wrong: the operator, not the peer, reads it.
+  std::string detail;
+  if (why == kAuthFailed)
+    detail = event.hello.run_id != state.config.run_id ? " (its run id \"" + event.hello.run_id + "\" is not this run's)"
+                                                       : " (its run id matches: wrong token)";
   out.push_back(Log{LogLevel::kWarning, "refused node from " + event.peer_address + " (host \"" +
-                                            event.hello.host + "\"): " + why});
+                                            event.hello.host + "\"): " + why + detail});
 }
 
 // Every check a hello must pass; returns the reason for refusing, or "" to accept.
@@ -90,10 +108,11 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
   if (hello.version != kProtocolVersion)
     return "protocol version mismatch: the rendezvous server speaks v" + std::to_string(kProtocolVersion) +
            ", this agent v" + std::to_string(hello.version) + " (use the same ddprun on every node)";
-  if (hello.run_id != config.run_id)
-    return "wrong run id \"" + hello.run_id + "\": the rendezvous server hosts a different run (check --rdzv-id)";
-  if (!verify_mac(config.token, event.nonce, config.run_id, hello.mac))
-    return "authentication failed: wrong job token (check --rdzv-token / DDPRUN_TOKEN / the token file)";
+  // No run-id oracle: the MAC binds the run id, so a wrong run id and a wrong token fail the same check and
+  // get the same answer, computed the same way; nothing before it depends on the run id. An unauthenticated
+  // peer learns only that its (run id, token) pair is not this job's.
+  if (!verify_mac(config.token, event.nonce, config.run_id, hello.mac) || hello.run_id != config.run_id)
+    return std::string(kAuthFailed);
   if (state.phase == Phase::kComplete || state.phase == Phase::kStopped || state.phase == Phase::kRestarting ||
       state.phase == Phase::kRunning)
     return std::string("the rendezvous of run \"") + config.run_id + "\" is closed (job " + to_string(state.phase) +
@@ -128,7 +147,7 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
     out.push_back(Close{event.conn});
     return;
   }
-  if (std::string why = check_hello(state, event); !why.empty()) return refuse(event.conn, why, event, out);
+  if (std::string why = check_hello(state, event); !why.empty()) return refuse(event.conn, why, event, state, out);
 
   const HelloMsg& hello = event.hello;
   NodeEntry node;

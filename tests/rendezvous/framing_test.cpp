@@ -47,7 +47,25 @@ TEST_CASE("an oversized frame is refused from its header alone") {
 TEST_CASE("an oversized frame behind a good one is refused when reached") {
   FrameDecoder decoder(16);
   decoder.feed(encode_frame("ok") + std::string("\0\0\1\0", 4));
+  CHECK(decoder.next() == std::optional<std::string>("ok"));
   CHECK_THROWS_AS(decoder.next(), ProtocolError);
+}
+
+TEST_CASE("raising the limit after a frame admits a larger frame already buffered behind it") {
+  // The server's case: a small hello, then (in the same read) a large failure report sent right after it.
+  FrameDecoder decoder(16);
+  decoder.feed(encode_frame("hello") + encode_frame(std::string(100, 'x')));
+  CHECK(decoder.next() == std::optional<std::string>("hello"));
+  decoder.set_max_frame_bytes(1024);
+  CHECK(decoder.next() == std::optional<std::string>(std::string(100, 'x')));
+}
+
+TEST_CASE("the handshake limit fits the largest hello the decoder accepts") {
+  std::string longest = R"({"type":"hello","v":1,"run_id":")" + std::string(256, 'r') + R"(","mac":")" +
+                        std::string(128, 'f') + R"(","node_rank":1048575,"nproc":65536,"host":")" +
+                        std::string(255, 'h') + R"(","address":")" + std::string(255, 'a') +
+                        R"(","master_port":65535})";
+  CHECK(encode_frame(longest).size() <= kHandshakeMaxFrameBytes);
 }
 
 TEST_CASE("encoding a payload over the limit throws") {

@@ -43,19 +43,32 @@ TEST_CASE("a wrong token is refused with a clear message on that agent and the j
   REQUIRE(run_until(job.io, [&] { return intruder->events.error.has_value(); }));
   CHECK(intruder->events.error->kind == ErrorKind::kRefused);
   CHECK(intruder->events.error->message ==
-        "the rendezvous server refused this node: authentication failed: wrong job token (check --rdzv-token / "
-        "DDPRUN_TOKEN / the token file)");
+        "the rendezvous server refused this node: authentication failed: wrong job token or run id (check "
+        "--rdzv-id, and --rdzv-token-file / DDPRUN_TOKEN / --rdzv-token)");
   CHECK_THROWS_AS(intruder->events.error->raise(), RefusedError);
   job.check_job_still_runs();
 }
 
-TEST_CASE("a wrong run id is refused with a clear message") {
+TEST_CASE("a wrong run id is refused with the same bytes as a wrong token: no run-id oracle") {
   HalfJoined job;
   auto config = client_config(job.server.port(), 1, 1);
   config.run_id = "other-job";
   auto stranger = start_agent(job.io, config);
   REQUIRE(run_until(job.io, [&] { return stranger->events.error.has_value(); }));
-  CHECK(stranger->events.error->message.find("wrong run id \"other-job\"") != std::string::npos);
+  CHECK(stranger->events.error->message.find("wrong job token or run id") != std::string::npos);
+  // On the wire: a stranger with a made-up run id, one with the real run id and a guessed token, and one
+  // with both wrong read exactly the same frame.
+  auto answer = [&](const std::string& run_id, const std::string& token) {
+    RawPeer peer(job.io, job.server.port());
+    peer.handshake(1, 1, token, kProtocolVersion, run_id);
+    auto frame = peer.read_frame();
+    CHECK(peer.wait_closed());
+    return frame.value_or("");
+  };
+  const std::string other_run = answer("other-job", "s3cret");
+  CHECK(other_run.find("\"type\":\"error\"") != std::string::npos);
+  CHECK(answer("job42", "guess") == other_run);
+  CHECK(answer("nope", "guess") == other_run);
   job.check_job_still_runs();
 }
 

@@ -96,11 +96,29 @@ inline std::unique_ptr<Agent> start_agent(asio::io_context& io, ClientConfig con
 // A hand-driven peer: connects, writes raw bytes, reads frames.
 class RawPeer {
  public:
-  RawPeer(asio::io_context& io, std::uint16_t port) : io_(io), socket_(io) {
+  // receive_buffer > 0: a small SO_RCVBUF, so that a peer that does not read stalls the sender early.
+  RawPeer(asio::io_context& io, std::uint16_t port, int receive_buffer = 0) : io_(io), socket_(io) {
+    socket_.open(tcp::v4());
+    if (receive_buffer > 0) socket_.set_option(asio::socket_base::receive_buffer_size(receive_buffer));
     socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
   }
 
   void send_bytes(const std::string& bytes) { asio::write(socket_, asio::buffer(bytes)); }
+  // Writes while running the loop (the server shares it), for peers that write more than a socket buffer.
+  // False when the write failed (the server closed us) or did not finish within a second.
+  bool send_async(const std::string& bytes, asio::io_context& io) {
+    bool finished = false, ok = false;
+    asio::async_write(socket_, asio::buffer(bytes), [&](boost::system::error_code ec, std::size_t) {
+      finished = true;
+      ok = !ec;
+    });
+    if (!run_until(io, [&] { return finished; }, 1000ms)) {
+      socket_.cancel();
+      run_until(io, [&] { return finished; }, 1000ms);
+      return false;
+    }
+    return ok;
+  }
   void send(const ClientMessage& message) { send_bytes(encode_frame(encode(message))); }
 
   // The next frame's payload, or nullopt at end of stream / timeout.
@@ -135,14 +153,14 @@ class RawPeer {
 
   // Reads the challenge and answers with a hello; returns the challenge's nonce.
   std::string handshake(std::optional<int> node_rank, int nproc, const std::string& token = "s3cret",
-                        int version = kProtocolVersion) {
+                        int version = kProtocolVersion, const std::string& run_id = "job42") {
     auto payload = read_frame();
     REQUIRE(payload);
     auto challenge = std::get<ChallengeMsg>(decode_server_message(*payload));
     HelloMsg hello;
     hello.version = version;
-    hello.run_id = "job42";
-    hello.mac = compute_mac(token, challenge.nonce, "job42");
+    hello.run_id = run_id;
+    hello.mac = compute_mac(token, challenge.nonce, run_id);
     hello.node_rank = node_rank;
     hello.nproc = nproc;
     hello.host = "rawhost";

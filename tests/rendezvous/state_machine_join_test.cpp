@@ -24,11 +24,30 @@ TEST_CASE("a hello with another protocol version is refused and its connection c
   CHECK(state.nodes.empty());
 }
 
-TEST_CASE("a hello with a wrong run id is refused") {
+TEST_CASE("a wrong run id and a wrong token get the same refusal: no run-id oracle") {
+  // An unauthenticated peer must not learn whether a run id exists: both answers are the same words, and
+  // the only difference between the four cases is what the server's own log says.
+  auto refusal_for = [](const std::string& run_id, const std::string& token) {
+    RendezvousState state(job(2, false), at(0ms).steady);
+    Joiner j;
+    j.run_id = run_id;
+    j.token = token;
+    auto actions = step(state, hello(j), at(0ms));
+    CHECK(closes(actions, 1));
+    CHECK(state.nodes.empty());
+    return refusal(actions, 1);
+  };
+  const std::string wrong_run_id = refusal_for("other", "tok");
+  CHECK(wrong_run_id.find("authentication failed") == 0);
+  CHECK(wrong_run_id.find("other") == std::string::npos);
+  CHECK(refusal_for("run1", "guess") == wrong_run_id);
+  CHECK(refusal_for("other", "guess") == wrong_run_id);
+  // The MAC is over the run id the server hosts: a MAC made with the right token for another run id fails
+  // the same check, so the run id is never compared on its own before the MAC.
   RendezvousState state(job(2, false), at(0ms).steady);
-  Joiner j;
-  j.run_id = "other";
-  CHECK(refusal(step(state, hello(j), at(0ms)), 1).find("wrong run id \"other\"") != std::string::npos);
+  Hello h = hello(Joiner{});
+  h.hello.run_id = "other";  // a right MAC for run1, but the hello claims another run
+  CHECK(refusal(step(state, h, at(0ms)), 1) == wrong_run_id);
 }
 
 TEST_CASE("a hello with a wrong token is refused, logged, and the joined nodes are undisturbed") {
