@@ -1,0 +1,499 @@
+"""Randomized supervision runs on one node: whatever mix of deaths, hangs, stops and escapes the workers
+produce, ddprun must exit with the root cause's code, leave no process behind, lose no printed line and
+end within a bounded time.
+
+Each run draws 2-4 workers and, per worker, a fate (exit 0 or N after a delay, a self-inflicted signal,
+SIGSTOP, hanging, ignoring SIGTERM), children (in the group, setsid, orphaned, daemons ignoring SIGTERM),
+output (floods, numbered lines) and whether it records the signals it gets (test_worker sigrecord=, with or
+without termexit=). The run's generator is seeded by (seed, run index) alone, so one failing run is
+regenerated without the others.
+
+    CHAOS_SEED=S        seed (default: a fixed one, printed at start)
+    CHAOS_RUNS=N        number of runs (default sized for ~60 s on two busy cores)
+    CHAOS_ONLY=I        run only run I of that seed (reproducing a failure)
+    CHAOS_CHECK_ONCE=1  also check that no process gets SIGTERM twice in one teardown (DESIGN "signals are
+                        delivered once"); off by default until ddprun's double SIGTERM is fixed
+
+scripts/bench/chaos.py imports plan_run/execute_run/check_run from here to run many more.
+
+What the checks can and cannot see: the kernel keeps one pending instance of a standard signal, so two
+SIGTERMs sent before the process handled the first one are recorded once. The once-check can therefore miss
+a double delivery but never invents one.
+"""
+import json
+import os
+import random
+import re
+import resource
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import shutil
+import time
+import unittest
+
+import harness
+from harness import DdprunTestCase, descendants, reap_zombies
+
+TERM_TIMEOUT = 1.0
+# The whole run: worker delays are below a second, teardown needs term-timeout; 20 s is far beyond what a
+# loaded 2-core machine needs and far below "never ends".
+RUN_BOUND_S = 20.0
+# From the start of teardown (or the last worker's exit, when stragglers are swept) to the summary: the
+# grace period plus scheduling slack on a busy machine.
+TEARDOWN_BOUND_S = TERM_TIMEOUT + 8.0
+DEFAULT_SEED = 20261123
+DEFAULT_RUNS = 40
+
+SELF_SIGNALS = ["SEGV", "ABRT", "KILL", "TERM", "INT", "HUP", "QUIT", "USR1", "PIPE", "BUS", "FPE"]
+CHILD_KINDS = ["group", "setsid", "orphan", "daemon"]
+EXTERNAL_SIGNALS = ["TERM", "INT", "HUP", "QUIT", "USR1", "USR2"]
+LINE_RE = re.compile(rb"^\[rank(\d+)\]: (.*)$")
+NUMBERED_RE = re.compile(rb"^rank (\d+) line (\d+)$")
+
+
+# ---- the generator -------------------------------------------------------------------------------------
+
+class WorkerPlan:
+    """One rank's steps and what it will do on its own (before any teardown reaches it)."""
+
+    def __init__(self, rank):
+        self.rank = rank
+        self.steps = []
+        self.fate = None           # "done", "exit", "signal", "stop", "hang", "ignoreterm"
+        self.expected = None       # ("exit", N) or ("signal", S) for fates that fail by themselves
+        self.lines = 0             # numbered lines printed before `ready` (checked when ready.R exists)
+        self.records = False
+        self.children = []
+
+    @property
+    def fails(self):
+        return self.expected is not None and self.expected != ("exit", 0)
+
+    @property
+    def ends_by_itself(self):
+        return self.fate in ("done", "exit", "signal")
+
+    def describe(self):
+        return f"rank {self.rank}: {self.fate} {self.expected or ''} children={self.children} " \
+               f"lines={self.lines} records={self.records}"
+
+
+class RunPlan:
+    def __init__(self, seed, index, workers, external=None):
+        self.seed = seed
+        self.index = index
+        self.workers = workers
+        # (signal name, seconds): sent to ddprun that long after its first worker started, or None.
+        self.external = external
+
+    @property
+    def nproc(self):
+        return len(self.workers)
+
+    def any_failure(self):
+        return any(w.fails for w in self.workers)
+
+    def worker_args(self, tmp):
+        """test_worker's arguments, every step bound to its rank ("@R:step")."""
+        args = []
+        for w in self.workers:
+            for step in w.steps:
+                args.append(f"@{w.rank}:" + step.replace("{tmp}", tmp))
+        return args
+
+    def describe(self):
+        lines = [w.describe() for w in self.workers]
+        if self.external:
+            lines.append(f"ddprun gets SIG{self.external[0]} {self.external[1]} s after the first worker started")
+        return "\n".join(lines)
+
+
+def _signal_number(name):
+    return int(getattr(signal, "SIG" + name))
+
+
+def plan_run(seed, index):
+    """The run `index` of `seed`: a pure function of both (random.Random seeded with a string is stable)."""
+    rng = random.Random(f"ddprun-chaos:{seed}:{index}")
+    nproc = rng.randint(2, 4)
+    all_done = rng.random() < 0.2  # a share of runs where everyone succeeds: exit 0, stragglers swept
+    if all_done:
+        fates = ["done"] * nproc
+    else:
+        fates = rng.choices(["done", "exit", "signal", "stop", "hang", "ignoreterm"], weights=[2, 3, 3, 1, 2, 1],
+                            k=nproc)
+        if not any(f in ("exit", "signal") for f in fates):
+            # Something must end the job: without a failure, a stopped or hanging worker would (rightly)
+            # keep ddprun waiting forever.
+            fates[rng.randrange(nproc)] = "exit"
+    workers = []
+    for rank, fate in enumerate(fates):
+        w = WorkerPlan(rank)
+        w.fate = fate
+        if rng.random() < 0.4:
+            w.records = True
+            w.steps.append("sigrecord={tmp}/signals")
+            # termexit: the process lives a little after its first SIGTERM, so a second one would be seen.
+            if rng.random() < 0.7:
+                w.steps.append(f"termexit={rng.choice([0, 0.1, 0.3, 0.5])}")
+        if rng.random() < 0.35:
+            for _ in range(rng.randint(1, 2)):
+                kind = rng.choice(CHILD_KINDS)
+                n = rng.randint(1, 4) if kind == "group" else 1
+                w.children.append(f"{kind}:{n}")
+                w.steps.append(f"fork={kind}:{n}")
+        out = rng.random()
+        if out < 0.3:
+            w.lines = rng.choice([1, 10, 1000, 20000])
+            w.steps += [f"lines={w.lines}", "ready={tmp}"]
+        elif out < 0.45:
+            w.steps.append(f"flood={rng.choice([1000, 100_000, 1_000_000])}")
+        delay = round(rng.uniform(0.0, 0.4), 3)
+        if delay >= 0.01:
+            w.steps.append(f"sleep={delay}")
+        if fate == "done":
+            w.steps.append("exit=0")
+            w.expected = ("exit", 0)
+        elif fate == "exit":
+            code = rng.randint(1, 255)
+            w.steps.append(f"exit={code}")
+            w.expected = ("exit", code)
+        elif fate == "signal":
+            sig = rng.choice(SELF_SIGNALS)
+            w.steps.append(f"kill={sig}")
+            w.expected = ("signal", _signal_number(sig))
+        elif fate == "stop":
+            w.steps.append("kill=STOP")  # stays stopped: only the grace period's SIGKILL ends it
+        elif fate == "hang":
+            w.steps.append("hang")
+        elif fate == "ignoreterm":
+            w.steps += ["ignore=TERM", "hang"]
+        workers.append(w)
+    external = None
+    if rng.random() < 0.25:
+        # A signal from outside while workers run, start or die: a stop (forwarded, teardown with that very
+        # signal) or a notice (forwarded only; it kills workers that do not handle it, like any USR1 would).
+        external = (rng.choice(EXTERNAL_SIGNALS), round(rng.uniform(0.0, 0.5), 3))
+    return RunPlan(seed, index, workers, external)
+
+
+# ---- running one plan -----------------------------------------------------------------------------------
+
+class RunOutcome:
+    def __init__(self):
+        self.cmd = []
+        self.code = None
+        self.timed_out = False
+        self.elapsed = 0.0
+        self.stdout = b""
+        self.stderr = b""
+        self.events = []
+        self.events_error = None
+        self.left = []          # pids of processes still alive after ddprun exited
+        self.left_info = []
+        self.ready = set()      # ranks whose ready file exists
+        self.records = []       # (pid, rank, signame)
+        self.external_sent = False
+        self.hung_info = []
+
+
+def _describe_pid(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        state = data[data.rindex(b")") + 2:].split()[0].decode()
+        return f"{pid} [{state}] {cmd[:120]}"
+    except OSError:
+        return f"{pid} (gone)"
+
+
+def _kill_all(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _send_external(proc, events, external, o):
+    # After the first "started" event only: a signal before ddprun has its handlers would just kill it
+    # (a SIGKILLed-ddprun case the other tests cover), not test the forwarding. Sent only while ddprun has
+    # not been reaped (poll() is None), so the pid cannot belong to anything else.
+    name, delay = external
+    deadline = time.monotonic() + RUN_BOUND_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with open(events) as f:
+                if '"started"' in f.read():
+                    break
+        except FileNotFoundError:
+            pass
+        time.sleep(0.002)
+    time.sleep(delay)
+    if proc.poll() is None:
+        proc.send_signal(_signal_number(name))
+        o.external_sent = True
+
+
+def execute_run(plan, tmp, ddprun, worker, env):
+    """Runs ddprun for `plan` with its files in `tmp`; kills whatever is left afterwards (and notes it)."""
+    o = RunOutcome()
+    events = os.path.join(tmp, "events.jsonl")
+    o.cmd = [ddprun, "--nproc-per-node", str(plan.nproc), "--term-timeout", str(TERM_TIMEOUT),
+             "--events-file", events, worker, *plan.worker_args(tmp)]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(o.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    sender = None
+    if plan.external:
+        # On its own thread: the main one must keep draining ddprun's output meanwhile.
+        sender = threading.Thread(target=_send_external, args=(proc, events, plan.external, o), daemon=True)
+        sender.start()
+    try:
+        o.stdout, o.stderr = proc.communicate(timeout=RUN_BOUND_S)
+    except subprocess.TimeoutExpired:
+        o.timed_out = True
+        # What was still there when the bound ran out (ddprun, or something holding its output open).
+        o.hung_info = [_describe_pid(p) for p in descendants()]
+        _kill_all([proc.pid] + descendants())
+        o.stdout, o.stderr = proc.communicate()
+    if sender:
+        sender.join()
+    o.elapsed = time.monotonic() - t0
+    o.code = proc.returncode
+    # ddprun has exited and reaped every child it had: as a subreaper it is the parent of anything its
+    # workers left, so a live descendant of ours now is a process that outlived it. Looked at at once,
+    # with no grace: by design there is nothing to wait for.
+    o.left = descendants()
+    o.left_info = [_describe_pid(p) for p in o.left]
+    _kill_all(o.left)
+    deadline = time.monotonic() + 5
+    while descendants() and time.monotonic() < deadline:
+        reap_zombies()
+        time.sleep(0.01)
+    reap_zombies()
+    try:
+        with open(events) as f:
+            o.events = [json.loads(line) for line in f]
+    except (OSError, ValueError) as e:
+        o.events_error = repr(e)
+    o.ready = {w.rank for w in plan.workers if os.path.exists(os.path.join(tmp, f"ready.{w.rank}"))}
+    try:
+        with open(os.path.join(tmp, "signals")) as f:
+            for line in f:
+                parts = line.split()
+                o.records.append((int(parts[0]), int(parts[1]), parts[2]) if len(parts) == 3 else (0, -1, line))
+    except FileNotFoundError:
+        pass
+    return o
+
+
+# ---- the checks -----------------------------------------------------------------------------------------
+
+def _status_of(event):
+    if "signal" in event:
+        return ("signal", event["signal"])
+    return ("exit", event.get("exit_code"))
+
+
+def _code_of(status):
+    kind, value = status
+    return 128 + value if kind == "signal" else value
+
+
+def check_run(plan, o, check_once=False):
+    """Every way this run broke ddprun's contract, as sentences (empty: the run is fine)."""
+    problems = []
+    if o.timed_out:
+        problems.append(f"ddprun did not end within {RUN_BOUND_S:.0f} s (killed); there were: " +
+                        "; ".join(o.hung_info))
+    if o.left:
+        problems.append("processes outlived ddprun: " + "; ".join(o.left_info))
+    if o.events_error or not o.events:
+        problems.append(f"no events file ({o.events_error})")
+        return problems
+    summary = o.events[-1]
+    if summary.get("event") != "summary":
+        problems.append(f"last event is not the summary: {summary}")
+        return problems
+    if summary.get("exit_code") != o.code:
+        problems.append(f"ddprun exited {o.code} but the summary says {summary.get('exit_code')}")
+
+    started = {e["rank"]: e for e in o.events if e["event"] == "started"}
+    exited = {}
+    for e in o.events:
+        if e["event"] == "exited":
+            if e["rank"] in exited:
+                problems.append(f"rank {e['rank']} exited twice: {e}")
+            exited[e["rank"]] = e
+    if set(started) != set(exited):
+        problems.append(f"started ranks {sorted(started)} but exited ranks {sorted(exited)}")
+    failed = [e for e in exited.values() if e.get("state") == "failed"]
+    plans = {w.rank: w for w in plan.workers}
+    if o.code is None or o.code < 0:
+        problems.append(f"ddprun itself died of signal {-o.code if o.code else '?'}")
+
+    external = _signal_number(plan.external[0]) if plan.external and o.external_sent else None
+    notice = external in (signal.SIGUSR1, signal.SIGUSR2)
+    received = [e for e in o.events if e["event"] == "signal"]
+    teardown = next((e for e in o.events if e["event"] == "teardown"), None)
+    if teardown is None:
+        # Nothing stopped the job: every worker must have ended by itself with 0.
+        if plan.any_failure():
+            problems.append("a worker was to fail, yet no teardown happened")
+        if any(e["signal"] not in (signal.SIGUSR1, signal.SIGUSR2) for e in received):
+            problems.append(f"ddprun received a stop signal but did not tear down: {received}")
+        if o.code != 0:
+            problems.append(f"no teardown, yet ddprun exited {o.code}")
+        if failed or "root_cause" in summary:
+            problems.append(f"no teardown, yet a root cause was named: {summary.get('root_cause')}")
+        for rank, e in exited.items():
+            if _status_of(e) != ("exit", 0):
+                problems.append(f"rank {rank} should have exited 0: {e}")
+    elif teardown.get("reason") == "signal":
+        # Stopped from outside before any worker failed: 128+N, no root cause, every worker a victim.
+        sig = teardown.get("signal")
+        if external is None or notice or sig != external:
+            problems.append(f"teardown by signal {sig}, but the run sent {plan.external} (sent: {o.external_sent})")
+        if o.code != 128 + (sig or 0):
+            problems.append(f"stopped by signal {sig}, yet ddprun exited {o.code}")
+        # The summary may name the stop as a job-level cause (rank -1: "its ddprun received SIGTERM"), never
+        # a worker.
+        cause = summary.get("root_cause")
+        if failed or (cause and cause.get("rank", -1) >= 0):
+            problems.append(f"stopped by a signal, yet a worker is the root cause: {failed} {cause}")
+    elif teardown.get("reason") == "worker_failed":
+        if len(failed) != 1:
+            problems.append(f"exactly one worker must be the failed root cause, got {len(failed)}: {failed}")
+        cause = summary.get("root_cause")
+        if not cause:
+            problems.append("a worker failed but the summary names no root cause")
+        else:
+            rank = cause.get("rank")
+            w = plans.get(rank)
+            e = exited.get(rank)
+            if w is None or e is None:
+                problems.append(f"root cause rank {rank} is not a worker that exited: {cause}")
+            else:
+                status = _status_of(e)
+                # A teardown starts only at a failure or a stop signal, so the earliest failure is one of
+                # the planned ones and failed as planned: nothing had signalled it yet. A forwarded notice
+                # (USR1/USR2) kills any worker that does not handle it, which is a failure of its own.
+                allowed = ([w.expected] if w.fails else []) + ([("signal", external)] if notice else [])
+                if status not in allowed:
+                    problems.append(f"root cause rank {rank} ended {status}, expected one of {allowed} "
+                                    f"({w.describe()})")
+                if o.code != _code_of(status):
+                    problems.append(f"ddprun exited {o.code}, the root cause (rank {rank}) ended {status}")
+                if e.get("state") != "failed":
+                    problems.append(f"the root cause's exited event is not 'failed': {e}")
+        if o.code == 0:
+            problems.append("a worker failed but ddprun exited 0")
+    else:
+        problems.append(f"teardown for an unknown reason: {teardown}")
+
+    # Bounded teardown: from the teardown (or, with no failure, the last worker's end) to the summary.
+    start_ms = next((e["time_ms"] for e in o.events if e["event"] == "teardown"), None)
+    if start_ms is None and exited:
+        start_ms = max(e["time_ms"] for e in exited.values())
+    if start_ms is not None and summary["time_ms"] - start_ms > TEARDOWN_BOUND_S * 1000:
+        problems.append(f"teardown took {(summary['time_ms'] - start_ms) / 1000:.1f} s "
+                        f"(term-timeout {TERM_TIMEOUT} s)")
+
+    # Output: every line is whole and carries its own rank's prefix; numbered lines are all there.
+    numbered = {}
+    for line in o.stdout.splitlines():
+        m = LINE_RE.match(line)
+        if not m:
+            problems.append(f"stdout line without a rank prefix: {line[:120]!r}")
+            break
+        rank, body = int(m.group(1)), m.group(2)
+        if body.startswith(b"rank ") and not body.startswith(b"rank %d " % rank):
+            problems.append(f"a line of another rank under rank {rank}'s prefix: {line[:120]!r}")
+            break
+        n = NUMBERED_RE.match(body)
+        if n:
+            numbered.setdefault(rank, []).append(int(n.group(2)))
+    for w in plan.workers:
+        # ready.R is written after the last numbered line was written to ddprun's pipe: from then on,
+        # however the rank ends, every line must reach the console.
+        if w.lines and w.rank in o.ready:
+            got = numbered.get(w.rank, [])
+            if got != list(range(w.lines)):
+                missing = sorted(set(range(w.lines)) - set(got))
+                problems.append(f"rank {w.rank} printed {w.lines} numbered lines, ddprun forwarded {len(got)}"
+                                f" (missing {missing[:5]}{'...' if len(missing) > 5 else ''})")
+
+    # Signals seen by recording processes: a teardown sends SIGTERM (then SIGKILL), and ddprun forwards the
+    # signal it was sent; nothing else.
+    allowed_names = {"SIGTERM"} | ({"SIG" + plan.external[0]} if external else set())
+    # DESIGN "signals are delivered once": one SIGTERM per process per teardown, one forwarded signal per
+    # signal ddprun received. An external SIGTERM that arrives during a worker failure's teardown is
+    # forwarded too: that process may see two.
+    limit = {name: 1 for name in allowed_names}
+    if external == signal.SIGTERM and teardown is not None and teardown.get("reason") == "worker_failed" and \
+            any(e["signal"] == signal.SIGTERM for e in received):
+        limit["SIGTERM"] = 2
+    per_pid = {}
+    for pid, rank, name in o.records:
+        if name not in allowed_names:
+            problems.append(f"pid {pid} (rank {rank}) got {name}; only {sorted(allowed_names)} were sent")
+        else:
+            per_pid[(pid, name)] = per_pid.get((pid, name), 0) + 1
+    if check_once:
+        twice = {f"{pid} {name}": n for (pid, name), n in per_pid.items() if n > limit[name]}
+        if twice:
+            problems.append(f"a signal delivered more than once per process (DESIGN: once): {twice}")
+    return problems
+
+
+def repro(plan, o):
+    return (f"seed {plan.seed} run {plan.index}: CHAOS_SEED={plan.seed} CHAOS_ONLY={plan.index} "
+            f"python3 -m unittest -v test_chaos\n{plan.describe()}\ncommand: {shlex.join(o.cmd)}")
+
+
+def limit_core_dumps():
+    # Workers kill themselves with SEGV, ABRT, QUIT...: no core files in the test directory.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+# ---- the test -------------------------------------------------------------------------------------------
+
+class Chaos(DdprunTestCase):
+    def test_random_failures_end_the_job_with_the_root_cause_and_nothing_left(self):
+        seed = int(os.environ.get("CHAOS_SEED", DEFAULT_SEED))
+        runs = int(os.environ.get("CHAOS_RUNS", DEFAULT_RUNS))
+        only = os.environ.get("CHAOS_ONLY")
+        check_once = os.environ.get("CHAOS_CHECK_ONCE") == "1"
+        indices = [int(only)] if only is not None else list(range(runs))
+        print(f"\nchaos: seed {seed}, {len(indices)} run(s), once-check {'on' if check_once else 'off'} "
+              f"(CHAOS_SEED / CHAOS_RUNS / CHAOS_ONLY / CHAOS_CHECK_ONCE)", file=sys.stderr, flush=True)
+        limit_core_dumps()
+        failures = []
+        t0 = time.monotonic()
+        for index in indices:
+            plan = plan_run(seed, index)
+            tmp = tempfile.mkdtemp(prefix=f"run{index}_", dir=self.tmp)
+            env = dict(self.env, TMPDIR=tmp)
+            o = execute_run(plan, tmp, harness.DDPRUN, harness.WORKER, env)
+            problems = check_run(plan, o, check_once)
+            if problems:
+                failures.append(f"{repro(plan, o)}\nproblems:\n  " + "\n  ".join(problems) +
+                                f"\nddprun exit {o.code} after {o.elapsed:.2f} s\n--- stderr (end)\n"
+                                f"{o.stderr[-1500:].decode(errors='replace')}")
+                print(failures[-1], file=sys.stderr, flush=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(f"chaos: {len(indices)} runs in {time.monotonic() - t0:.1f} s, {len(failures)} failed",
+              file=sys.stderr, flush=True)
+        self.assertEqual(failures, [], f"{len(failures)} of {len(indices)} chaos runs broke the contract "
+                                       f"(seed {seed}); each is printed above with its reproduction")
+
+
+if __name__ == "__main__":
+    unittest.main()
