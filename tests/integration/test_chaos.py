@@ -66,6 +66,7 @@ class WorkerPlan:
         self.fate = None           # "done", "exit", "signal", "stop", "hang", "ignoreterm"
         self.expected = None       # ("exit", N) or ("signal", S) for fates that fail by themselves
         self.lines = 0             # numbered lines printed before `ready` (checked when ready.R exists)
+        self.tail = False          # then "rank R tail" with no newline: ddprun must end it with one
         self.records = False
         self.children = []
 
@@ -79,7 +80,7 @@ class WorkerPlan:
 
     def describe(self):
         return f"rank {self.rank}: {self.fate} {self.expected or ''} children={self.children} " \
-               f"lines={self.lines} records={self.records}"
+               f"lines={self.lines}{'+tail' if self.tail else ''} records={self.records}"
 
 
 class RunPlan:
@@ -87,7 +88,8 @@ class RunPlan:
         self.seed = seed
         self.index = index
         self.workers = workers
-        # (signal name, seconds): sent to ddprun that long after its first worker started, or None.
+        # (signal name, seconds, again): sent to ddprun that long after its first worker started (and once
+        # more `again` seconds later, unless None), or None.
         self.external = external
 
     @property
@@ -108,7 +110,9 @@ class RunPlan:
     def describe(self):
         lines = [w.describe() for w in self.workers]
         if self.external:
-            lines.append(f"ddprun gets SIG{self.external[0]} {self.external[1]} s after the first worker started")
+            name, delay, again = self.external
+            lines.append(f"ddprun gets SIG{name} {delay} s after the first worker started" +
+                         (f", and again {again} s later" if again else ""))
         return "\n".join(lines)
 
 
@@ -149,7 +153,11 @@ def plan_run(seed, index):
         out = rng.random()
         if out < 0.3:
             w.lines = rng.choice([1, 10, 1000, 20000])
-            w.steps += [f"lines={w.lines}", "ready={tmp}"]
+            w.steps.append(f"lines={w.lines}")
+            if rng.random() < 0.3:
+                w.tail = True
+                w.steps.append(f"partial=rank {rank} tail")
+            w.steps.append("ready={tmp}")
         elif out < 0.45:
             w.steps.append(f"flood={rng.choice([1000, 100_000, 1_000_000])}")
         delay = round(rng.uniform(0.0, 0.4), 3)
@@ -177,7 +185,10 @@ def plan_run(seed, index):
     if rng.random() < 0.25:
         # A signal from outside while workers run, start or die: a stop (forwarded, teardown with that very
         # signal) or a notice (forwarded only; it kills workers that do not handle it, like any USR1 would).
-        external = (rng.choice(EXTERNAL_SIGNALS), round(rng.uniform(0.0, 0.5), 3))
+        name = rng.choice(EXTERNAL_SIGNALS)
+        # Half the SIGINTs come twice, a user's second Ctrl-C: SIGKILL at once instead of the grace period.
+        again = round(rng.uniform(0.05, 0.3), 3) if name == "INT" and rng.random() < 0.5 else None
+        external = (name, round(rng.uniform(0.0, 0.5), 3), again)
     return RunPlan(seed, index, workers, external)
 
 
@@ -225,7 +236,7 @@ def _send_external(proc, events, external, o):
     # After the first "started" event only: a signal before ddprun has its handlers would just kill it
     # (a SIGKILLed-ddprun case the other tests cover), not test the forwarding. Sent only while ddprun has
     # not been reaped (poll() is None), so the pid cannot belong to anything else.
-    name, delay = external
+    name, delay, again = external
     deadline = time.monotonic() + RUN_BOUND_S
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -239,6 +250,10 @@ def _send_external(proc, events, external, o):
     if proc.poll() is None:
         proc.send_signal(_signal_number(name))
         o.external_sent = True
+    if again:
+        time.sleep(again)
+        if proc.poll() is None:
+            proc.send_signal(_signal_number(name))
 
 
 def execute_run(plan, tmp, ddprun, worker, env):
@@ -408,6 +423,7 @@ def check_run(plan, o, check_once=False):
 
     # Output: every line is whole and carries its own rank's prefix; numbered lines are all there.
     numbered = {}
+    tails = {}
     for line in o.stdout.splitlines():
         m = LINE_RE.match(line)
         if not m:
@@ -420,6 +436,8 @@ def check_run(plan, o, check_once=False):
         n = NUMBERED_RE.match(body)
         if n:
             numbered.setdefault(rank, []).append(int(n.group(2)))
+        elif body == b"rank %d tail" % rank:
+            tails[rank] = tails.get(rank, 0) + 1
     for w in plan.workers:
         # ready.R is written after the last numbered line was written to ddprun's pipe: from then on,
         # however the rank ends, every line must reach the console.
@@ -429,6 +447,9 @@ def check_run(plan, o, check_once=False):
                 missing = sorted(set(range(w.lines)) - set(got))
                 problems.append(f"rank {w.rank} printed {w.lines} numbered lines, ddprun forwarded {len(got)}"
                                 f" (missing {missing[:5]}{'...' if len(missing) > 5 else ''})")
+            if w.tail and tails.get(w.rank) != 1:
+                problems.append(f"rank {w.rank}'s last line, printed without a newline, was forwarded "
+                                f"{tails.get(w.rank, 0)} times (once, ended by a newline, expected)")
 
     # Signals seen by recording processes: a teardown sends SIGTERM (then SIGKILL), and ddprun forwards the
     # signal it was sent; nothing else.
