@@ -118,6 +118,9 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
     return std::string("the rendezvous of run \"") + config.run_id + "\" is closed (job " + to_string(state.phase) +
            "); this node is not part of it";
   if (hello.nproc < 1) return "a node must run at least one worker (nproc >= 1)";
+  // Ranks and the world size are ints everywhere (and in every worker's environment): keep the sum in range.
+  if (state.joined_procs + hello.nproc > static_cast<std::int64_t>(kMaxRank) + 1)
+    return "the world size would exceed " + std::to_string(kMaxRank + 1) + " workers";
   if (config.static_node_ranks) {
     if (!hello.node_rank) return "this job uses static node ranks: pass --node-rank";
     int rank = *hello.node_rank;
@@ -153,6 +156,7 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
   NodeEntry node;
   node.conn = event.conn;
   node.nproc = hello.nproc;
+  state.joined_procs += hello.nproc;
   node.host = hello.host;
   node.loopback = hello.address.empty() && is_loopback(event.peer_address);
   node.address = hello.address.empty() ? event.peer_address : hello.address;

@@ -70,6 +70,7 @@ struct RendezvousState {
   std::deque<std::pair<Clock::time_point, ConnId>> deadlines;
   std::string server_address;                    // the server's address as non-loopback nodes reached it
   std::optional<Failure> root_cause;
+  std::int64_t joined_procs = 0;  // workers of the joined nodes: the world size, bounded by kMaxRank + 1
   int restart_count = 0;
   int done_count = 0;
   int stopped_count = 0;

@@ -28,6 +28,7 @@ void node_lost(RendezvousState& state, ConnId conn, const std::string& why, cons
   state.nodes.erase(it);
   out.push_back(Close{conn});
   if (state.phase == Phase::kJoining) {
+    state.joined_procs -= node.nproc;
     if (state.config.static_node_ranks) state.by_rank[static_cast<std::size_t>(node.node_rank)] = 0;
     if (static_cast<int>(state.nodes.size()) < state.config.min_nodes) state.last_call_deadline.reset();
     out.push_back(Log{LogLevel::kWarning, "node from host \"" + node.host + "\" (" + node.address +

@@ -4,23 +4,11 @@
 
 #include "common/error.hpp"
 #include "rendezvous/protocol.hpp"
+#include "tests/rendezvous/sample_messages.hpp"
 
 using namespace ddprun::rendezvous;
 
-namespace {
-Failure sample_failure() {
-  Failure f;
-  f.node_rank = 1;
-  f.host = "gpu7";
-  f.rank = 5;
-  f.local_rank = 1;
-  f.pid = 4242;
-  f.exit_code = 3;
-  f.time_unix_ms = 1700000000123;
-  f.error_file_contents = R"({"message": "boom"})";
-  return f;
-}
-}  // namespace
+using ddprun::rendezvous::testing::sample_failure;
 
 TEST_CASE("client messages survive an encode/decode round trip") {
   HelloMsg hello;

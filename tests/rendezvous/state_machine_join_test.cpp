@@ -275,3 +275,13 @@ TEST_CASE("a configuration with static ranks and an elastic range is invalid") {
   CHECK_THROWS_AS(validate(config), RendezvousError);
   CHECK_NOTHROW(validate(job(3, true)));
 }
+
+TEST_CASE("a node whose workers would push the world size past int's range is refused") {
+  RendezvousState state(job(3, false), at(0ms).steady);
+  Joiner big;
+  big.nproc = kMaxNproc;
+  state.joined_procs = kMaxRank + 1 - kMaxNproc + 1;  // as if 16383 nodes of 65536 workers had joined
+  CHECK(refusal(step(state, hello(big), at(0ms)), 1) == "the world size would exceed 1073741824 workers");
+  big.nproc = kMaxNproc - 1;
+  CHECK(refusal(step(state, hello(big), at(0ms)), 1).empty());
+}
