@@ -1,22 +1,12 @@
 #include "worker_sdk/nccl_comm.hpp"
 
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
-#include <cstring>
+#include <c10/cuda/CUDAStream.h>
 
 #include "worker_sdk/error.hpp"
+#include "worker_sdk/nccl_raw.hpp"
 
 namespace ddprun::sdk {
 namespace {
-
-void check_nccl(ncclResult_t rc, const char* what) {
-  if (rc != ncclSuccess) throw Error(std::string(what) + ": " + ncclGetErrorString(rc));
-}
-
-void check_cuda(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(rc));
-}
 
 ncclDataType_t nccl_type(const at::Tensor& t) {
   switch (t.scalar_type()) {
@@ -39,50 +29,42 @@ class DoneWork : public c10d::Work {
   bool wait(std::chrono::milliseconds) override { return true; }
 };
 
+nccl::Rendezvous through(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout) {
+  return {[store](const std::string& key, const std::vector<std::uint8_t>& value) { store->set(key, value); },
+          [store, timeout](const std::string& key) {
+            store->wait({key}, timeout);
+            return store->get(key);
+          }};
+}
+
+// The stream LibTorch would run this tensor's kernels on, so the collective is ordered after them.
+cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
 class NcclGroup : public c10d::ProcessGroup {
  public:
   NcclGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, c10::Device device,
             std::chrono::milliseconds timeout)
-      : c10d::ProcessGroup(rank, size), device_index_(device.index()) {
-    check_cuda(cudaSetDevice(device_index_), "cudaSetDevice");
-    ncclUniqueId id;
-    if (rank == 0) {
-      check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-      store->set("nccl_unique_id", std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id),
-                                                        reinterpret_cast<uint8_t*>(&id) + sizeof id));
-    }
-    store->wait({"nccl_unique_id"}, timeout);
-    auto bytes = store->get("nccl_unique_id");
-    DDPRUN_SDK_CHECK(bytes.size() == sizeof id, "NCCL: malformed unique id in the store");
-    std::memcpy(&id, bytes.data(), sizeof id);
-    check_nccl(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
-  }
-  ~NcclGroup() override { ncclCommDestroy(comm_); }
+      : c10d::ProcessGroup(rank, size),
+        device_index_(device.index()),
+        comm_(through(store, timeout), rank, size, device.index(), timeout) {}
 
   const std::string getBackendName() const override { return "ddprun_nccl"; }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions&) override {
-    check_nccl(ncclGroupStart(), "ncclGroupStart");
     for (auto& t : tensors) {
-      check_nccl(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), ncclSum,
-                               comm_, nullptr),
-                 "ncclAllReduce");
+      comm_.allreduce_sum(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), stream_of(t));
     }
-    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
-    return finish();
+    return c10::make_intrusive<DoneWork>();
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
-    check_nccl(ncclGroupStart(), "ncclGroupStart");
     for (auto& t : tensors) {
-      check_nccl(ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t),
-                               static_cast<int>(opts.rootRank), comm_, nullptr),
-                 "ncclBroadcast");
+      comm_.broadcast(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), static_cast<int>(opts.rootRank),
+                      stream_of(t));
     }
-    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
-    return finish();
+    return c10::make_intrusive<DoneWork>();
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
@@ -91,13 +73,8 @@ class NcclGroup : public c10d::ProcessGroup {
   }
 
  private:
-  c10::intrusive_ptr<c10d::Work> finish() {
-    check_cuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
-    return c10::make_intrusive<DoneWork>();
-  }
-
   c10::DeviceIndex device_index_;
-  ncclComm_t comm_ = nullptr;
+  nccl::Communicator comm_;
 };
 
 }  // namespace

@@ -246,3 +246,43 @@ TEST_CASE("a save killed before its rename leaves the previous checkpoint loadab
   CHECK(save(3, false) == 0);  // a later save replaces the stale temp file
   CHECK(load() == 3);
 }
+
+// A rank that returns right after its last collective, with no barrier: its exit must never fail its peer
+// (the SDK closes its connections with a handshake, see ProcessGroup::shutdown). SDK_TEST_LAST picks the
+// last collective: "allreduce" (the process group, Gloo's event loop reads the socket), "ddp" (the
+// direct ring, synchronous pairs) or "both".
+SDK_TEST_ROLE("exit_after_collective") {
+  torch::set_num_threads(1);
+  auto world = sdk::WorldInfo::from_env();
+  auto pg = sdk::ProcessGroup::init(world);
+  const std::string last = sdk::env_or("SDK_TEST_LAST", "allreduce");
+  if (last == "ddp" || last == "both") {
+    auto model = std::make_shared<TwoHeads>();
+    sdk::DistributedDataParallel ddp(model, pg);
+    (model->used->forward(torch::ones({3, 4})).sum() + model->idle->forward(torch::ones({3, 4})).sum()).backward();
+    ROLE_CHECK(torch::equal(model->used->bias.grad(), torch::full({2}, 3.0)));
+  }
+  if (last == "allreduce" || last == "both") {
+    at::Tensor t = torch::full({1000}, world.rank + 1.0);
+    pg->allreduce(t);
+    ROLE_CHECK(t[999].item<double>() == world.world_size * (world.world_size + 1) / 2.0);
+  }
+  return 0;
+}
+
+TEST_SUITE("shutdown") {
+  TEST_CASE("ranks that exit right after their last collective never fail each other") {
+    // SDK_TEST_SHUTDOWN_RUNS raises the count for a soak (200 per kind in the report).
+    const int runs = env_int("SDK_TEST_SHUTDOWN_RUNS", 20);
+    for (std::string last : {"allreduce", "ddp", "both"}) {
+      CAPTURE(last);
+      int failures = 0;
+      for (int i = 0; i < runs; ++i) {
+        TempDir dir;
+        if (sdk::test::run_ranks("exit_after_collective", 2, dir.path(), {{"SDK_TEST_LAST", last}}) != 0) ++failures;
+      }
+      CHECK(failures == 0);
+      MESSAGE(last << ": " << runs << " runs, " << failures << " failed");
+    }
+  }
+}
