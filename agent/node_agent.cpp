@@ -41,7 +41,7 @@ NodeAgent::NodeAgent(const AgentConfig& config)
       notice_signals_(io_, SIGUSR1, SIGUSR2),
       reaper_(io_, [this](pid_t pid, const process::ExitStatus& s) { on_child_exit(pid, s); },
               [this](bool has_children) { after_reap(has_children); }),
-      grace_timer_(io_), drain_timer_(io_), link_(io_, config, rendezvous_handlers()) {}
+      grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), link_(io_, config, rendezvous_handlers()) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -92,7 +92,9 @@ void NodeAgent::wait_signal(asio::signal_set& set) {
   set.async_wait([this, &set](const boost::system::error_code& ec, int signal) {
     if (ec) return;
     on_signal(signal);
-    wait_signal(set);
+    // The signal may have finished the agent (nothing started yet: it ends at once) and cancelled this
+    // set; waiting again would keep the loop alive forever.
+    if (!finished_) wait_signal(set);
   });
 }
 
@@ -214,6 +216,7 @@ void NodeAgent::maybe_finish() {
   notice_signals_.cancel(ignored);
   drain_timer_.cancel();
   grace_timer_.cancel();
+  stop_reply_timer_.cancel();
   link_.finish([] {});
 }
 

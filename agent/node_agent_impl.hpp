@@ -39,6 +39,8 @@ class NodeAgent {
   void on_outcome(const JobCause* cause, const char* reason);
   void report_worker_failure(int local_rank);
   void report_signal(int signal);
+  void report_agent_signal(int signal, std::int64_t time_ms);
+  void leave_after_signal(int signal);
   void begin_next_round();
   // node_agent.cpp
   void wait_signal(boost::asio::signal_set& set);
@@ -59,6 +61,7 @@ class NodeAgent {
   ChildReaper reaper_;
   boost::asio::steady_timer grace_timer_;
   boost::asio::steady_timer drain_timer_;
+  boost::asio::steady_timer stop_reply_timer_;  // bounds the wait for the server's answer to our signal
   SupervisionPolicy policy_;
   RunLayout layout_;
   EventLog events_;
@@ -72,6 +75,7 @@ class NodeAgent {
   bool workers_started_ = false;  // the assignment came and workers were started
   bool outcome_known_ = false;    // the rendezvous said how the job ended (or that it is lost to us)
   bool restarting_ = false;       // a restart round: once every local process is gone, say so and wait
+  bool assigned_once_ = false;    // the server placed this node in a round: it waits for us between rounds
   std::int64_t start_ms_ = 0;
 };
 

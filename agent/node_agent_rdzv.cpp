@@ -16,6 +16,9 @@ namespace rdzv = ddprun::rendezvous;
 using nlohmann::json;
 
 namespace {
+// How long a node that reported a signal waits for the rendezvous' stop order before it ends by itself.
+constexpr std::chrono::milliseconds kStopReplyLimit{1000};
+
 JobCause cause_of(const rdzv::Failure& f) {
   JobCause c;
   c.text = rdzv::describe(f);
@@ -62,6 +65,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
                      {"nnodes", a.nnodes}, {"rank_offset", a.rank_offset}, {"world_size", a.world_size},
                      {"master_addr", a.master_addr}, {"master_port", a.master_port},
                      {"restart_count", a.restart_count}});
+  assigned_once_ = true;
   if (policy_.phase() != Phase::kRunning) return;  // a signal came first: on_signal already reported it
   if (a.restart_count > 0) layout_.prepare_attempt(a.restart_count, world_.local_world_size);
   workers_started_ = true;
@@ -109,6 +113,8 @@ void NodeAgent::begin_next_round() {
   drain_timer_.cancel();
   pumps_.clear();
   local_rank_of_.clear();
+  // ddprun was told to stop while the round's workers went down: no next round, the job ends.
+  if (const int signal = policy_.stop_signal(); signal != 0) return leave_after_signal(signal);
   policy_.reset_for_restart();
   link_.client().report_stopped();
 }
@@ -129,23 +135,42 @@ void NodeAgent::report_worker_failure(int local_rank) {
 }
 
 void NodeAgent::report_signal(int signal) {
-  if (!workers_started_) {
-    // Not in a round yet: leaving frees this node's place, the others wait for a replacement or time out.
-    JobCause c;
-    c.text = std::string("ddprun received ") + process::signal_name(signal) + " before the rendezvous completed";
-    c.exit_code = 128 + signal;
-    c.time_ms = unix_ms();
-    on_outcome(&c, "signal");
-    return;
-  }
+  if (!workers_started_) return leave_after_signal(signal);
+  report_agent_signal(signal, unix_ms());
+}
+
+// This node's ddprun itself was stopped: a node failure (no rank), which the rendezvous never restarts.
+void NodeAgent::report_agent_signal(int signal, std::int64_t time_ms) {
   rdzv::Failure f;
   f.node_rank = world_.node_rank;
   f.host = config_.host;
   f.pid = ::getpid();
   f.signal = signal;
-  f.time_unix_ms = unix_ms();
+  f.time_unix_ms = time_ms;
   f.message = std::string("its ddprun received ") + process::signal_name(signal);
   link_.client().report_failure(f);
+}
+
+// A stop signal while no round runs here: waiting for the other nodes, or between restart rounds.
+// A node the others wait on (the host, or one placed in a round) tells the rendezvous, which stops every
+// node with this signal as the root cause; the reply is awaited briefly, never for long. A joining node
+// that was never placed just leaves: its place is free for a replacement (the others' --rdzv-timeout
+// still bounds their wait).
+void NodeAgent::leave_after_signal(int signal) {
+  JobCause c;
+  c.text = std::string("ddprun on node ") + std::to_string(world_.node_rank) + " (" + config_.host + ") received " +
+           process::signal_name(signal) + (assigned_once_ ? " between restart rounds" : " before the rendezvous completed");
+  c.exit_code = 128 + signal;
+  c.node_rank = world_.node_rank;
+  c.time_ms = unix_ms();
+  if (!link_.hosting() && !assigned_once_) return on_outcome(&c, "signal");
+  report_agent_signal(signal, c.time_ms);
+  stop_reply_timer_.expires_after(kStopReplyLimit);
+  stop_reply_timer_.async_wait([this, c](const boost::system::error_code& ec) {
+    if (ec || outcome_known_) return;
+    log_.debug("no stop order from the rendezvous ", kStopReplyLimit.count(), " ms after reporting the signal");
+    on_outcome(&c, "signal");
+  });
 }
 
 }  // namespace ddprun::agent

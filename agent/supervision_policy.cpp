@@ -67,16 +67,21 @@ Decision SupervisionPolicy::on_signal(int signal, std::int64_t now_ms) {
     d.signal_all = signal;
     return d;
   }
+  // Remembered in every phase: a stop signal during a restart's teardown ends the job instead of the
+  // next round (the agent asks stop_signal() before it starts over).
+  if (stop_signal_ == 0) stop_signal_ = signal;
   if (phase_ == Phase::kRunning) {
     stop_signal_ = signal;
     return begin_teardown(signal, now_ms);  // forward the very signal, as torchrun does
   }
-  if (phase_ == Phase::kStopping && signal == SIGINT) {  // a second Ctrl-C: the user does not want to wait
+  if (phase_ == Phase::kStopping && (signal == SIGINT || signal == SIGQUIT)) {
+    // A second Ctrl-C (or Ctrl-\): the user does not want to wait for the grace period.
     phase_ = Phase::kKilling;
     d.signal_all = SIGKILL;
     return d;
   }
-  if (phase_ == Phase::kStopping) d.signal_all = signal;
+  // A second SIGTERM/SIGHUP while tearing down is not passed on: every worker already has its one
+  // SIGTERM, and a handler that treats a second one as "abort now" would cut its checkpoint short.
   return d;
 }
 

@@ -35,7 +35,8 @@ struct WorkerRecord {
 
 // The job on this node:
 //   kRunning ── first failure, or a stop signal ──▶ kStopping (stop signal sent to every worker group)
-//   kStopping ── grace expired, or a second SIGINT ──▶ kKilling (SIGKILL sent)
+//   kStopping ── grace expired, or a second SIGINT/SIGQUIT ──▶ kKilling (SIGKILL sent)
+//   kStopping ── SIGTERM/SIGHUP ──▶ kStopping (not forwarded again: one SIGTERM per process per teardown)
 //   any ── every worker exited ──▶ the agent reaps stragglers and finishes (phase stays as it was)
 enum class Phase { kRunning, kStopping, kKilling };
 

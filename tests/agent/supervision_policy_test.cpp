@@ -109,6 +109,29 @@ TEST_CASE("a second SIGINT kills at once") {
   CHECK(p.phase() == Phase::kKilling);
 }
 
+TEST_CASE("a second SIGQUIT kills at once; a second SIGTERM or SIGHUP is not forwarded again") {
+  auto q = three_workers();
+  q.on_signal(SIGTERM, 1);
+  CHECK(q.on_signal(SIGQUIT, 2).signal_all == SIGKILL);
+  for (int second : {SIGTERM, SIGHUP}) {
+    auto p = three_workers();
+    p.on_signal(SIGTERM, 1);
+    const Decision d = p.on_signal(second, 2);
+    CHECK(d.signal_all == 0);
+    CHECK_FALSE(d.teardown_began);
+    CHECK(p.phase() == Phase::kStopping);
+    CHECK(p.stop_signal() == SIGTERM);
+  }
+}
+
+TEST_CASE("a stop signal during an external teardown (a restart) is remembered") {
+  auto p = three_workers();
+  p.on_external_stop(1);
+  const Decision d = p.on_signal(SIGHUP, 2);
+  CHECK(d.signal_all == 0);
+  CHECK(p.stop_signal() == SIGHUP);
+}
+
 TEST_CASE("SIGUSR1 and SIGUSR2 are forwarded and nothing else happens") {
   for (int sig : {SIGUSR1, SIGUSR2}) {
     auto p = three_workers();
