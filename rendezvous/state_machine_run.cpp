@@ -112,7 +112,9 @@ void on_failure(RendezvousState& state, const FailureReport& event, const Now& n
   Failure failure = event.failure;
   failure.node_rank = node.node_rank;  // the server's word on which node this is, not the report's
   if (failure.host.empty()) failure.host = node.host;
-  if (state.phase == Phase::kRestarting || is_final(state.phase)) {
+  // During a restart round the workers' failures are the round's teardown victims; a node failure (its
+  // ddprun was stopped by a signal while the round went down) ends the job instead of the next round.
+  if ((state.phase == Phase::kRestarting && !failure.is_node_failure()) || is_final(state.phase)) {
     out.push_back(Log{LogLevel::kDebug, "ignoring a later failure (teardown victim): " + describe(failure)});
     return;
   }

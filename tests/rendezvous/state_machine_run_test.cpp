@@ -166,6 +166,18 @@ TEST_CASE("a node lost during a restart round stops the job") {
   CHECK(state.phase == Phase::kStopped);
 }
 
+TEST_CASE("a node stopped by a signal during a restart round stops the job with it as root cause") {
+  auto state = running(2, 3);
+  step(state, FailureReport{2, worker_failure(2, 1)}, at(10ms));
+  Failure signalled;
+  signalled.pid = 77;
+  signalled.signal = 15;  // no rank: the node's ddprun itself
+  auto stop = find_one<Broadcast>(step(state, FailureReport{1, signalled}, at(11ms)));
+  CHECK_FALSE(std::get<StopMsg>(stop.message).restarting);
+  CHECK(std::get<StopMsg>(stop.message).root_cause.signal == std::optional<int>(15));
+  CHECK(state.phase == Phase::kStopped);
+}
+
 TEST_CASE("the next deadline is the earliest of join timeout, last call and heartbeats") {
   RendezvousState state(job(2, false), at(0ms).steady);
   CHECK(next_deadline(state) == at(60'000ms).steady);
