@@ -14,7 +14,7 @@ namespace ddprun::agent {
 
 EventLog::EventLog(const std::string& path) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw SystemError("cannot open events file " + path, errno);
+  if (fd_ < 0) throw CantCreateError("cannot open events file " + path, errno);
 }
 
 EventLog::~EventLog() {

@@ -174,12 +174,16 @@ void NodeAgent::after_reap(bool has_children) {
   }
   if (has_children) {
     // Every worker is gone but something they started lives on: it goes the same way, SIGTERM then
-    // SIGKILL after the grace period, so no process of the job outlives ddprun.
+    // SIGKILL after the grace period, so no process of the job outlives ddprun. SIGTERM goes out once:
+    // after a teardown the stragglers already had the teardown's signal, and after success they get it
+    // with the first batch that finds them (later batches only see who is left of the same stragglers).
     const bool killing = killing_stragglers_ || policy_.phase() == Phase::kKilling;
-    const auto stragglers = process::descendants_of(::getpid());
-    if (!stragglers.empty()) {
+    const bool terminate = !killing && policy_.phase() == Phase::kRunning && !stragglers_terminated_;
+    if (killing || terminate) {
+      const auto stragglers = process::descendants_of(::getpid());
       log_.debug(stragglers.size(), " leftover descendant(s): ", killing ? "SIGKILL" : "SIGTERM");
       process::signal_each(stragglers, killing ? SIGKILL : SIGTERM);
+      stragglers_terminated_ = true;
     }
     arm_grace();
     return;

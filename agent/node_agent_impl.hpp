@@ -70,6 +70,7 @@ class NodeAgent {
   RendezvousLink link_;
   bool grace_armed_ = false;
   bool killing_stragglers_ = false;
+  bool stragglers_terminated_ = false;  // leftovers of a successful round had their one SIGTERM
   bool processes_gone_ = false;
   bool finished_ = false;
   bool workers_started_ = false;  // the assignment came and workers were started

@@ -108,6 +108,7 @@ void NodeAgent::begin_next_round() {
   processes_gone_ = false;
   grace_armed_ = false;
   killing_stragglers_ = false;
+  stragglers_terminated_ = false;
   workers_started_ = false;
   grace_timer_.cancel();
   drain_timer_.cancel();

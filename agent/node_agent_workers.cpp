@@ -115,10 +115,20 @@ void NodeAgent::start_worker(int local_rank) {
 
 void NodeAgent::signal_everything(int signal, bool include_descendants) {
   // Only the groups of workers still running: a reaped worker's pid (its group id) may be reused.
+  std::vector<pid_t> signalled_groups;
   for (const WorkerRecord& w : policy_.workers())
-    if (w.state == WorkerState::kRunning && w.pid > 0) process::signal_group(w.pid, signal);
-  // Descendants that left their worker's group (setsid, daemonised) or outlived their worker.
-  if (include_descendants) process::signal_each(process::descendants_of(::getpid()), signal);
+    if (w.state == WorkerState::kRunning && w.pid > 0 && process::signal_group(w.pid, signal))
+      signalled_groups.push_back(w.pid);
+  if (!include_descendants) return;
+  // Descendants that left their worker's group (setsid, daemonised) or outlived their worker. A process
+  // still in a group signalled above already has this signal: it must get it once, not twice.
+  std::vector<pid_t> escaped;
+  for (pid_t pid : process::descendants_of(::getpid())) {
+    const pid_t group = ::getpgid(pid);
+    if (std::find(signalled_groups.begin(), signalled_groups.end(), group) == signalled_groups.end())
+      escaped.push_back(pid);
+  }
+  process::signal_each(escaped, signal);
 }
 
 }  // namespace ddprun::agent

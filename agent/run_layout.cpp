@@ -38,12 +38,12 @@ RunLayout RunLayout::create(const std::string& log_dir, const std::string& run_i
     base = log_dir;
     std::error_code ec;
     fs::create_directories(base, ec);
-    if (ec) throw SystemError("cannot create log directory " + base, ec.value());
+    if (ec) throw CantCreateError("cannot create log directory " + base, ec.value());
   }
   std::string name = base + "/" + (layout.temporary_ ? "ddprun-" : "") + run_id + "_XXXXXX";
   std::vector<char> buf(name.begin(), name.end());
   buf.push_back('\0');
-  if (!::mkdtemp(buf.data())) throw SystemError("cannot create run directory in " + base, errno);
+  if (!::mkdtemp(buf.data())) throw CantCreateError("cannot create run directory in " + base, errno);
   layout.root_ = buf.data();
   return layout;
 }
@@ -56,7 +56,7 @@ void RunLayout::prepare_attempt(int attempt, int local_world_size) const {
   for (int lr = 0; lr < local_world_size; ++lr) {
     std::error_code ec;
     fs::create_directories(worker_dir(attempt, lr), ec);
-    if (ec) throw SystemError("cannot create " + worker_dir(attempt, lr), ec.value());
+    if (ec) throw CantCreateError("cannot create " + worker_dir(attempt, lr), ec.value());
   }
 }
 

@@ -36,6 +36,13 @@ class SystemError : public Error {
   int err_;
 };
 
+// A file or directory the user asked ddprun to write (--log-dir, --events-file) cannot be created or
+// written: exit 73 (EX_CANTCREAT), whatever the errno.
+class CantCreateError : public SystemError {
+ public:
+  using SystemError::SystemError;
+};
+
 namespace rendezvous {
 class RendezvousError : public Error { public: using Error::Error; };
 class ClosedError : public RendezvousError { public: using RendezvousError::RendezvousError; };

@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   for (const auto& note : cmd.notes) cmd.agent.log.info(note);
   try {
     return agent::run_node_agent(cmd.agent);
+  } catch (const CantCreateError& e) {
+    write_all(2, std::string("ddprun: error: ") + e.what() + "\n");
+    return launcher::kExitCantCreate;
   } catch (const SystemError& e) {
     write_all(2, std::string("ddprun: error: ") + e.what() + "\n");
     return launcher::kExitOsError;

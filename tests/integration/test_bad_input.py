@@ -152,6 +152,12 @@ class BadInput(DdprunTestCase):
     def test_events_file_is_a_directory(self):
         self.refused(["--events-file", self.marker_dir, *self.ok_worker], CANTCREAT, ["is a directory"])
 
+    def test_log_dir_and_events_file_on_kernel_file_systems(self):
+        # /proc and /sys accept no new files, whatever the permission bits say (root included): still 73.
+        for args in (["--log-dir", "/proc/ddprun-x"], ["--log-dir", "/sys/ddprun-x"],
+                     ["--events-file", "/sys/ddprun-x"], ["--events-file", "/proc/ddprun-x"]):
+            self.refused([*args, *self.ok_worker], CANTCREAT, [args[1]])
+
     def test_term_timeout_negative(self):
         self.refused(["--term-timeout", "-5", *self.ok_worker], USAGE, ["--term-timeout"])
 
