@@ -2,13 +2,14 @@
 """Many randomized supervision runs, for the record: the generator and the checks of
 tests/integration/test_chaos.py (imported from there, so the two never drift apart).
 
-  scripts/bench/chaos.py --runs 1000 --seed S [--jobs J] [--check-once] [--build DIR]
+  scripts/bench/chaos.py --runs 1000 --seed S [--jobs J] [--check-once] [--check-sigkilled] [--build DIR]
 
 Runs 0..N-1 of seed S against DIR/launcher/ddprun and DIR/tests/bin/test_worker (default build/), each in a fresh
 temp dir with --term-timeout 1 and an events file. --jobs J splits the runs over J processes (run i goes to
 process i mod J), each a child subreaper of its own, so a survivor is always pinned on the right run; on a busy
 machine keep J at 1 or 2. --check-once adds the "one SIGTERM per process per teardown" check
-(test_chaos's CHAOS_CHECK_ONCE=1).
+(test_chaos's CHAOS_CHECK_ONCE=1), --check-sigkilled the "nothing outlives a SIGKILLed ddprun" one
+(CHAOS_CHECK_SIGKILLED=1).
 
 Prints each defective run with its reproduction (CHAOS_SEED=S CHAOS_ONLY=I python3 -m unittest test_chaos, from
 tests/integration) as it happens, then one line: runs, defects, seconds. Exits 1 when a run was defective.
@@ -42,7 +43,7 @@ def run_shard(args, shard, jobs):
             plan = test_chaos.plan_run(args.seed, index)
             tmp = tempfile.mkdtemp(prefix=f"run{index}_", dir=root)
             o = test_chaos.execute_run(plan, tmp, ddprun, worker, dict(env, TMPDIR=tmp))
-            problems = test_chaos.check_run(plan, o, args.check_once)
+            problems = test_chaos.check_run(plan, o, args.check_once, args.check_sigkilled)
             runs += 1
             if problems:
                 report = (f"{test_chaos.repro(plan, o)}\nproblems:\n  " + "\n  ".join(problems) +
@@ -62,6 +63,7 @@ def main():
     p.add_argument("--seed", type=int, default=20261123)
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--check-once", action="store_true")
+    p.add_argument("--check-sigkilled", action="store_true")
     p.add_argument("--build", default=os.path.join(REPO, "build"))
     p.add_argument("--shard", type=int, help=argparse.SUPPRESS)  # internal: one of --jobs processes
     args = p.parse_args()
@@ -78,7 +80,8 @@ def main():
         ndefects = len(defects)
     else:
         base = [sys.executable, os.path.abspath(__file__), "--runs", str(args.runs), "--seed", str(args.seed),
-                "--jobs", str(args.jobs), "--build", args.build] + (["--check-once"] if args.check_once else [])
+                "--jobs", str(args.jobs), "--build", args.build] + (["--check-once"] if args.check_once else []) + \
+               (["--check-sigkilled"] if args.check_sigkilled else [])
         shards = [subprocess.Popen(base + ["--shard", str(i)], stdout=subprocess.PIPE) for i in range(args.jobs)]
         runs = ndefects = 0
         for s in shards:
@@ -92,7 +95,8 @@ def main():
             ndefects += result["defects"]
     seconds = time.monotonic() - t0
     print(f"chaos: seed {args.seed}: runs {runs}, defects {ndefects}, seconds {seconds:.1f}"
-          f"{' (once-check on)' if args.check_once else ''}", flush=True)
+          f"{' (once-check on)' if args.check_once else ''}"
+          f"{' (sigkilled-check on)' if args.check_sigkilled else ''}", flush=True)
     return 1 if ndefects else 0
 
 

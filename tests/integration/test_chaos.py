@@ -13,6 +13,9 @@ regenerated without the others.
     CHAOS_ONLY=I        run only run I of that seed (reproducing a failure)
     CHAOS_CHECK_ONCE=1  also check that no process gets SIGTERM twice in one teardown (DESIGN "signals are
                         delivered once"); off by default until ddprun's double SIGTERM is fixed
+    CHAOS_CHECK_SIGKILLED=1  also check that nothing at all outlives a SIGKILLed ddprun (DESIGN "nothing
+                        outlives ddprun, even a SIGKILLed one"). Off by default: today PR_SET_PDEATHSIG takes
+                        the workers along (always checked) but their children, in the group or not, survive
 
 scripts/bench/chaos.py imports plan_run/execute_run/check_run from here to run many more.
 
@@ -50,7 +53,7 @@ DEFAULT_RUNS = 40
 
 SELF_SIGNALS = ["SEGV", "ABRT", "KILL", "TERM", "INT", "HUP", "QUIT", "USR1", "PIPE", "BUS", "FPE"]
 CHILD_KINDS = ["group", "setsid", "orphan", "daemon"]
-EXTERNAL_SIGNALS = ["TERM", "INT", "HUP", "QUIT", "USR1", "USR2"]
+EXTERNAL_SIGNALS = ["TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL"]
 LINE_RE = re.compile(rb"^\[rank(\d+)\]: (.*)$")
 NUMBERED_RE = re.compile(rb"^rank (\d+) line (\d+)$")
 
@@ -184,7 +187,8 @@ def plan_run(seed, index):
     external = None
     if rng.random() < 0.25:
         # A signal from outside while workers run, start or die: a stop (forwarded, teardown with that very
-        # signal) or a notice (forwarded only; it kills workers that do not handle it, like any USR1 would).
+        # signal), a notice (forwarded only; it kills workers that do not handle it, like any USR1 would),
+        # or SIGKILL (no teardown at all: what is left must die without ddprun's help).
         name = rng.choice(EXTERNAL_SIGNALS)
         # Half the SIGINTs come twice, a user's second Ctrl-C: SIGKILL at once instead of the grace period.
         again = round(rng.uniform(0.05, 0.3), 3) if name == "INT" and rng.random() < 0.5 else None
@@ -210,6 +214,8 @@ class RunOutcome:
         self.records = []       # (pid, rank, signame)
         self.external_sent = False
         self.hung_info = []
+        self.killed = False           # ddprun died of the run's SIGKILL
+        self.workers_survived = []    # workers alive 5 s after a SIGKILLed ddprun
 
 
 def _describe_pid(pid):
@@ -222,6 +228,20 @@ def _describe_pid(pid):
         return f"{pid} [{state}] {cmd[:120]}"
     except OSError:
         return f"{pid} (gone)"
+
+
+def _read_events(path, strict=False):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        if strict:
+            raise
+        return []
+    lines = text.splitlines()
+    if not strict and lines and not text.endswith("\n"):
+        lines.pop()  # a line being written when ddprun was killed
+    return [json.loads(line) for line in lines]
 
 
 def _kill_all(pids):
@@ -285,6 +305,15 @@ def execute_run(plan, tmp, ddprun, worker, env):
     # ddprun has exited and reaped every child it had: as a subreaper it is the parent of anything its
     # workers left, so a live descendant of ours now is a process that outlived it. Looked at at once,
     # with no grace: by design there is nothing to wait for.
+    if o.code == -signal.SIGKILL and plan.external and plan.external[0] == "KILL" and not o.timed_out:
+        # PR_SET_PDEATHSIG: the workers get SIGKILL when ddprun dies, asynchronously. Not reaped while we
+        # wait (pid_alive reads a zombie as dead), so their pids cannot be reused meanwhile.
+        o.killed = True
+        workers = [e["pid"] for e in _read_events(events) if e.get("event") == "started"]
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(harness.pid_alive(p) for p in workers):
+            time.sleep(0.01)
+        o.workers_survived = [_describe_pid(p) for p in workers if harness.pid_alive(p)]
     o.left = descendants()
     o.left_info = [_describe_pid(p) for p in o.left]
     _kill_all(o.left)
@@ -294,8 +323,7 @@ def execute_run(plan, tmp, ddprun, worker, env):
         time.sleep(0.01)
     reap_zombies()
     try:
-        with open(events) as f:
-            o.events = [json.loads(line) for line in f]
+        o.events = _read_events(events, strict=True)
     except (OSError, ValueError) as e:
         o.events_error = repr(e)
     o.ready = {w.rank for w in plan.workers if os.path.exists(os.path.join(tmp, f"ready.{w.rank}"))}
@@ -322,12 +350,20 @@ def _code_of(status):
     return 128 + value if kind == "signal" else value
 
 
-def check_run(plan, o, check_once=False):
+def check_run(plan, o, check_once=False, check_sigkilled=False):
     """Every way this run broke ddprun's contract, as sentences (empty: the run is fine)."""
     problems = []
     if o.timed_out:
         problems.append(f"ddprun did not end within {RUN_BOUND_S:.0f} s (killed); there were: " +
                         "; ".join(o.hung_info))
+    if o.killed:
+        # No teardown, no summary, output cut short: only who outlived it can be checked.
+        if o.workers_survived:
+            problems.append("workers outlived a SIGKILLed ddprun by 5 s (PR_SET_PDEATHSIG): " +
+                            "; ".join(o.workers_survived))
+        if check_sigkilled and o.left:
+            problems.append("processes outlived a SIGKILLed ddprun: " + "; ".join(o.left_info))
+        return problems
     if o.left:
         problems.append("processes outlived ddprun: " + "; ".join(o.left_info))
     if o.events_error or not o.events:
@@ -492,9 +528,12 @@ class Chaos(DdprunTestCase):
         runs = int(os.environ.get("CHAOS_RUNS", DEFAULT_RUNS))
         only = os.environ.get("CHAOS_ONLY")
         check_once = os.environ.get("CHAOS_CHECK_ONCE") == "1"
+        check_sigkilled = os.environ.get("CHAOS_CHECK_SIGKILLED") == "1"
         indices = [int(only)] if only is not None else list(range(runs))
-        print(f"\nchaos: seed {seed}, {len(indices)} run(s), once-check {'on' if check_once else 'off'} "
-              f"(CHAOS_SEED / CHAOS_RUNS / CHAOS_ONLY / CHAOS_CHECK_ONCE)", file=sys.stderr, flush=True)
+        print(f"\nchaos: seed {seed}, {len(indices)} run(s), once-check {'on' if check_once else 'off'}, "
+              f"sigkilled-check {'on' if check_sigkilled else 'off'} "
+              f"(CHAOS_SEED / CHAOS_RUNS / CHAOS_ONLY / CHAOS_CHECK_ONCE / CHAOS_CHECK_SIGKILLED)",
+              file=sys.stderr, flush=True)
         limit_core_dumps()
         failures = []
         t0 = time.monotonic()
@@ -503,7 +542,7 @@ class Chaos(DdprunTestCase):
             tmp = tempfile.mkdtemp(prefix=f"run{index}_", dir=self.tmp)
             env = dict(self.env, TMPDIR=tmp)
             o = execute_run(plan, tmp, harness.DDPRUN, harness.WORKER, env)
-            problems = check_run(plan, o, check_once)
+            problems = check_run(plan, o, check_once, check_sigkilled)
             if problems:
                 failures.append(f"{repro(plan, o)}\nproblems:\n  " + "\n  ".join(problems) +
                                 f"\nddprun exit {o.code} after {o.elapsed:.2f} s\n--- stderr (end)\n"
