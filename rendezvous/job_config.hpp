@@ -25,8 +25,8 @@ struct JobConfig {
   std::chrono::milliseconds last_call{30'000};         // elastic only, see above
   int max_restarts = 0;                                // restart rounds after worker failures
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  // after authentication; kHandshakeMaxFrameBytes before
-  // Connections that have not joined (no hello yet, or refused and closing) held at once; 0 = 64 + 4 x
-  // max_nodes. Beyond it the oldest such connection is closed to admit the new one: a flood of strangers
+  // Connections that have not joined (no hello yet, or refused and closing) held at once; 0 = the larger
+  // of 1024 and 64 + 4 x max_nodes. Beyond it the oldest such connection is closed to admit the new one: a flood of strangers
   // costs bounded memory, and a real agent, whose hello follows its connect within a round trip, still
   // gets in (the newest connection is the one most likely to be about to say hello).
   std::size_t max_pending_connections = 0;

@@ -41,7 +41,10 @@ void validate(const JobConfig& config) {
 
 std::size_t pending_connection_limit(const JobConfig& config) {
   if (config.max_pending_connections > 0) return config.max_pending_connections;
-  return 64 + 4 * static_cast<std::size_t>(config.max_nodes);
+  // Large enough that strangers reconnecting as fast as they can take ~0.1 s to cycle through it (measured
+  // ~10k connections/s on loopback), while a real agent's hello follows its connect within a round trip;
+  // small enough that the strangers it holds cost ~10 MiB (each buffers at most one 4 KiB frame).
+  return std::max<std::size_t>(1024, 64 + 4 * static_cast<std::size_t>(config.max_nodes));
 }
 
 RendezvousState::RendezvousState(JobConfig job, Clock::time_point started_at)
