@@ -56,6 +56,9 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   set_default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   set("DDPRUN_AGENT_PID", std::to_string(in.agent_pid));
   set("DDPRUN_VERSION", kVersion);
+  if (!in.job_tag.empty()) set("DDPRUN_JOB_TAG", in.job_tag);
+  // The job's rendezvous secret stays with ddprun: whatever a worker runs (and logs) never sees it.
+  vars.erase("DDPRUN_TOKEN");
 
   std::vector<std::string> out;
   out.reserve(vars.size());

@@ -13,10 +13,12 @@ struct WorkerEnvInputs {
   int local_rank = 0;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
   int agent_pid = 0;       // DDPRUN_AGENT_PID
+  std::string job_tag;     // DDPRUN_JOB_TAG: how the job guard finds the job's processes ("" = no guard)
 };
 
 // `base` is the agent's own environment ("NAME=value"); variables of the contract replace entries of the
 // same name, OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING are only added when not already set.
+// DDPRUN_TOKEN is removed: the rendezvous secret is ddprun's, and a worker has no use for it.
 std::vector<std::string> worker_environment(const std::vector<std::string>& base, const World& world,
                                             const WorkerEnvInputs& inputs);
 

@@ -33,6 +33,14 @@ using nlohmann::json;
 // After every process is gone the pipes reach end of file at once; this only bounds the wait for a
 // writer that escaped through fd passing to a process outside our tree.
 constexpr std::chrono::seconds kDrainLimit{2};
+
+// The signals the agent answers on its loop: stop signals (teardown) and notices (forwarded).
+sigset_t job_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&set, sig);
+  return set;
+}
 }  // namespace
 
 NodeAgent::NodeAgent(const AgentConfig& config)
@@ -49,8 +57,12 @@ int NodeAgent::run() {
   try {
     layout_.prepare_attempt(world_.restart_count, config_.world.local_world_size);
     if (!config_.events_file.empty()) events_ = EventLog(config_.events_file);
+    // Before any worker exists, and while this process is still single-threaded (it forks).
+    guard_ = process::JobGuard::start();
+    if (layout_.temporary()) guard_.remove_on_death(layout_.root());
     process::become_child_subreaper();
   } catch (...) {
+    guard_.dismiss();
     layout_.cleanup();
     throw;
   }
@@ -60,6 +72,9 @@ int NodeAgent::run() {
   stop_signals_.add(SIGQUIT);
   wait_signal(stop_signals_);
   wait_signal(notice_signals_);
+  // Signals held since main (block_job_signals) now reach the sets above, on the loop.
+  const sigset_t held = job_signals();
+  ::sigprocmask(SIG_UNBLOCK, &held, nullptr);
   reaper_.start();
 
   // Workers start when the rendezvous assigns this node its place (on_assignment): for one node that is
@@ -70,6 +85,7 @@ int NodeAgent::run() {
   } catch (const rendezvous::RendezvousError& e) {
     write_all(2, std::string("ddprun: error: ") + e.what() + "\n");
     layout_.cleanup();
+    guard_.dismiss();
     return kExitRdzvUnavailable;
   }
   io_.run();
@@ -85,7 +101,13 @@ int NodeAgent::run() {
   }
   events_.write(summary_json(policy_, ctx));
   layout_.cleanup();
+  guard_.dismiss();
   return code;
+}
+
+void block_job_signals() {
+  const sigset_t set = job_signals();
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 
 void NodeAgent::wait_signal(asio::signal_set& set) {

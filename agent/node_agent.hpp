@@ -11,4 +11,8 @@ namespace ddprun::agent {
 // worker is started.
 int run_node_agent(const AgentConfig& config);
 
+// Blocks the signals the agent answers (stop signals and notices) until run_node_agent listens for them:
+// call first thing in main, so that a signal during start-up is answered, not fatal.
+void block_job_signals();
+
 }  // namespace ddprun::agent

@@ -18,6 +18,7 @@
 #include "agent/rendezvous_link.hpp"
 #include "agent/run_layout.hpp"
 #include "agent/supervision_policy.hpp"
+#include "common/process/job_guard.hpp"
 
 namespace ddprun::agent {
 
@@ -68,6 +69,7 @@ class NodeAgent {
   std::unordered_map<pid_t, int> local_rank_of_;
   std::vector<std::unique_ptr<OutputPump>> pumps_;
   RendezvousLink link_;
+  process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)
   bool grace_armed_ = false;
   bool killing_stragglers_ = false;
   bool stragglers_terminated_ = false;  // leftovers of a successful round had their one SIGTERM

@@ -93,6 +93,7 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
 // The job's end as the rendezvous tells it (cause == nullptr: every node succeeded). Always terminal.
 void NodeAgent::on_outcome(const JobCause* cause, const char* reason) {
   outcome_known_ = true;
+  restarting_ = false;  // a restart round's teardown may be under way: it now ends the job instead
   if (cause) {
     const Decision d = policy_.on_job_cause(*cause, unix_ms());
     if (workers_started_) apply(d, reason);  // else nothing to tear down, and nothing to say about it

@@ -52,7 +52,7 @@ void NodeAgent::start_worker(int local_rank) {
   opts.program = config_.program;
   opts.argv = config_.argv;
   opts.env = worker_environment(config_.base_env, w,
-                                {local_rank, layout_.error_file(w.restart_count, local_rank), ::getpid()});
+                                {local_rank, layout_.error_file(w.restart_count, local_rank), ::getpid(), guard_.tag()});
   ::unlink(layout_.error_file(w.restart_count, local_rank).c_str());
 
   std::string prefix;
@@ -108,6 +108,7 @@ void NodeAgent::start_worker(int local_rank) {
     return;
   }
   local_rank_of_[pid] = local_rank;
+  guard_.watch_group(pid);  // spawn made the worker its group's leader
   log_.debug("rank ", rank, " started, pid ", pid);
   events_.write(json{{"event", "started"}, {"time_ms", now}, {"rank", rank}, {"local_rank", local_rank},
                      {"pid", pid}, {"node_rank", w.node_rank}});

@@ -1,5 +1,6 @@
 // ddprun: a thin main over the launcher library. Parse and validate everything, then run this node's
 // agent; the exit code is the job's (see launcher/exit_codes.hpp and the README).
+#include <csignal>
 #include <iostream>
 
 #include "agent/env_contract.hpp"
@@ -11,6 +12,10 @@
 
 int main(int argc, char** argv) {
   using namespace ddprun;
+  // A stop signal that arrives before the agent's handlers exist must not kill ddprun outright (the exit
+  // would be a death by signal, not 128+N, and a guard or run directory could be left half made): it is
+  // held here and delivered once the agent listens for it (agent::NodeAgent::run unblocks).
+  agent::block_job_signals();
   const std::vector<std::string> args(argv + 1, argv + argc);
   launcher::CommandLine cmd;
   try {

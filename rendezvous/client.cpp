@@ -24,13 +24,16 @@ constexpr milliseconds kHandshakeInterval{500};
 constexpr milliseconds kHandshakeTimeout{10'000};
 constexpr milliseconds kFirstRetry{20};
 constexpr milliseconds kMaxRetry{1000};
+// One connect attempt (or name look-up) may take this long, and never past the connect deadline: a server
+// whose SYNs vanish (a firewall, a full accept queue) would otherwise hold a connect() for ~2 minutes.
+constexpr milliseconds kAttemptLimit{3000};
 }  // namespace
 
 class Client::Impl : public std::enable_shared_from_this<Impl> {
  public:
   Impl(asio::io_context& io, ClientConfig config, ClientHandlers handlers, Logger logger)
       : config_(std::move(config)), handlers_(std::move(handlers)), logger_(logger.for_part("rendezvous")),
-        resolver_(io), socket_(io), retry_timer_(io), heartbeat_timer_(io), decoder_(config_.max_frame_bytes) {}
+        resolver_(io), socket_(io), retry_timer_(io), attempt_timer_(io), heartbeat_timer_(io), decoder_(config_.max_frame_bytes) {}
 
   void start() {
     JoinRequest& join = config_.join;
@@ -58,6 +61,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     error_code ignored;
     resolver_.cancel();
     retry_timer_.cancel();
+    attempt_timer_.cancel();
     heartbeat_timer_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -69,23 +73,54 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   std::string where() const { return config_.server_host + ":" + std::to_string(config_.server_port); }
 
   void connect() {
+    const unsigned attempt = ++attempt_;
+    arm_attempt_limit(attempt);
     error_code ec;
     auto address = asio::ip::make_address(config_.server_host, ec);
-    if (!ec) return connect_to(tcp::endpoint(address, config_.server_port));
+    if (!ec) return connect_to(tcp::endpoint(address, config_.server_port), attempt);
     resolver_.async_resolve(config_.server_host, std::to_string(config_.server_port),
-                            [self = shared_from_this()](error_code rec, tcp::resolver::results_type results) {
-                              if (self->done_) return;
-                              if (rec || results.empty()) return self->retry(rec ? rec.message() : "no address");
-                              self->connect_to(results.begin()->endpoint());
+                            [self = shared_from_this(), attempt](error_code rec, tcp::resolver::results_type results) {
+                              if (self->done_ || attempt != self->attempt_) return;  // given up on meanwhile
+                              if (rec || results.empty()) {
+                                self->say_unresolved(rec ? rec.message() : "no address");
+                                return self->retry(rec ? rec.message() : "no address");
+                              }
+                              self->connect_to(results.begin()->endpoint(), attempt);
                             });
   }
 
-  void connect_to(const tcp::endpoint& endpoint) {
+  // The attempt's own deadline: past it, the look-up's late answer is ignored and the connect is cancelled.
+  void arm_attempt_limit(unsigned attempt) {
+    const auto left = std::chrono::duration_cast<milliseconds>(connect_deadline_ - Clock::now());
+    attempt_timer_.expires_after(std::max(milliseconds(1), std::min(kAttemptLimit, left)));
+    attempt_timer_.async_wait([self = shared_from_this(), attempt](error_code ec) {
+      if (ec || self->done_ || self->connected_ || attempt != self->attempt_) return;
+      ++self->attempt_;  // the pending look-up or connect now belongs to a finished attempt
+      error_code ignored;
+      self->socket_.close(ignored);
+      self->retry("no answer within " + text::seconds(kAttemptLimit));
+    });
+  }
+
+  // A name that does not resolve is worth saying at once, at the default level: it is usually a typo or
+  // a node list ddprun misread, and the rest of --rdzv-timeout would otherwise pass in silence.
+  void say_unresolved(const std::string& why) {
+    if (said_unresolved_) return;
+    said_unresolved_ = true;
+    logger_.warning("cannot resolve the rendezvous host \"", config_.server_host, "\": ", why,
+                    "; retrying until the rendezvous timeout (name it with --master-addr or --rdzv-endpoint)");
+  }
+
+  void connect_to(const tcp::endpoint& endpoint, unsigned attempt) {
     error_code ignored;
     socket_.close(ignored);
-    socket_.async_connect(endpoint, [self = shared_from_this()](error_code ec) {
-      if (self->done_) return;
-      if (ec) return self->retry(ec.message());
+    socket_.async_connect(endpoint, [self = shared_from_this(), attempt](error_code ec) {
+      if (self->done_ || attempt != self->attempt_) return;
+      if (ec) {
+        self->attempt_timer_.cancel();
+        return self->retry(ec.message());
+      }
+      self->attempt_timer_.cancel();
       error_code opt_ec;
       self->socket_.set_option(tcp::no_delay(true), opt_ec);
       self->last_heard_ = Clock::now();
@@ -222,6 +257,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   tcp::resolver resolver_;
   tcp::socket socket_;
   asio::steady_timer retry_timer_;
+  asio::steady_timer attempt_timer_;
   asio::steady_timer heartbeat_timer_;
   FrameDecoder decoder_;
   std::array<char, 1024> read_buffer_{};
@@ -233,6 +269,8 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   milliseconds heartbeat_interval_ = kHandshakeInterval;
   milliseconds heartbeat_timeout_ = kHandshakeTimeout;
   bool connected_ = false;
+  unsigned attempt_ = 0;  // numbers connect attempts, so a late answer to an abandoned one is ignored
+  bool said_unresolved_ = false;
   bool hello_sent_ = false;
   bool writing_ = false;
   bool done_ = false;

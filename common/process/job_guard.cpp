@@ -1,0 +1,281 @@
+#include "common/process/job_guard.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace ddprun::process {
+namespace {
+
+std::string random_tag() {
+  unsigned char bytes[16];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::system_error(errno, std::generic_category(), "getrandom");
+    got += static_cast<std::size_t>(n);
+  }
+  static const char hex[] = "0123456789abcdef";
+  std::string tag;
+  for (unsigned char b : bytes) {
+    tag += hex[b >> 4];
+    tag += hex[b & 15];
+  }
+  return tag;
+}
+
+// Closes every descriptor but 0, 1, 2 and `keep` (the guard does not exec, so it would otherwise hold
+// whatever the supervisor had open: sockets, pipes whose end of file others wait for).
+void close_all_except(std::vector<int> keep) {
+  keep.push_back(2);
+  std::sort(keep.begin(), keep.end());
+  int from = 3;
+  for (int fd : keep) {
+    if (fd < from) continue;
+    if (fd > from) ::syscall(SYS_close_range, static_cast<unsigned>(from), static_cast<unsigned>(fd - 1), 0U);
+    from = fd + 1;
+  }
+  ::syscall(SYS_close_range, static_cast<unsigned>(from), ~0U, 0U);
+}
+
+// Whether a NUL-separated environment block holds exactly the entry `needle` ("NAME=value").
+bool has_entry(const std::string& block, const std::string& needle) {
+  for (std::size_t at = block.find(needle); at != std::string::npos; at = block.find(needle, at + 1)) {
+    const bool starts = at == 0 || block[at - 1] == '\0';
+    const std::size_t end = at + needle.size();
+    if (starts && (end == block.size() || block[end] == '\0')) return true;
+  }
+  return false;
+}
+
+std::string read_small_file(const std::string& path, std::size_t limit) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[16384];
+  while (out.size() < limit) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+pid_t group_of(const std::string& pid_dir) {
+  const std::string stat = read_small_file("/proc/" + pid_dir + "/stat", 4096);
+  const std::size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  char state = 0;
+  int ppid = 0, pgid = 0;
+  if (std::sscanf(stat.c_str() + close + 1, " %c %d %d", &state, &ppid, &pgid) != 3) return -1;
+  return pgid;
+}
+
+struct Tagged {
+  pid_t pid;
+  pid_t pgid;
+};
+
+// Every live process (zombies have no environment to read) carrying the entry `needle`.
+std::vector<Tagged> find_tagged(const std::string& needle) {
+  std::vector<Tagged> out;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return out;
+  const pid_t self = ::getpid();
+  while (dirent* entry = ::readdir(proc)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    const pid_t pid = static_cast<pid_t>(std::atoi(entry->d_name));
+    if (pid == self) continue;
+    const std::string dir = entry->d_name;
+    if (!has_entry(read_small_file("/proc/" + dir + "/environ", 1 << 20), needle)) continue;
+    out.push_back({pid, group_of(dir)});
+  }
+  ::closedir(proc);
+  return out;
+}
+
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
+  ::remove(path);
+  return 0;
+}
+
+int kill_job(const std::string& tag, const std::set<pid_t>& groups) {
+  const std::string needle = std::string(kJobTagVariable) + "=" + tag;
+  std::set<pid_t> killed;
+  // A scan costs a few milliseconds; a process forked between two scans is found by the next one. The
+  // bound only guards against a process that can never die (uninterruptible sleep on a dead device).
+  for (int round = 0; round < 400; ++round) {
+    const std::vector<Tagged> found = find_tagged(needle);
+    if (found.empty()) break;
+    for (const Tagged& t : found) {
+      ::kill(t.pid, SIGKILL);
+      killed.insert(t.pid);
+      if (t.pgid > 1 && groups.count(t.pgid)) ::killpg(t.pgid, SIGKILL);
+    }
+    ::usleep(5000);
+  }
+  return static_cast<int>(killed.size());
+}
+
+}  // namespace
+
+int run_guard(int command_fd, const std::string& tag, pid_t supervisor) {
+  std::set<pid_t> groups;
+  std::string dir;
+  std::string pending;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(command_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // end of file: the supervisor is gone without saying goodbye
+    pending.append(buf, static_cast<std::size_t>(n));
+    for (std::size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) {
+      const std::string line = pending.substr(0, nl);
+      if (line == "Q") return 0;
+      if (line.rfind("G ", 0) == 0) groups.insert(static_cast<pid_t>(std::atoi(line.c_str() + 2)));
+      if (line.rfind("D ", 0) == 0) dir = line.substr(2);
+    }
+  }
+  const int killed = kill_job(tag, groups);
+  if (!dir.empty()) ::nftw(dir.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  char note[256];
+  const int len = std::snprintf(note, sizeof note,
+                                "ddprun-guard: ddprun (pid %d) died without ending its job: killed %d of its "
+                                "processes%s\n",
+                                static_cast<int>(supervisor), killed, dir.empty() ? "" : ", removed its run directory");
+  if (len > 0) {
+    const ssize_t ignored = ::write(2, note, static_cast<std::size_t>(std::min<int>(len, sizeof note - 1)));
+    (void)ignored;
+  }
+  return killed;
+}
+
+JobGuard JobGuard::start() {
+  JobGuard g;
+  g.tag_ = random_tag();
+  int command[2], exited[2];
+  if (::pipe2(command, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+  if (::pipe2(exited, O_CLOEXEC) != 0) {
+    const int err = errno;
+    ::close(command[0]);
+    ::close(command[1]);
+    throw std::system_error(err, std::generic_category(), "pipe2");
+  }
+  const pid_t supervisor = ::getpid();
+  const pid_t child = ::fork();
+  if (child < 0) {
+    const int err = errno;
+    for (int fd : {command[0], command[1], exited[0], exited[1]}) ::close(fd);
+    throw std::system_error(err, std::generic_category(), "fork (job guard)");
+  }
+  if (child == 0) {
+    // The intermediate process: fork the guard and leave, so the guard is re-parented away from us.
+    if (::fork() != 0) ::_exit(0);
+    ::setsid();  // no controlling terminal: Ctrl-C and a closed terminal's SIGHUP are for the job, not us
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2, SIGPIPE, SIGCHLD})
+      std::signal(sig, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::prctl(PR_SET_NAME, "ddprun-guard");
+    const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null_fd >= 0) {
+      ::dup2(null_fd, 0);
+      ::dup2(null_fd, 1);
+    }
+    close_all_except({command[0], exited[1]});
+    run_guard(command[0], g.tag_, supervisor);
+    ::_exit(0);  // exited[1] closes here: the supervisor's dismiss() sees end of file
+  }
+  ::close(command[0]);
+  ::close(exited[1]);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  g.command_fd_ = command[1];
+  g.exit_fd_ = exited[0];
+  return g;
+}
+
+JobGuard::JobGuard(JobGuard&& other) noexcept
+    : command_fd_(std::exchange(other.command_fd_, -1)), exit_fd_(std::exchange(other.exit_fd_, -1)),
+      tag_(std::move(other.tag_)) {}
+
+JobGuard& JobGuard::operator=(JobGuard&& other) noexcept {
+  if (this != &other) {
+    this->~JobGuard();
+    command_fd_ = std::exchange(other.command_fd_, -1);
+    exit_fd_ = std::exchange(other.exit_fd_, -1);
+    tag_ = std::move(other.tag_);
+  }
+  return *this;
+}
+
+// Not dismissed: ddprun is leaving by an unexpected path (an exception out of its loop), so the guard does
+// what it would do on a SIGKILL and ends the job.
+JobGuard::~JobGuard() {
+  if (command_fd_ >= 0) ::close(command_fd_);
+  if (exit_fd_ >= 0) ::close(exit_fd_);
+}
+
+std::string JobGuard::tag_assignment() const { return std::string(kJobTagVariable) + "=" + tag_; }
+
+void JobGuard::send(const std::string& line) {
+  if (command_fd_ < 0) return;
+  const std::string msg = line + "\n";
+  std::size_t done = 0;
+  while (done < msg.size()) {
+    const ssize_t n = ::write(command_fd_, msg.data() + done, msg.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the guard is gone (killed by hand): nothing more to tell it
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void JobGuard::watch_group(pid_t pgid) { send("G " + std::to_string(pgid)); }
+
+void JobGuard::remove_on_death(const std::string& dir) {
+  if (dir.find('\n') == std::string::npos) send("D " + dir);
+}
+
+void JobGuard::dismiss() {
+  if (command_fd_ < 0) return;
+  send("Q");
+  ::close(command_fd_);
+  command_fd_ = -1;
+  // Wait for the guard's exit (its end of the pipe closes then), bounded: a guard stopped by hand must
+  // not hold ddprun's exit.
+  pollfd p{exit_fd_, POLLIN, 0};
+  char byte;
+  for (int waited = 0; waited < 1000;) {
+    const int r = ::poll(&p, 1, 50);
+    if (r < 0 && errno != EINTR) break;
+    if (r > 0 && ::read(exit_fd_, &byte, 1) <= 0) break;
+    if (r == 0) waited += 50;
+  }
+  ::close(exit_fd_);
+  exit_fd_ = -1;
+}
+
+}  // namespace ddprun::process

@@ -1,0 +1,114 @@
+"""Nothing outlives a SIGKILLed ddprun: the job guard (common/process/job_guard.hpp) kills every process of
+the job - workers, their children in the group, setsid children, double-forked daemons that ignore SIGTERM -
+and removes the temporary run directory, within a second; on one node and on a killed node of a multi-node
+job, whose other nodes end as they do when a node is lost."""
+import os
+import signal
+import subprocess
+import time
+
+from harness import WORKER, DdprunTestCase, descendants, reap_zombies
+from test_multinode import MultiNodeCase
+
+GRANDCHILDREN = ("fork=group:2", "fork=setsid", "fork=daemon", "fork=orphan")
+
+
+def wait_gone(pids, timeout):
+    """Waits until none of `pids` is alive (zombies count as gone); returns those still alive."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        reap_zombies()
+        alive = [p for p in alive if _alive(p)]
+        if alive:
+            time.sleep(0.01)
+    return alive
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return data[data.rindex(b")") + 2:].split()[0] != b"Z"
+
+
+class SigkillOneNode(DdprunTestCase):
+    def start_job(self, nproc, *extra):
+        proc = self.start("--nproc-per-node", nproc, *extra, WORKER, f"pidfile={self.path('pids')}",
+                          *GRANDCHILDREN, f"ready={self.tmp}", "hang")
+        self.wait_for_files([self.path(f"ready.{r}") for r in range(nproc)])
+        return proc
+
+    def job_pids(self):
+        with open(self.path("pids")) as f:
+            return [int(line.split()[1]) for line in f]
+
+    def test_sigkill_of_ddprun_leaves_no_process_and_no_run_directory(self):
+        proc = self.start_job(3)
+        pids = self.job_pids()
+        self.assertGreaterEqual(len(pids), 3 * 6, "every worker and grandchild wrote its pid")
+        run_dirs = [d for d in os.listdir(self.tmp) if d.startswith("ddprun-")]
+        self.assertEqual(len(run_dirs), 1, os.listdir(self.tmp))
+        t0 = time.monotonic()
+        proc.kill()
+        proc.wait()
+        left = wait_gone(pids, 1.0)
+        self.assertEqual(left, [], f"alive 1 s after SIGKILL of ddprun ({time.monotonic() - t0:.2f} s)")
+        err = proc.stderr.read().decode()
+        proc.stdout.close()
+        proc.stderr.close()
+        self.assertIn("ddprun-guard: ddprun", err)
+        # The guard removes the run directory after the kill; give it the same second.
+        deadline = time.monotonic() + 1
+        while os.path.exists(os.path.join(self.tmp, run_dirs[0])) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, run_dirs[0])), "run directory left behind")
+        self.assertEqual(wait_gone(descendants(), 2.0), [])
+
+    def test_a_log_dir_chosen_by_the_user_is_kept(self):
+        logs = self.path("logs")
+        proc = self.start_job(1, "--log-dir", logs)
+        pids = self.job_pids()
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+        self.assertEqual(wait_gone(pids, 1.0), [])
+        self.assertEqual(len(os.listdir(logs)), 1, "the user's log directory must survive")
+
+    def test_a_normal_end_leaves_no_guard_behind(self):
+        r = self.run_ddprun("--nproc-per-node", 2, WORKER, "exit=0")
+        self.assertEqual(r.code, 0, r)
+        self.assertNotIn(b"ddprun-guard", r.stderr)
+        self.assertEqual(descendants(), [], "the guard must be gone when ddprun returns")
+
+    def test_workers_carry_the_tag_and_not_the_token(self):
+        self.env["DDPRUN_TOKEN"] = "s3cret"
+        r = self.run_ddprun("--nproc-per-node", 1, WORKER, "env=DDPRUN_JOB_TAG", "env=DDPRUN_TOKEN")
+        self.assertEqual(r.code, 0, r)
+        out = r.stdout.decode()
+        self.assertIn("DDPRUN_TOKEN unset", out)
+        self.assertRegex(out, r"DDPRUN_JOB_TAG=[0-9a-f]{32}\n")
+        self.assertNotIn("s3cret", out)
+
+
+class SigkillOneOfTwoNodes(MultiNodeCase):
+    def test_killed_node_is_cleaned_and_the_other_node_ends(self):
+        pidfile = self.path("pids")
+        steps = (f"pidfile={pidfile}", *GRANDCHILDREN, f"ready={self.ready}", "hang")
+        n0 = self.node(0, 2, *steps, nproc=2, extra=("--term-timeout", "1"))
+        n1 = self.node(1, 2, *steps, nproc=2)
+        self.wait_ready(4)
+        with open(pidfile) as f:
+            rows = [tuple(map(int, line.split())) for line in f]
+        node1_pids = [pid for rank, pid, _ in rows if rank >= 2]
+        n1.kill()
+        n1.wait()
+        self.assertEqual(wait_gone(node1_pids, 1.0), [], "node 1's processes outlived its SIGKILLed ddprun")
+        out, err = n0.communicate(timeout=20)
+        n1.stdout.close()
+        n1.stderr.close()
+        self.assertNotEqual(n0.returncode, 0, err)
+        self.assertIn(b"node 1", err)
