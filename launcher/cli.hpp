@@ -16,7 +16,7 @@ struct CommandLine {
   bool exit_now = false;     // --help / --version: print `text` to stdout and exit 0
   std::string text;
   agent::AgentConfig agent;  // valid when !exit_now
-  std::vector<std::string> notes;  // informational lines to log (e.g. nproc fallback)
+  std::vector<std::string> notes;  // lines to log (e.g. nproc fallback); "warning: ..." ones at warning level
 };
 
 // `env` is the launcher's environment ("NAME=value"), consulted for PATH, PYTHON_EXEC, DDPRUN_LOG_LEVEL,

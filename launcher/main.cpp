@@ -28,7 +28,11 @@ int main(int argc, char** argv) {
     std::cout << cmd.text << std::flush;
     return 0;
   }
-  for (const auto& note : cmd.notes) cmd.agent.log.info(note);
+  for (const auto& note : cmd.notes) {
+    const std::string warning = "warning: ";
+    if (note.rfind(warning, 0) == 0) cmd.agent.log.warning(note.substr(warning.size()));
+    else cmd.agent.log.info(note);
+  }
   try {
     return agent::run_node_agent(cmd.agent);
   } catch (const CantCreateError& e) {

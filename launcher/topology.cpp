@@ -18,7 +18,12 @@ std::string resolve_token(const TopologyOptions& o, const std::vector<std::strin
                           const std::string& run_id, std::vector<std::string>& notes) {
   if (!o.rdzv_token.empty() && !o.rdzv_token_file.empty())
     throw UsageError("give either --rdzv-token or --rdzv-token-file, not both", kExitUsage);
-  if (!o.rdzv_token.empty()) return o.rdzv_token;
+  if (!o.rdzv_token.empty()) {
+    notes.push_back("warning: --rdzv-token on the command line is visible to every user of this machine (ps, "
+                    "/proc/PID/cmdline); put it in a file only you can read and pass --rdzv-token-file FILE, or "
+                    "set DDPRUN_TOKEN");
+    return o.rdzv_token;
+  }
   if (!o.rdzv_token_file.empty()) {
     try {
       return rendezvous::read_token_file(o.rdzv_token_file);

@@ -205,6 +205,8 @@ JobGuard JobGuard::start() {
       ::dup2(null_fd, 1);
     }
     close_all_except({command[0], exited[1]});
+    const pid_t self = ::getpid();  // the supervisor watches this pid's end through a pidfd
+    if (::write(exited[1], &self, sizeof self) != static_cast<ssize_t>(sizeof self)) ::_exit(1);
     run_guard(command[0], g.tag_, supervisor);
     ::_exit(0);  // exited[1] closes here: the supervisor's dismiss() sees end of file
   }
@@ -214,7 +216,20 @@ JobGuard JobGuard::start() {
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   g.command_fd_ = command[1];
-  g.exit_fd_ = exited[0];
+  // The guard's pid, then a pidfd for it: readable once it has exited (even though it is not our child),
+  // which is what dismiss() waits for. Without pidfds (Linux < 5.3) the pipe's end of file is the sign.
+  pid_t guard = -1;
+  ssize_t n;
+  while ((n = ::read(exited[0], &guard, sizeof guard)) < 0 && errno == EINTR) {
+  }
+  if (n == static_cast<ssize_t>(sizeof guard) && guard > 0)
+    g.exit_fd_ = static_cast<int>(::syscall(SYS_pidfd_open, guard, 0));
+  if (g.exit_fd_ >= 0) {
+    ::close(exited[0]);
+    ::fcntl(g.exit_fd_, F_SETFD, FD_CLOEXEC);
+  } else {
+    g.exit_fd_ = exited[0];
+  }
   return g;
 }
 
@@ -264,14 +279,13 @@ void JobGuard::dismiss() {
   send("Q");
   ::close(command_fd_);
   command_fd_ = -1;
-  // Wait for the guard's exit (its end of the pipe closes then), bounded: a guard stopped by hand must
-  // not hold ddprun's exit.
+  // Wait until the guard has exited (pidfd readable, or the pipe at end of file), bounded: a guard
+  // stopped by hand must not hold ddprun's exit.
   pollfd p{exit_fd_, POLLIN, 0};
-  char byte;
   for (int waited = 0; waited < 1000;) {
     const int r = ::poll(&p, 1, 50);
     if (r < 0 && errno != EINTR) break;
-    if (r > 0 && ::read(exit_fd_, &byte, 1) <= 0) break;
+    if (r > 0) break;
     if (r == 0) waited += 50;
   }
   ::close(exit_fd_);

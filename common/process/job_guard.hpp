@@ -56,7 +56,7 @@ class JobGuard {
   void send(const std::string& line);
 
   int command_fd_ = -1;  // write end: the guard reads commands, and end of file without "Q" means death
-  int exit_fd_ = -1;     // read end: end of file when the guard has exited
+  int exit_fd_ = -1;     // a pidfd of the guard (or a pipe's read end): readable once it has exited
   std::string tag_;
 };
 

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include "agent/env_contract.hpp"
@@ -67,6 +68,11 @@ TEST_CASE("static multi-node: node 0 hosts at --rdzv-port, the others connect to
   CHECK(n0.agent.rdzv.server_port == 29411);
   CHECK(n0.agent.rdzv.local_addr == "10.1.2.3");
   CHECK(n0.agent.rdzv.token == "s3cret");
+  // A token typed on the command line shows in ps: said as a warning, with the alternatives.
+  const bool warned = std::any_of(n0.notes.begin(), n0.notes.end(), [](const std::string& n) {
+    return n.rfind("warning: --rdzv-token", 0) == 0 && n.find("--rdzv-token-file") != std::string::npos;
+  });
+  CHECK(warned);
   CHECK(*n0.agent.rdzv.node_rank == 0);
   const auto n2 = parse({"--nnodes", "3", "--node_rank", "2", "--master_addr", "10.1.2.3", "true"});
   CHECK(n2.agent.rdzv.hosting == ddprun::agent::Hosting::kNo);
