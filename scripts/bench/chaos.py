@@ -2,14 +2,14 @@
 """Many randomized supervision runs, for the record: the generator and the checks of
 tests/integration/test_chaos.py (imported from there, so the two never drift apart).
 
-  scripts/bench/chaos.py --runs 1000 --seed S [--jobs J] [--check-once] [--check-sigkilled] [--build DIR]
+  scripts/bench/chaos.py --runs 1000 --seed S [--jobs J] [--no-check-once] [--no-check-sigkilled] [--build DIR]
 
 Runs 0..N-1 of seed S against DIR/launcher/ddprun and DIR/tests/bin/test_worker (default build/), each in a fresh
 temp dir with --term-timeout 1 and an events file. --jobs J splits the runs over J processes (run i goes to
 process i mod J), each a child subreaper of its own, so a survivor is always pinned on the right run; on a busy
-machine keep J at 1 or 2. --check-once adds the "one SIGTERM per process per teardown" check
-(test_chaos's CHAOS_CHECK_ONCE=1), --check-sigkilled the "nothing outlives a SIGKILLed ddprun" one
-(CHAOS_CHECK_SIGKILLED=1).
+machine keep J at 1 or 2. --no-check-once drops the "one SIGTERM per process per teardown" check
+(test_chaos's CHAOS_CHECK_ONCE=0), --no-check-sigkilled the "nothing outlives a SIGKILLed ddprun" one
+(CHAOS_CHECK_SIGKILLED=0), as for a build from before those were fixed.
 
 Prints each defective run with its reproduction (CHAOS_SEED=S CHAOS_ONLY=I python3 -m unittest test_chaos, from
 tests/integration) as it happens, then one line: runs, defects, seconds. Exits 1 when a run was defective.
@@ -62,8 +62,8 @@ def main():
     p.add_argument("--runs", type=int, default=1000)
     p.add_argument("--seed", type=int, default=20261123)
     p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--check-once", action="store_true")
-    p.add_argument("--check-sigkilled", action="store_true")
+    p.add_argument("--check-once", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--check-sigkilled", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--build", default=os.path.join(REPO, "build"))
     p.add_argument("--shard", type=int, help=argparse.SUPPRESS)  # internal: one of --jobs processes
     args = p.parse_args()
@@ -80,8 +80,9 @@ def main():
         ndefects = len(defects)
     else:
         base = [sys.executable, os.path.abspath(__file__), "--runs", str(args.runs), "--seed", str(args.seed),
-                "--jobs", str(args.jobs), "--build", args.build] + (["--check-once"] if args.check_once else []) + \
-               (["--check-sigkilled"] if args.check_sigkilled else [])
+                "--jobs", str(args.jobs), "--build", args.build,
+                "--check-once" if args.check_once else "--no-check-once",
+                "--check-sigkilled" if args.check_sigkilled else "--no-check-sigkilled"]
         shards = [subprocess.Popen(base + ["--shard", str(i)], stdout=subprocess.PIPE) for i in range(args.jobs)]
         runs = ndefects = 0
         for s in shards:
@@ -95,8 +96,8 @@ def main():
             ndefects += result["defects"]
     seconds = time.monotonic() - t0
     print(f"chaos: seed {args.seed}: runs {runs}, defects {ndefects}, seconds {seconds:.1f}"
-          f"{' (once-check on)' if args.check_once else ''}"
-          f"{' (sigkilled-check on)' if args.check_sigkilled else ''}", flush=True)
+          f"{'' if args.check_once else ' (once-check off)'}"
+          f"{'' if args.check_sigkilled else ' (sigkilled-check off)'}", flush=True)
     return 1 if ndefects else 0
 
 
