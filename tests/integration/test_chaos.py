@@ -314,6 +314,11 @@ def execute_run(plan, tmp, ddprun, worker, env):
         while time.monotonic() < deadline and any(harness.pid_alive(p) for p in workers):
             time.sleep(0.01)
         o.workers_survived = [_describe_pid(p) for p in workers if harness.pid_alive(p)]
+        # Whatever holds the job's other processes once ddprun is gone (its job guard) works on its own
+        # time too: give it the same bound.
+        while time.monotonic() < deadline and descendants():
+            reap_zombies()
+            time.sleep(0.01)
     o.left = descendants()
     o.left_info = [_describe_pid(p) for p in o.left]
     _kill_all(o.left)
