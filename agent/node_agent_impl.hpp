@@ -67,6 +67,7 @@ class NodeAgent {
   RunLayout layout_;
   EventLog events_;
   std::unordered_map<pid_t, int> local_rank_of_;
+  PumpScratch pump_scratch_;  // declared before pumps_: they hold a reference to it
   std::vector<std::unique_ptr<OutputPump>> pumps_;
   RendezvousLink link_;
   process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)

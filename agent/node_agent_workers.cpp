@@ -95,7 +95,7 @@ void NodeAgent::start_worker(int local_rank) {
   for (Route& r : routes) {
     if (r.pipe.read_fd < 0) continue;
     PumpTargets t{r.console ? r.console_fd : -1, r.file_fd, prefix};
-    pumps_.push_back(std::make_unique<OutputPump>(io_, r.pipe.read_fd, t, [this] { maybe_finish(); }));
+    pumps_.push_back(std::make_unique<OutputPump>(io_, r.pipe.read_fd, t, pump_scratch_, [this] { maybe_finish(); }));
     pumps_.back()->start();
   }
 

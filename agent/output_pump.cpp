@@ -41,9 +41,13 @@ Pipe make_output_pipe() {
   return {fds[0], fds[1]};
 }
 
-OutputPump::OutputPump(boost::asio::io_context& io, int pipe_fd, PumpTargets targets, std::function<void()> on_eof)
-    : pipe_(io, pipe_fd), targets_(std::move(targets)), framer_(targets_.prefix), buffer_(kReadSize),
-      on_eof_(std::move(on_eof)) {}
+OutputPump::OutputPump(boost::asio::io_context& io, int pipe_fd, PumpTargets targets, PumpScratch& scratch,
+                       std::function<void()> on_eof)
+    : pipe_(io, pipe_fd), targets_(std::move(targets)), framer_(targets_.prefix), scratch_(scratch),
+      on_eof_(std::move(on_eof)) {
+  boost::system::error_code ignored;
+  pipe_.non_blocking(true, ignored);  // read_ready() reads by itself once the loop says there is data
+}
 
 OutputPump::~OutputPump() {
   if (targets_.file_fd >= 0) ::close(targets_.file_fd);
@@ -51,15 +55,30 @@ OutputPump::~OutputPump() {
 
 void OutputPump::start() { read_next(); }
 
+// Waits for readiness rather than reading into a buffer of our own: no memory is tied up while a worker
+// is quiet, which is most of the time.
 void OutputPump::read_next() {
-  pipe_.async_read_some(boost::asio::buffer(buffer_), [this](const boost::system::error_code& ec, std::size_t n) {
-    if (n > 0) deliver(buffer_.data(), n);
-    if (ec) {  // eof, or operation_aborted when abandoned
+  pipe_.async_wait(boost::asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
+    if (ec) {  // operation_aborted when abandoned
       finish();
       return;
     }
-    read_next();
+    read_ready();
   });
+}
+
+void OutputPump::read_ready() {
+  if (scratch_.read.size() < kReadSize) scratch_.read.resize(kReadSize);
+  for (;;) {
+    const ssize_t n = ::read(pipe_.native_handle(), scratch_.read.data(), scratch_.read.size());
+    if (n > 0) {
+      deliver(scratch_.read.data(), static_cast<std::size_t>(n));
+      return read_next();  // one read per wake-up: a flooding worker does not starve the others
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return read_next();
+    return finish();  // end of file (every writer gone), or a read error
+  }
 }
 
 void OutputPump::deliver(const char* data, std::size_t n) {
@@ -68,18 +87,20 @@ void OutputPump::deliver(const char* data, std::size_t n) {
     targets_.file_fd = -1;
   }
   if (targets_.console_fd < 0 || console_broken_) return;
-  out_.clear();
-  framer_.feed(data, n, out_);
-  if (!out_.empty() && !write_blocking(targets_.console_fd, out_)) console_broken_ = true;
+  std::string& out = scratch_.out;
+  out.clear();
+  framer_.feed(data, n, out);
+  if (!out.empty() && !write_blocking(targets_.console_fd, out)) console_broken_ = true;
 }
 
 void OutputPump::finish() {
   if (finished_) return;
   finished_ = true;
   if (targets_.console_fd >= 0 && !console_broken_) {
-    out_.clear();
-    framer_.finish(out_);
-    if (!out_.empty()) write_blocking(targets_.console_fd, out_);
+    std::string& out = scratch_.out;
+    out.clear();
+    framer_.finish(out);
+    if (!out.empty()) write_blocking(targets_.console_fd, out);
   }
   boost::system::error_code ignored;
   pipe_.close(ignored);
