@@ -16,6 +16,10 @@ regenerated without the others.
     CHAOS_CHECK_SIGKILLED=0  skip the check that nothing at all outlives a SIGKILLed ddprun (DESIGN "nothing
                         outlives ddprun, even a SIGKILLed one"; before the job guard of 1928a80 only the
                         workers died with it). That workers die with it is always checked.
+    CHAOS_CHECK_CONT=1  also require a worker that stopped itself (SIGSTOP) to receive the teardown's signal
+                        before the grace period's SIGKILL. Off by default: ddprun sends no SIGCONT, so a
+                        stopped worker's SIGTERM stays pending, its handler never runs, and it always costs
+                        the whole --term-timeout.
 
 scripts/bench/chaos.py imports plan_run/execute_run/check_run from here to run many more.
 
@@ -355,7 +359,7 @@ def _code_of(status):
     return 128 + value if kind == "signal" else value
 
 
-def check_run(plan, o, check_once=False, check_sigkilled=False):
+def check_run(plan, o, check_once=False, check_sigkilled=False, check_cont=False):
     """Every way this run broke ddprun's contract, as sentences (empty: the run is fine)."""
     problems = []
     if o.timed_out:
@@ -512,6 +516,23 @@ def check_run(plan, o, check_once=False, check_sigkilled=False):
         twice = {f"{pid} {name}": n for (pid, name), n in per_pid.items() if n > limit[name]}
         if twice:
             problems.append(f"a signal delivered more than once per process (DESIGN: once): {twice}")
+
+    # At least once: a recording worker that never ends by itself and was SIGKILLed at the end of the grace
+    # period had its handler in place when the teardown began (else the teardown's signal would have
+    # killed it), so it must have recorded that signal: ddprun signalled every worker. (Only a worker not
+    # scheduled at all for the whole 1 s grace period could miss it.)
+    if teardown is not None and teardown.get("signal") and not o.killed:
+        name = signal.Signals(teardown["signal"]).name
+        for w in plan.workers:
+            if not w.records or w.fate not in ("hang", "stop") or (w.fate == "stop" and not check_cont):
+                continue
+            e, st = exited.get(w.rank), started.get(w.rank)
+            if not e or not st or _status_of(e) != ("signal", signal.SIGKILL):
+                continue
+            got = {n for pid, _, n in o.records if pid == st["pid"]}
+            if name not in got:
+                problems.append(f"rank {w.rank} ({w.fate}, pid {st['pid']}) never received the teardown's {name}"
+                                f" before its SIGKILL (recorded: {sorted(got)})")
     return problems
 
 
@@ -534,10 +555,11 @@ class Chaos(DdprunTestCase):
         only = os.environ.get("CHAOS_ONLY")
         check_once = os.environ.get("CHAOS_CHECK_ONCE", "1") != "0"
         check_sigkilled = os.environ.get("CHAOS_CHECK_SIGKILLED", "1") != "0"
+        check_cont = os.environ.get("CHAOS_CHECK_CONT") == "1"
         indices = [int(only)] if only is not None else list(range(runs))
         print(f"\nchaos: seed {seed}, {len(indices)} run(s), once-check {'on' if check_once else 'off'}, "
-              f"sigkilled-check {'on' if check_sigkilled else 'off'} "
-              f"(CHAOS_SEED / CHAOS_RUNS / CHAOS_ONLY / CHAOS_CHECK_ONCE / CHAOS_CHECK_SIGKILLED)",
+              f"sigkilled-check {'on' if check_sigkilled else 'off'}, cont-check {'on' if check_cont else 'off'} "
+              f"(CHAOS_SEED / CHAOS_RUNS / CHAOS_ONLY / CHAOS_CHECK_ONCE / CHAOS_CHECK_SIGKILLED / CHAOS_CHECK_CONT)",
               file=sys.stderr, flush=True)
         limit_core_dumps()
         failures = []
@@ -547,7 +569,7 @@ class Chaos(DdprunTestCase):
             tmp = tempfile.mkdtemp(prefix=f"run{index}_", dir=self.tmp)
             env = dict(self.env, TMPDIR=tmp)
             o = execute_run(plan, tmp, harness.DDPRUN, harness.WORKER, env)
-            problems = check_run(plan, o, check_once, check_sigkilled)
+            problems = check_run(plan, o, check_once, check_sigkilled, check_cont)
             if problems:
                 failures.append(f"{repro(plan, o)}\nproblems:\n  " + "\n  ".join(problems) +
                                 f"\nddprun exit {o.code} after {o.elapsed:.2f} s\n--- stderr (end)\n"
