@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <nlohmann/json.hpp>
 
 #include "agent/env_contract.hpp"
@@ -116,10 +117,15 @@ void NodeAgent::start_worker(int local_rank) {
 
 void NodeAgent::signal_everything(int signal, bool include_descendants) {
   // Only the groups of workers still running: a reaped worker's pid (its group id) may be reused.
+  // A stopped process (SIGSTOP, Ctrl-Z, a debugger) cannot act on SIGTERM until it runs again: a stop
+  // signal is followed by SIGCONT, so it gets its grace period like everyone else (as systemd does).
+  const bool wake = signal == SIGTERM || signal == SIGINT || signal == SIGHUP || signal == SIGQUIT;
   std::vector<pid_t> signalled_groups;
   for (const WorkerRecord& w : policy_.workers())
-    if (w.state == WorkerState::kRunning && w.pid > 0 && process::signal_group(w.pid, signal))
+    if (w.state == WorkerState::kRunning && w.pid > 0 && process::signal_group(w.pid, signal)) {
       signalled_groups.push_back(w.pid);
+      if (wake) process::signal_group(w.pid, SIGCONT);
+    }
   if (!include_descendants) return;
   // Descendants that left their worker's group (setsid, daemonised) or outlived their worker. A process
   // still in a group signalled above already has this signal: it must get it once, not twice.
@@ -130,6 +136,7 @@ void NodeAgent::signal_everything(int signal, bool include_descendants) {
       escaped.push_back(pid);
   }
   process::signal_each(escaped, signal);
+  if (wake) process::signal_each(escaped, SIGCONT);
 }
 
 }  // namespace ddprun::agent
