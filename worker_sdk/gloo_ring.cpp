@@ -6,6 +6,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <cstdlib>
+
 #include "worker_sdk/error.hpp"
 
 namespace ddprun::sdk {
@@ -41,10 +43,10 @@ GlooRing::GlooRing(ProcessGroup& group, const std::vector<at::Tensor>& buffers, 
   context_->setTimeout(group.timeout());
   auto device = group.gloo_device();
   context_->connectFullMesh(store, device);
-  for (int peer = 0; peer < group.size(); ++peer) {
-    if (peer != group.rank()) context_->getPair(peer)->setSync(true, /*busyPoll=*/false);
-  }
   std::shared_ptr<gloo::Context> base = context_;
+  // Algorithms first: their receive buffers are registered while the pairs are still served by Gloo's event
+  // loop, so a peer's early message always has a buffer to land in.
+  handshake_ = make_allreduce(base, &handshake_value_, 1);
   for (const auto& b : buffers) {
     segments_.emplace_back();
     const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(segment_bytes) / b.element_size());
@@ -57,6 +59,14 @@ GlooRing::GlooRing(ProcessGroup& group, const std::vector<at::Tensor>& buffers, 
       }
     }
   }
+  for (int peer = 0; peer < group.size(); ++peer) {
+    if (peer != group.rank()) context_->getPair(peer)->setSync(true, /*busyPoll=*/false);
+  }
+  // Construction ends with a one-float exchange: no rank leaves it (and may exit, closing its sockets)
+  // before every peer has switched its pairs to synchronous mode. Until then the event loop reads the
+  // peer's sockets, and a FIN read there fails setSync with "Connection closed by peer". After it, the
+  // pairs are read only by a reduction every rank takes part in, so closing them is always safe.
+  if (std::getenv("DDPRUN_SDK_TEST_NO_HANDSHAKE") == nullptr) handshake_->run();
   thread_ = std::thread([this] { run(); });
 }
 

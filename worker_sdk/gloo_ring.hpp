@@ -59,6 +59,8 @@ class GlooRing {
 
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::vector<std::vector<std::unique_ptr<gloo::Algorithm>>> segments_;  // per buffer
+  float handshake_value_ = 0;                                             // the end-of-construction exchange
+  std::unique_ptr<gloo::Algorithm> handshake_;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::deque<std::size_t> queue_;

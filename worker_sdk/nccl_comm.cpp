@@ -40,11 +40,11 @@ nccl::Rendezvous through(const c10::intrusive_ptr<c10d::Store>& store, std::chro
 // The stream LibTorch would run this tensor's kernels on, so the collective is ordered after them.
 cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
-class NcclGroup : public c10d::ProcessGroup {
+class NcclGroup : public CollectiveBackend {
  public:
   NcclGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, c10::Device device,
             std::chrono::milliseconds timeout)
-      : c10d::ProcessGroup(rank, size),
+      : CollectiveBackend(rank, size),
         device_index_(device.index()),
         comm_(through(store, timeout), rank, size, device.index(), timeout) {}
 
@@ -79,7 +79,7 @@ class NcclGroup : public c10d::ProcessGroup {
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+c10::intrusive_ptr<CollectiveBackend> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                        int size, c10::Device device,
                                                        std::chrono::milliseconds timeout) {
   return c10::make_intrusive<NcclGroup>(store, rank, size, device, timeout);

@@ -5,17 +5,18 @@
 // into Debian's CPU-only LibTorch build (there, only nccl_raw.cpp is compiled and tested).
 #pragma once
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
 
+#include "worker_sdk/c10d_backend.hpp"
+
 namespace ddprun::sdk {
 
-// A c10d::ProcessGroup with allreduce (sum), broadcast and barrier over NCCL. Collectives run on each
+// A c10d backend with allreduce (sum), broadcast and barrier over NCCL. Collectives run on each
 // tensor's current LibTorch stream and complete before they return (the returned Work is already done);
 // a peer that never arrives makes them throw after `timeout` instead of blocking forever.
-c10::intrusive_ptr<c10d::ProcessGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+c10::intrusive_ptr<CollectiveBackend> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                        int size, c10::Device device,
                                                        std::chrono::milliseconds timeout);
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "worker_sdk/c10d_backend.hpp"
 #include "worker_sdk/world.hpp"
 
 namespace gloo::transport {
@@ -60,7 +61,7 @@ class ProcessGroup {
   std::vector<double> sum(const std::vector<double>& values);
 
  private:
-  c10d::ProcessGroup& backend_for(const at::Tensor& tensor);
+  CollectiveBackend& backend_for(const at::Tensor& tensor);
 
   int rank_ = 0;
   int size_ = 1;
@@ -70,8 +71,8 @@ class ProcessGroup {
   std::chrono::milliseconds timeout_{0};
   std::shared_ptr<gloo::transport::Device> gloo_device_;
   int sequence_ = 0;
-  c10::intrusive_ptr<c10d::ProcessGroup> gloo_;
-  c10::intrusive_ptr<c10d::ProcessGroup> nccl_;  // null without CUDA
+  c10::intrusive_ptr<CollectiveBackend> gloo_;
+  c10::intrusive_ptr<CollectiveBackend> nccl_;  // null without CUDA
 };
 
 }  // namespace ddprun::sdk

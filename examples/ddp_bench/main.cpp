@@ -2,8 +2,9 @@
 // synthetic data, SGD(lr 0.01, momentum 0.5), gloo, one thread per rank, 10 warm-up steps, then
 // "rank R/W: X steps/s". Usage: ddp_bench WORLD STEPS (env MODEL=mlp for the MLP, BATCH=N, default 64;
 // DDP_BUCKET_MB / DDP_FIRST_BUCKET_MB / DDP_SEGMENT_MB, DDP_NO_BUSY_POLL / DDP_BUSY_POLL, DDP_VIA_PROCESS_GROUP undo
-// design choices for comparison; BENCH_PHASES prints forward/backward/step times). WORLD 1 trains without
-// DDP, as the Python peer does.
+// design choices for comparison; BENCH_PHASES prints forward/backward/step times; BENCH_DEVICE=cuda trains on
+// cuda:LOCAL_RANK, gradients through NCCL). WORLD 1 trains without DDP, as the Python peer does.
+#include <torch/cuda.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
 
@@ -21,15 +22,19 @@ namespace ex = ddprun::examples;
 namespace {
 
 template <typename Model>
-double run(Model model, int steps, int batch) {
+double run(Model model, int steps, int batch, torch::Device device) {
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.5));
-  at::Tensor x = torch::randn({batch, 1, 28, 28});
-  at::Tensor y = torch::randint(0, 10, {batch}, torch::kLong);
+  at::Tensor x = torch::randn({batch, 1, 28, 28}).to(device);
+  at::Tensor y = torch::randint(0, 10, {batch}, torch::kLong).to(device);
+  // CUDA kernels run asynchronously: the clock is read only when the device has caught up.
+  auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  };
   std::chrono::steady_clock::time_point t0;
   using C = std::chrono::steady_clock;
   double tf = 0, tb = 0, ts = 0;
   for (int i = 0; i < steps + 10; ++i) {
-    if (i == 10) { t0 = std::chrono::steady_clock::now(); tf = tb = ts = 0; }
+    if (i == 10) { sync(); t0 = std::chrono::steady_clock::now(); tf = tb = ts = 0; }
     auto a = C::now();
     opt.zero_grad();
     auto loss = torch::nll_loss(model->forward(x), y);
@@ -42,6 +47,7 @@ double run(Model model, int steps, int batch) {
     tb += std::chrono::duration<double>(c - b).count();
     ts += std::chrono::duration<double>(d - c).count();
   }
+  sync();
   if (std::getenv("BENCH_PHASES")) std::fprintf(stderr, "phases ms/step: fwd %.2f bwd %.2f step %.2f\n", 1e3 * tf / steps, 1e3 * tb / steps, 1e3 * ts / steps);
   return steps / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -58,16 +64,21 @@ int bench(const sdk::WorldInfo& world, int steps) {
   if (std::getenv("DDP_BUSY_POLL")) options.busy_poll_last_bucket = sdk::DdpOptions::BusyPoll::kAlways;
   if (std::getenv("DDP_VIA_PROCESS_GROUP")) options.direct_gloo = false;
   if (const char* mb = std::getenv("DDP_BUCKET_MB")) options.bucket_cap_bytes = static_cast<size_t>(std::atof(mb) * (1 << 20));
+  const bool cuda = sdk::env_or("BENCH_DEVICE", "cpu") == "cuda";
+  DDPRUN_SDK_CHECK(!cuda || pg->device().is_cuda(), "BENCH_DEVICE=cuda but no CUDA device for this rank");
+  const torch::Device device = cuda ? pg->device() : torch::Device(torch::kCPU);
   double rate;
   auto go = [&](auto model) {
+    model->to(device);
     std::unique_ptr<sdk::DistributedDataParallel> ddp;  // alive while training: its hooks reduce gradients
     if (world.world_size > 1) ddp = std::make_unique<sdk::DistributedDataParallel>(model.ptr(), pg, options);
-    return run(model, steps, batch);
+    return run(model, steps, batch, device);
   };
   rate = sdk::env_or("MODEL", "") == "mlp" ? go(ex::Mlp()) : go(ex::Net());
-  std::printf("rank %d/%d: %.2f steps/s\n", world.rank, world.world_size, rate);
+  // The format scripts/bench/sdk_ddp_bench.py parses (the Python peer's), with the step time and device after.
+  std::printf("rank %d/%d: %.2f steps/s (%.3f ms/step on %s)\n", world.rank, world.world_size, rate, 1e3 / rate,
+              device.str().c_str());
   std::fflush(stdout);
-  pg->barrier();
   return 0;
 }
 
