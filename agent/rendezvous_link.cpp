@@ -67,10 +67,11 @@ void RendezvousLink::start() {
     job.max_restarts = r.max_restarts;
     // Dynamic mode hosts on every interface once the endpoint is known to be this machine: a host name
     // that resolves to 127.0.1.1 here (Debian's /etc/hosts) must still be reachable from the other nodes.
+    // A one-node job has no other nodes: it binds exactly the endpoint, never beyond.
     std::string bind_address = r.bind_address;
     if (r.hosting == Hosting::kIfLocal) {
       if (!is_local_address(io_, r.server_host)) bind_address.clear();
-      else if (bind_address != "127.0.0.1" && bind_address != "::1" && bind_address != "localhost")
+      else if (r.nnodes > 1 && bind_address != "127.0.0.1" && bind_address != "::1" && bind_address != "localhost")
         bind_address = "0.0.0.0";
     }
     auto server = std::make_unique<rdzv::Server>(io_, job, log_);

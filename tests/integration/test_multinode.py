@@ -282,6 +282,17 @@ class DynamicJobs(MultiNodeCase):
                      and "LOCAL" not in line and "GROUP" not in line]
         self.assertEqual(sorted(seen), list(range(world)))
 
+    def test_one_node_dynamic_job_never_listens_beyond_its_endpoint(self):
+        # The machine's own name (127.0.1.1 on Debian) widens a multi-node server to every interface; a
+        # one-node job has nobody to hear from and binds the endpoint itself.
+        endpoint = f"{socket.gethostname()}:{self.port}"
+        res = self.wait_all([self.start("-v", "--nnodes", 1, "--rdzv-endpoint", endpoint, "--rdzv-id", "one",
+                                        WORKER, "exit=0")])[0]
+        self.assertEqual(res.code, 0, res)
+        err = res.stderr.decode()
+        self.assertIn("listening on", err, res)
+        self.assertNotIn("listening on 0.0.0.0", err, res)
+
     def test_in_process_host_and_assigned_ranks(self):
         procs = [self.dyn("env=RANK", nproc=n) for n in (2, 1, 2)]
         self.check_ranks(self.wait_all(procs), 5)
