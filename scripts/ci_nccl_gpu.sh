@@ -40,12 +40,12 @@ note() { printf '\n== %s\n' "$*"; }
 stage() {
   local name=$1
   shift
-  local t0=$SECONDS
-  if "$@" >"$logs/$name.log" 2>&1; then
+  local t0=$SECONDS rc=0
+  "$@" >"$logs/$name.log" 2>&1 || rc=$?
+  if [[ $rc -eq 0 ]]; then
     summary+=("PASS $name ($((SECONDS - t0)) s)")
     return 0
   fi
-  local rc=$?
   summary+=("FAIL $name (exit $rc, $((SECONDS - t0)) s, log $logs/$name.log)")
   echo "-- $name failed (exit $rc); last lines:"
   tail -n 40 "$logs/$name.log"
@@ -60,7 +60,7 @@ skip() {
 note "machine"
 date -u
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
-"$PYTHON" - <<'EOF' || { echo "no PyTorch for $PYTHON"; exit 2; }
+"$PYTHON" - <<'EOF' | tee "$logs/torch.txt" || { echo "no PyTorch for $PYTHON"; exit 2; }
 import torch
 cuda = torch.cuda.is_available()
 print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuda available: {cuda}")
@@ -111,9 +111,11 @@ if [[ -x $BUILD/tests/worker_sdk/sdk_nccl_test ]]; then
   "$BUILD/tests/worker_sdk/sdk_nccl_test" 2>&1 | grep -E "MESSAGE|libnccl" | head -n 2
 fi
 
-note "DDP benchmark on CUDA (world 1, the seeds' CNN, batch 64, $STEPS steps)"
+device=cpu
+grep -q "cuda available: True" "$logs/torch.txt" && device=cuda
+note "DDP benchmark on $device (world 1, the seeds' CNN, batch 64, $STEPS steps)"
 if [[ -x $BUILD/examples/ddp_bench/ddp_bench ]]; then
-  BENCH_DEVICE=cuda BENCH_PHASES=1 stage ddp_bench "$BUILD/examples/ddp_bench/ddp_bench" 1 "$STEPS"
+  BENCH_DEVICE=$device BENCH_PHASES=1 stage ddp_bench "$BUILD/examples/ddp_bench/ddp_bench" 1 "$STEPS"
   grep -E "steps/s|phases" "$logs/ddp_bench.log"
 else
   skip ddp_bench "not built (zlib missing?)"
