@@ -7,8 +7,8 @@ what they cost a legitimate job running through it at the same time. Everything 
 Per run, one `ddprun-rendezvous --nnodes 2` (a token file, dynamic node ranks):
   attack    a separate process opens --strangers connections, each sending a frame header announcing
             --frame-bytes and then all of that frame but its last byte (the most a peer without credentials
-            may make the server hold), never reads, and reopens every connection the server closes until
-            the job is over. Then a peer joins with the real token and sends heartbeats as fast as the
+            may make the server hold), and reopens every connection the server closes until the job is
+            over (--no-churn: opens them once). Then a peer joins with the real token and sends heartbeats as fast as the
             socket takes them without ever reading a reply, until the server closes it (it frees its
             place: the job has not started). Then the legitimate job starts, the flood still running.
   job       two `ddprun --nnodes 2 --rdzv-endpoint ...` agents running /bin/true: time until both exited 0.
@@ -50,8 +50,9 @@ class Strangers:
     but its last byte. Whatever the server sends (the challenge) is read and dropped; a connection the server
     closes is replaced at once, so the pressure lasts as long as the attack."""
 
-    def __init__(self, port, count, frame_bytes):
+    def __init__(self, port, count, frame_bytes, churn):
         self.port, self.payload = port, struct.pack(">I", frame_bytes) + b"x" * (frame_bytes - 1)
+        self.churn = churn
         self.ep = select.epoll()
         self.conns = {}  # fd -> [socket, bytes still to send]
         self.opened = 0
@@ -89,13 +90,14 @@ class Strangers:
                 alive = False
             if not alive:
                 self.close(fd)
-                self.open()
+                if self.churn:
+                    self.open()
 
 
-def attack(port, count, frame_bytes):
+def attack(port, count, frame_bytes, churn):
     """Runs until SIGTERM."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    strangers = Strangers(port, count, frame_bytes)
+    strangers = Strangers(port, count, frame_bytes, churn)
     report = time.monotonic()
     while True:
         strangers.step()
@@ -123,7 +125,8 @@ def deaf_node(port, limit_s=20):
     """Joins with the real token, then sends heartbeats without reading. Returns (seconds until the server
     closed it, bytes sent), or (None, bytes) if it was still open at the limit."""
     s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    # A default receive buffer: with a tiny one (SO_RCVBUF 4096) the kernel, its buffer full, sometimes
+    # dropped the server's window updates too, and this peer's own sending stalled for good (seen with ss).
     s.connect(("127.0.0.1", port))
     deadline = time.monotonic() + limit_s
     challenge = read_frame(s, deadline)
@@ -134,11 +137,13 @@ def deaf_node(port, limit_s=20):
     beat = json.dumps({"type": "heartbeat"}).encode()
     burst = (struct.pack(">I", len(beat)) + beat) * 4096
     s.setblocking(False)
-    sent, start = 0, time.monotonic()
+    sent, start, pending = 0, time.monotonic(), b""
     while time.monotonic() < deadline:
         try:
             select.select([], [s], [], 0.05)
-            sent += s.send(burst)
+            pending = pending or burst  # continue a partly sent burst: frames must stay whole
+            n = s.send(pending)
+            pending, sent = pending[n:], sent + n
         except BlockingIOError:
             continue
         except OSError:
@@ -160,7 +165,7 @@ class Server:
         self.proc = subprocess.Popen(
             [os.path.join(build, "rendezvous/ddprun-rendezvous"), "--rdzv-id", RUN_ID, "--nnodes", "2",
              "--host", "127.0.0.1", "--port", "0", "--port-file", port_file, "--token-file", token_file,
-             "--rdzv-timeout", "60", "--log-level", "warning"],
+             "--rdzv-timeout", "60", "--log-level", os.environ.get("RDZV_LOG", "warning")],
             stdout=self.log, stderr=self.log, start_new_session=True)
         deadline = time.monotonic() + 10
         while not (os.path.exists(port_file) and open(port_file).read().strip()):
@@ -223,7 +228,8 @@ def one_run(args, attacked):
         try:
             if attacked:
                 attacker = subprocess.Popen([sys.executable, __file__, "--attacker", str(server.port),
-                                             str(args.strangers), str(args.frame_bytes)], start_new_session=True)
+                                             str(args.strangers), str(args.frame_bytes), str(int(args.churn))],
+                                            start_new_session=True)
                 t0 = time.monotonic()
                 while time.monotonic() - t0 < args.flood_s:  # let the flood build up first
                     server.sample()
@@ -250,11 +256,13 @@ def main():
     ap.add_argument("--strangers", type=int, default=5000)
     ap.add_argument("--frame-bytes", type=int, default=4096, help="announced by each stranger (server's pre-auth limit)")
     ap.add_argument("--flood-s", type=float, default=2.0, help="seconds of flood before the job starts")
-    ap.add_argument("--attacker", nargs=3, type=int, metavar=("PORT", "N", "FRAME"), help=argparse.SUPPRESS)
+    ap.add_argument("--no-churn", dest="churn", action="store_false",
+                    help="open the strangers once instead of replacing every one the server closes")
+    ap.add_argument("--attacker", nargs=4, type=int, metavar=("PORT", "N", "FRAME", "CHURN"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.attacker:
         raise_fd_limit(args.attacker[1] + 64)
-        return attack(*args.attacker)
+        return attack(*args.attacker[:3], bool(args.attacker[3]))
     limit = raise_fd_limit(args.strangers + 256)
     if limit < args.strangers + 64:
         sys.exit(f"rdzv_hostile: RLIMIT_NOFILE is {limit}; {args.strangers + 64} descriptors needed")
@@ -278,7 +286,7 @@ def main():
     print(f"median of {args.runs}: job {med(base) * 1000:.0f} ms alone, {med(attacked) * 1000:.0f} ms under attack "
           f"({med(attacked) / med(base):.2f}x); server peak RSS {med(base_rss) / 1024:.1f} MiB alone, "
           f"{med(attacked_rss) / 1024:.1f} MiB under attack ({args.strangers} strangers x {args.frame_bytes} B "
-          f"frames + 1 deaf node)")
+          f"frames{', reconnecting' if args.churn else ', opened once'} + 1 deaf node)")
 
 
 if __name__ == "__main__":
