@@ -37,7 +37,7 @@ std::string resolve_token(const TopologyOptions& o, const std::vector<std::strin
   if (local_only) return rendezvous::generate_token();
   notes.push_back("no --rdzv-token, --rdzv-token-file or DDPRUN_TOKEN: the rendezvous accepts any node that "
                   "knows the run id '" + run_id + "'");
-  return "ddprun-run-id-token:" + run_id;
+  return rendezvous::run_id_token(run_id);  // the server recognises it and warns when it listens beyond loopback
 }
 
 // MASTER_PORT on the node that will be node 0: the one asked for, if free here, or a free one.

@@ -146,6 +146,14 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   void read_some() {
     socket_.async_read_some(asio::buffer(read_buffer_), [self = shared_from_this()](error_code ec, std::size_t n) {
       if (self->done_) return;
+      if (ec && !self->challenged_ && Clock::now() < self->connect_deadline_) {
+        // Closed before its challenge: a server at its connection limit (a flood of strangers) or still
+        // starting. Not a lost server yet: connect again, within the connect deadline.
+        self->connected_ = false;
+        self->heartbeat_timer_.cancel();
+        self->decoder_ = FrameDecoder(self->config_.max_frame_bytes);  // drop a challenge cut short
+        return self->retry("closed before the challenge");
+      }
       if (ec) {
         return self->fail(ErrorKind::kLostServer, "lost the rendezvous server at " + self->where() + ": " +
                                                       (ec == asio::error::eof ? "connection closed" : ec.message()));
@@ -186,6 +194,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
 
   void on_challenge(const ChallengeMsg& challenge) {
     if (hello_sent_) throw ProtocolError("a second challenge");
+    challenged_ = true;
     if (challenge.protocol != kProtocolName || challenge.version != kProtocolVersion)
       return fail(ErrorKind::kProtocol, "the rendezvous server at " + where() + " speaks " + challenge.protocol +
                                             " v" + std::to_string(challenge.version) + "; this ddprun speaks " +
@@ -269,6 +278,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   milliseconds heartbeat_interval_ = kHandshakeInterval;
   milliseconds heartbeat_timeout_ = kHandshakeTimeout;
   bool connected_ = false;
+  bool challenged_ = false;  // the server spoke: from now on a closed connection is a lost server
   unsigned attempt_ = 0;  // numbers connect attempts, so a late answer to an abandoned one is ignored
   bool said_unresolved_ = false;
   bool hello_sent_ = false;

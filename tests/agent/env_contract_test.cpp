@@ -17,7 +17,7 @@ TEST_CASE("every variable of the torchrun contract is set from the world") {
   w.role = "trainer";
   w.restart_count = 2;
   w.max_restarts = 3;
-  const auto env = worker_environment({"PATH=/bin", "RANK=99"}, w, {3, "/tmp/e.json", 42});
+  const auto env = worker_environment({"PATH=/bin", "RANK=99"}, w, {3, "/tmp/e.json", 42, "cafe"});
   CHECK(env_value(env, "RANK") == "7");
   CHECK(env_value(env, "LOCAL_RANK") == "3");
   CHECK(env_value(env, "WORLD_SIZE") == "8");
@@ -51,6 +51,14 @@ TEST_CASE("OMP_NUM_THREADS is left unset for a single worker per node") {
   World w;
   w.local_world_size = 1;
   CHECK(env_value(worker_environment({}, w, {}), "OMP_NUM_THREADS", "unset") == "unset");
+}
+
+TEST_CASE("the job tag is set and the rendezvous token is not passed on") {
+  World w;
+  const auto env = worker_environment({"DDPRUN_TOKEN=s3cret", "PATH=/bin"}, w, {0, "/tmp/e.json", 1, "0123abcd"});
+  CHECK(env_value(env, "DDPRUN_JOB_TAG") == "0123abcd");
+  CHECK(env_value(env, "DDPRUN_TOKEN", "unset") == "unset");
+  CHECK(env_value(worker_environment({}, w, {}), "DDPRUN_JOB_TAG", "unset") == "unset");  // no guard, no tag
 }
 
 TEST_CASE("each variable appears once") {
