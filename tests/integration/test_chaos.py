@@ -4,12 +4,13 @@ end within a bounded time.
 
 Each run draws 2-4 workers and, per worker, a fate (exit 0 or N after a delay, a self-inflicted signal,
 SIGSTOP, hanging, ignoring SIGTERM), children (in the group, setsid, orphaned, daemons ignoring SIGTERM),
-output (floods, numbered lines) and whether it records the signals it gets (test_worker sigrecord=, with or
-without termexit=). The run's generator is seeded by (seed, run index) alone, so one failing run is
-regenerated without the others.
+output (floods, numbered lines, a last line without its newline) and whether it records the signals it gets
+(test_worker sigrecord=, with or without termexit=); a quarter of the runs also send ddprun a signal from
+outside (a stop signal, SIGINT twice, a SIGUSR1/2 notice, or SIGKILL). The run's generator is seeded by
+(seed, run index) alone, so one failing run is regenerated without the others.
 
     CHAOS_SEED=S        seed (default: a fixed one, printed at start)
-    CHAOS_RUNS=N        number of runs (default sized for ~60 s on two busy cores)
+    CHAOS_RUNS=N        number of runs (default 40: ~40 s on two busy cores, release or ASan build)
     CHAOS_ONLY=I        run only run I of that seed (reproducing a failure)
     CHAOS_CHECK_ONCE=0  skip the check that no process gets a signal twice in one teardown (DESIGN "signals
                         are delivered once"; failed in ~40% of runs before e768e0d)
@@ -19,6 +20,7 @@ regenerated without the others.
     CHAOS_CHECK_CONT=0  skip the check that a worker that stopped itself (SIGSTOP) receives the teardown's
                         signal before the grace period's SIGKILL (before 9146573 ddprun sent no SIGCONT: a
                         stopped worker's SIGTERM stayed pending and it always cost the whole --term-timeout)
+    CHAOS_CHECK_EXIT_SIGNALS=1  run the (skipped) test of a SIGUSR1 reaching ddprun while it exits
 
 scripts/bench/chaos.py imports plan_run/execute_run/check_run from here to run many more.
 
