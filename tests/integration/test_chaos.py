@@ -21,6 +21,7 @@ outside (a stop signal, SIGINT twice, a SIGUSR1/2 notice, or SIGKILL). The run's
                         signal before the grace period's SIGKILL (before 9146573 ddprun sent no SIGCONT: a
                         stopped worker's SIGTERM stayed pending and it always cost the whole --term-timeout)
     CHAOS_CHECK_EXIT_SIGNALS=1  run the (skipped) test of a SIGUSR1 reaching ddprun while it exits
+    CHAOS_CHECK_SETSID_RACE=1   run the (skipped) test of a process leaving its group during the teardown
 
 scripts/bench/chaos.py imports plan_run/execute_run/check_run from here to run many more.
 
@@ -609,6 +610,28 @@ class Chaos(DdprunTestCase):
                 if os.path.exists(self.path(f"ready.{r}")):
                     os.remove(self.path(f"ready.{r}"))
         self.assertEqual(bad, [], "(run, ddprun's exit status) where it was not the root cause's 3")
+
+    @unittest.skipUnless(os.environ.get("CHAOS_CHECK_SETSID_RACE") == "1",
+                         "ddprun defect: a process that leaves its worker's group (setsid) between the teardown's "
+                         "group SIGTERM and the descendant sweep gets SIGTERM twice (the sweep no longer sees it "
+                         "in a signalled group); ~1 in 1000 chaos runs, most of these. CHAOS_CHECK_SETSID_RACE=1 "
+                         "runs it")
+    def test_a_process_leaving_its_group_during_teardown_gets_one_sigterm(self):
+        # Rank 0 keeps starting setsid children (each records its signals, ignoring them) while rank 1 fails.
+        twice = []
+        for i in range(15):
+            record = self.path(f"signals.{i}")
+            r = self.worker(f"@0:sigrecord={record}", "@0:fork=setsid:40", "@0:hang", "@1:sleep=0.005", "@1:exit=1",
+                            extra=("-q", "--term-timeout", "0.5"))
+            self.assertEqual(r.code, 1, r)
+            counts = {}
+            with open(record) as f:
+                for line in f:
+                    pid, _, name = line.split()
+                    if name == "SIGTERM":
+                        counts[pid] = counts.get(pid, 0) + 1
+            twice += [(i, pid, n) for pid, n in counts.items() if n > 1]
+        self.assertEqual(twice, [], "(run, pid, SIGTERMs received) for processes signalled more than once")
 
 
 if __name__ == "__main__":
