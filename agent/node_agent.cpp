@@ -89,6 +89,10 @@ int NodeAgent::run() {
     return kExitRdzvUnavailable;
   }
   io_.run();
+  // The signal sets are cancelled, and their destruction restores the default actions: a SIGUSR1 or
+  // SIGTERM arriving now (a scheduler's notice racing the job's end) must not kill ddprun and replace the
+  // job's exit code. Held from here on, and discarded at exit.
+  block_job_signals();
 
   const std::int64_t end_ms = unix_ms();
   SummaryContext ctx{config_.host, world_.node_rank, start_ms_, end_ms,

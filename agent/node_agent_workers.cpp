@@ -116,25 +116,28 @@ void NodeAgent::start_worker(int local_rank) {
 }
 
 void NodeAgent::signal_everything(int signal, bool include_descendants) {
-  // Only the groups of workers still running: a reaped worker's pid (its group id) may be reused.
   // A stopped process (SIGSTOP, Ctrl-Z, a debugger) cannot act on SIGTERM until it runs again: a stop
   // signal is followed by SIGCONT, so it gets its grace period like everyone else (as systemd does).
   const bool wake = signal == SIGTERM || signal == SIGINT || signal == SIGHUP || signal == SIGQUIT;
+  // Every descendant and its group, taken *before* the groups are signalled: a process that calls setsid
+  // while we signal must not get the group's signal and then the sweep's as well. (One that leaves its
+  // group in the instant between this snapshot and killpg gets neither, and SIGKILL at the end of the
+  // grace period: at most one SIGTERM, never two.)
+  std::vector<std::pair<pid_t, pid_t>> descendants;
+  if (include_descendants)
+    for (pid_t pid : process::descendants_of(::getpid())) descendants.emplace_back(pid, ::getpgid(pid));
+  // Only the groups of workers still running: a reaped worker's pid (its group id) may be reused.
   std::vector<pid_t> signalled_groups;
   for (const WorkerRecord& w : policy_.workers())
     if (w.state == WorkerState::kRunning && w.pid > 0 && process::signal_group(w.pid, signal)) {
       signalled_groups.push_back(w.pid);
       if (wake) process::signal_group(w.pid, SIGCONT);
     }
-  if (!include_descendants) return;
-  // Descendants that left their worker's group (setsid, daemonised) or outlived their worker. A process
-  // still in a group signalled above already has this signal: it must get it once, not twice.
+  // Descendants that left their worker's group (setsid, daemonised) or outlived their worker.
   std::vector<pid_t> escaped;
-  for (pid_t pid : process::descendants_of(::getpid())) {
-    const pid_t group = ::getpgid(pid);
+  for (const auto& [pid, group] : descendants)
     if (std::find(signalled_groups.begin(), signalled_groups.end(), group) == signalled_groups.end())
       escaped.push_back(pid);
-  }
   process::signal_each(escaped, signal);
   if (wake) process::signal_each(escaped, SIGCONT);
 }
