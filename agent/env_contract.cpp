@@ -53,7 +53,18 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   set("TORCHELASTIC_ERROR_FILE", in.error_file);
   // Several workers each using every core oversubscribe the node badly; torchrun sets 1 for the same reason.
   if (w.local_world_size > 1) set_default("OMP_NUM_THREADS", "1");
-  set_default("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  // torch 1.x reads NCCL_ASYNC_ERROR_HANDLING, 2.x TORCH_NCCL_ASYNC_ERROR_HANDLING (the old name still works,
+  // with a deprecation warning, but the new one wins). Both are set so that either torch sees the same
+  // choice: a value the user gave under one name is copied to the other, else both are 1.
+  const auto given = [&](const char* k) {
+    const auto it = vars.find(k);
+    return it == vars.end() ? nullptr : &it->second;
+  };
+  const std::string* torch2 = given("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  const std::string* torch1 = given("NCCL_ASYNC_ERROR_HANDLING");
+  const std::string nccl_handling = torch2 ? *torch2 : torch1 ? *torch1 : "1";
+  set_default("TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl_handling);
+  set_default("NCCL_ASYNC_ERROR_HANDLING", nccl_handling);
   set("DDPRUN_AGENT_PID", std::to_string(in.agent_pid));
   set("DDPRUN_VERSION", kVersion);
   if (!in.job_tag.empty()) set("DDPRUN_JOB_TAG", in.job_tag);

@@ -17,7 +17,8 @@ struct WorkerEnvInputs {
 };
 
 // `base` is the agent's own environment ("NAME=value"); variables of the contract replace entries of the
-// same name, OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING are only added when not already set.
+// same name, OMP_NUM_THREADS, TORCH_NCCL_ASYNC_ERROR_HANDLING and NCCL_ASYNC_ERROR_HANDLING (torch 1.x's name)
+// are only added when not already set (a value given under one NCCL name is copied to the other).
 // DDPRUN_TOKEN is removed: the rendezvous secret is ddprun's, and a worker has no use for it.
 std::vector<std::string> worker_environment(const std::vector<std::string>& base, const World& world,
                                             const WorkerEnvInputs& inputs);

@@ -47,6 +47,21 @@ TEST_CASE("OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING keep the user's v
   CHECK(env_value(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == "0");
 }
 
+TEST_CASE("both NCCL async error handling names are set for torch 1.x and 2.x, keeping a value given under either") {
+  World w;
+  const auto plain = worker_environment({}, w, {});
+  CHECK(env_value(plain, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(env_value(plain, "NCCL_ASYNC_ERROR_HANDLING") == "1");
+  const auto old_name = worker_environment({"NCCL_ASYNC_ERROR_HANDLING=0"}, w, {});
+  CHECK(env_value(old_name, "NCCL_ASYNC_ERROR_HANDLING") == "0");
+  CHECK(env_value(old_name, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == "0");  // else torch 2.x would turn it back on
+  const auto new_name = worker_environment({"TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}, w, {});
+  CHECK(env_value(new_name, "NCCL_ASYNC_ERROR_HANDLING") == "3");
+  const auto both = worker_environment({"TORCH_NCCL_ASYNC_ERROR_HANDLING=2", "NCCL_ASYNC_ERROR_HANDLING=0"}, w, {});
+  CHECK(env_value(both, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == "2");
+  CHECK(env_value(both, "NCCL_ASYNC_ERROR_HANDLING") == "0");
+}
+
 TEST_CASE("OMP_NUM_THREADS is left unset for a single worker per node") {
   World w;
   w.local_world_size = 1;
