@@ -239,6 +239,12 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     heartbeat_timer_.expires_after(hello_sent_ ? heartbeat_interval_ : kHandshakeInterval);
     heartbeat_timer_.async_wait([self = shared_from_this()](error_code ec) {
       if (ec || self->done_) return;
+      // The handshake is part of getting in: a server that accepts but never sends its challenge (wedged,
+      // or not a rendezvous server) is bounded by the same deadline as connecting.
+      if (!self->challenged_ && Clock::now() >= self->connect_deadline_)
+        return self->fail(ErrorKind::kTimeout, "the rendezvous server at " + self->where() +
+                                                   " accepted the connection but sent no challenge within " +
+                                                   text::seconds(self->config_.connect_timeout));
       milliseconds timeout = self->hello_sent_ ? self->heartbeat_timeout_ : kHandshakeTimeout;
       if (Clock::now() - self->last_heard_ > timeout)
         return self->fail(ErrorKind::kLostServer, "lost the rendezvous server at " + self->where() +

@@ -144,6 +144,19 @@ class Phases(MultiNodeCase):
         self.assertEqual(res.code, 75, res)
         self.assertLess(elapsed, 3 + PROMPT, res)
 
+    def test_a_server_that_accepts_but_never_speaks_is_bounded_by_the_rdzv_timeout(self):
+        # The kernel completes connections to a listening socket nobody accepts from: no challenge ever comes.
+        with socket.socket() as mute:
+            mute.bind(("127.0.0.1", 0))
+            mute.listen(8)
+            t0 = time.monotonic()
+            res = self.run_ddprun("--nnodes", 2, "--node-rank", 1, "--master-addr", "127.0.0.1", "--rdzv-port",
+                                  mute.getsockname()[1], "--rdzv-timeout", 2, WORKER, "exit=0", timeout=30)
+            elapsed = time.monotonic() - t0
+        self.assertEqual(res.code, 75, res)
+        self.assertIn("no challenge", res.stderr.decode(), res)
+        self.assertLess(elapsed, 2 + PROMPT, res)
+
     # helpers
 
     def fresh_port(self):
