@@ -4,12 +4,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <set>
 
 #include "agent/env_contract.hpp"
 #include "agent/line_framer.hpp"
 #include "agent/run_layout.hpp"
 #include "common/error.hpp"
 #include "common/version.hpp"
+#include "launcher/arg_matching.hpp"
 #include "launcher/exit_codes.hpp"
 #include "launcher/host_resources.hpp"
 #include "launcher/option_values.hpp"
@@ -17,6 +19,7 @@
 #include "launcher/program.hpp"
 #include "launcher/slurm.hpp"
 #include "launcher/topology.hpp"
+#include "launcher/torchrun_compat.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -32,7 +35,14 @@ struct RawOptions {
   std::string role = "default";
   bool no_python = false;
   bool module = false;
+  bool run_path = false;
   std::string monitor_interval;
+  // torchrun's, accepted and checked; ddprun needs none of them (see launcher/torchrun_compat.hpp).
+  std::string rdzv_conf;
+  std::string start_method;
+  std::string signals_to_handle;
+  std::string event_log_handler;
+  bool use_env = false;
   std::string events_file;
   std::string prefix = "[rank{rank}]: ";
   bool no_prefix = false;
@@ -83,12 +93,13 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("-t,--tee", o.tee, "Copy worker streams to log files as well as the console (same values)");
   app.add_option("--local-ranks-filter,--local_ranks_filter", o.local_ranks_filter,
                  "Show only these local ranks' output on the console, e.g. 0 or 0,2 (log files keep all)");
-  app.add_option("--term-timeout,--term_timeout", o.term_timeout,
+  app.add_option("--term-timeout,--term_timeout,--shutdown-timeout,--shutdown_timeout", o.term_timeout,
                  "Seconds between SIGTERM and SIGKILL when tearing the job down (default 30)");
   app.add_option("--run-id,--run_id", t.run_id, "Job id (TORCHELASTIC_RUN_ID; default none)");
   app.add_option("--role", o.role, "Worker role name (ROLE_NAME; default default)");
   app.add_flag("--no-python,--no_python", o.no_python, "Execute PROGRAM directly, even a .py file");
   app.add_flag("-m,--module", o.module, "PROGRAM is a Python module, run as python -m PROGRAM");
+  app.add_flag("--run-path,--run_path", o.run_path, "PROGRAM is a Python file, run as python FILE (any name)");
   app.add_option("--monitor-interval,--monitor_interval", o.monitor_interval,
                  "Accepted for torchrun compatibility and ignored: ddprun sees exits as events, not by polling");
   app.add_option("--events-file,--events_file", o.events_file, "Write one JSON line per lifecycle event here");
@@ -98,6 +109,38 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--log-level", o.log_level, "debug|info|warning|error|off (default info; env DDPRUN_LOG_LEVEL)");
   app.add_flag("-v,--verbose", o.verbose, "Same as --log-level debug");
   app.add_flag("-q,--quiet", o.quiet, "Same as --log-level warning");
+  const std::string compat = "torchrun compatibility (docs/TORCHRUN.md)";
+  app.add_option("--rdzv-conf,--rdzv_conf", o.rdzv_conf,
+                 "torchrun's KEY=VALUE,...: timeout, join_timeout, is_host, keep_alive_interval, "
+                 "keep_alive_max_attempt map to ddprun's options")
+      ->group(compat);
+  app.add_option("--start-method,--start_method", o.start_method,
+                 "spawn|fork|forkserver, accepted: every worker is a fresh process")
+      ->group(compat);
+  app.add_option("--signals-to-handle,--signals_to_handle", o.signals_to_handle,
+                 "accepted: SIGTERM, SIGINT, SIGHUP, SIGQUIT are always handled, SIGUSR1/2 forwarded")
+      ->group(compat);
+  app.add_option("--event-log-handler,--event_log_handler", o.event_log_handler, "only null (see --events-file)")
+      ->group(compat);
+  app.add_flag("--use-env,--use_env", o.use_env,
+               "torch.distributed.launch's; accepted: workers always get LOCAL_RANK in the environment")
+      ->group(compat);
+}
+
+// Every long and short name CLI11 knows, plus the torchrun options ddprun refuses.
+std::vector<OptionNames> option_table(const CLI::App& app) {
+  std::vector<OptionNames> table;
+  for (const CLI::Option* opt : app.get_options()) {
+    OptionNames n;
+    n.longs = opt->get_lnames();
+    if (n.longs.empty()) continue;
+    n.canonical = n.longs.front();
+    for (const std::string& s : opt->get_snames()) n.shorts += s;
+    n.takes_value = opt->get_expected_max() > 0;  // flags expect no value
+    table.push_back(std::move(n));
+  }
+  for (OptionNames& r : refused_torchrun_options()) table.push_back(std::move(r));
+  return table;
 }
 
 int resolve_nproc(const std::string& text, const std::vector<std::string>& env, std::vector<std::string>& notes) {
@@ -106,11 +149,20 @@ int resolve_nproc(const std::string& text, const std::vector<std::string>& env, 
     const bool cvd_set = agent::env_value(env, "CUDA_VISIBLE_DEVICES", "\x01") != "\x01";
     const int gpus = text == "cpu" ? 0 : visible_gpu_count(cvd, cvd_set);
     if (gpus > 0) return gpus;
+    // As torchrun: gpu asks for GPUs, so none is an error; auto settles for the CPUs.
+    if (text == "gpu")
+      throw UsageError("--nproc-per-node gpu: no CUDA device visible" +
+                           (cvd_set ? " (CUDA_VISIBLE_DEVICES='" + cvd + "')" : std::string()) +
+                           "; give a number, or auto to use the CPUs instead",
+                       kExitUsage);
     const int cpus = usable_cpu_count();
-    if (text != "cpu") notes.push_back("--nproc-per-node " + text + ": no CUDA device visible, using " +
+    if (text == "auto") notes.push_back("--nproc-per-node auto: no CUDA device visible, using " +
                                        std::to_string(cpus) + " (the usable CPUs)");
     return cpus;
   }
+  if (text == "xpu")
+    throw UsageError("--nproc-per-node xpu: ddprun counts CUDA devices only; give the number of workers",
+                     kExitUsage);
   return parse_int_in("--nproc-per-node", text, 1, 4096);
 }
 
@@ -136,6 +188,14 @@ std::string host_name() {
 
 }  // namespace
 
+namespace {
+
+// Everything after CLI11 has read the options: values checked and turned into the agent's configuration.
+void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& given,
+               const std::vector<std::string>& env, std::vector<std::string> command, CommandLine& result);
+
+}  // namespace
+
 CommandLine parse_command_line(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   CommandLine result;
   RawOptions o;
@@ -146,7 +206,16 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const std::
   app.prefix_command();
   define_options(app, o);
 
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  // argparse's prefixes and torchrun's refusals first, then torchrun's PET_* variables for what the
+  // command line left out (before it, so that CLI11 never sees an option twice from the two sources).
+  std::set<std::string> given;
+  std::vector<std::string> words = canonical_options(args, option_table(app), given);
+  std::vector<std::pair<std::string, std::string>> from_env;
+  std::vector<std::string> pet = options_from_pet_env(env, given, from_env);
+  words.insert(words.begin(), pet.begin(), pet.end());
+  for (const auto& [option, var] : from_env) given.insert(option);
+
+  std::vector<std::string> reversed(words.rbegin(), words.rend());
   try {
     app.parse(reversed);
   } catch (const CLI::CallForHelp&) {
@@ -160,12 +229,43 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const std::
   } catch (const CLI::ParseError& e) {
     throw UsageError(std::string(e.what()) + " (see ddprun --help)", kExitUsage);
   }
-  std::vector<std::string> command = app.remaining();
+  try {
+    configure(app, o, given, env, app.remaining(), result);
+  } catch (const UsageError& e) {
+    // A bad value that came from a PET_* variable: say which, as nothing on the command line shows it.
+    const std::string what = e.what();
+    for (const auto& [option, var] : from_env)
+      if (what.find("--" + option) != std::string::npos)
+        throw UsageError(what + " (set by " + var + ")", e.exit_code());
+    throw;
+  }
+  return result;
+}
+
+namespace {
+
+void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& given,
+               const std::vector<std::string>& env, std::vector<std::string> command, CommandLine& result) {
   if (!command.empty() && command.front() == "--") command.erase(command.begin());
   if (!command.empty() && command.front().size() > 1 && command.front()[0] == '-')
     throw UsageError("unknown option " + command.front() + " (see ddprun --help)", kExitUsage);
   if (command.empty())
     throw UsageError("no program given: usage is ddprun [OPTIONS] PROGRAM [ARGS...]", kExitUsage);
+
+  check_start_method(o.start_method, result.notes);
+  check_signals_to_handle(o.signals_to_handle, result.notes);
+  check_event_log_handler(o.event_log_handler);
+  if (o.use_env) result.notes.push_back("debug: --use-env: workers always find LOCAL_RANK in their environment");
+  apply_rdzv_conf(o.rdzv_conf, given, o.topo, result.notes);
+  // torchrun's static backend with an endpoint is node 0's address and rendezvous port, ranks as given.
+  if (o.topo.rdzv_backend == "static" && !o.topo.rdzv_endpoint.empty()) {
+    std::string host;
+    int port = 0;
+    parse_endpoint(o.topo.rdzv_endpoint, host, port);
+    if (o.topo.master_addr.empty()) o.topo.master_addr = host;
+    if (!given.count("rdzv-port")) o.topo.rdzv_port = std::to_string(port);
+    o.topo.rdzv_endpoint.clear();
+  }
 
   agent::AgentConfig& cfg = result.agent;
   cfg.log = Logger(resolve_log_level(o, env), "ddprun", "");
@@ -195,7 +295,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const std::
   cfg.output.console_local_ranks = parse_rank_list("--local-ranks-filter", o.local_ranks_filter, nproc);
 
   // The program, exactly as it will be executed; checked now so that a typo starts no worker.
-  resolve_worker_command(command, o.module, o.no_python, env, cfg);
+  resolve_worker_command(command, o.module, o.no_python, o.run_path, env, cfg);
 
   // Files and ports last: they touch the system.
   if (!o.log_dir.empty()) {
@@ -212,7 +312,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const std::
     cfg.events_file = o.events_file;
   }
   resolve_topology(o.topo, env, cfg, result.notes);
-  return result;
 }
 
+}  // namespace
 }  // namespace ddprun::launcher

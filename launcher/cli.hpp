@@ -16,11 +16,11 @@ struct CommandLine {
   bool exit_now = false;     // --help / --version: print `text` to stdout and exit 0
   std::string text;
   agent::AgentConfig agent;  // valid when !exit_now
-  std::vector<std::string> notes;  // lines to log (e.g. nproc fallback); "warning: ..." ones at warning level
+  std::vector<std::string> notes;  // lines to log (e.g. nproc fallback); "warning: ..."/"debug: ..." at that level
 };
 
 // `env` is the launcher's environment ("NAME=value"), consulted for PATH, PYTHON_EXEC, DDPRUN_LOG_LEVEL,
-// CUDA_VISIBLE_DEVICES. Throws ddprun::UsageError.
+// CUDA_VISIBLE_DEVICES, SLURM_* and torchrun's PET_* (docs/TORCHRUN.md). Throws ddprun::UsageError.
 CommandLine parse_command_line(const std::vector<std::string>& args, const std::vector<std::string>& env);
 
 }  // namespace ddprun::launcher

@@ -29,8 +29,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const auto& note : cmd.notes) {
-    const std::string warning = "warning: ";
+    const std::string warning = "warning: ", debug = "debug: ";
     if (note.rfind(warning, 0) == 0) cmd.agent.log.warning(note.substr(warning.size()));
+    else if (note.rfind(debug, 0) == 0) cmd.agent.log.debug(note.substr(debug.size()));
     else cmd.agent.log.info(note);
   }
   try {

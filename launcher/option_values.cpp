@@ -19,7 +19,16 @@ namespace {
   throw UsageError(option + " '" + text + "': " + expected, kExitUsage);
 }
 
-std::vector<std::string> split(const std::string& text, char sep) {
+int local_rank_in(const std::string& option, const std::string& text, const std::string& item, int nproc) {
+  int lr = 0;
+  if (!parse_int_strict(item, lr)) bad(option, text, "'" + item + "' is not a local rank");
+  if (lr < 0 || lr >= nproc)
+    bad(option, text, "local rank " + item + " is out of range 0.." + std::to_string(nproc - 1));
+  return lr;
+}
+}  // namespace
+
+std::vector<std::string> split_on(const std::string& text, char sep) {
   std::vector<std::string> parts;
   std::size_t start = 0;
   for (;;) {
@@ -29,15 +38,6 @@ std::vector<std::string> split(const std::string& text, char sep) {
     start = end + 1;
   }
 }
-
-int local_rank_in(const std::string& option, const std::string& text, const std::string& item, int nproc) {
-  int lr = 0;
-  if (!parse_int_strict(item, lr)) bad(option, text, "'" + item + "' is not a local rank");
-  if (lr < 0 || lr >= nproc)
-    bad(option, text, "local rank " + item + " is out of range 0.." + std::to_string(nproc - 1));
-  return lr;
-}
-}  // namespace
 
 bool parse_int_strict(const std::string& text, int& out) {
   if (text.empty()) return false;
@@ -87,7 +87,7 @@ agent::StdStreams parse_std_streams(const std::string& option, const std::string
     return s;
   }
   s.per_rank_given = true;
-  for (const std::string& item : split(text, ',')) {
+  for (const std::string& item : split_on(text, ',')) {
     const auto colon = item.find(':');
     if (colon == std::string::npos) bad(option, text, expected);
     const int lr = local_rank_in(option, text, item.substr(0, colon), nproc);
@@ -100,7 +100,7 @@ agent::StdStreams parse_std_streams(const std::string& option, const std::string
 std::vector<int> parse_rank_list(const std::string& option, const std::string& text, int nproc) {
   std::vector<int> ranks;
   if (text.empty()) return ranks;
-  for (const std::string& item : split(text, ',')) ranks.push_back(local_rank_in(option, text, item, nproc));
+  for (const std::string& item : split_on(text, ',')) ranks.push_back(local_rank_in(option, text, item, nproc));
   return ranks;
 }
 

@@ -10,6 +10,8 @@
 
 namespace ddprun::launcher {
 
+// "a,b,,c" → {"a", "b", "", "c"}; "" → {""}.
+std::vector<std::string> split_on(const std::string& text, char sep);
 // Whole string a decimal integer (sign allowed), within int range. No throw.
 bool parse_int_strict(const std::string& text, int& out);
 // `text` as an integer within [lo, hi], or UsageError naming `option`.

@@ -31,11 +31,12 @@ std::string checked_executable(const std::string& name, const std::string& what,
 }
 }  // namespace
 
-void resolve_worker_command(const std::vector<std::string>& command, bool module, bool no_python,
+void resolve_worker_command(const std::vector<std::string>& command, bool module, bool no_python, bool run_path,
                             const std::vector<std::string>& env, agent::AgentConfig& cfg) {
   const std::string& first = command.front();
+  if (module && run_path) throw UsageError("-m/--module and --run-path contradict each other", kExitUsage);
   if (module && no_python) throw UsageError("-m/--module and --no-python contradict each other", kExitUsage);
-  const bool python = module || (!no_python && ends_with(first, ".py"));
+  const bool python = module || run_path || (!no_python && ends_with(first, ".py"));
   if (!python) {
     cfg.program = checked_executable(first, "program", env);
     cfg.argv = command;

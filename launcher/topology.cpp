@@ -143,6 +143,7 @@ void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& 
     // The endpoint's own machine hosts the server (binding the endpoint succeeds only there, and only for
     // the first agent); every other agent, or all of them beside a ddprun-rendezvous, join as clients.
     r.hosting = agent::Hosting::kIfLocal;
+    if (o.is_host) r.hosting = *o.is_host ? agent::Hosting::kYes : agent::Hosting::kNo;
     r.bind_address = r.server_host;
     r.static_node_ranks = false;
     w.master_port = r.master_port =

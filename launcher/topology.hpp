@@ -3,6 +3,7 @@
 // the rendezvous) or dynamic (--rdzv-endpoint HOST:PORT --rdzv-id ID: the server assigns node ranks).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct TopologyOptions {
   std::string heartbeat_timeout = "5";
   std::string local_addr;
   std::string max_restarts = "0";
+  std::optional<bool> is_host;  // --rdzv-conf is_host: dynamic mode hosts the server here (true) or joins (false)
 };
 
 // Fills cfg.world (what is known before the rendezvous) and cfg.rdzv; cfg.world.local_world_size must be

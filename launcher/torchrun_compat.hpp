@@ -1,0 +1,39 @@
+// What torchrun (and torch.distributed.launch) command lines mean to ddprun beyond plain option names:
+// the torchrun options ddprun refuses and why, torchrun's PET_* environment variables, --rdzv-conf keys,
+// and the values of options ddprun accepts but does not need (--start-method, --signals-to-handle, ...).
+// docs/TORCHRUN.md is the user-facing table.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "launcher/arg_matching.hpp"
+#include "launcher/topology.hpp"
+
+namespace ddprun::launcher {
+
+// torchrun options ddprun refuses, as OptionNames entries with their one-line refusal (so that prefixes
+// and suggestions know them too).
+std::vector<OptionNames> refused_torchrun_options();
+
+// torchrun reads each option it does not see on the command line from PET_<DEST>, e.g. PET_NPROC_PER_NODE
+// (Kubeflow's PyTorchJob configures pods this way). Returns "--canonical=value" words for the torchrun
+// options set there and not in `given`; flags are integers as torchrun reads them (nonzero: on). `sources`
+// gets "canonical=PET_NAME" for each, to name the variable in an error. Throws UsageError (64).
+std::vector<std::string> options_from_pet_env(const std::vector<std::string>& env, const std::set<std::string>& given,
+                                              std::vector<std::pair<std::string, std::string>>& sources);
+
+// --rdzv-conf "k=v,k=v": timeout/join_timeout → --rdzv-timeout, keep_alive_interval → --heartbeat-interval,
+// keep_alive_max_attempt → --heartbeat-timeout (interval × attempts), is_host → o.is_host; last_call_timeout
+// and read_timeout are checked and ignored (noted at debug level). An option given by its ddprun name wins.
+// Other keys: UsageError naming the key.
+void apply_rdzv_conf(const std::string& text, const std::set<std::string>& given, TopologyOptions& o,
+                     std::vector<std::string>& notes);
+
+// Options accepted for torchrun's sake: checked, then noted at debug level ("debug: ..." notes).
+void check_start_method(const std::string& value, std::vector<std::string>& notes);
+void check_signals_to_handle(const std::string& value, std::vector<std::string>& notes);
+void check_event_log_handler(const std::string& value);
+
+}  // namespace ddprun::launcher
