@@ -217,9 +217,9 @@ class GoodInputEdges(DdprunTestCase):
         n = len(os.sched_getaffinity(0))
         self.assertEqual(len(r.stdout.splitlines()), n)
 
-    def test_nproc_gpu_without_gpus_falls_back_to_cpus_with_a_note(self):
-        self.env["CUDA_VISIBLE_DEVICES"] = ""
-        r = self.run_ddprun("--nproc-per-node", "gpu", WORKER, "env=LOCAL_WORLD_SIZE")
+    def test_nproc_auto_without_gpus_falls_back_to_cpus_with_a_note(self):
+        self.env["CUDA_VISIBLE_DEVICES"] = ""  # gpu without GPUs is refused, as torchrun does (test_torchrun_cli)
+        r = self.run_ddprun("--nproc-per-node", "auto", WORKER, "env=LOCAL_WORLD_SIZE")
         self.assertEqual(r.code, 0, r)
         self.assertIn(b"no CUDA device visible", r.stderr)
         self.assertEqual(len(r.stdout.splitlines()), len(os.sched_getaffinity(0)))
