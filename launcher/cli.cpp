@@ -191,8 +191,10 @@ std::string host_name() {
 namespace {
 
 // Everything after CLI11 has read the options: values checked and turned into the agent's configuration.
+// `given`: options given on the command line or by PET_* variables; `from_env`: those by PET_* only.
 void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& given,
-               const std::vector<std::string>& env, std::vector<std::string> command, CommandLine& result);
+               const std::set<std::string>& from_env, const std::vector<std::string>& env,
+               std::vector<std::string> command, CommandLine& result);
 
 }  // namespace
 
@@ -213,7 +215,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const std::
   std::vector<std::pair<std::string, std::string>> from_env;
   std::vector<std::string> pet = options_from_pet_env(env, given, from_env);
   words.insert(words.begin(), pet.begin(), pet.end());
-  for (const auto& [option, var] : from_env) given.insert(option);
+  std::set<std::string> env_given;
+  for (const auto& [option, var] : from_env) given.insert(option), env_given.insert(option);
 
   std::vector<std::string> reversed(words.rbegin(), words.rend());
   try {
@@ -230,7 +233,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const std::
     throw UsageError(std::string(e.what()) + " (see ddprun --help)", kExitUsage);
   }
   try {
-    configure(app, o, given, env, app.remaining(), result);
+    configure(app, o, given, env_given, env, app.remaining(), result);
   } catch (const UsageError& e) {
     // A bad value that came from a PET_* variable: say which, as nothing on the command line shows it.
     const std::string what = e.what();
@@ -245,7 +248,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const std::
 namespace {
 
 void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& given,
-               const std::vector<std::string>& env, std::vector<std::string> command, CommandLine& result) {
+               const std::set<std::string>& from_env, const std::vector<std::string>& env,
+               std::vector<std::string> command, CommandLine& result) {
   if (!command.empty() && command.front() == "--") command.erase(command.begin());
   if (!command.empty() && command.front().size() > 1 && command.front()[0] == '-')
     throw UsageError("unknown option " + command.front() + " (see ddprun --help)", kExitUsage);
@@ -276,6 +280,13 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   agent::World& w = cfg.world;
   w.local_world_size = nproc;
   o.topo.node_rank_given = app.count("--node-rank") > 0;
+  // A pod's PET_NODE_RANK beside a dynamic endpoint: torchrun's c10d backend ignores it, and so does ddprun
+  // (typed on the command line it is refused: the server assigns node ranks).
+  if (from_env.count("node-rank") && !o.topo.rdzv_endpoint.empty()) {
+    result.notes.push_back("debug: PET_NODE_RANK ignored: with --rdzv-endpoint the rendezvous assigns node ranks");
+    o.topo.node_rank_given = false;
+    o.topo.node_rank = "0";
+  }
   apply_slurm_topology(o.topo, app.count("--nnodes") > 0, app.count("--rdzv-port") > 0, env, result.notes);
   // Ports last (below): picking a MASTER_PORT touches the system.
   w.role = o.role;

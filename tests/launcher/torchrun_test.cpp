@@ -179,6 +179,11 @@ const std::vector<Verdict>& verdicts() {
          CHECK(c.agent.rdzv.max_restarts == 2);
          CHECK(c.agent.rdzv.join_timeout.count() == 60000);
        }},
+      {"train.py", {"PET_NNODES=2", "PET_NODE_RANK=1", "PET_RDZV_ENDPOINT=m:29400", "PET_RDZV_ID=j"}, "",
+       [](C c) {  // as torchrun's c10d backend, a pod's node rank is ignored when the server assigns them
+         CHECK(!c.agent.rdzv.static_node_ranks);
+         CHECK(has_note(c, "debug: PET_NODE_RANK ignored"));
+       }},
       {"--nproc-per-node 2 train.py", {"PET_NPROC_PER_NODE=5"}, "",  // the command line wins
        [](C c) { CHECK(c.agent.world.local_world_size == 2); }},
       {"--nproc 2 train.py", {"PET_NPROC_PER_NODE=5"}, "", [](C c) { CHECK(c.agent.world.local_world_size == 2); }},
