@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <thread>
@@ -21,14 +22,21 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Written whole, then renamed: a reader never sees the file empty.
 void write_pid(const std::string& dir) {
-  std::ofstream(dir + "/pid-" + sdk::env_or("RANK", "x")) << ::getpid();
+  const std::string path = dir + "/pid-" + sdk::env_or("RANK", "x");
+  std::ofstream(path + ".tmp") << ::getpid();
+  std::rename((path + ".tmp").c_str(), path.c_str());
 }
 
-// Waits (bounded) until rank 0 has written its pid, so the failure hits a running peer.
-void wait_for_rank0(const std::string& dir) {
-  for (int i = 0; i < 500 && ::access((dir + "/pid-0").c_str(), F_OK) != 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+// Waits (bounded) until every rank has written its pid, so the failure hits running peers and the test
+// knows every pid (a rank torn down while still starting would have none).
+void wait_for_all(const std::string& dir) {
+  const int world = std::stoi(sdk::env_or("WORLD_SIZE", "1"));
+  for (int r = 0; r < world; ++r) {
+    const std::string path = dir + "/pid-" + std::to_string(r);
+    for (int i = 0; i < 500 && ::access(path.c_str(), F_OK) != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 
@@ -52,7 +60,7 @@ SDK_TEST_ROLE("fail_one") {
     ::pause();
     return 0;
   }
-  wait_for_rank0(dir);
+  wait_for_all(dir);
   // steady_clock is CLOCK_MONOTONIC: comparable across processes, so the test can time the teardown alone
   // (process start-up on a loaded machine is no part of the guarantee).
   std::ofstream(dir + "/failed-at") << Clock::now().time_since_epoch().count() << std::endl;
