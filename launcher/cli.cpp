@@ -186,10 +186,6 @@ std::string host_name() {
   return buf;
 }
 
-}  // namespace
-
-namespace {
-
 // Everything after CLI11 has read the options: values checked and turned into the agent's configuration.
 // `given`: options given on the command line or by PET_* variables; `from_env`: those by PET_* only.
 void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& given,
