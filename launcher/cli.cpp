@@ -37,7 +37,8 @@ struct RawOptions {
   bool module = false;
   bool run_path = false;
   std::string monitor_interval;
-  // torchrun's, accepted and checked; ddprun needs none of them (see launcher/torchrun_compat.hpp).
+  // torchrun's (launcher/torchrun_compat.hpp): --rdzv-conf maps to ddprun's options; the others are checked
+  // and accepted, with nothing for ddprun to do.
   std::string rdzv_conf;
   std::string start_method;
   std::string signals_to_handle;
@@ -204,8 +205,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const std::
   app.prefix_command();
   define_options(app, o);
 
-  // argparse's prefixes and torchrun's refusals first, then torchrun's PET_* variables for what the
-  // command line left out (before it, so that CLI11 never sees an option twice from the two sources).
+  // argparse's prefixes and torchrun's refusals first, then torchrun's PET_* variables for the options the
+  // command line left out, put in front of its words (from the program on, every word is the worker's).
   std::set<std::string> given;
   std::vector<std::string> words = canonical_options(args, option_table(app), given);
   std::vector<std::pair<std::string, std::string>> from_env;
