@@ -18,6 +18,11 @@ TEST_CASE("integers are parsed strictly") {
   CHECK_FALSE(parse_int_strict("99999999999", v));
 }
 
+TEST_CASE("lists split on every separator, empty items kept") {
+  CHECK(split_on("a,b,,c", ',') == std::vector<std::string>{"a", "b", "", "c"});
+  CHECK(split_on("", ',') == std::vector<std::string>{""});
+}
+
 TEST_CASE("--nnodes takes N or MIN:MAX with MIN == MAX") {
   CHECK(parse_nnodes("1") == 1);
   CHECK(parse_nnodes("2:2") == 2);
