@@ -212,24 +212,15 @@ JobGuard JobGuard::start() {
   }
   ::close(command[0]);
   ::close(exited[1]);
+  // The intermediate's exit must be waited for: once the caller becomes a child subreaper, a guard
+  // orphaned later would be re-parented to it, become its child, and keep its "no child left" from ever
+  // coming. The guard's own first breath is not waited for (a scheduling delay on every start): its pid
+  // is read in dismiss().
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   g.command_fd_ = command[1];
-  // The guard's pid, then a pidfd for it: readable once it has exited (even though it is not our child),
-  // which is what dismiss() waits for. Without pidfds (Linux < 5.3) the pipe's end of file is the sign.
-  pid_t guard = -1;
-  ssize_t n;
-  while ((n = ::read(exited[0], &guard, sizeof guard)) < 0 && errno == EINTR) {
-  }
-  if (n == static_cast<ssize_t>(sizeof guard) && guard > 0)
-    g.exit_fd_ = static_cast<int>(::syscall(SYS_pidfd_open, guard, 0));
-  if (g.exit_fd_ >= 0) {
-    ::close(exited[0]);
-    ::fcntl(g.exit_fd_, F_SETFD, FD_CLOEXEC);
-  } else {
-    g.exit_fd_ = exited[0];
-  }
+  g.exit_fd_ = exited[0];
   return g;
 }
 
@@ -279,8 +270,21 @@ void JobGuard::dismiss() {
   send("Q");
   ::close(command_fd_);
   command_fd_ = -1;
-  // Wait until the guard has exited (pidfd readable, or the pipe at end of file), bounded: a guard
-  // stopped by hand must not hold ddprun's exit.
+  // The guard wrote its pid first thing (long ago by now). A pidfd for it becomes readable once it has
+  // exited, even though it is not our child; the pipe's end of file comes a little earlier, while it is
+  // still exiting, so it is only the fallback (no pidfds before Linux 5.3, or the guard already gone).
+  pid_t guard = -1;
+  ssize_t n;
+  while ((n = ::read(exit_fd_, &guard, sizeof guard)) < 0 && errno == EINTR) {
+  }
+  if (n == static_cast<ssize_t>(sizeof guard) && guard > 0) {
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, guard, 0));
+    if (pidfd >= 0) {
+      ::close(exit_fd_);
+      exit_fd_ = pidfd;
+    }
+  }
+  // Wait until the guard has exited, bounded: a guard stopped by hand must not hold ddprun's exit.
   pollfd p{exit_fd_, POLLIN, 0};
   for (int waited = 0; waited < 1000;) {
     const int r = ::poll(&p, 1, 50);

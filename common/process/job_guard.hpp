@@ -34,8 +34,9 @@ class JobGuard {
   JobGuard& operator=(const JobGuard&) = delete;
   ~JobGuard();  // without dismiss(): the guard ends the job, as if this process had been SIGKILLed
 
-  // Starts a guard with a fresh random tag. Call before any worker starts and before any thread or
-  // signal handler exists (it forks). Throws SystemError when fork or pipe fails.
+  // Starts a guard with a fresh random tag. Call before any worker starts and while single-threaded (it
+  // forks), and before the caller becomes a child subreaper (the guard must be re-parented away from it).
+  // Throws std::system_error when fork or pipe fails.
   static JobGuard start();
 
   bool active() const { return command_fd_ >= 0; }
@@ -56,7 +57,7 @@ class JobGuard {
   void send(const std::string& line);
 
   int command_fd_ = -1;  // write end: the guard reads commands, and end of file without "Q" means death
-  int exit_fd_ = -1;     // a pidfd of the guard (or a pipe's read end): readable once it has exited
+  int exit_fd_ = -1;     // the guard's pid, then end of file when it exits; dismiss() swaps in a pidfd
   std::string tag_;
 };
 
