@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 
-from harness import WORKER, DdprunTestCase, descendants, reap_zombies
+from harness import WORKER, DdprunTestCase, descendants, pid_alive, reap_zombies
 from test_multinode import MultiNodeCase
 
 GRANDCHILDREN = ("fork=group:2", "fork=setsid", "fork=daemon", "fork=orphan")
@@ -19,19 +19,10 @@ def wait_gone(pids, timeout):
     alive = list(pids)
     while alive and time.monotonic() < deadline:
         reap_zombies()
-        alive = [p for p in alive if _alive(p)]
+        alive = [p for p in alive if pid_alive(p)]
         if alive:
             time.sleep(0.01)
     return alive
-
-
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return False
-    return data[data.rindex(b")") + 2:].split()[0] != b"Z"
 
 
 class SigkillOneNode(DdprunTestCase):
