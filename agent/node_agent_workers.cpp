@@ -22,7 +22,7 @@ void NodeAgent::start_workers() {
     if (policy_.phase() != Phase::kRunning) break;  // a signal or an early failure already stopped the job
     start_worker(lr);
   }
-  log_.info("started ", w.local_world_size, " workers: ranks ", w.rank_offset, "-",
+  log_.info("started ", w.local_world_size, w.local_world_size == 1 ? " worker" : " workers", ": ranks ", w.rank_offset, "-",
             w.rank_offset + w.local_world_size - 1, " of ", w.world_size, " (node ", w.node_rank, " of ", w.nnodes,
             "), master ", w.master_addr, ":", w.master_port, ", run id ", w.run_id, ", attempt ", w.restart_count);
 }

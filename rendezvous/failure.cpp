@@ -27,6 +27,12 @@ std::string signal_name(int sig) {
 
 std::string describe(const Failure& failure) {
   std::ostringstream out;
+  if (failure.is_node_failure() && failure.signal) {
+    // The node's ddprun itself was stopped (Ctrl-C, scancel, kill): not a lost node, and it says which.
+    out << "ddprun on node " << failure.node_rank << " (host " << (failure.host.empty() ? "?" : failure.host)
+        << ") received " << signal_name(*failure.signal);
+    return out.str();
+  }
   if (failure.is_node_failure()) {
     out << "node " << failure.node_rank << " (host " << (failure.host.empty() ? "?" : failure.host) << ") lost";
     if (!failure.message.empty()) out << ": " << failure.message;

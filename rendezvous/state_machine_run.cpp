@@ -130,9 +130,10 @@ void on_failure(RendezvousState& state, const FailureReport& event, const Now& n
     out.push_back(Broadcast{all_conns(state), StopMsg{std::move(failure), reason, true}});
     return;
   }
-  stop_job(state, std::move(failure),
-           state.phase == Phase::kJoining ? "a node failed before the rendezvous completed" : "a worker failed",
-           out);
+  const char* why = state.phase == Phase::kJoining ? "a node failed before the rendezvous completed"
+                    : failure.is_node_failure()    ? "a node was stopped"
+                                                   : "a worker failed";
+  stop_job(state, std::move(failure), why, out);
 }
 
 void on_node_done(RendezvousState& state, const NodeDone& event, const Now& now, Actions& out) {

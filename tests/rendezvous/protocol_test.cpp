@@ -109,5 +109,9 @@ TEST_CASE("a failure describes itself for people") {
   node.host = "gpu9";
   node.message = "missed heartbeats for 5.0 s";
   CHECK(describe(node) == "node 2 (host gpu9) lost: missed heartbeats for 5.0 s");
+  Failure stopped = node;
+  stopped.signal = 2;
+  stopped.message = "its ddprun received SIGINT";
+  CHECK(describe(stopped) == "ddprun on node 2 (host gpu9) received SIGINT");  // not "lost"
   CHECK(exit_status_of(node) == 1);
 }
