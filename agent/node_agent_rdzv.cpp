@@ -85,8 +85,9 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
     maybe_finish();
     return;
   }
-  if (order.root_cause.node_rank != world_.node_rank || !policy_.root_cause())
-    log_.error("job stopped: ", cause.text);
+  // Said only when the news is from elsewhere: this node's own failure or signal was already logged.
+  const bool ours = order.root_cause.node_rank == world_.node_rank && (policy_.root_cause() || policy_.stop_signal());
+  if (!ours) log_.error("job stopped: ", cause.text);
   on_outcome(&cause, "stopped_by_rendezvous");
 }
 
