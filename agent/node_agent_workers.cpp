@@ -118,7 +118,7 @@ void NodeAgent::start_worker(int local_rank) {
 void NodeAgent::signal_everything(int signal, bool include_descendants) {
   // A stopped process (SIGSTOP, Ctrl-Z, a debugger) cannot act on SIGTERM until it runs again: a stop
   // signal is followed by SIGCONT, so it gets its grace period like everyone else (as systemd does).
-  const bool wake = signal == SIGTERM || signal == SIGINT || signal == SIGHUP || signal == SIGQUIT;
+  const bool wake = is_stop_signal(signal);
   // Every descendant and its group, taken *before* the groups are signalled: a process that calls setsid
   // while we signal must not get the group's signal and then the sweep's as well. (One that leaves its
   // group in the instant between this snapshot and killpg gets neither, and SIGKILL at the end of the

@@ -17,6 +17,10 @@ const char* to_string(WorkerState state) {
   return "?";
 }
 
+bool is_stop_signal(int signal) {
+  return signal == SIGINT || signal == SIGTERM || signal == SIGHUP || signal == SIGQUIT;
+}
+
 void SupervisionPolicy::add_worker(int rank, int local_rank, pid_t pid, std::int64_t now_ms) {
   DDPRUN_CHECK_EQ(static_cast<std::size_t>(local_rank), workers_.size());
   WorkerRecord r;
@@ -61,9 +65,8 @@ Decision SupervisionPolicy::on_exit(int local_rank, const process::ExitStatus& s
 }
 
 Decision SupervisionPolicy::on_signal(int signal, std::int64_t now_ms) {
-  const bool stops = signal == SIGINT || signal == SIGTERM || signal == SIGHUP || signal == SIGQUIT;
   Decision d;
-  if (!stops) {  // SIGUSR1/SIGUSR2 and the like: a notice for the workers (SLURM preemption), nothing more
+  if (!is_stop_signal(signal)) {  // SIGUSR1/SIGUSR2 and the like: a notice for the workers (SLURM preemption), nothing more
     d.signal_all = signal;
     return d;
   }
@@ -71,7 +74,6 @@ Decision SupervisionPolicy::on_signal(int signal, std::int64_t now_ms) {
   // next round (the agent asks stop_signal() before it starts over).
   if (stop_signal_ == 0) stop_signal_ = signal;
   if (phase_ == Phase::kRunning) {
-    stop_signal_ = signal;
     return begin_teardown(signal, now_ms);  // forward the very signal, as torchrun does
   }
   if (phase_ == Phase::kStopping && (signal == SIGINT || signal == SIGQUIT)) {

@@ -40,6 +40,9 @@ struct WorkerRecord {
 //   any ── every worker exited ──▶ the agent reaps stragglers and finishes (phase stays as it was)
 enum class Phase { kRunning, kStopping, kKilling };
 
+// SIGINT, SIGTERM, SIGHUP, SIGQUIT: the signals that stop a job (others, like SIGUSR1, are only notices).
+bool is_stop_signal(int signal);
+
 // What the executor must do after an event. signal_all == 0: send nothing.
 struct Decision {
   int signal_all = 0;        // send to every worker's process group and every descendant

@@ -29,7 +29,7 @@ inline std::string generate_nonce() { return random_hex(16); }
 
 // The token a multi-node job falls back to when none is given: derived from the run id, so it keeps another
 // job's agents out but not a stranger who knows (or guesses) the run id. The server warns when it listens
-// beyond loopback with it (server.cpp). The launcher should build its fallback with this function.
+// beyond loopback with it (server.cpp). The launcher builds its fallback with this function.
 std::string run_id_token(std::string_view run_id);
 bool is_run_id_token(std::string_view token, std::string_view run_id);
 

@@ -33,9 +33,8 @@ struct JobConfig {
   // Unsent bytes a peer may leave queued before it is closed (and, once joined, counts as lost). Must hold
   // at least one largest frame.
   std::size_t max_outbox_bytes = 4 * kDefaultMaxFrameBytes;
-  // False when `token` is not a secret (e.g. derived from the run id): the server then warns loudly when it
-  // listens beyond loopback. A token equal to run_id_token(run_id) (auth.hpp) counts as no secret either way.
-  bool token_is_secret = true;
+  // A token equal to run_id_token(run_id) (auth.hpp, the launcher's fallback) is no secret: the server warns
+  // loudly when it listens beyond loopback with it.
 };
 
 // max_pending_connections with the default applied.

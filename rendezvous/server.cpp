@@ -205,7 +205,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   // Without a secret token anyone who reaches the port can join: say so where the operator looks.
   void warn_if_open_without_token(const std::string& bind_address) {
     const JobConfig& c = state_.config;
-    if (c.token_is_secret && !is_run_id_token(c.token, c.run_id)) return;
+    if (!is_run_id_token(c.token, c.run_id)) return;
     error_code ec;
     auto endpoint = acceptor_.local_endpoint(ec);
     if (!ec && endpoint.address().is_loopback()) return;

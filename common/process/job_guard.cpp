@@ -1,5 +1,7 @@
 #include "common/process/job_guard.hpp"
 
+#include "common/process/process_tree.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -82,16 +84,6 @@ std::string read_small_file(const std::string& path, std::size_t limit) {
   return out;
 }
 
-pid_t group_of(const std::string& pid_dir) {
-  const std::string stat = read_small_file("/proc/" + pid_dir + "/stat", 4096);
-  const std::size_t close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
-  char state = 0;
-  int ppid = 0, pgid = 0;
-  if (std::sscanf(stat.c_str() + close + 1, " %c %d %d", &state, &ppid, &pgid) != 3) return -1;
-  return pgid;
-}
-
 struct Tagged {
   pid_t pid;
   pid_t pgid;
@@ -109,7 +101,8 @@ std::vector<Tagged> find_tagged(const std::string& needle) {
     if (pid == self) continue;
     const std::string dir = entry->d_name;
     if (!has_entry(read_small_file("/proc/" + dir + "/environ", 1 << 20), needle)) continue;
-    out.push_back({pid, group_of(dir)});
+    ProcStat stat;
+    out.push_back({pid, read_proc_stat(entry->d_name, stat) ? stat.pgid : -1});
   }
   ::closedir(proc);
   return out;

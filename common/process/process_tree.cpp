@@ -20,25 +20,23 @@ void become_child_subreaper() {
     throw std::system_error(errno, std::generic_category(), "prctl(PR_SET_CHILD_SUBREAPER)");
 }
 
-namespace {
-// The parent pid from /proc/<pid>/stat. The command name (field 2) may contain spaces and ')' so the
-// fields are read after the *last* ')'.
-pid_t parent_of(const char* pid_dir) {
+// The command name (field 2) may contain spaces and ')' so the fields are read after the *last* ')'.
+bool read_proc_stat(const char* pid_dir, ProcStat& out) {
   const std::string path = std::string("/proc/") + pid_dir + "/stat";
   FILE* f = std::fopen(path.c_str(), "re");
-  if (!f) return -1;
+  if (!f) return false;
   char buf[1024];
   size_t n = std::fread(buf, 1, sizeof buf - 1, f);
   std::fclose(f);
   buf[n] = '\0';
   const char* close = std::strrchr(buf, ')');
-  if (!close) return -1;
-  char state;
-  int ppid;
-  if (std::sscanf(close + 1, " %c %d", &state, &ppid) != 2) return -1;
-  return ppid;
+  if (!close) return false;
+  int ppid = 0, pgid = 0;
+  if (std::sscanf(close + 1, " %c %d %d", &out.state, &ppid, &pgid) != 3) return false;
+  out.ppid = ppid;
+  out.pgid = pgid;
+  return true;
 }
-}  // namespace
 
 std::vector<pid_t> descendants_of(pid_t root) {
   std::unordered_multimap<pid_t, pid_t> children;
@@ -46,8 +44,9 @@ std::vector<pid_t> descendants_of(pid_t root) {
   if (!proc) return {};
   while (dirent* entry = ::readdir(proc)) {
     if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    pid_t ppid = parent_of(entry->d_name);
-    if (ppid > 0) children.emplace(ppid, static_cast<pid_t>(std::atoi(entry->d_name)));
+    ProcStat stat;
+    if (read_proc_stat(entry->d_name, stat) && stat.ppid > 0)
+      children.emplace(stat.ppid, static_cast<pid_t>(std::atoi(entry->d_name)));
   }
   ::closedir(proc);
   std::vector<pid_t> out;

@@ -16,6 +16,14 @@ void become_child_subreaper();
 // Zombies are included (they still need reaping). A snapshot: processes may come and go meanwhile.
 std::vector<pid_t> descendants_of(pid_t root);
 
+// Fields of /proc/<pid_dir>/stat a supervisor needs. False when the process is gone (or unreadable).
+struct ProcStat {
+  char state = 0;  // R, S, D, T, Z, ...
+  pid_t ppid = 0;
+  pid_t pgid = 0;
+};
+bool read_proc_stat(const char* pid_dir, ProcStat& out);
+
 // Sends `signal` to process group `pgid`. Returns true if the group still had members (ESRCH → false).
 bool signal_group(pid_t pgid, int signal);
 
