@@ -85,6 +85,39 @@ class SigkillOneNode(DdprunTestCase):
         self.assertNotIn("s3cret", out)
 
 
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+class GuardInOtherPhases(MultiNodeCase):
+    def test_sigkill_while_waiting_for_nodes_leaves_nothing(self):
+        # No worker exists yet: the guard has nothing to kill, but the run directory goes and so does it.
+        proc = self.start("--nnodes", 2, "--node-rank", 0, "--master-addr", "127.0.0.1", "--rdzv-port", self.port,
+                          WORKER, "exit=0")
+        deadline = time.monotonic() + 10
+        while not [d for d in os.listdir(self.tmp) if d.startswith("ddprun-")] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # listening and waiting for node 1 by now
+        proc.kill()
+        proc.communicate()
+        self.assertEqual(wait_gone(descendants(), 1.0), [], "something outlived ddprun")
+        self.assertEqual([d for d in os.listdir(self.tmp) if d.startswith("ddprun-")], [], "run directory left")
+
+    def test_a_guard_killed_by_hand_does_not_hold_ddprun(self):
+        proc = self.start("--nproc-per-node", 2, WORKER, f"ready={self.ready}", f"waitfile={self.go}", "exit=0")
+        self.wait_ready(2)
+        guards = [p for p in descendants() if _comm(p) == "ddprun-guard"]
+        self.assertEqual(len(guards), 1, "one guard per ddprun")
+        os.kill(guards[0], signal.SIGKILL)
+        self.release()
+        res = self.wait_all([proc], timeout=10)[0]
+        self.assertEqual(res.code, 0, res)
+
+
 class SigkillOneOfTwoNodes(MultiNodeCase):
     def test_killed_node_is_cleaned_and_the_other_node_ends(self):
         pidfile = self.path("pids")
