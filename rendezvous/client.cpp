@@ -8,6 +8,7 @@
 #include <deque>
 
 #include "rendezvous/auth.hpp"
+#include "rendezvous/munge_auth.hpp"
 #include "rendezvous/text.hpp"
 #include "rendezvous/framing.hpp"
 
@@ -206,6 +207,16 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     HelloMsg hello;
     hello.run_id = config_.run_id;
     hello.mac = compute_mac(config_.token, challenge.nonce, config_.run_id);
+    if (challenge.munge) {
+      try {
+        hello.munge_credential = make_munge_credential(config_.munge_socket, challenge.nonce, config_.run_id);
+      } catch (const MungeError& e) {
+        // Without munged this node cannot prove who it is: nothing to retry (DDPRUN_MUNGE_SOCKET names another).
+        return fail(ErrorKind::kRefused, "the rendezvous server at " + where() +
+                                             " requires a MUNGE credential and this node cannot make one: " +
+                                             e.what() + " (start munged, or set DDPRUN_MUNGE_SOCKET to its socket)");
+      }
+    }
     hello.node_rank = config_.join.node_rank;
     hello.nproc = config_.join.nproc;
     hello.host = config_.join.host;

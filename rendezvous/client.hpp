@@ -1,5 +1,5 @@
-// The rendezvous client: one per agent. Connects (retrying until the server is up), proves the job token,
-// joins, heartbeats, and turns server messages into handler calls.
+// The rendezvous client: one per agent. Connects (retrying until the server is up), proves the job token
+// (and its uid with a MUNGE credential when the server asks), joins, heartbeats, and turns server messages into handler calls.
 //
 // Runs on the caller's io_context, single-threaded, no threads of its own. Handlers are called on that
 // loop; they may call any method, including close(), and may destroy the Client. After a terminal call
@@ -38,6 +38,9 @@ struct ClientConfig {
   std::uint16_t server_port = 0;
   std::string run_id;
   std::string token;
+  // munged's socket for the MUNGE credential a server may ask for in its challenge ("" = libmunge's default).
+  // The server decides whether one is needed (JobConfig::require_munge); the client follows.
+  std::string munge_socket;
   JoinRequest join;
   // Keep retrying the connection this long: node 0 may start its in-process server after the others.
   std::chrono::milliseconds connect_timeout{900'000};

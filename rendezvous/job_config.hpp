@@ -12,6 +12,10 @@ namespace ddprun::rendezvous {
 struct JobConfig {
   std::string run_id;
   std::string token;   // the shared secret agents must prove they hold (auth.hpp)
+  // Every node must also bring a MUNGE credential of the server's own uid, bound to its nonce and the run
+  // (munge_auth.hpp); the token still applies. munge_socket: munged's socket, "" = libmunge's default.
+  bool require_munge = false;
+  std::string munge_socket;
   // Expected nodes: --nnodes N is min = max = N; an elastic range min:max waits `last_call` after min joined.
   int min_nodes = 1;
   int max_nodes = 1;

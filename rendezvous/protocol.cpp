@@ -47,6 +47,7 @@ json to_json_value(const ClientMessage& message) {
           j["host"] = m.host;
           if (!m.address.empty()) j["address"] = m.address;
           j["master_port"] = m.master_port;
+          if (!m.munge_credential.empty()) j["munge"] = m.munge_credential;
           return j;
         } else if constexpr (std::is_same_v<T, HeartbeatMsg>) {
           return typed("heartbeat");
@@ -88,6 +89,7 @@ std::string encode(const ServerMessage& message) {
           j["nonce"] = m.nonce;
           j["heartbeat_interval_ms"] = m.heartbeat_interval_ms;
           j["heartbeat_timeout_ms"] = m.heartbeat_timeout_ms;
+          if (m.munge) j["munge"] = true;
           return dump(j);
         } else if constexpr (std::is_same_v<T, ErrorMsg>) {
           json j = typed("error");

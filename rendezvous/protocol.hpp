@@ -3,6 +3,7 @@
 // Conversation (each message one frame, see framing.hpp):
 //   server → challenge{proto, v, nonce, heartbeat intervals}    as soon as the connection is accepted
 //   client → hello{v, run_id, mac, join fields}                 mac = HMAC-SHA256(token, nonce, run_id), auth.hpp
+//                 (+ munge: a MUNGE credential over nonce and run id when the challenge asks, munge_auth.hpp)
 //   server → error{kind, message} and closes                    refused: version, run id, token, node rank...
 //          | assignment{node rank, rank offset, round}           when every expected node has joined
 //   client → heartbeat (every interval)       server → heartbeat (the reply proves the server is alive)
@@ -32,6 +33,7 @@ inline constexpr int kMaxNproc = 1 << 16;                // workers on one node
 inline constexpr int kMaxRestarts = 1 << 20;
 inline constexpr std::size_t kMaxRunIdBytes = 256;
 inline constexpr std::size_t kMaxHexBytes = 128;         // MACs are 64 hex digits, nonces 32
+inline constexpr std::size_t kMaxMungeCredentialBytes = 2048;  // ~250 bytes for our payload; fits a handshake frame
 inline constexpr std::size_t kMaxTypeBytes = 32;         // "type", "kind", "proto"
 inline constexpr std::int64_t kMaxHeartbeatMs = 24LL * 3600 * 1000;
 
@@ -45,6 +47,7 @@ struct HelloMsg {
   std::string host;               // hostname, for messages
   std::string address;            // how other nodes reach this one; empty = as the server sees it
   int master_port = 0;            // free port picked on this node; used if it becomes node 0
+  std::string munge_credential;   // when the challenge asked for one; "" otherwise
 };
 struct HeartbeatMsg {};
 struct FailureMsg { Failure failure; };
@@ -59,6 +62,7 @@ struct ChallengeMsg {
   std::string nonce;
   std::int64_t heartbeat_interval_ms = 0;
   std::int64_t heartbeat_timeout_ms = 0;
+  bool munge = false;  // the hello must carry a MUNGE credential (absent on the wire when false)
 };
 
 enum class ErrorKind { kRefused, kTimeout, kLostServer, kProtocol };

@@ -104,6 +104,7 @@ ClientMessage decode_client_message(std::string_view payload) {
     m.host = get_host(j, "host", /*allow_empty=*/true);
     m.address = get_optional_host(j, "address");
     m.master_port = get_int_in(j, "master_port", 0, 65535);  // 0: this node has none (it cannot be node 0)
+    m.munge_credential = get_optional_string(j, "munge", kMaxMungeCredentialBytes);
     return m;
   }
   if (type == "failure") return FailureMsg{get_failure(j, "failure")};
@@ -124,6 +125,7 @@ ServerMessage decode_server_message(std::string_view payload) {
     m.nonce = get_hex(j, "nonce", kMaxHexBytes);
     m.heartbeat_interval_ms = get_int_in(j, "heartbeat_interval_ms", std::int64_t{1}, kMaxHeartbeatMs);
     m.heartbeat_timeout_ms = get_int_in(j, "heartbeat_timeout_ms", m.heartbeat_interval_ms + 1, kMaxHeartbeatMs);
+    m.munge = get_bool(j, "munge", false);
     return m;
   }
   if (type == "error")

@@ -1,5 +1,7 @@
 #include "rendezvous/server.hpp"
 
+#include <unistd.h>
+
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -9,6 +11,7 @@
 #include "common/error.hpp"
 #include "rendezvous/auth.hpp"
 #include "rendezvous/listener.hpp"
+#include "rendezvous/munge_auth.hpp"
 #include "rendezvous/server_connection.hpp"
 
 namespace ddprun::rendezvous {
@@ -35,7 +38,9 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     acceptor_ = open_listener(io_, bind_address, port);
     state_.started = Clock::now();  // the join timeout counts from here
     logger_.info("rendezvous server for run \"", state_.config.run_id, "\" listening on ", bind_address, ":",
-                 this->port(), ", expecting ", expected_nodes(), " nodes");
+                 this->port(), ", expecting ", expected_nodes(), " nodes",
+                 state_.config.require_munge ? ", each with a MUNGE credential of uid " + std::to_string(::geteuid())
+                                             : std::string());
     warn_if_open_without_token(bind_address);
     accept();
     tick();
@@ -97,7 +102,9 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
           if constexpr (std::is_same_v<T, HelloMsg>) {
             if (!conn->greeted) ++greeted_open_;
             conn->greeted = true;
-            run(Hello{id, conn->nonce, std::move(m), conn->peer_address(), conn->local_address()});
+            Hello hello{id, conn->nonce, std::move(m), conn->peer_address(), conn->local_address(), false, {}};
+            if (state_.config.require_munge) check_munge(hello);
+            run(std::move(hello));
             if (!conn->joined && state_.nodes.count(id)) {  // accepted: a node now, with a node's limits
               conn->authenticated();
               ++joined_open_;
@@ -142,6 +149,15 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
                                       : std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes);
   }
 
+  // The round trip to munged happens here, on the loop (~0.1 ms), once per hello; the verdict goes to the
+  // state machine with the hello. The job's user is the server's own uid.
+  void check_munge(Hello& hello) const {
+    const MungeCheck check = check_munge_credential(state_.config.munge_socket, hello.hello.munge_credential,
+                                                    hello.nonce, state_.config.run_id, ::geteuid());
+    hello.munge_ok = check.ok;
+    hello.munge_problem = check.problem;
+  }
+
   void accept() {
     acceptor_.async_accept([self = shared_from_this()](error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || self->stopped_) return;
@@ -171,6 +187,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     challenge.nonce = conn->nonce;
     challenge.heartbeat_interval_ms = state_.config.heartbeat_interval.count();
     challenge.heartbeat_timeout_ms = state_.config.heartbeat_timeout.count();
+    challenge.munge = state_.config.require_munge;
     conn->send(std::make_shared<const std::string>(encode_frame(encode(ServerMessage{challenge}))));
     conn->start();
   }
@@ -205,7 +222,8 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   // Without a secret token anyone who reaches the port can join: say so where the operator looks.
   void warn_if_open_without_token(const std::string& bind_address) {
     const JobConfig& c = state_.config;
-    if (!is_run_id_token(c.token, c.run_id)) return;
+    // MUNGE keeps other users out, which is what the warning is about; the same user was never kept out.
+    if (!is_run_id_token(c.token, c.run_id) || c.require_munge) return;
     error_code ec;
     auto endpoint = acceptor_.local_endpoint(ec);
     if (!ec && endpoint.address().is_loopback()) return;

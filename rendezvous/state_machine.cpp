@@ -91,15 +91,24 @@ bool is_loopback(const std::string& address) {
 constexpr const char* kAuthFailed =
     "authentication failed: wrong job token or run id (check --rdzv-id, and --rdzv-token-file / DDPRUN_TOKEN / "
     "--rdzv-token)";
+// With MUNGE the same answer covers a wrong user too: a stranger cannot tell which of the three failed.
+constexpr const char* kAuthFailedMunge =
+    "authentication failed: wrong job token or run id, or not the job's user (this job requires a MUNGE "
+    "credential of the user the job runs as; check --rdzv-id, the token, and that every node runs as that user)";
 
 void refuse(ConnId conn, const std::string& why, const Hello& event, const RendezvousState& state, Actions& out) {
   out.push_back(Send{conn, ErrorMsg{ErrorKind::kRefused, why}});
   out.push_back(Close{conn});
-  // Our own log may say which of the two was wrong: the operator, not the peer, reads it.
+  // Our own log may say which was wrong (run id, token, MUNGE): the operator, not the peer, reads it.
   std::string detail;
-  if (why == kAuthFailed)
-    detail = event.hello.run_id != state.config.run_id ? " (its run id \"" + event.hello.run_id + "\" is not this run's)"
-                                                       : " (its run id matches: wrong token)";
+  if (why == kAuthFailed || why == kAuthFailedMunge) {
+    if (event.hello.run_id != state.config.run_id)
+      detail = " (its run id \"" + event.hello.run_id + "\" is not this run's)";
+    else if (!verify_mac(state.config.token, event.nonce, state.config.run_id, event.hello.mac))
+      detail = " (its run id matches: wrong token)";
+    else
+      detail = " (" + event.munge_problem + ")";
+  }
   out.push_back(Log{LogLevel::kWarning, "refused node from " + event.peer_address + " (host \"" +
                                             event.hello.host + "\"): " + why + detail});
 }
@@ -114,8 +123,9 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
   // No run-id oracle: the MAC binds the run id, so a wrong run id and a wrong token fail the same check and
   // get the same answer, computed the same way; nothing before it depends on the run id. An unauthenticated
   // peer learns only that its (run id, token) pair is not this job's.
-  if (!verify_mac(config.token, event.nonce, config.run_id, hello.mac) || hello.run_id != config.run_id)
-    return std::string(kAuthFailed);
+  const bool mac_ok = verify_mac(config.token, event.nonce, config.run_id, hello.mac) && hello.run_id == config.run_id;
+  if (config.require_munge && (!mac_ok || !event.munge_ok)) return std::string(kAuthFailedMunge);
+  if (!mac_ok) return std::string(kAuthFailed);
   if (state.phase == Phase::kComplete || state.phase == Phase::kStopped || state.phase == Phase::kRestarting ||
       state.phase == Phase::kRunning)
     return std::string("the rendezvous of run \"") + config.run_id + "\" is closed (job " + to_string(state.phase) +

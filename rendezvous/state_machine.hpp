@@ -84,6 +84,10 @@ struct Hello {                // an authenticated-or-not hello; the machine chec
   HelloMsg hello;
   std::string peer_address;   // the agent's address as the server sees it
   std::string local_address;  // the server's address on this connection
+  // The server's MUNGE check of the hello's credential (munge_auth.hpp), when the job requires one: the
+  // machine stays pure, the server does the round trip to munged. Unchecked counts as failed.
+  bool munge_ok = false;
+  std::string munge_problem;  // why not, for the log
 };
 struct Heartbeat { ConnId conn = 0; };
 struct FailureReport { ConnId conn = 0; Failure failure; };
