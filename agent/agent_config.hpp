@@ -42,12 +42,22 @@ enum class Hosting {
   kIfLocal,  // dynamic mode: host when the endpoint is one of this machine's addresses and the port is free
 };
 
+// --rdzv-auth: whether a hosted server also asks every node for a MUNGE credential of its own user
+// (rendezvous/munge_auth.hpp). Nodes that only join follow what the server's challenge asks.
+enum class MungeUse {
+  kNo,           // token only
+  kIfAvailable,  // auto inside a SLURM step: MUNGE when munged answers here, else token only and a warning
+  kYes,          // --rdzv-auth munge: hosting fails (exit 69) when munged does not answer
+};
+
 struct RendezvousConfig {
   Hosting hosting = Hosting::kYes;
   std::string bind_address = "127.0.0.1";  // where a hosted server listens
   std::string server_host = "127.0.0.1";   // where this node's client connects
   int server_port = 0;                      // 0: a free port (hosted server only)
   std::string token;
+  MungeUse munge = MungeUse::kNo;
+  std::string munge_socket;  // DDPRUN_MUNGE_SOCKET; "" = libmunge's default
   bool static_node_ranks = true;
   std::optional<int> node_rank;  // static mode only
   int nnodes = 1;

@@ -3,6 +3,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "rendezvous/errors.hpp"
+#include "rendezvous/munge_auth.hpp"
 
 namespace ddprun::agent {
 namespace rdzv = ddprun::rendezvous;
@@ -53,6 +54,21 @@ std::uint16_t RendezvousLink::server_port() const {
   return server_ ? server_->port() : static_cast<std::uint16_t>(config_.rdzv.server_port);
 }
 
+// Whether the server hosted here asks every node for a MUNGE credential. Asked for (--rdzv-auth munge) and
+// munged silent: the job cannot be authenticated as asked, so hosting fails (exit 69) before any node is
+// admitted. Auto: the token alone, as before MUNGE, with a warning; a job that ran yesterday keeps running
+// when one node's munged restarts, and a stranger cannot silence our munged to force it without root.
+bool RendezvousLink::wants_munge(const RendezvousConfig& r) {
+  if (r.munge == MungeUse::kNo) return false;
+  const std::string why = rdzv::munge_unavailable_reason(r.munge_socket);
+  if (why.empty()) return true;
+  if (r.munge == MungeUse::kYes)
+    throw rdzv::MungeError("--rdzv-auth munge: " + why + " (start munged, or set DDPRUN_MUNGE_SOCKET to its socket)");
+  log_.warning("MUNGE authentication is off for this job: ", why, "; nodes prove only the token (--rdzv-auth "
+               "munge refuses to start without munged)");
+  return false;
+}
+
 void RendezvousLink::start() {
   const RendezvousConfig& r = config_.rdzv;
   if (r.hosting != Hosting::kNo) {
@@ -65,6 +81,8 @@ void RendezvousLink::start() {
     job.heartbeat_timeout = r.heartbeat_timeout;
     job.join_timeout = r.join_timeout;
     job.max_restarts = r.max_restarts;
+    job.require_munge = wants_munge(r);
+    job.munge_socket = r.munge_socket;
     // Dynamic mode hosts on every interface once the endpoint is known to be this machine: a host name
     // that resolves to 127.0.1.1 here (Debian's /etc/hosts) must still be reachable from the other nodes.
     // A one-node job has no other nodes: it binds exactly the endpoint, never beyond.
@@ -91,6 +109,7 @@ void RendezvousLink::start() {
   c.server_port = server_port();
   c.run_id = config_.world.run_id;
   c.token = r.token;
+  c.munge_socket = r.munge_socket;
   c.join.node_rank = r.node_rank;
   c.join.nproc = config_.world.local_world_size;
   c.join.host = config_.host;

@@ -40,6 +40,8 @@ class RendezvousLink {
   void finish(std::function<void()> done);
 
  private:
+  bool wants_munge(const RendezvousConfig& r);
+
   boost::asio::io_context& io_;
   const AgentConfig& config_;
   rendezvous::ClientHandlers handlers_;

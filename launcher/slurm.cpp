@@ -1,52 +1,130 @@
 #include "launcher/slurm.hpp"
 
+#include <algorithm>
+#include <cctype>
+
 #include "agent/env_contract.hpp"
+#include "common/error.hpp"
+#include "launcher/exit_codes.hpp"
+#include "launcher/hostlist.hpp"
 #include "launcher/option_values.hpp"
 
 namespace ddprun::launcher {
+namespace {
 
-std::string first_slurm_host(const std::string& nodelist) {
-  // The first entry ends at the first comma outside brackets.
-  std::string entry;
-  int depth = 0;
-  for (char c : nodelist) {
-    if (c == '[') ++depth;
-    if (c == ']') --depth;
-    if (c == ',' && depth == 0) break;
-    entry.push_back(c);
-  }
-  const auto open = entry.find('[');
-  if (open == std::string::npos) return entry;
-  const auto close = entry.find(']', open);
-  if (close == std::string::npos) return "";
-  const std::string inside = entry.substr(open + 1, close - open - 1);
-  const std::string first = inside.substr(0, inside.find_first_of(",-"));  // keeps zero padding: "07"
-  if (first.empty()) return "";
-  return entry.substr(0, open) + first + entry.substr(close + 1);
+constexpr const char* kOneTaskAdvice = "start one ddprun per node: srun --ntasks-per-node=1 ddprun ...";
+
+[[noreturn]] void bad_variable(const std::string& name, const std::string& value, const std::string& why) {
+  throw UsageError(name + "='" + value + "': " + why, kExitUsage);
 }
+
+int int_variable(const std::vector<std::string>& env, const std::string& name, int lo) {
+  const std::string value = agent::env_value(env, name, "");
+  int n = 0;
+  if (!parse_int_strict(value, n) || n < lo) bad_variable(name, value, "expected an integer >= " + std::to_string(lo));
+  return n;
+}
+
+// SLURM_STEP_TASKS_PER_NODE is "2(x3),1": the largest count, or 0 when unreadable.
+int most_tasks_on_a_node(const std::string& text) {
+  int most = 0;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const auto end = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, end - pos);
+    int n = 0;
+    if (!parse_int_strict(item.substr(0, item.find('(')), n)) return 0;
+    most = std::max(most, n);
+    pos = end + 1;
+  }
+  return most;
+}
+
+void refuse_several_tasks_per_node(const std::vector<std::string>& env, int nnodes) {
+  const std::string localid = agent::env_value(env, "SLURM_LOCALID", "0");
+  const std::string per_node = agent::env_value(env, "SLURM_STEP_TASKS_PER_NODE", "");
+  const std::string ntasks = agent::env_value(env, "SLURM_STEP_NUM_TASKS", agent::env_value(env, "SLURM_NTASKS", ""));
+  int tasks = 0;
+  const bool several = localid != "0" || most_tasks_on_a_node(per_node) > 1 ||
+                       (parse_int_strict(ntasks, tasks) && tasks > nnodes);
+  if (several)
+    throw UsageError("this SLURM step runs several tasks per node (SLURM_STEP_TASKS_PER_NODE=" + per_node +
+                         ", SLURM_LOCALID=" + localid + "): each node needs exactly one ddprun, which starts "
+                         "the workers itself; " + kOneTaskAdvice,
+                     kExitUsage);
+}
+
+// This node's index in the step: where SLURMD_NODENAME stands in the step's list (SLURM_NODEID decides
+// between duplicates, and is the answer when SLURMD_NODENAME is not set).
+int step_node_index(const std::vector<std::string>& env, const std::vector<std::string>& hosts,
+                    const std::string& list_var, const std::string& list) {
+  const int node_id = int_variable(env, "SLURM_NODEID", 0);
+  const std::string name = agent::env_value(env, "SLURMD_NODENAME", "");
+  if (name.empty()) {
+    if (node_id >= static_cast<int>(hosts.size()))
+      bad_variable("SLURM_NODEID", std::to_string(node_id), "beyond " + list_var + "='" + list + "'");
+    return node_id;
+  }
+  std::vector<int> at;
+  for (std::size_t i = 0; i < hosts.size(); ++i)
+    if (hosts[i] == name) at.push_back(static_cast<int>(i));
+  if (at.empty()) bad_variable("SLURMD_NODENAME", name, "this node is not in " + list_var + "='" + list + "'");
+  if (std::find(at.begin(), at.end(), node_id) != at.end()) return node_id;
+  return at.front();
+}
+
+}  // namespace
 
 bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_given,
                           const std::vector<std::string>& env, std::vector<std::string>& notes) {
-  const std::string nnodes = agent::env_value(env, "SLURM_NNODES", "");
-  const std::string node_id = agent::env_value(env, "SLURM_NODEID", "");
-  const std::string nodelist = agent::env_value(env, "SLURM_JOB_NODELIST", "");
-  const std::string job_id = agent::env_value(env, "SLURM_JOB_ID", "");
-  int n = 0, id = 0, job = 0;
-  if (!parse_int_strict(nnodes, n) || n < 2 || !parse_int_strict(node_id, id) || nodelist.empty() ||
-      !parse_int_strict(job_id, job) || job < 0)
-    return false;
+  const std::string job_text = agent::env_value(env, "SLURM_JOB_ID", "");
+  if (job_text.empty()) return false;
   if (nnodes_given || o.node_rank_given || !o.master_addr.empty() || !o.rdzv_endpoint.empty() || o.standalone)
-    return false;
-  const std::string host0 = first_slurm_host(nodelist);
-  if (host0.empty() || !valid_host(host0)) return false;
-  o.nnodes = nnodes;
-  o.node_rank = node_id;
+    return false;  // the user said where this node stands: SLURM's view is not needed
+  const int job = int_variable(env, "SLURM_JOB_ID", 0);
+  if (agent::env_value(env, "SLURM_STEP_ID", "").empty()) {
+    // The batch script or an salloc shell: one process on one node of the allocation.
+    const std::string job_nodes = agent::env_value(env, "SLURM_JOB_NUM_NODES", agent::env_value(env, "SLURM_NNODES", "1"));
+    int n = 1;
+    if (parse_int_strict(job_nodes, n) && n <= 1) return false;  // a one-node job: a local run is all there is
+    throw UsageError("ddprun runs in SLURM job " + job_text + " of " + job_nodes + " nodes but outside a job step "
+                         "(SLURM_STEP_ID is not set: the batch script or an salloc shell), so it would start "
+                         "workers on this node only; " + kOneTaskAdvice + " (or --standalone for one node)",
+                     kExitUsage);
+  }
+  const std::string count_var = agent::env_value(env, "SLURM_STEP_NUM_NODES", "").empty() ? "SLURM_NNODES"
+                                                                                          : "SLURM_STEP_NUM_NODES";
+  const int nnodes = int_variable(env, count_var, 1);
+  refuse_several_tasks_per_node(env, nnodes);
+  if (nnodes == 1) return false;
+
+  const std::string list_var = "SLURM_STEP_NODELIST";
+  const std::string list = agent::env_value(env, list_var, "");
+  std::vector<std::string> hosts;
+  try {
+    hosts = expand_hostlist(list);
+  } catch (const HostlistError& e) {
+    bad_variable(list_var, list, std::string(e.what()) + "; give --master-addr HOST --nnodes N --node-rank R");
+  }
+  if (static_cast<int>(hosts.size()) != nnodes)
+    bad_variable(list_var, list, "names " + std::to_string(hosts.size()) + " hosts but " + count_var + " is " +
+                                     std::to_string(nnodes));
+  const std::string& host0 = hosts.front();
+  const bool digits_only = std::all_of(host0.begin(), host0.end(), [](char c) { return std::isdigit(c) != 0; });
+  if (!valid_host(host0) || digits_only)
+    bad_variable(list_var, list, "its first host '" + host0 + "' is not a usable host name (" +
+                                     (digits_only ? "it would be read as an IP address" : "invalid characters") +
+                                     "); give --master-addr HOST");
+  const int node_index = step_node_index(env, hosts, list_var, list);
+
+  o.nnodes = std::to_string(nnodes);
+  o.node_rank = std::to_string(node_index);
   o.node_rank_given = true;
   o.master_addr = host0;
-  if (o.run_id == "none" && o.rdzv_id.empty()) o.run_id = "slurm-" + job_id;
+  if (o.run_id == "none" && o.rdzv_id.empty()) o.run_id = "slurm-" + job_text;
   if (!rdzv_port_given) o.rdzv_port = std::to_string(29400 + job % 1000);
-  notes.push_back("SLURM job " + job_id + ": node " + node_id + " of " + nnodes + ", rendezvous at " + host0 + ":" +
-                  o.rdzv_port);
+  notes.push_back("SLURM job " + job_text + " step " + agent::env_value(env, "SLURM_STEP_ID", "") + ": node " +
+                  o.node_rank + " of " + o.nnodes + " (" + list + "), rendezvous at " + host0 + ":" + o.rdzv_port);
   return true;
 }
 

@@ -1,5 +1,10 @@
 // `srun --ntasks-per-node=1 ddprun --nproc-per-node 4 ./train`: inside a SLURM job step that spans several
 // nodes, the topology comes from SLURM's environment, so no address has to be typed.
+//
+// Always the STEP's view: a step may run on a subset of the job's nodes (`srun -N2 -r1`, `-w`, `-x`), and then
+// SLURM_JOB_NODELIST/SLURM_NODELIST still name the whole job. The step's nodes are SLURM_STEP_NODELIST,
+// their count SLURM_STEP_NUM_NODES, and this node's index the position of SLURMD_NODENAME in that list (SLURM
+// 22.05's srun sets SLURM_NODEID to the same relative index; there is no SLURM_STEP_NODEID).
 #pragma once
 
 #include <string>
@@ -9,13 +14,15 @@
 
 namespace ddprun::launcher {
 
-// The first host of a SLURM host list: "gpu[07-09,12],cpu1" → "gpu07". Empty if malformed.
-std::string first_slurm_host(const std::string& nodelist);
-
-// Fills what the user left out from SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST and SLURM_JOB_ID when they
-// describe more than one node, and no --nnodes, --node-rank, --master-addr or --rdzv-endpoint was given:
-// static node ranks, node 0 = the first host, run id "slurm-JOBID", rendezvous port 29400 + JOBID % 1000 (jobs
-// sharing a first node do not collide). Returns whether it did.
+// Fills what the user left out when ddprun runs in a SLURM job and no --nnodes, --node-rank, --master-addr,
+// --rdzv-endpoint or --standalone was given:
+// - in a step over several nodes: static node ranks, node 0 = the step's first host, run id "slurm-JOBID",
+//   rendezvous port 29400 + JOBID % 1000 (jobs sharing a first node do not collide). Returns true.
+// - in a one-node step: nothing (a local job). Returns false.
+// Throws UsageError (exit 64) with advice when ddprun was run outside any step in a job of several nodes (the
+// batch script or an salloc shell: the other nodes would never start a ddprun), when the step runs several
+// tasks on a node (several ddprun would share each node), or when a SLURM variable cannot be understood
+// (naming the variable and its value): never a silent single-node job.
 bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_given,
                           const std::vector<std::string>& env, std::vector<std::string>& notes);
 

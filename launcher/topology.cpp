@@ -40,6 +40,18 @@ std::string resolve_token(const TopologyOptions& o, const std::vector<std::strin
   return rendezvous::run_id_token(run_id);  // the server recognises it and warns when it listens beyond loopback
 }
 
+// --rdzv-auth. auto asks for MUNGE only where it costs nothing to configure: a SLURM step of several nodes
+// (SLURM_STEP_ID is set in steps, not in the batch script), where every node runs the cluster's munged.
+agent::MungeUse resolve_munge_use(const std::string& mode, const std::vector<std::string>& env, bool local_only) {
+  if (mode == "token") return agent::MungeUse::kNo;
+  if (mode == "munge") return agent::MungeUse::kYes;
+  if (mode != "auto")
+    throw UsageError("--rdzv-auth must be auto, munge or token, got '" + mode + "'", kExitUsage);
+  const bool in_slurm_step = !agent::env_value(env, "SLURM_JOB_ID", "").empty() &&
+                             !agent::env_value(env, "SLURM_STEP_ID", "").empty();
+  return in_slurm_step && !local_only ? agent::MungeUse::kIfAvailable : agent::MungeUse::kNo;
+}
+
 // MASTER_PORT on the node that will be node 0: the one asked for, if free here, or a free one.
 int master_port_here(const TopologyOptions& o) {
   const int port = o.master_port.empty() ? 0 : parse_int_in("--master-port", o.master_port, 0, 65535);
@@ -127,6 +139,8 @@ void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& 
 
   const bool local_only = nnodes == 1 && !dynamic;
   r.token = resolve_token(o, env, local_only, w.run_id, notes);
+  r.munge = resolve_munge_use(o.rdzv_auth, env, local_only);
+  r.munge_socket = agent::env_value(env, "DDPRUN_MUNGE_SOCKET", "");
   if (local_only) {
     // One node: an in-process server on loopback, a free port, ranks as given.
     r.hosting = agent::Hosting::kYes;

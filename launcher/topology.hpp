@@ -25,6 +25,7 @@ struct TopologyOptions {
   std::string rdzv_port = "29400";
   std::string rdzv_token;
   std::string rdzv_token_file;
+  std::string rdzv_auth = "auto";  // auto | munge | token (resolve_munge_use in topology.cpp)
   std::string rdzv_timeout = "900";
   std::string heartbeat_interval = "1";
   std::string heartbeat_timeout = "5";

@@ -79,6 +79,12 @@ MungeCheck check_munge_credential(const std::string& socket, const std::string& 
   gid_t gid = static_cast<gid_t>(-1);
   const munge_err_t err = munge_decode(credential.c_str(), ctx.get(), &raw_payload, &length, &uid, &gid);
   std::unique_ptr<void, FreeDeleter> payload(raw_payload);  // allocated for some errors too (munge.h)
+  if (err == EMUNGE_CRED_UNAUTHORIZED) {
+    // Its maker restricted it to its own uid (make_munge_credential does), and that is not ours: another user.
+    check.problem = "MUNGE credential of another user than the job's uid " + std::to_string(expected_uid) +
+                    " (munged: " + why(ctx.get(), err) + ")";
+    return check;
+  }
   if (err != EMUNGE_SUCCESS) {
     // Expired, replayed, forged (another key), unauthorised, or munged down: all a refusal.
     check.problem = "MUNGE credential rejected: " + why(ctx.get(), err);

@@ -224,7 +224,7 @@ class Slurm(MultiNodeCase):
         procs = []
         for node in range(2):
             self.env.update(SLURM_NNODES="2", SLURM_NODEID=str(node), SLURM_JOB_NODELIST="127.0.0.1,127.0.0.1",
-                            SLURM_JOB_ID="4242")
+                            SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_STEP_NODELIST="127.0.0.1,127.0.0.1")
             procs.append(self.start("--nproc-per-node", 2, "--rdzv-port", self.port, WORKER, "env=RANK",
                                     "env=TORCHELASTIC_RUN_ID"))
         for node, res in enumerate(self.wait_all(procs)):

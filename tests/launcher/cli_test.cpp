@@ -4,7 +4,6 @@
 #include "agent/env_contract.hpp"
 #include "common/error.hpp"
 #include "launcher/cli.hpp"
-#include "launcher/slurm.hpp"
 #include "launcher/exit_codes.hpp"
 
 using namespace ddprun::launcher;
@@ -112,30 +111,4 @@ TEST_CASE("bad input is refused with the documented code") {
   CHECK(usage_code({"--term-timeout", "-1", "true"}) == kExitUsage);
   CHECK(usage_code({"--prefix", "{host}", "true"}) == kExitUsage);
   CHECK(usage_code({"--tee", "3", "true"}) == kExitUsage);  // log files need --log-dir
-}
-
-TEST_CASE("SLURM host lists: the first host, zero padding kept") {
-  using ddprun::launcher::first_slurm_host;
-  CHECK(first_slurm_host("gpu[07-09,12],cpu1") == "gpu07");
-  CHECK(first_slurm_host("node1,node2") == "node1");
-  CHECK(first_slurm_host("a[3,5]-ib") == "a3-ib");
-  CHECK(first_slurm_host("solo") == "solo");
-  CHECK(first_slurm_host("bad[1-2") == "");
-}
-
-TEST_CASE("inside a multi-node SLURM step the topology comes from SLURM, unless options say otherwise") {
-  const std::vector<std::string> env{"PATH=/usr/bin:/bin", "SLURM_NNODES=4", "SLURM_NODEID=2",
-                                     "SLURM_JOB_NODELIST=gpu[07-10]", "SLURM_JOB_ID=123456"};
-  const auto c = ddprun::launcher::parse_command_line({"true"}, env);
-  CHECK(c.agent.rdzv.nnodes == 4);
-  CHECK(*c.agent.rdzv.node_rank == 2);
-  CHECK(c.agent.rdzv.server_host == "gpu07");
-  CHECK(c.agent.rdzv.server_port == 29400 + 456);
-  CHECK(c.agent.world.run_id == "slurm-123456");
-  const auto one = ddprun::launcher::parse_command_line({"--nnodes", "1", "true"}, env);
-  CHECK(one.agent.rdzv.nnodes == 1);
-  const auto single = ddprun::launcher::parse_command_line(
-      {"true"}, {"PATH=/usr/bin:/bin", "SLURM_NNODES=1", "SLURM_NODEID=0", "SLURM_JOB_NODELIST=a",
-                 "SLURM_JOB_ID=5"});
-  CHECK(single.agent.rdzv.nnodes == 1);
 }

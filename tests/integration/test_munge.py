@@ -1,0 +1,127 @@
+"""MUNGE authentication of the rendezvous, with a private munged per test (tests/integration/munged.py):
+nodes of the job's user join; a process of another user (nobody) is refused with 77 even with the right
+token, run id and port; --rdzv-auth auto uses MUNGE in a SLURM step only; munged down: auto falls back to
+the token with a warning, --rdzv-auth munge refuses to start (69)."""
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import unittest
+
+from harness import DDPRUN, WORKER
+from munged import PrivateMunged
+from test_multinode import MultiNodeCase, REFUSED
+
+UNAVAILABLE, USAGE = 69, 64
+MUNGE_LINE = "each with a MUNGE credential of uid"
+
+
+class MungeCase(MultiNodeCase):
+    def setUp(self):
+        super().setUp()
+        self.munged = PrivateMunged()
+        try:
+            self.env["DDPRUN_MUNGE_SOCKET"] = self.munged.start()
+        except unittest.SkipTest:
+            self.munged.stop()
+            raise
+
+    def tearDown(self):
+        self.munged.stop()  # before the harness looks for processes left behind
+        super().tearDown()
+
+    def kill_if_running(self, proc):
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+    def two_node_job(self, *extra, env=None):
+        saved = self.env
+        self.env = env or self.env
+        try:
+            procs = [self.node(r, 2, "exit=0", extra=extra) for r in range(2)]
+        finally:
+            self.env = saved
+        return self.wait_all(procs)
+
+
+class MungeJobs(MungeCase):
+    def test_two_nodes_with_munge_complete(self):
+        results = self.two_node_job("--rdzv-auth", "munge")
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+        self.assertIn(MUNGE_LINE, results[0].stderr.decode(), results[0])
+
+    def test_auto_uses_munge_inside_a_slurm_step_only(self):
+        step = dict(self.env, SLURM_JOB_ID="4242", SLURM_STEP_ID="0")
+        in_step = self.two_node_job(env=step)
+        for res in in_step:
+            self.assertEqual(res.code, 0, res)
+        self.assertIn(MUNGE_LINE, in_step[0].stderr.decode(), in_step[0])
+        outside = self.two_node_job()
+        for res in outside:
+            self.assertEqual(res.code, 0, res)
+        self.assertNotIn(MUNGE_LINE, outside[0].stderr.decode(), outside[0])
+
+    def test_a_node_of_another_user_is_refused_and_the_job_goes_on(self):
+        nobody = pwd.getpwnam("nobody")
+        # nobody must be able to run ddprun and the worker: copies in a directory it can read.
+        bin_dir = self.path("bin")
+        os.mkdir(bin_dir)
+        os.chmod(self.tmp, 0o755)
+        ddprun, worker = shutil.copy(DDPRUN, bin_dir), shutil.copy(WORKER, bin_dir)
+        nobody_tmp = self.path("nobody-tmp")
+        os.mkdir(nobody_tmp)
+        os.chown(nobody_tmp, nobody.pw_uid, nobody.pw_gid)
+        host = self.node(0, 2, "exit=0", extra=("--rdzv-auth", "munge"))
+        self.addCleanup(self.kill_if_running, host)
+        # The right token (DDPRUN_TOKEN), run id, port and node rank: only its user is wrong.
+        intruder = subprocess.run(
+            ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", ddprun,
+             "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--rdzv-port", str(self.port),
+             "--nproc-per-node", "1", "--rdzv-timeout", "10", "--rdzv-auth", "munge", worker,
+             f"ready={nobody_tmp}"],
+            env=dict(self.env, TMPDIR=nobody_tmp, HOME=nobody_tmp), capture_output=True, timeout=30,
+            start_new_session=True)
+        err = intruder.stderr.decode()
+        self.assertEqual(intruder.returncode, REFUSED, err)
+        self.assertIn("refused this node: authentication failed", err)
+        self.assertIn("not the job's user", err)
+        self.assertFalse(os.path.exists(os.path.join(nobody_tmp, "ready.1")), "a worker of the intruder ran")
+        member = self.node(1, 2, "exit=0", extra=("--rdzv-auth", "munge"))
+        results = self.wait_all([host, member])
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+        host_err = results[0].stderr.decode()
+        self.assertIn(f"MUNGE credential of another user than the job's uid {os.geteuid()}", host_err)
+
+    def test_bad_rdzv_auth_value_is_a_usage_error(self):
+        res = self.run_ddprun("--rdzv-auth", "kerberos", "--nproc-per-node", "1", WORKER, "exit=0")
+        self.assertEqual(res.code, USAGE, res)
+        self.assertIn("--rdzv-auth must be auto, munge or token", res.stderr.decode())
+
+
+class MungedDown(MungeCase):
+    def test_auto_in_a_slurm_step_falls_back_to_the_token_with_a_warning(self):
+        self.munged.kill()  # the socket file stays, as after a crash
+        step = dict(self.env, SLURM_JOB_ID="4242", SLURM_STEP_ID="0")
+        results = self.two_node_job(env=step)
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+        host_err = results[0].stderr.decode()
+        self.assertIn("MUNGE authentication is off for this job", host_err)
+        self.assertNotIn(MUNGE_LINE, host_err)
+
+    def test_munge_asked_for_refuses_to_start_without_munged(self):
+        self.munged.stop()
+        res = self.run_ddprun("--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1", "--rdzv-port",
+                              self.port, "--rdzv-auth", "munge", "--nproc-per-node", "1", WORKER,
+                              f"ready={self.path('started')}")
+        self.assertEqual(res.code, UNAVAILABLE, res)
+        self.assertIn("--rdzv-auth munge: MUNGE: munged at", res.stderr.decode())
+        self.assertFalse(os.path.exists(self.path("started")))  # no worker ran
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,104 @@
+// The SLURM topology rules of launcher/slurm.hpp, on environments copied from what SLURM 22.05's srun, sbatch
+// and salloc set (seen on the real test cluster of tests/slurm/).
+#include <doctest/doctest.h>
+
+#include "common/error.hpp"
+#include "launcher/cli.hpp"
+#include "launcher/exit_codes.hpp"
+
+using namespace ddprun::launcher;
+using Env = std::vector<std::string>;
+
+namespace {
+
+// `srun -N2 -r1` in a 3-node job, on n3: srun sets the step's count and this node's step-relative id, but the
+// job's node list stays in SLURM_JOB_NODELIST and SLURM_NODELIST.
+Env step_env(const std::string& node, const std::string& node_id) {
+  return {"PATH=/usr/bin:/bin",          "SLURM_JOB_ID=123456",         "SLURM_STEP_ID=0",
+          "SLURM_JOB_NODELIST=n[1-3]",    "SLURM_NODELIST=n[1-3]",       "SLURM_JOB_NUM_NODES=3",
+          "SLURM_STEP_NODELIST=n[2-3]",   "SLURM_STEP_NUM_NODES=2",      "SLURM_NNODES=2",
+          "SLURM_NODEID=" + node_id,      "SLURMD_NODENAME=" + node,     "SLURM_LOCALID=0",
+          "SLURM_STEP_TASKS_PER_NODE=1(x2)", "SLURM_STEP_NUM_TASKS=2"};
+}
+
+Env with(Env env, const std::string& name, const std::string& value) {
+  for (auto& item : env)
+    if (item.rfind(name + "=", 0) == 0) item = name + "=" + value;
+  if (value.empty()) env.erase(std::remove(env.begin(), env.end(), name + "="), env.end());
+  return env;
+}
+
+std::string usage_error(const std::vector<std::string>& args, const Env& env) {
+  try {
+    parse_command_line(args, env);
+  } catch (const ddprun::UsageError& e) {
+    CHECK(e.exit_code() == kExitUsage);
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("a step on a subset of the job takes node 0, the count and this node's index from the step") {
+  const auto c = parse_command_line({"true"}, step_env("n3", "1"));
+  CHECK(c.agent.rdzv.nnodes == 2);
+  CHECK(*c.agent.rdzv.node_rank == 1);
+  CHECK(c.agent.rdzv.server_host == "n2");
+  CHECK(c.agent.world.master_addr == "n2");
+  CHECK(c.agent.rdzv.server_port == 29400 + 456);
+  CHECK(c.agent.world.run_id == "slurm-123456");
+  const auto node0 = parse_command_line({"true"}, step_env("n2", "0"));
+  CHECK(*node0.agent.rdzv.node_rank == 0);
+}
+
+TEST_CASE("this node's index is where SLURMD_NODENAME stands in the step list, SLURM_NODEID without it") {
+  Env env = with(step_env("n3", "1"), "SLURM_STEP_NODELIST", "n[1,3]");
+  CHECK(*parse_command_line({"true"}, env).agent.rdzv.node_rank == 1);
+  CHECK(parse_command_line({"true"}, env).agent.world.master_addr == "n1");
+  env = with(step_env("n3", "1"), "SLURMD_NODENAME", "");
+  CHECK(*parse_command_line({"true"}, env).agent.rdzv.node_rank == 1);
+  CHECK(usage_error({"true"}, step_env("n1", "0")) ==
+        "SLURMD_NODENAME='n1': this node is not in SLURM_STEP_NODELIST='n[2-3]'");
+}
+
+TEST_CASE("options that place the node win over SLURM; a one-node step is a local job") {
+  CHECK(parse_command_line({"--nnodes", "1", "true"}, step_env("n3", "1")).agent.rdzv.nnodes == 1);
+  CHECK(parse_command_line({"--standalone", "true"}, step_env("n3", "1")).agent.rdzv.nnodes == 1);
+  Env one = with(with(with(step_env("n2", "0"), "SLURM_STEP_NUM_NODES", "1"), "SLURM_STEP_NODELIST", "n2"),
+                 "SLURM_STEP_TASKS_PER_NODE", "1");
+  one = with(one, "SLURM_STEP_NUM_TASKS", "1");
+  CHECK(parse_command_line({"true"}, one).agent.rdzv.nnodes == 1);
+}
+
+TEST_CASE("an unreadable step node list is exit 64 naming the variable and its value, never a one-node job") {
+  CHECK(usage_error({"true"}, with(step_env("n3", "1"), "SLURM_STEP_NODELIST", "n[2-3")) ==
+        "SLURM_STEP_NODELIST='n[2-3': unclosed '[' in 'n[2-3'; give --master-addr HOST --nnodes N --node-rank R");
+  CHECK(usage_error({"true"}, with(step_env("n3", "1"), "SLURM_STEP_NODELIST", "n[2-4]")) ==
+        "SLURM_STEP_NODELIST='n[2-4]': names 3 hosts but SLURM_STEP_NUM_NODES is 2");
+  CHECK(usage_error({"true"}, with(step_env("2", "1"), "SLURM_STEP_NODELIST", "[1-2]"))
+            .find("'1' is not a usable host name (it would be read as an IP address)") != std::string::npos);
+  CHECK(usage_error({"true"}, with(step_env("n3", "1"), "SLURM_STEP_NUM_NODES", "two")) ==
+        "SLURM_STEP_NUM_NODES='two': expected an integer >= 1");
+}
+
+TEST_CASE("ddprun outside a step in a job of several nodes is refused with advice; in a one-node job it runs") {
+  const Env batch{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=7", "SLURM_JOB_NODELIST=n[1-2]", "SLURM_JOB_NUM_NODES=2",
+                  "SLURM_NNODES=2", "SLURM_NODEID=0", "SLURM_NODELIST=n[1-2]", "SLURM_LOCALID=0"};
+  const std::string why = usage_error({"true"}, batch);
+  CHECK(why.find("outside a job step") != std::string::npos);
+  CHECK(why.find("srun --ntasks-per-node=1 ddprun") != std::string::npos);
+  CHECK(parse_command_line({"--standalone", "true"}, batch).agent.rdzv.nnodes == 1);
+  const Env one{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=7", "SLURM_JOB_NODELIST=n1", "SLURM_JOB_NUM_NODES=1",
+                "SLURM_NNODES=1"};
+  CHECK(parse_command_line({"true"}, one).agent.rdzv.nnodes == 1);
+}
+
+TEST_CASE("several tasks per node are refused with advice, whichever variable shows it") {
+  const Env two = with(with(step_env("n3", "1"), "SLURM_STEP_TASKS_PER_NODE", "2(x2)"), "SLURM_STEP_NUM_TASKS", "4");
+  CHECK(usage_error({"true"}, two).find("srun --ntasks-per-node=1") != std::string::npos);
+  CHECK(usage_error({"true"}, with(step_env("n3", "1"), "SLURM_LOCALID", "1")).find("several tasks per node") !=
+        std::string::npos);
+  CHECK(usage_error({"true"}, with(step_env("n3", "1"), "SLURM_STEP_NUM_TASKS", "3")).find("several tasks") !=
+        std::string::npos);
+}
