@@ -76,13 +76,13 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--rdzv-token,--rdzv_token", t.rdzv_token,
                  "Shared secret every node must prove (never sent); else --rdzv-token-file or DDPRUN_TOKEN");
   app.add_option("--rdzv-token-file,--rdzv_token_file", t.rdzv_token_file, "Read the token from this file");
+  app.add_option("--rdzv-auth,--rdzv_auth", t.rdzv_auth,
+                 "auto: in a SLURM step, nodes also prove their user with MUNGE when munged answers; munge: "
+                 "always, refusing to start without munged; token: the token only (default auto)");
   app.add_option("--rdzv-timeout,--rdzv_timeout", t.rdzv_timeout,
                  "Seconds to wait for every node to join, or for the server to answer (default 900)");
   app.add_option("--heartbeat-interval,--heartbeat_interval", t.heartbeat_interval,
                  "Seconds between heartbeats (set on the node hosting the rendezvous; default 1)");
-  app.add_option("--rdzv-auth,--rdzv_auth", t.rdzv_auth,
-                 "auto: in a SLURM step, nodes also prove their user with MUNGE when munged answers; munge: "
-                 "always, refusing to start without munged; token: the token only (default auto)");
   app.add_option("--heartbeat-timeout,--heartbeat_timeout", t.heartbeat_timeout,
                  "Seconds of silence after which a node, or the server, is lost (host's setting; default 5)");
   app.add_option("--local-addr,--local_addr", t.local_addr,
