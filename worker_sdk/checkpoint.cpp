@@ -42,7 +42,7 @@ bool exists(const std::string& path) {
 }  // namespace
 
 void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                     std::int64_t epoch) {
+                     std::int64_t epoch, std::int64_t step) {
   const std::string tmp = path + ".tmp";
   torch::serialize::OutputArchive model_archive, optim_archive, archive;
   model.save(model_archive);
@@ -50,6 +50,7 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::o
   archive.write("model", model_archive);
   archive.write("optimizer", optim_archive);
   archive.write("epoch", torch::tensor(epoch, torch::kLong));
+  archive.write("step", torch::tensor(step, torch::kLong));
   try {
     archive.save_to(tmp);
   } catch (const std::exception& e) {
@@ -65,7 +66,8 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::o
 }
 
 std::optional<std::int64_t> load_checkpoint(const std::string& path, torch::nn::Module& model,
-                                            torch::optim::Optimizer& optimizer, torch::Device device) {
+                                            torch::optim::Optimizer& optimizer, torch::Device device,
+                                            std::int64_t* step) {
   if (!exists(path)) return std::nullopt;
   torch::serialize::InputArchive archive, model_archive, optim_archive;
   try {
@@ -76,6 +78,8 @@ std::optional<std::int64_t> load_checkpoint(const std::string& path, torch::nn::
     optimizer.load(optim_archive);
     at::Tensor epoch;
     archive.read("epoch", epoch);
+    at::Tensor saved_step;
+    if (step) *step = archive.try_read("step", saved_step) ? saved_step.item<std::int64_t>() : 0;
     return epoch.item<std::int64_t>();
   } catch (const c10::Error& e) {
     throw Error("checkpoint: cannot load " + path + ": " + e.what_without_backtrace());
@@ -95,13 +99,17 @@ std::int64_t Checkpointer::maybe_resume(bool resume, torch::nn::Module& model, t
                                         std::int64_t first_epoch) {
   if (dir_.empty() || !resume) return first_epoch;
   auto device = group_ ? group_->device() : torch::Device(torch::kCPU);
-  auto epoch = load_checkpoint(path(), model, optimizer, device);
-  return epoch ? *epoch + 1 : first_epoch;
+  std::int64_t step = 0;
+  auto epoch = load_checkpoint(path(), model, optimizer, device, &step);
+  if (!epoch) return first_epoch;
+  resume_step_ = step;
+  return step > 0 ? *epoch : *epoch + 1;
 }
 
-void Checkpointer::save(torch::nn::Module& model, torch::optim::Optimizer& optimizer, std::int64_t epoch) {
+void Checkpointer::save(torch::nn::Module& model, torch::optim::Optimizer& optimizer, std::int64_t epoch,
+                        std::int64_t step) {
   if (dir_.empty()) return;
-  if (!group_ || group_->rank() == 0) save_checkpoint(path(), model, optimizer, epoch);
+  if (!group_ || group_->rank() == 0) save_checkpoint(path(), model, optimizer, epoch, step);
   if (group_) group_->barrier();
 }
 

@@ -1,15 +1,20 @@
 #include "examples/fashion_mnist/options.hpp"
 
+#include <initializer_list>
 #include <stdexcept>
 
 namespace ddprun::examples {
 
 const char* const kUsage =
-    "usage: fashion_mnist [--epochs N] [--batch-size N (per rank)] [--lr X] [--momentum X] [--seed N]\n"
-    "                     [--data-dir DIR] [--checkpoint-dir DIR] [--resume] [--max-steps N]\n"
-    "                     [--nproc N] [--syncbn] [--log-every N] [--threads N]\n"
+    "usage: fashion_mnist [--epochs N] [--batch-size N (per rank)] [--lr X (peak, per 256 samples)]\n"
+    "                     [--momentum X] [--weight-decay X] [--schedule onecycle|constant] [--warmup F]\n"
+    "                     [--norm batchnorm|syncbn|none] [--syncbn] [--seed N] [--data-dir DIR]\n"
+    "                     [--checkpoint-dir DIR] [--resume] [--max-steps N] [--nproc N] [--log-every N]\n"
+    "                     [--threads N]\n"
     "Trains the MNIST CNN on Fashion-MNIST with DDP. Under ddprun it is one worker; started alone it\n"
-    "launches --nproc workers itself.\n";
+    "launches --nproc workers itself. With --checkpoint-dir it saves DIR/checkpoint.pt after each epoch and\n"
+    "writes DIR/metrics.jsonl. SIGUSR1 or SIGTERM: it saves a checkpoint and exits 0; --resume goes on from\n"
+    "the checkpoint (from the step where it stopped).\n";
 
 namespace {
 
@@ -27,6 +32,15 @@ T number(const std::string& flag, const std::string& text, T min) {
   } catch (const std::exception&) {
   }
   throw std::invalid_argument(flag + " expects a number >= " + std::to_string(min) + ", got '" + text + "'");
+}
+
+std::string one_of(const std::string& flag, const std::string& value, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (value == a) return value;
+    list += list.empty() ? a : std::string(", ") + a;
+  }
+  throw std::invalid_argument(flag + " expects one of " + list + ", got '" + value + "'");
 }
 
 }  // namespace
@@ -50,17 +64,22 @@ TrainOptions parse_options(int argc, char** argv) {
     else if (flag == "--batch-size") o.batch_size = number<int>(flag, next(), 1);
     else if (flag == "--lr") o.lr = number<double>(flag, next(), 0.0);
     else if (flag == "--momentum") o.momentum = number<double>(flag, next(), 0.0);
+    else if (flag == "--weight-decay") o.weight_decay = number<double>(flag, next(), 0.0);
+    else if (flag == "--warmup") o.warmup = number<double>(flag, next(), 0.0);
+    else if (flag == "--schedule") o.schedule = one_of(flag, next(), {"onecycle", "constant"});
+    else if (flag == "--norm") o.norm = one_of(flag, next(), {"batchnorm", "syncbn", "none"});
     else if (flag == "--seed") o.seed = number<std::uint64_t>(flag, next(), 0);
     else if (flag == "--data-dir") o.data_dir = next();
     else if (flag == "--checkpoint-dir") o.checkpoint_dir = next();
     else if (flag == "--resume") o.resume = true;
     else if (flag == "--max-steps") o.max_steps = number<std::int64_t>(flag, next(), 0);
     else if (flag == "--nproc") o.nproc = number<int>(flag, next(), 1);
-    else if (flag == "--syncbn") o.syncbn = true;
+    else if (flag == "--syncbn") o.norm = "syncbn";
     else if (flag == "--log-every") o.log_every = number<int>(flag, next(), 1);
     else if (flag == "--threads") o.threads = number<int>(flag, next(), 0);
     else throw std::invalid_argument("unknown option '" + flag + "'");
   }
+  if (o.warmup >= 1.0) throw std::invalid_argument("--warmup is a fraction of the steps (below 1), got " + std::to_string(o.warmup));
   return o;
 }
 
