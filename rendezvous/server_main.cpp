@@ -1,6 +1,6 @@
 // ddprun-rendezvous: a rendezvous server on its own, for jobs too big to host on node 0's agent.
 //
-//   ddprun-rendezvous --rdzv-id ID --nnodes N[:M] [--host ADDR] [--port P] [--token-file F] ...
+//   ddprun-rendezvous --rdzv-id ID --nnodes N[:M] [--host ADDR] [--port P] [--token-file F] [--munge] ...
 // The token comes from --token, DDPRUN_TOKEN or --token-file. Exits when the job has ended and every agent
 // has hung up: 0 when the job completed, 1 when it was stopped or timed out, 130/143 on SIGINT/SIGTERM.
 #include <sys/resource.h>
@@ -14,6 +14,7 @@
 
 #include "common/error.hpp"
 #include "rendezvous/auth.hpp"
+#include "rendezvous/munge_auth.hpp"
 #include "rendezvous/server.hpp"
 
 namespace {
@@ -22,6 +23,7 @@ using namespace ddprun;
 using namespace ddprun::rendezvous;
 
 constexpr int kUsageError = 64;  // sysexits EX_USAGE, as the launcher
+constexpr int kUnavailable = 69;  // EX_UNAVAILABLE: --munge and munged does not answer, as the launcher
 
 long peak_rss_kib() {
   rusage usage{};
@@ -52,6 +54,9 @@ int run(int argc, char** argv) {
   app.add_option("--token", token, "job token (prefer DDPRUN_TOKEN or --token-file)");
   app.add_option("--token-file", token_file, "file whose first line is the job token");
   app.add_flag("--static-node-ranks", config.static_node_ranks, "agents bring their node rank");
+  app.add_flag("--munge", config.require_munge,
+               "agents must also bring a MUNGE credential of this server's user (munged at DDPRUN_MUNGE_SOCKET, "
+               "or libmunge's default socket)");
   app.add_option("--heartbeat-interval", heartbeat_interval, "seconds")->capture_default_str();
   app.add_option("--heartbeat-timeout", heartbeat_timeout, "seconds")->capture_default_str();
   app.add_option("--rdzv-timeout", join_timeout, "seconds to wait for every node")->capture_default_str();
@@ -76,6 +81,12 @@ int run(int argc, char** argv) {
   if (token.empty() && !token_file.empty()) token = read_token_file(token_file);
   if (token.empty()) throw UsageError("no job token: pass --token-file, set DDPRUN_TOKEN, or --token", kUsageError);
   config.token = token;
+  if (config.require_munge) {
+    if (const char* socket = std::getenv("DDPRUN_MUNGE_SOCKET")) config.munge_socket = socket;
+    // Asked for and impossible: refuse to start rather than run a job that nobody can join.
+    if (std::string why = munge_unavailable_reason(config.munge_socket); !why.empty())
+      throw UsageError("--munge: " + why + " (start munged, or set DDPRUN_MUNGE_SOCKET to its socket)", kUnavailable);
+  }
   auto ms = [](double seconds) { return std::chrono::milliseconds(static_cast<long long>(seconds * 1000)); };
   config.heartbeat_interval = ms(heartbeat_interval);
   config.heartbeat_timeout = ms(heartbeat_timeout);

@@ -14,6 +14,7 @@ from munged import PrivateMunged
 from test_multinode import MultiNodeCase, REFUSED
 
 UNAVAILABLE, USAGE = 69, 64
+RENDEZVOUS = os.environ.get("DDPRUN_RENDEZVOUS", os.path.join(os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous"))
 MUNGE_LINE = "each with a MUNGE credential of uid"
 
 
@@ -96,6 +97,20 @@ class MungeJobs(MungeCase):
         host_err = results[0].stderr.decode()
         self.assertIn(f"MUNGE credential of another user than the job's uid {os.geteuid()}", host_err)
 
+    def test_a_separate_rendezvous_server_with_munge(self):
+        # The server decides; the agents (no --rdzv-auth) answer what its challenge asks.
+        server = subprocess.Popen([RENDEZVOUS, "--rdzv-id", "dynjob", "--nnodes", "2", "--host", "127.0.0.1",
+                                   "--port", str(self.port), "--munge"],
+                                  env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.addCleanup(self.kill_if_running, server)
+        agents = [self.start("--nnodes", 2, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "dynjob",
+                             "--nproc-per-node", 1, "--rdzv-timeout", 20, WORKER, "exit=0") for _ in range(2)]
+        for res in self.wait_all(agents):
+            self.assertEqual(res.code, 0, res)
+        served = self.wait_all([server])[0]
+        self.assertEqual(served.code, 0, served)
+        self.assertIn(MUNGE_LINE, served.stderr.decode(), served)
+
     def test_bad_rdzv_auth_value_is_a_usage_error(self):
         res = self.run_ddprun("--rdzv-auth", "kerberos", "--nproc-per-node", "1", WORKER, "exit=0")
         self.assertEqual(res.code, USAGE, res)
@@ -121,6 +136,13 @@ class MungedDown(MungeCase):
         self.assertEqual(res.code, UNAVAILABLE, res)
         self.assertIn("--rdzv-auth munge: MUNGE: munged at", res.stderr.decode())
         self.assertFalse(os.path.exists(self.path("started")))  # no worker ran
+
+    def test_a_separate_server_with_munge_refuses_to_start_without_munged(self):
+        self.munged.stop()
+        res = subprocess.run([RENDEZVOUS, "--rdzv-id", "dynjob", "--nnodes", "2", "--host", "127.0.0.1", "--port",
+                              "0", "--munge"], env=self.env, capture_output=True, text=True, timeout=30)
+        self.assertEqual(res.returncode, UNAVAILABLE, res.stderr)
+        self.assertIn("--munge: MUNGE: munged at", res.stderr)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 // The state machine's MUNGE rule, pure (no munged): the server's verdict rides on the hello, and with MUNGE
 // required a wrong token, a wrong run id and a wrong user all get the one same refusal.
+#include "common/error.hpp"
 #include "tests/rendezvous/state_machine_fixture.hpp"
 
 using namespace ddprun::rendezvous;
@@ -75,4 +76,22 @@ TEST_CASE("without MUNGE the verdict is ignored and the refusal text is the toke
   const std::string said = refusal(step(state, munge_hello(bad, true), at(0ms)), bad.conn);
   CHECK(said.find("authentication failed: wrong job token or run id") == 0);
   CHECK(said.find("MUNGE") == std::string::npos);
+}
+
+TEST_CASE("the challenge's munge flag and the hello's credential cross the wire, and are absent when unused") {
+  ChallengeMsg challenge;
+  challenge.nonce = "ab12";
+  challenge.heartbeat_interval_ms = 1000;
+  challenge.heartbeat_timeout_ms = 5000;
+  CHECK(encode(ServerMessage{challenge}).find("munge") == std::string::npos);
+  challenge.munge = true;
+  CHECK(std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{challenge}))).munge);
+
+  HelloMsg message = hello(Joiner{}).hello;
+  CHECK(encode(ClientMessage{message}).find("munge") == std::string::npos);
+  message.munge_credential = "MUNGE:AwQFAAB=:";
+  CHECK(std::get<HelloMsg>(decode_client_message(encode(ClientMessage{message}))).munge_credential == message.munge_credential);
+  // Bounded like every field: a peer cannot make the server hand munged a credential of any size.
+  message.munge_credential = "MUNGE:" + std::string(kMaxMungeCredentialBytes, 'A') + ":";
+  CHECK_THROWS_AS(decode_client_message(encode(ClientMessage{message})), ProtocolError);
 }
