@@ -78,6 +78,10 @@ struct AgentConfig {
   std::string log_dir;              // empty: error files in a temporary directory, no log files
   OutputConfig output;
   std::chrono::milliseconds term_timeout{30000};
+  // --hang-timeout: a worker that beat once and then stays silent this long is hung; 0: no heartbeat
+  // channel at all (README "Hang detection").
+  std::chrono::milliseconds hang_timeout{0};
+  std::chrono::milliseconds stack_capture_limit{5000};  // bounds the capture of a hung worker's stacks
   std::string events_file;          // empty: none
   std::string host;                 // this node's name, for reports
   Logger log;

@@ -68,6 +68,16 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   set("DDPRUN_AGENT_PID", std::to_string(in.agent_pid));
   set("DDPRUN_VERSION", kVersion);
   if (!in.job_tag.empty()) set("DDPRUN_JOB_TAG", in.job_tag);
+  if (in.heartbeat_fd >= 0) {
+    set("DDPRUN_HEARTBEAT_FD", std::to_string(in.heartbeat_fd));
+    set("DDPRUN_HEARTBEAT_OFFSET", std::to_string(in.heartbeat_offset));
+    set("DDPRUN_STACKS_FILE", in.stacks_file);
+    set("DDPRUN_STACKS_SIGNAL", std::to_string(in.stacks_signal));
+  } else {
+    // Inherited from an enclosing ddprun (a nested job): its descriptor means nothing here.
+    for (const char* k : {"DDPRUN_HEARTBEAT_FD", "DDPRUN_HEARTBEAT_OFFSET", "DDPRUN_STACKS_FILE", "DDPRUN_STACKS_SIGNAL"})
+      vars.erase(k);
+  }
   // The job's rendezvous secret stays with ddprun: whatever a worker runs (and logs) never sees it.
   vars.erase("DDPRUN_TOKEN");
 

@@ -2,6 +2,7 @@
 // own DDPRUN_* additions. Pure: computes a new environment from the agent's and the world assignment.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,11 @@ struct WorkerEnvInputs {
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
   int agent_pid = 0;       // DDPRUN_AGENT_PID
   std::string job_tag;     // DDPRUN_JOB_TAG: how the job guard finds the job's processes ("" = no guard)
+  // --hang-timeout only (agent/heartbeat_channel.hpp): DDPRUN_HEARTBEAT_FD/_OFFSET, DDPRUN_STACKS_FILE/_SIGNAL
+  int heartbeat_fd = -1;   // -1: none of the four is set
+  std::size_t heartbeat_offset = 0;
+  std::string stacks_file{};
+  int stacks_signal = 0;
 };
 
 // `base` is the agent's own environment ("NAME=value"); variables of the contract replace entries of the

@@ -49,7 +49,8 @@ NodeAgent::NodeAgent(const AgentConfig& config)
       notice_signals_(io_, SIGUSR1, SIGUSR2),
       reaper_(io_, [this](pid_t pid, const process::ExitStatus& s) { on_child_exit(pid, s); },
               [this](bool has_children) { after_reap(has_children); }),
-      grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), link_(io_, config, rendezvous_handlers()) {}
+      grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), link_(io_, config, rendezvous_handlers()),
+      hang_timer_(io_), capture_(io_) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -57,6 +58,7 @@ int NodeAgent::run() {
   try {
     layout_.prepare_attempt(world_.restart_count, config_.world.local_world_size);
     if (!config_.events_file.empty()) events_ = EventLog(config_.events_file);
+    if (config_.hang_timeout.count() > 0) heartbeats_ = HeartbeatChannel(config_.world.local_world_size);
     // Before any worker exists, and while this process is still single-threaded (it forks).
     guard_ = process::JobGuard::start();
     if (layout_.temporary()) guard_.remove_on_death(layout_.root());
@@ -134,6 +136,7 @@ void NodeAgent::on_signal(int signal) {
 }
 
 void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
+  if (capture_.on_child_exit(pid)) return;  // a stack tool of the hang capture
   auto it = local_rank_of_.find(pid);
   if (it == local_rank_of_.end()) {
     log_.debug("reaped descendant pid ", pid, " (", status.describe(), ")");
@@ -162,6 +165,8 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
 
 void NodeAgent::apply(const Decision& d, const char* reason) {
   if (d.teardown_began) {
+    hang_timer_.cancel();
+    capture_.abandon();  // stopped for another reason while capturing: the teardown takes the hung worker too
     log_.info("tearing down: ", reason, ", sending ", process::signal_name(d.signal_all), " to every worker");
     events_.write(json{{"event", "teardown"}, {"time_ms", policy_.teardown_ms()}, {"reason", reason},
                        {"signal", d.signal_all}});
@@ -247,6 +252,8 @@ void NodeAgent::maybe_finish() {
   drain_timer_.cancel();
   grace_timer_.cancel();
   stop_reply_timer_.cancel();
+  hang_timer_.cancel();
+  capture_.abandon();
   link_.finish([] {});
 }
 

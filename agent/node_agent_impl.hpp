@@ -8,15 +8,18 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "agent/agent_config.hpp"
 #include "agent/child_reaper.hpp"
 #include "agent/event_log.hpp"
+#include "agent/heartbeat_channel.hpp"
 #include "agent/output_pump.hpp"
 #include "agent/rendezvous_link.hpp"
 #include "agent/run_layout.hpp"
+#include "agent/stack_capture.hpp"
 #include "agent/supervision_policy.hpp"
 #include "common/process/job_guard.hpp"
 
@@ -43,6 +46,19 @@ class NodeAgent {
   void report_agent_signal(int signal, std::int64_t time_ms);
   void leave_after_signal(int signal);
   void begin_next_round();
+  // node_agent_hang.cpp
+  struct HungWorker {
+    int local_rank = 0;
+    std::int64_t step = -1;
+    std::int64_t silent_ms = 0;
+    std::int64_t last_beat_ms = 0;
+  };
+  void arm_hang_watch();
+  void on_hung(std::vector<int> hung, std::int64_t now_ns);
+  void on_stacks_captured();
+  void report_hang(const HungWorker& h);
+  std::string hang_stacks_file() const;
+  std::string stacks_file(int local_rank) const;
   // node_agent.cpp
   void wait_signal(boost::asio::signal_set& set);
   void on_signal(int signal);
@@ -71,6 +87,11 @@ class NodeAgent {
   std::vector<std::unique_ptr<OutputPump>> pumps_;
   RendezvousLink link_;
   process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)
+  HeartbeatChannel heartbeats_;  // --hang-timeout only
+  boost::asio::steady_timer hang_timer_;
+  StackCapture capture_;
+  std::vector<HungWorker> hung_;  // of the capture under way, the root cause first
+  std::string hang_stacks_path_;
   bool grace_armed_ = false;
   bool killing_stragglers_ = false;
   bool stragglers_terminated_ = false;  // leftovers of a successful round had their one SIGTERM

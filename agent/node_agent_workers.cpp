@@ -18,6 +18,7 @@ using nlohmann::json;
 
 void NodeAgent::start_workers() {
   const World& w = world_;
+  if (heartbeats_.enabled()) heartbeats_.clear();  // no beat of a previous round counts in this one
   for (int lr = 0; lr < w.local_world_size; ++lr) {
     if (policy_.phase() != Phase::kRunning) break;  // a signal or an early failure already stopped the job
     start_worker(lr);
@@ -25,6 +26,7 @@ void NodeAgent::start_workers() {
   log_.info("started ", w.local_world_size, w.local_world_size == 1 ? " worker" : " workers", ": ranks ", w.rank_offset, "-",
             w.rank_offset + w.local_world_size - 1, " of ", w.world_size, " (node ", w.node_rank, " of ", w.nnodes,
             "), master ", w.master_addr, ":", w.master_port, ", run id ", w.run_id, ", attempt ", w.restart_count);
+  arm_hang_watch();
 }
 
 // Decides where one stream of a worker goes. Returns the fd the child writes to (a pipe's write end, or
@@ -52,8 +54,19 @@ void NodeAgent::start_worker(int local_rank) {
   process::SpawnOptions opts;
   opts.program = config_.program;
   opts.argv = config_.argv;
-  opts.env = worker_environment(config_.base_env, w,
-                                {local_rank, layout_.error_file(w.restart_count, local_rank), ::getpid(), guard_.tag()});
+  WorkerEnvInputs env_in;
+  env_in.local_rank = local_rank;
+  env_in.error_file = layout_.error_file(w.restart_count, local_rank);
+  env_in.agent_pid = ::getpid();
+  env_in.job_tag = guard_.tag();
+  if (heartbeats_.enabled()) {
+    env_in.heartbeat_fd = heartbeats_.fd();
+    env_in.heartbeat_offset = HeartbeatChannel::offset_of(local_rank);
+    env_in.stacks_file = stacks_file(local_rank);
+    env_in.stacks_signal = python_stacks_signal();
+    opts.inherit_fds.push_back(heartbeats_.fd());
+  }
+  opts.env = worker_environment(config_.base_env, w, env_in);
   ::unlink(layout_.error_file(w.restart_count, local_rank).c_str());
 
   std::string prefix;

@@ -55,11 +55,21 @@ Decision SupervisionPolicy::on_exit(int local_rank, const process::ExitStatus& s
     w.state = WorkerState::kSucceeded;
     return {};
   }
-  if (phase_ != Phase::kRunning) {
+  if (phase_ != Phase::kRunning && !w.hung) {
     w.state = WorkerState::kVictim;
     return {};
   }
   w.state = WorkerState::kFailed;
+  if (w.hung) return {};  // on_hung already made it a failure and began the teardown
+  if (root_cause_ < 0) root_cause_ = local_rank;
+  return begin_teardown(SIGTERM, now_ms);
+}
+
+Decision SupervisionPolicy::on_hung(int local_rank, std::int64_t now_ms) {
+  WorkerRecord& w = worker(local_rank);
+  if (w.state != WorkerState::kRunning || w.hung) return {};
+  w.hung = true;
+  if (phase_ != Phase::kRunning) return {};  // already stopping: it is killed with the rest
   if (root_cause_ < 0) root_cause_ = local_rank;
   return begin_teardown(SIGTERM, now_ms);
 }

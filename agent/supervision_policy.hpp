@@ -31,6 +31,7 @@ struct WorkerRecord {
   process::ExitStatus status;
   std::int64_t end_ms = 0;
   std::string error_message;  // from the worker's error file, when it wrote one
+  bool hung = false;          // silent for --hang-timeout after beating: killed by ddprun (kFailed)
 };
 
 // The job on this node:
@@ -69,6 +70,10 @@ class SupervisionPolicy {
   Decision on_exit(int local_rank, const process::ExitStatus& status, std::int64_t now_ms);
   // ddprun itself received `signal`.
   Decision on_signal(int signal, std::int64_t now_ms);
+  // A worker stopped beating for --hang-timeout (agent/hang_watch.hpp): it is a failure like an exit (the
+  // root cause when first), and the executor SIGKILLs it before the decision's signal reaches the rest.
+  // Its exit, whatever it is, keeps it kFailed.
+  Decision on_hung(int local_rank, std::int64_t now_ms);
   Decision on_grace_expired(std::int64_t now_ms);
   // Stop requested from outside the node (another node failed): like a failure elsewhere.
   Decision on_external_stop(std::int64_t now_ms);

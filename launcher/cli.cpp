@@ -32,6 +32,7 @@ struct RawOptions {
   std::string tee = "0";
   std::string local_ranks_filter;
   std::string term_timeout = "30";
+  std::string hang_timeout = "0";
   std::string role = "default";
   bool no_python = false;
   bool module = false;
@@ -99,6 +100,9 @@ void define_options(CLI::App& app, RawOptions& o) {
                  "Show only these local ranks' output on the console, e.g. 0 or 0,2 (log files keep all)");
   app.add_option("--term-timeout,--term_timeout,--shutdown-timeout,--shutdown_timeout", o.term_timeout,
                  "Seconds between SIGTERM and SIGKILL when tearing the job down (default 30)");
+  app.add_option("--hang-timeout,--hang_timeout", o.hang_timeout,
+                 "Seconds a worker that beat once may stay silent before it is hung: its stacks are saved, "
+                 "and it is killed as a failure (README 'Hang detection'; default 0: off)");
   app.add_option("--run-id,--run_id", t.run_id, "Job id (TORCHELASTIC_RUN_ID; default none)");
   app.add_option("--role", o.role, "Worker role name (ROLE_NAME; default default)");
   app.add_flag("--no-python,--no_python", o.no_python, "Execute PROGRAM directly, even a .py file");
@@ -294,6 +298,7 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
     throw UsageError("--role must be 1-128 characters of [A-Za-z0-9._-], got '" + o.role + "'", kExitUsage);
 
   cfg.term_timeout = parse_duration("--term-timeout", o.term_timeout);
+  cfg.hang_timeout = parse_duration("--hang-timeout", o.hang_timeout);
   if (!o.monitor_interval.empty()) parse_duration("--monitor-interval", o.monitor_interval);
 
   cfg.output.prefix_format = o.no_prefix ? std::string() : o.prefix;

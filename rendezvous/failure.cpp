@@ -40,6 +40,11 @@ std::string describe(const Failure& failure) {
   }
   out << "rank " << failure.rank << " (local rank " << failure.local_rank << ", node " << failure.node_rank
       << ", host " << (failure.host.empty() ? "?" : failure.host) << ", pid " << failure.pid << ")";
+  // A hung worker (ddprun --hang-timeout) was killed by its agent: the reason, not the signal, comes first.
+  if (failure.signal && failure.message.rfind("hung:", 0) == 0) {
+    out << " " << failure.message;
+    return out.str();
+  }
   if (failure.signal) out << " was killed by signal " << *failure.signal << " (" << signal_name(*failure.signal) << ")";
   else if (failure.exit_code) out << " exited with code " << *failure.exit_code;
   else out << " failed";

@@ -25,7 +25,11 @@
 //                  sigrecord= the same, minus the record (SIGUSR1/SIGUSR2 are then ignored)
 //   errorfile=MSG  write MSG to TORCHELASTIC_ERROR_FILE in torchelastic's JSON format
 //   waitfile=PATH  wait until PATH exists
+//   beat=STEP      one heartbeat carrying STEP (DDPRUN_HEARTBEAT_FD/_OFFSET; nothing when they are unset)
+//   beatfor=SEC    a heartbeat every 50 ms for SEC seconds, steps 0, 1, 2, ...
+//   spin           a busy loop that never ends and never beats (a hang that burns a core)
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -38,6 +42,7 @@
 #include <cstring>
 #include <cctype>
 #include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <string>
 #include <thread>
@@ -214,6 +219,27 @@ void start_child(const std::string& kind) {
   sleep_forever();
 }
 
+// The heartbeat slot, as README "Hang detection" describes it: int64 step at +0, int64 CLOCK_MONOTONIC
+// nanoseconds at +8 (written last).
+void beat(long long step) {
+  static std::int64_t* slot = [] {
+    const char* fd = std::getenv("DDPRUN_HEARTBEAT_FD");
+    const char* off = std::getenv("DDPRUN_HEARTBEAT_OFFSET");
+    if (!fd || !off) return static_cast<std::int64_t*>(nullptr);
+    const long offset = std::atol(off);
+    const long page = ::sysconf(_SC_PAGESIZE);
+    void* p = ::mmap(nullptr, static_cast<size_t>(page), PROT_READ | PROT_WRITE, MAP_SHARED, std::atoi(fd),
+                     offset / page * page);
+    if (p == MAP_FAILED) { std::perror("test_worker: mmap heartbeat"); std::exit(2); }
+    return reinterpret_cast<std::int64_t*>(static_cast<char*>(p) + offset % page);
+  }();
+  if (!slot) return;
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  __atomic_store_n(&slot[0], static_cast<std::int64_t>(step), __ATOMIC_RELAXED);
+  __atomic_store_n(&slot[1], static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec, __ATOMIC_RELEASE);
+}
+
 void run_step(const std::string& step) {
   const auto eq = step.find('=');
   const std::string verb = step.substr(0, eq);
@@ -306,6 +332,17 @@ void run_step(const std::string& step) {
       std::fprintf(f, "{\"message\": {\"message\": \"%s\", \"extraInfo\": {\"py_callstack\": \"test_worker\", "
                    "\"timestamp\": \"%ld\"}}}\n", arg.c_str(), static_cast<long>(std::time(nullptr)));
       std::fclose(f);
+    }
+  } else if (verb == "beat") {
+    beat(std::atoll(arg.c_str()));
+  } else if (verb == "beatfor") {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::atof(arg.c_str()));
+    for (long long i = 0; std::chrono::steady_clock::now() < end; ++i) {
+      beat(i);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } else if (verb == "spin") {
+    for (volatile unsigned long long n = 0;; n = n + 1) {
     }
   } else if (verb == "waitfile") {
     struct stat st;

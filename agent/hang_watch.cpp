@@ -1,0 +1,47 @@
+#include "agent/hang_watch.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "agent/exit_summary.hpp"
+
+namespace ddprun::agent {
+
+std::int64_t discovery_period_ns(std::int64_t timeout_ns) {
+  return std::clamp<std::int64_t>(timeout_ns / 4, 10'000'000, 1'000'000'000);
+}
+
+HangCheck check_hangs(const std::vector<WatchedWorker>& running, std::int64_t timeout_ns, std::int64_t now_ns) {
+  HangCheck out;
+  auto consider = [&](std::int64_t at) {
+    out.next_check_ns = out.next_check_ns ? std::min(*out.next_check_ns, at) : at;
+  };
+  for (const WatchedWorker& w : running) {
+    if (!w.beat.ever()) {
+      consider(now_ns + discovery_period_ns(timeout_ns));
+      continue;
+    }
+    const std::int64_t last = std::min(w.beat.time_ns, now_ns);
+    const std::int64_t deadline = last + timeout_ns;
+    if (deadline <= now_ns) out.hung.push_back(w.local_rank);
+    else consider(deadline);
+  }
+  return out;
+}
+
+}  // namespace ddprun::agent
+
+namespace ddprun::agent {
+
+std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t last_beat_unix_ms,
+                         const std::string& stacks_path) {
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.1f s", static_cast<double>(silent_ms) / 1000.0);
+  std::string m = std::string("hung: no heartbeat for ") + secs;
+  if (step >= 0) m += " after step " + std::to_string(step);
+  m += " (last beat at " + iso_time(last_beat_unix_ms) + "); killed with SIGKILL";
+  if (!stacks_path.empty()) m += "; stacks in " + stacks_path;
+  return m;
+}
+
+}  // namespace ddprun::agent

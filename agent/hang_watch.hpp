@@ -1,0 +1,49 @@
+// When is a worker hung? A pure function of the beats read from the heartbeat channel and the time, so
+// every rule is unit-tested without processes or clocks (tests/agent/hang_watch_test.cpp).
+//
+// Rules:
+//   - a worker that never beat is exempt (not every program beats);
+//   - a worker whose last beat is `timeout` old or older is hung;
+//   - a beat time in the future counts as "now" (a worker writing another clock than CLOCK_MONOTONIC:
+//     it is never found hung, which is why the README names the clock);
+//   - the one agent timer is armed for the earliest deadline among the beating workers, and at most
+//     `discovery` ahead while some worker has not beaten yet (its first beat must be seen before its
+//     deadline passes; with discovery = timeout / 4 it always is).
+// While every worker beats steadily the timer fires about once per timeout, whatever the number of workers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/heartbeat_channel.hpp"
+
+namespace ddprun::agent {
+
+struct WatchedWorker {
+  int local_rank = 0;
+  Beat beat;
+};
+
+struct HangCheck {
+  std::vector<int> hung;                    // local ranks, in the order given
+  std::optional<std::int64_t> next_check_ns;  // when to look again; none: nothing to watch
+};
+
+HangCheck check_hangs(const std::vector<WatchedWorker>& running, std::int64_t timeout_ns, std::int64_t now_ns);
+
+// How often to look for first beats: a quarter of the timeout, at most a second, at least 10 ms.
+std::int64_t discovery_period_ns(std::int64_t timeout_ns);
+
+}  // namespace ddprun::agent
+
+namespace ddprun::agent {
+
+// The root cause's message for a hung worker, which rendezvous::describe() puts after the rank:
+// "hung: no heartbeat for 3.0 s after step 41 (last beat at 2026-01-02T03:04:05.678Z); stacks in PATH".
+// step < 0: no step given; stacks_path empty: nothing captured.
+std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t last_beat_unix_ms,
+                         const std::string& stacks_path);
+
+}  // namespace ddprun::agent

@@ -1,0 +1,84 @@
+#include "agent/heartbeat_channel.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <utility>
+
+#include "common/error.hpp"
+
+namespace ddprun::agent {
+
+std::int64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+HeartbeatChannel::HeartbeatChannel(int slots) : slots_(slots) {
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  bytes_ = (offset_of(slots) + page - 1) / page * page;
+  if (bytes_ == 0) bytes_ = page;
+  // A memfd, not a file: nothing on disk to clean up or to write back, and it dies with its last holder.
+  fd_ = ::memfd_create("ddprun-heartbeat", MFD_CLOEXEC);
+  if (fd_ < 0) throw SystemError("cannot create the heartbeat channel (memfd_create)", errno);
+  if (::ftruncate(fd_, static_cast<off_t>(bytes_)) != 0) {
+    const int err = errno;
+    release();
+    throw SystemError("cannot size the heartbeat channel", err);
+  }
+  void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    release();
+    throw SystemError("cannot map the heartbeat channel", err);
+  }
+  base_ = static_cast<unsigned char*>(p);
+  clear();
+}
+
+HeartbeatChannel::~HeartbeatChannel() { release(); }
+
+HeartbeatChannel::HeartbeatChannel(HeartbeatChannel&& other) noexcept { *this = std::move(other); }
+
+HeartbeatChannel& HeartbeatChannel::operator=(HeartbeatChannel&& other) noexcept {
+  if (this != &other) {
+    release();
+    fd_ = std::exchange(other.fd_, -1);
+    slots_ = std::exchange(other.slots_, 0);
+    bytes_ = std::exchange(other.bytes_, 0);
+    base_ = std::exchange(other.base_, nullptr);
+  }
+  return *this;
+}
+
+void HeartbeatChannel::release() {
+  if (base_) ::munmap(base_, bytes_);
+  if (fd_ >= 0) ::close(fd_);
+  base_ = nullptr;
+  fd_ = -1;
+}
+
+void HeartbeatChannel::clear() {
+  for (int lr = 0; lr < slots_; ++lr) write(base_ + offset_of(lr), -1, 0);
+}
+
+Beat HeartbeatChannel::read(int local_rank) const {
+  auto* words = reinterpret_cast<std::int64_t*>(base_ + offset_of(local_rank));
+  Beat b;
+  // The time first (acquire pairs with the writer's release): a step read after it is at least as new.
+  b.time_ns = __atomic_load_n(&words[1], __ATOMIC_ACQUIRE);
+  b.step = __atomic_load_n(&words[0], __ATOMIC_RELAXED);
+  return b;
+}
+
+void HeartbeatChannel::write(void* slot, std::int64_t step, std::int64_t time_ns) {
+  auto* words = static_cast<std::int64_t*>(slot);
+  __atomic_store_n(&words[0], step, __ATOMIC_RELAXED);
+  __atomic_store_n(&words[1], time_ns, __ATOMIC_RELEASE);
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,61 @@
+// The local heartbeat channel: one shared-memory page (a memfd) with a 64-byte slot per local rank. A
+// worker beats by storing two 64-bit numbers in its slot — no system call, no message, no wake-up of the
+// agent — and the agent reads every slot when its one hang timer fires (agent/hang_watch.hpp decides).
+//
+// Each worker inherits the memfd and finds its slot through two variables (README "Hang detection"):
+//   DDPRUN_HEARTBEAT_FD      the descriptor to mmap (MAP_SHARED, read-write)
+//   DDPRUN_HEARTBEAT_OFFSET  the byte offset of its slot (64 * LOCAL_RANK)
+// Slot layout, little-endian on every Linux ddprun supports, each field 8-byte aligned:
+//   +0  int64 step      the training step of the last beat (-1: none given)
+//   +8  int64 time_ns   CLOCK_MONOTONIC in nanoseconds at the last beat; 0: never beat. Written last.
+// Why shared memory and not a socket: docs/DESIGN-NOTES.md "Hang detection".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ddprun::agent {
+
+inline constexpr std::size_t kHeartbeatSlotBytes = 64;  // one cache line: workers never share a line
+
+struct Beat {
+  std::int64_t step = -1;
+  std::int64_t time_ns = 0;  // CLOCK_MONOTONIC; 0: never beat
+  bool ever() const { return time_ns != 0; }
+};
+
+// CLOCK_MONOTONIC now, in nanoseconds: the clock workers write (Python's time.monotonic_ns()).
+std::int64_t monotonic_ns();
+
+class HeartbeatChannel {
+ public:
+  HeartbeatChannel() = default;
+  // Creates the shared page for `slots` local ranks. Throws ddprun::SystemError.
+  explicit HeartbeatChannel(int slots);
+  ~HeartbeatChannel();
+  HeartbeatChannel(HeartbeatChannel&& other) noexcept;
+  HeartbeatChannel& operator=(HeartbeatChannel&& other) noexcept;
+  HeartbeatChannel(const HeartbeatChannel&) = delete;
+  HeartbeatChannel& operator=(const HeartbeatChannel&) = delete;
+
+  bool enabled() const { return fd_ >= 0; }
+  int fd() const { return fd_; }  // close-on-exec here; spawn's inherit_fds hands it to each worker
+  static std::size_t offset_of(int local_rank) { return kHeartbeatSlotBytes * static_cast<std::size_t>(local_rank); }
+  int slots() const { return slots_; }
+
+  // Every slot back to "never beat": a new round's workers start from nothing.
+  void clear();
+  Beat read(int local_rank) const;
+  // What a worker does; the agent's tests and benchmarks use it to beat from C++.
+  static void write(void* slot, std::int64_t step, std::int64_t time_ns);
+
+ private:
+  void release();
+
+  int fd_ = -1;
+  int slots_ = 0;
+  std::size_t bytes_ = 0;
+  unsigned char* base_ = nullptr;
+};
+
+}  // namespace ddprun::agent

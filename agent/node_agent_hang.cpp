@@ -1,0 +1,106 @@
+// Hang detection on the agent's loop (--hang-timeout): one timer reads every worker's heartbeat slot
+// (agent/heartbeat_channel.hpp) and asks agent/hang_watch.hpp who is hung; the hung workers' stacks are
+// captured (agent/stack_capture.hpp), then they are killed and the job is torn down like after a failure,
+// on every node, with "hung" as the root cause (or restarted, as --max-restarts allows).
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <nlohmann/json.hpp>
+
+#include "agent/env_contract.hpp"
+#include "agent/hang_watch.hpp"
+#include "agent/node_agent_impl.hpp"
+#include "common/process/process_tree.hpp"
+#include "common/time.hpp"
+
+namespace ddprun::agent {
+using nlohmann::json;
+
+void NodeAgent::arm_hang_watch() {
+  if (!heartbeats_.enabled()) return;
+  std::vector<WatchedWorker> running;
+  for (const WorkerRecord& w : policy_.workers())
+    if (w.state == WorkerState::kRunning && w.pid > 0) running.push_back({w.local_rank, heartbeats_.read(w.local_rank)});
+  const std::int64_t now = monotonic_ns();
+  const HangCheck check = check_hangs(running, config_.hang_timeout.count() * 1'000'000, now);
+  if (!check.hung.empty()) return on_hung(check.hung, now);
+  if (!check.next_check_ns) return;
+  // steady_clock is CLOCK_MONOTONIC, the clock the workers write.
+  hang_timer_.expires_at(std::chrono::steady_clock::time_point(std::chrono::nanoseconds(*check.next_check_ns)));
+  hang_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !workers_started_ || policy_.phase() != Phase::kRunning || capture_.active()) return;
+    arm_hang_watch();
+  });
+}
+
+void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {
+  // The one silent longest stopped first: it is the root cause when several hang together.
+  std::sort(hung.begin(), hung.end(),
+            [&](int a, int b) { return heartbeats_.read(a).time_ns < heartbeats_.read(b).time_ns; });
+  const std::int64_t now_ms = unix_ms();
+  hung_.clear();
+  std::vector<CaptureTarget> targets;
+  for (int lr : hung) {
+    const Beat beat = heartbeats_.read(lr);
+    const WorkerRecord& w = policy_.worker(lr);
+    HungWorker h;
+    h.local_rank = lr;
+    h.step = beat.step;
+    h.silent_ms = std::max<std::int64_t>(0, (now_ns - beat.time_ns) / 1'000'000);
+    h.last_beat_ms = now_ms - h.silent_ms;
+    hung_.push_back(h);
+    log_.warning("rank ", w.rank, " (pid ", w.pid, ") hung: no heartbeat for ", h.silent_ms, " ms",
+                 h.step >= 0 ? " after step " + std::to_string(h.step) : std::string(), "; capturing its stacks");
+    events_.write(json{{"event", "hung"}, {"time_ms", now_ms}, {"rank", w.rank}, {"local_rank", lr},
+                       {"pid", w.pid}, {"node_rank", world_.node_rank}, {"last_step", h.step},
+                       {"last_beat_ms", h.last_beat_ms}});
+    targets.push_back({w.rank, lr, w.pid, stacks_file(lr)});
+  }
+  hang_stacks_path_ = hang_stacks_file();
+  capture_.start(std::move(targets), hang_stacks_path_, env_value(config_.base_env, "PATH", "/usr/bin:/bin"),
+                 config_.stack_capture_limit, [this] { on_stacks_captured(); });
+}
+
+void NodeAgent::on_stacks_captured() {
+  log_.warning("stacks of the hung worker(s) in ", hang_stacks_path_);
+  events_.write(json{{"event", "stacks"}, {"time_ms", unix_ms()}, {"file", hang_stacks_path_}});
+  if (policy_.phase() != Phase::kRunning) return;  // stopped meanwhile: the teardown took them
+  Decision d;
+  for (const HungWorker& h : hung_) {
+    const Decision one = policy_.on_hung(h.local_rank, unix_ms());
+    if (one.teardown_began) d = one;
+    // SIGKILL: a hung process may never act on SIGTERM, and it has had its chance (a stopped one too).
+    process::signal_group(policy_.worker(h.local_rank).pid, SIGKILL);
+  }
+  apply(d, "hung");
+  if (d.teardown_began && !hung_.empty()) report_hang(hung_.front());
+}
+
+void NodeAgent::report_hang(const HungWorker& h) {
+  const WorkerRecord& w = policy_.worker(h.local_rank);
+  rendezvous::Failure f;
+  f.node_rank = world_.node_rank;
+  f.host = config_.host;
+  f.rank = w.rank;
+  f.local_rank = w.local_rank;
+  f.pid = w.pid;
+  f.signal = SIGKILL;
+  f.time_unix_ms = unix_ms();
+  f.message = hang_message(h.silent_ms, h.step, h.last_beat_ms, hang_stacks_path_);
+  link_.client().report_failure(f);
+}
+
+// In the kept run directory; without --log-dir beside the temporary one (in its parent), since that one is
+// removed when the agent ends and the stacks are what the user must read afterwards.
+std::string NodeAgent::hang_stacks_file() const {
+  const std::string attempt = "attempt_" + std::to_string(world_.restart_count);
+  if (!layout_.temporary()) return layout_.root() + "/" + attempt + "/hang_stacks.txt";
+  return layout_.root() + "-" + attempt + "-hang_stacks.txt";
+}
+
+std::string NodeAgent::stacks_file(int local_rank) const {
+  return layout_.worker_dir(world_.restart_count, local_rank) + "/python_stacks.txt";
+}
+
+}  // namespace ddprun::agent

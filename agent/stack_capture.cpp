@@ -1,0 +1,214 @@
+#include "agent/stack_capture.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "common/error.hpp"
+#include "common/process/process_tree.hpp"
+#include "common/process/spawn.hpp"
+#include "common/process/wait_status.hpp"
+
+namespace ddprun::agent {
+namespace {
+// After the native tools, how long Python gets to write its stacks (faulthandler writes from its signal
+// handler within milliseconds of running again; a process stuck in the kernel may never run it).
+constexpr std::chrono::milliseconds kPythonWait{1000};
+constexpr std::chrono::milliseconds kPythonPoll{20};
+
+long long file_size(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+char process_state(pid_t pid) {
+  process::ProcStat st;
+  const std::string dir = std::to_string(pid);
+  return process::read_proc_stat(dir.c_str(), st) ? st.state : 0;
+}
+}  // namespace
+
+std::optional<std::vector<std::string>> stack_tool_command(pid_t pid, const std::string& path_env) {
+  const std::string p = std::to_string(pid);
+  if (process::resolve_program("eu-stack", path_env).check == process::ProgramCheck::kOk)
+    return std::vector<std::string>{"eu-stack", "-p", p};
+  if (process::resolve_program("gdb", path_env).check == process::ProgramCheck::kOk)
+    return std::vector<std::string>{"gdb", "-batch", "-nx", "-p", p, "-ex", "thread apply all bt"};
+  return std::nullopt;
+}
+
+bool catches_signal(pid_t pid, int signal) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("SigCgt:", 0) != 0) continue;
+    const unsigned long long mask = std::stoull(line.substr(7), nullptr, 16);
+    return signal >= 1 && signal <= 64 && ((mask >> (signal - 1)) & 1ULL) != 0;
+  }
+  return false;
+}
+
+int python_stacks_signal() { return SIGRTMIN + 2; }
+
+void StackCapture::start(std::vector<CaptureTarget> targets, std::string out_path, std::string path_env,
+                         std::chrono::milliseconds limit, Done done) {
+  targets_ = std::move(targets);
+  out_path_ = std::move(out_path);
+  done_ = std::move(done);
+  active_ = true;
+  python_phase_ = false;
+  started_ = std::chrono::steady_clock::now();
+  tools_.assign(targets_.size(), Tool{});
+  notes_.assign(targets_.size(), std::string());
+  python_asked_.assign(targets_.size(), false);
+  python_sizes_.assign(targets_.size(), -1);
+  tool_name_.clear();
+  deadline_.expires_after(limit);
+  deadline_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !active_) return;
+    kill_tools();
+    for (std::size_t i = 0; i < tools_.size(); ++i)
+      if (tools_[i].running) notes_[i] += "(the stack tool did not finish in time: cut short)\n";
+    finish();
+  });
+  // Every target at once: a collective that never completes usually leaves several ranks hung together.
+  for (std::size_t i = 0; i < targets_.size(); ++i) {
+    const auto command = stack_tool_command(targets_[i].pid, path_env);
+    if (!command) {
+      notes_[i] += "(no native stacks: neither eu-stack (elfutils) nor gdb is installed)\n";
+      continue;
+    }
+    tool_name_ = command->front();
+    const int out = ::open(part_path(i).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) {
+      notes_[i] += "(no native stacks: cannot create " + part_path(i) + ")\n";
+      continue;
+    }
+    process::SpawnOptions opts;
+    opts.program = command->front();
+    opts.argv = *command;
+    opts.env = {"PATH=" + path_env, "LC_ALL=C"};
+    opts.stdout_fd = out;
+    opts.stderr_fd = out;
+    try {
+      tools_[i].pid = process::spawn(opts);
+      tools_[i].running = true;
+    } catch (const std::exception& e) {
+      notes_[i] += std::string("(no native stacks: ") + e.what() + ")\n";
+    }
+    ::close(out);
+  }
+  bool any = false;
+  for (const Tool& t : tools_) any = any || t.running;
+  if (!any) ask_python();
+}
+
+bool StackCapture::on_child_exit(pid_t pid) {
+  bool ours = false;
+  bool any_running = false;
+  for (Tool& t : tools_) {
+    if (t.pid == pid && t.running) {
+      t.running = false;
+      ours = true;
+    }
+    any_running = any_running || t.running;
+  }
+  if (ours && active_ && !python_phase_ && !any_running) ask_python();
+  return ours;
+}
+
+void StackCapture::ask_python() {
+  python_phase_ = true;
+  const int sig = python_stacks_signal();
+  bool asked = false;
+  for (std::size_t i = 0; i < targets_.size(); ++i) {
+    const CaptureTarget& t = targets_[i];
+    // Only a worker that opened its stacks file and has a handler for the signal asked for this; any
+    // other would die of it (the default action) or take it for something else.
+    if (t.python_file.empty() || file_size(t.python_file) < 0 || !catches_signal(t.pid, sig)) continue;
+    if (process_state(t.pid) == 'T') {
+      notes_[i] += "(stopped process: it cannot run its Python stack handler)\n";
+      continue;
+    }
+    python_sizes_[i] = file_size(t.python_file);
+    if (::kill(t.pid, sig) == 0) python_asked_[i] = asked = true;
+  }
+  if (!asked) return finish();
+  python_until_ = std::chrono::steady_clock::now() + kPythonWait;
+  poll_python();
+}
+
+void StackCapture::poll_python() {
+  // Done when every asked file grew and then stopped growing for one poll, or when the wait is over.
+  bool settled = true;
+  for (std::size_t i = 0; i < targets_.size(); ++i) {
+    if (!python_asked_[i]) continue;
+    const long long now = file_size(targets_[i].python_file);
+    if (now <= 0 || now != python_sizes_[i]) settled = false;
+    python_sizes_[i] = now;
+  }
+  if (settled || std::chrono::steady_clock::now() >= python_until_)
+    return finish();
+  poll_.expires_after(kPythonPoll);
+  poll_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && active_) poll_python();
+  });
+}
+
+void StackCapture::kill_tools() {
+  for (const Tool& t : tools_)
+    if (t.running) process::signal_group(t.pid, SIGKILL);  // reaped later, still recognised as ours
+}
+
+void StackCapture::finish() {
+  if (!active_) return;
+  active_ = false;
+  deadline_.cancel();
+  poll_.cancel();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_);
+  std::ostringstream text;
+  text << "# ddprun: stacks of " << targets_.size() << " hung worker(s), captured in " << ms.count() << " ms"
+       << (tool_name_.empty() ? "" : " with " + tool_name_) << "\n";
+  for (std::size_t i = 0; i < targets_.size(); ++i) {
+    const CaptureTarget& t = targets_[i];
+    text << "\n## rank " << t.rank << " (local rank " << t.local_rank << ", pid " << t.pid << "): native stacks\n";
+    if (tools_[i].pid > 0) text << read_file(part_path(i));
+    text << notes_[i];
+    if (python_asked_[i]) {
+      const std::string py = read_file(t.python_file);
+      text << "\n## rank " << t.rank << ": Python stacks (faulthandler)\n"
+           << (py.empty() ? "(none written in time)\n" : py);
+    }
+    ::unlink(part_path(i).c_str());
+  }
+  // Written whole, then renamed: a reader never sees half a file.
+  const std::string tmp = out_path_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text.str();
+  }
+  ::rename(tmp.c_str(), out_path_.c_str());
+  if (done_) done_();
+}
+
+void StackCapture::abandon() {
+  if (!active_) return;
+  active_ = false;
+  deadline_.cancel();
+  poll_.cancel();
+  kill_tools();
+  for (std::size_t i = 0; i < tools_.size(); ++i) ::unlink(part_path(i).c_str());
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,80 @@
+// Where a hung worker is stuck, captured before it is killed: native stacks of every thread (eu-stack from
+// elfutils, else gdb in batch mode) and, for a Python worker that registered faulthandler for
+// DDPRUN_STACKS_SIGNAL (README "Hang detection"), its Python stacks. Asynchronous on the agent's loop: the
+// tools are the agent's children, reaped by its ChildReaper and handed here through on_child_exit. The
+// whole capture is bounded by `limit`; what is there by then goes into one text file.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun::agent {
+
+struct CaptureTarget {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = 0;
+  std::string python_file;  // DDPRUN_STACKS_FILE of this worker: faulthandler writes there
+};
+
+// The command that prints every thread's stack of `pid`, with the first of eu-stack and gdb found in
+// `path_env` (a PATH value); none when neither is installed.
+std::optional<std::vector<std::string>> stack_tool_command(pid_t pid, const std::string& path_env);
+
+// Whether `pid` has a handler for `signal` (/proc/PID/status SigCgt): sending it is then safe.
+bool catches_signal(pid_t pid, int signal);
+
+// The signal a Python worker registers faulthandler for (exported as DDPRUN_STACKS_SIGNAL): a real-time
+// signal nothing else uses, rather than SIGUSR1/SIGUSR2, which ddprun forwards as a scheduler's notices.
+int python_stacks_signal();
+
+class StackCapture {
+ public:
+  using Done = std::function<void()>;
+  explicit StackCapture(boost::asio::io_context& io) : io_(io), deadline_(io), poll_(io) {}
+
+  // Captures every target into `out_path`; `done` runs on the loop once, when finished or after `limit`.
+  void start(std::vector<CaptureTarget> targets, std::string out_path, std::string path_env,
+             std::chrono::milliseconds limit, Done done);
+  // True when `pid` was one of the capture's tools (the caller then has nothing else to do with it).
+  bool on_child_exit(pid_t pid);
+  bool active() const { return active_; }
+  // Ends the capture now (the job is being stopped for another reason); `done` is not called.
+  void abandon();
+
+ private:
+  struct Tool {
+    pid_t pid = 0;
+    bool running = false;
+  };
+  void ask_python();
+  void poll_python();
+  void finish();
+  void kill_tools();
+  std::string part_path(std::size_t i) const { return out_path_ + ".part" + std::to_string(i); }
+
+  boost::asio::io_context& io_;
+  boost::asio::steady_timer deadline_;
+  boost::asio::steady_timer poll_;
+  std::vector<CaptureTarget> targets_;
+  std::vector<Tool> tools_;  // one per target
+  std::vector<std::string> notes_;  // per target: what could not be captured, and why
+  std::vector<bool> python_asked_;
+  std::vector<long long> python_sizes_;
+  std::string out_path_;
+  std::string tool_name_;
+  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point python_until_;
+  bool active_ = false;
+  bool python_phase_ = false;
+  Done done_;
+};
+
+}  // namespace ddprun::agent

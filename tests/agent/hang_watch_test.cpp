@@ -1,0 +1,103 @@
+// Hang detection's rules, one per case: pure functions of beats and time (agent/hang_watch.hpp), the
+// shared-memory slots read back as a worker writes them, and the policy's view of a hung worker.
+#include <doctest/doctest.h>
+
+#include <sys/mman.h>
+
+#include <csignal>
+
+#include "agent/hang_watch.hpp"
+#include "agent/heartbeat_channel.hpp"
+#include "agent/supervision_policy.hpp"
+
+using namespace ddprun::agent;
+
+namespace {
+constexpr std::int64_t kSec = 1'000'000'000;
+WatchedWorker beat_at(int lr, std::int64_t t, std::int64_t step = 0) { return {lr, Beat{step, t}}; }
+WatchedWorker never(int lr) { return {lr, Beat{}}; }
+}  // namespace
+
+TEST_CASE("a worker that never beat is never hung, however long it runs") {
+  const HangCheck c = check_hangs({never(0)}, 2 * kSec, 1000 * kSec);
+  CHECK(c.hung.empty());
+}
+
+TEST_CASE("a worker silent for the whole timeout is hung") {
+  const HangCheck c = check_hangs({beat_at(0, 10 * kSec), beat_at(1, 12 * kSec)}, 2 * kSec, 12 * kSec);
+  CHECK(c.hung == std::vector<int>{0});
+}
+
+TEST_CASE("a worker that beat within the timeout is not hung, and the timer is armed for its deadline") {
+  const HangCheck c = check_hangs({beat_at(0, 10 * kSec), beat_at(1, 11 * kSec)}, 2 * kSec, 11 * kSec);
+  CHECK(c.hung.empty());
+  REQUIRE(c.next_check_ns);
+  CHECK(*c.next_check_ns == 12 * kSec);  // the earliest deadline: worker 0's
+}
+
+TEST_CASE("while a worker has not beaten yet, the timer looks again within a quarter of the timeout") {
+  const HangCheck c = check_hangs({beat_at(0, 10 * kSec), never(1)}, 2 * kSec, 10 * kSec);
+  REQUIRE(c.next_check_ns);
+  CHECK(*c.next_check_ns == 10 * kSec + kSec / 2);  // before worker 0's deadline at 12 s
+  CHECK(discovery_period_ns(100 * kSec) == kSec);          // at most a second
+  CHECK(discovery_period_ns(kSec / 100) == kSec / 100);    // at least 10 ms
+}
+
+TEST_CASE("a beat from the future counts as now: the worker is not hung") {
+  const HangCheck c = check_hangs({beat_at(0, 50 * kSec)}, 2 * kSec, 10 * kSec);
+  CHECK(c.hung.empty());
+  REQUIRE(c.next_check_ns);
+  CHECK(*c.next_check_ns == 12 * kSec);
+}
+
+TEST_CASE("nothing to watch: no timer") {
+  CHECK_FALSE(check_hangs({}, 2 * kSec, 10 * kSec).next_check_ns);
+}
+
+TEST_CASE("the hang message names the silence, the step, the last beat and the stacks") {
+  CHECK(hang_message(3000, 41, 1'700'000'000'123, "/logs/hang_stacks.txt") ==
+        "hung: no heartbeat for 3.0 s after step 41 (last beat at 2023-11-14T22:13:20.123Z); killed with SIGKILL; "
+        "stacks in /logs/hang_stacks.txt");
+  CHECK(hang_message(2500, -1, 0, "") ==
+        "hung: no heartbeat for 2.5 s (last beat at 1970-01-01T00:00:00.000Z); killed with SIGKILL");
+}
+
+TEST_CASE("a slot written through the worker's own mapping reads back, and clear() forgets it") {
+  HeartbeatChannel ch(3);
+  REQUIRE(ch.enabled());
+  CHECK_FALSE(ch.read(2).ever());
+  // A worker maps the inherited descriptor itself: a second mapping of the same memfd shares the page.
+  void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, ch.fd(), 0);
+  REQUIRE(p != MAP_FAILED);
+  HeartbeatChannel::write(static_cast<char*>(p) + HeartbeatChannel::offset_of(2), 7, 123);
+  CHECK(ch.read(2).step == 7);
+  CHECK(ch.read(2).time_ns == 123);
+  CHECK_FALSE(ch.read(1).ever());
+  ch.clear();
+  CHECK_FALSE(ch.read(2).ever());
+  ::munmap(p, 4096);
+}
+
+TEST_CASE("a hung worker is the root cause, stops the others with SIGTERM, and stays failed when killed") {
+  SupervisionPolicy p;
+  for (int lr = 0; lr < 2; ++lr) p.add_worker(lr, lr, 100 + lr, 0);
+  const Decision d = p.on_hung(1, 10);
+  CHECK(d.teardown_began);
+  CHECK(d.signal_all == SIGTERM);
+  p.on_exit(1, ddprun::process::ExitStatus{true, 0, SIGKILL, false}, 11);
+  p.on_exit(0, ddprun::process::ExitStatus{true, 0, SIGTERM, false}, 12);
+  CHECK(p.worker(1).state == WorkerState::kFailed);
+  CHECK(p.worker(0).state == WorkerState::kVictim);
+  REQUIRE(p.root_cause() != nullptr);
+  CHECK(p.root_cause()->local_rank == 1);
+  CHECK(p.exit_code() == 128 + SIGKILL);
+}
+
+TEST_CASE("a worker found hung while the job already stops is no new root cause") {
+  SupervisionPolicy p;
+  for (int lr = 0; lr < 2; ++lr) p.add_worker(lr, lr, 100 + lr, 0);
+  p.on_exit(0, ddprun::process::ExitStatus{false, 3, 0, false}, 5);
+  const Decision d = p.on_hung(1, 10);
+  CHECK_FALSE(d.teardown_began);
+  CHECK(p.root_cause()->local_rank == 0);
+}
