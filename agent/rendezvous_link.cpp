@@ -81,7 +81,6 @@ void RendezvousLink::start() {
     job.heartbeat_timeout = r.heartbeat_timeout;
     job.join_timeout = r.join_timeout;
     job.max_restarts = r.max_restarts;
-    job.require_munge = wants_munge(r);
     job.munge_socket = r.munge_socket;
     // Dynamic mode hosts on every interface once the endpoint is known to be this machine: a host name
     // that resolves to 127.0.1.1 here (Debian's /etc/hosts) must still be reachable from the other nodes.
@@ -92,6 +91,8 @@ void RendezvousLink::start() {
       else if (r.nnodes > 1 && bind_address != "127.0.0.1" && bind_address != "::1" && bind_address != "localhost")
         bind_address = "0.0.0.0";
     }
+    // Only a node that can host asks munged: a joiner's munged matters when the challenge asks for it.
+    if (!bind_address.empty()) job.require_munge = wants_munge(r);
     auto server = std::make_unique<rdzv::Server>(io_, job, log_);
     try {
       if (bind_address.empty()) throw rdzv::ConnectionError(r.server_host + " is not an address of this machine");

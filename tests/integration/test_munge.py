@@ -97,6 +97,16 @@ class MungeJobs(MungeCase):
         host_err = results[0].stderr.decode()
         self.assertIn(f"MUNGE credential of another user than the job's uid {os.geteuid()}", host_err)
 
+    def test_dynamic_node_ranks_with_munge(self):
+        # The endpoint's machine hosts (the first agent to bind it); the other joins it and answers the challenge.
+        agents = [self.start("--nnodes", 2, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "dynjob",
+                             "--rdzv-auth", "munge", "--nproc-per-node", 1, "--rdzv-timeout", 20, WORKER, "exit=0")
+                  for _ in range(2)]
+        results = self.wait_all(agents)
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+        self.assertEqual(sum(MUNGE_LINE in res.stderr.decode() for res in results), 1, results)
+
     def test_a_separate_rendezvous_server_with_munge(self):
         # The server decides; the agents (no --rdzv-auth) answer what its challenge asks.
         server = subprocess.Popen([RENDEZVOUS, "--rdzv-id", "dynjob", "--nnodes", "2", "--host", "127.0.0.1",
