@@ -74,6 +74,15 @@ struct AgentConfig {
   RendezvousConfig rdzv;
   std::string program;              // what to execute: a path, or a name looked up in PATH
   std::vector<std::string> argv;    // the worker's argv, argv[0] included
+  std::string python;               // the interpreter, resolved, when the program is Python; else empty
+  std::string python_origin;        // how it was chosen ("PYTHON_EXEC", "python3 from PATH"), for the summary
+  // --local-rank-arg: "--local-rank" or "--local_rank", given to each worker as "NAME=<local rank>" at
+  // argv[local_rank_arg_at] (after the program or script, as torch.distributed.launch did); empty: none
+  std::string local_rank_arg;
+  std::size_t local_rank_arg_at = 0;
+  // --stdin-rank: the global rank that gets ddprun's stdin, on whichever node runs it (every other worker
+  // gets /dev/null); -1: none
+  int stdin_rank = -1;
   std::vector<std::string> base_env;
   std::string log_dir;              // empty: error files in a temporary directory, no log files
   OutputConfig output;

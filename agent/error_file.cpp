@@ -1,12 +1,21 @@
 #include "agent/error_file.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace ddprun::agent {
 namespace {
 constexpr std::size_t kMaxBytes = 64 * 1024;
+constexpr std::size_t kMaxLineWidth = 300;
+constexpr const char* kTracebackHeader = "Traceback (most recent call last):";
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+// A frame line as Python prints it: two spaces, File "path", line N, in name.
+bool is_frame_line(const std::string& line) { return starts_with(line, "  File \""); }
 
 std::string as_text(const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
 }  // namespace
@@ -36,6 +45,45 @@ ErrorFileContents read_error_file(const std::string& path) {
   }
   if (out.message.empty()) out.message = out.raw.substr(0, 2000);
   return out;
+}
+
+TracebackTail traceback_tail(const std::string& callstack, std::size_t max_frames, std::size_t max_lines) {
+  std::vector<std::string> all;
+  std::istringstream in(callstack);
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  while (!all.empty() && all.back().empty()) all.pop_back();
+  // The last traceback: chained exceptions print one block each, the one that ended the program last.
+  std::size_t begin = 0;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (all[i] == kTracebackHeader) begin = i;
+  std::vector<std::size_t> frames;
+  for (std::size_t i = begin; i < all.size(); ++i)
+    if (is_frame_line(all[i])) frames.push_back(i);
+  TracebackTail out;
+  out.frames_total = static_cast<int>(frames.size());
+  const std::size_t shown = std::min(frames.size(), max_frames);
+  out.frames_shown = static_cast<int>(shown);
+  std::size_t first = frames.empty() ? begin : frames[frames.size() - shown];
+  if (begin < all.size() && all[begin] == kTracebackHeader) out.lines.push_back(all[begin]);
+  if (shown < frames.size())
+    out.lines.push_back("  ... " + std::to_string(frames.size() - shown) + " earlier frame" +
+                        (frames.size() - shown == 1 ? "" : "s") + " not shown");
+  if (first == begin && !out.lines.empty()) ++first;  // the header was taken already
+  for (std::size_t i = first; i < all.size(); ++i) {
+    std::string line = all[i];
+    if (line.size() > kMaxLineWidth) line = line.substr(0, kMaxLineWidth) + "...";
+    out.lines.push_back(std::move(line));
+  }
+  // Too long (a huge exception message): keep the start, which holds the frames, and say so.
+  if (out.lines.size() > max_lines) {
+    out.lines.resize(max_lines);
+    out.lines.push_back("  ... (cut; the full text is in the error file)");
+  }
+  return out;
+}
+
+bool is_import_error(const std::string& message) {
+  return starts_with(message, "ModuleNotFoundError") || starts_with(message, "ImportError");
 }
 
 }  // namespace ddprun::agent

@@ -5,7 +5,57 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "agent/error_file.hpp"
+
 namespace ddprun::agent {
+namespace {
+// The last non-empty line of a stream's tail.
+std::string last_line(const std::string& text) {
+  std::size_t end = text.find_last_not_of("\r\n");
+  if (end == std::string::npos) return {};
+  const std::size_t newline = text.rfind('\n', end);
+  const std::size_t start = newline == std::string::npos ? 0 : newline + 1;
+  return text.substr(start, end + 1 - start);
+}
+
+// What explains a root cause that ran on this node: the end of its traceback (from its error file), the
+// interpreter when it could not import a module, and where the full error file and logs are kept.
+void append_root_detail(std::ostringstream& out, const WorkerRecord& root, const SummaryContext& ctx) {
+  const bool kept = !ctx.log_root.empty();
+  const std::string rank = "rank " + std::to_string(root.rank);
+  std::string error = root.error_message;
+  bool error_file = false;
+  if (ctx.error_file_of) {
+    const std::string path = ctx.error_file_of(root.local_rank);
+    const ErrorFileContents ef = read_error_file(path);
+    if (ef.present) {
+      error_file = true;
+      error = ef.message;
+      if (!ef.where.empty()) {
+        const TracebackTail t = traceback_tail(ef.where);
+        out << "ddprun: root cause traceback (" << rank << ", last " << t.frames_shown << " of " << t.frames_total
+            << (t.frames_total == 1 ? " frame" : " frames") << "):\n";
+        for (const std::string& line : t.lines) out << "ddprun: | " << line << "\n";
+      }
+      if (kept) out << "ddprun: full error file: " << path << "\n";
+    }
+  }
+  // No error file: a failure before any handler could write one (an import at start-up) shows on stderr.
+  if (!error_file && ctx.stderr_tail_of) {
+    const std::string line = last_line(ctx.stderr_tail_of(root.local_rank));
+    if (is_import_error(line)) {
+      out << "ddprun: root cause error (" << rank << "'s stderr): " << line << "\n";
+      error = line;
+    }
+  }
+  if (is_import_error(error) && !ctx.python.empty())
+    out << "ddprun: " << rank << " ran " << ctx.python << " (" << ctx.python_origin
+        << "), which cannot import that module: name an interpreter that has it with PYTHON_EXEC=/path/to/python, "
+           "or activate its virtual environment before starting ddprun\n";
+  if (kept && ctx.worker_dir_of) out << "ddprun: " << rank << "'s files: " << ctx.worker_dir_of(root.local_rank) << "\n";
+  if (!kept && error_file) out << "ddprun: --log-dir DIR keeps the full error file and the workers' logs\n";
+}
+}  // namespace
 
 std::string iso_time(std::int64_t unix_ms) {
   const std::time_t secs = static_cast<std::time_t>(unix_ms / 1000);
@@ -91,6 +141,7 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
                   &w == root ? "  <- root cause" : "");
     out << line;
   }
+  if (root) append_root_detail(out, *root, ctx);
   if (!ctx.log_root.empty()) out << "ddprun: logs in " << ctx.log_root << "\n";
   out << "ddprun: exit code " << policy.exit_code() << "\n";
   return out.str();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
@@ -16,6 +17,15 @@ struct SummaryContext {
   std::int64_t start_ms = 0;
   std::int64_t end_ms = 0;
   std::string log_root;  // kept log directory, empty if none
+  // The last attempt's files of a local rank, to show the root cause's traceback (from its error file) and
+  // where the full text is. Unset: no files to read.
+  std::function<std::string(int local_rank)> error_file_of;
+  std::function<std::string(int local_rank)> worker_dir_of;
+  // The last lines a local rank wrote on stderr (bounded), for failures before any error file could be
+  // written (an import at start-up). Unset or empty: none kept.
+  std::function<std::string(int local_rank)> stderr_tail_of;
+  std::string python;         // the interpreter the workers ran, resolved; empty when the program is not Python
+  std::string python_origin;  // how it was chosen, e.g. "PYTHON_EXEC" or "python3 from PATH"
 };
 
 nlohmann::json worker_json(const WorkerRecord& w);

@@ -22,6 +22,7 @@
 #include "agent/run_layout.hpp"
 #include "agent/supervision_policy.hpp"
 #include "common/error.hpp"
+#include "common/process/spawn.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/time.hpp"
 
@@ -97,8 +98,20 @@ int NodeAgent::run() {
   block_job_signals();
 
   const std::int64_t end_ms = unix_ms();
-  SummaryContext ctx{config_.host, world_.node_rank, start_ms_, end_ms,
-                     layout_.temporary() ? std::string() : layout_.root()};
+  SummaryContext ctx;
+  ctx.host = config_.host;
+  ctx.node_rank = world_.node_rank;
+  ctx.start_ms = start_ms_;
+  ctx.end_ms = end_ms;
+  ctx.log_root = layout_.temporary() ? std::string() : layout_.root();
+  ctx.error_file_of = [this](int lr) { return layout_.error_file(world_.restart_count, lr); };
+  ctx.worker_dir_of = [this](int lr) { return layout_.worker_dir(world_.restart_count, lr); };
+  ctx.stderr_tail_of = [this](int lr) {
+    auto it = stderr_tails_.find(lr);
+    return it == stderr_tails_.end() ? std::string() : it->second->text();
+  };
+  ctx.python = config_.python;
+  ctx.python_origin = config_.python_origin;
   const int code = policy_.exit_code();
   if (code != 0) {
     write_all(2, summary_text(policy_, ctx));
@@ -137,6 +150,9 @@ void NodeAgent::on_signal(int signal) {
 
 void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
   if (capture_.on_child_exit(pid)) return;  // a stack tool of the hang capture
+  // --stdin-rank's worker held the terminal: ddprun's group takes it back, so Ctrl-C reaches ddprun again.
+  if (policy_.worker(lr).rank == config_.stdin_rank && ::tcgetpgrp(STDIN_FILENO) == pid)
+    process::reclaim_terminal(STDIN_FILENO);
   auto it = local_rank_of_.find(pid);
   if (it == local_rank_of_.end()) {
     log_.debug("reaped descendant pid ", pid, " (", status.describe(), ")");

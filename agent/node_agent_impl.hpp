@@ -84,6 +84,7 @@ class NodeAgent {
   EventLog events_;
   std::unordered_map<pid_t, int> local_rank_of_;
   PumpScratch pump_scratch_;  // declared before pumps_: they hold a reference to it
+  std::map<int, std::shared_ptr<StreamTail>> stderr_tails_;  // local rank → its stderr's end (Python workers)
   std::vector<std::unique_ptr<OutputPump>> pumps_;
   RendezvousLink link_;
   process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)

@@ -15,6 +15,10 @@
 
 namespace ddprun::agent {
 using nlohmann::json;
+namespace {
+// Enough for the last lines of a Python traceback; kept per Python worker only.
+constexpr std::size_t kStderrTailBytes = 1024;
+}  // namespace
 
 void NodeAgent::start_workers() {
   const World& w = world_;
@@ -54,6 +58,16 @@ void NodeAgent::start_worker(int local_rank) {
   process::SpawnOptions opts;
   opts.program = config_.program;
   opts.argv = config_.argv;
+  if (!config_.local_rank_arg.empty())  // --local-rank-arg, where torch.distributed.launch put it
+    opts.argv.insert(opts.argv.begin() + static_cast<std::ptrdiff_t>(config_.local_rank_arg_at),
+                     config_.local_rank_arg + "=" + std::to_string(local_rank));
+  // --stdin-rank: ddprun's stdin goes to that rank alone (the others read /dev/null). From a terminal where
+  // ddprun is the foreground job, the rank's group becomes the foreground group, or reading (pdb) would stop
+  // it with SIGTTIN; on_child_exit hands the terminal back.
+  if (rank == config_.stdin_rank) {
+    opts.stdin_fd = STDIN_FILENO;
+    opts.take_terminal = ::isatty(STDIN_FILENO) == 1 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+  }
   WorkerEnvInputs env_in;
   env_in.local_rank = local_rank;
   env_in.error_file = layout_.error_file(w.restart_count, local_rank);
@@ -108,7 +122,14 @@ void NodeAgent::start_worker(int local_rank) {
 
   for (Route& r : routes) {
     if (r.pipe.read_fd < 0) continue;
-    PumpTargets t{r.console ? r.console_fd : -1, r.file_fd, prefix};
+    PumpTargets t;
+    t.console_fd = r.console ? r.console_fd : -1;
+    t.file_fd = r.file_fd;
+    t.prefix = prefix;
+    if (r.bit == kStderr && !config_.python.empty()) {  // for the summary's import-error note
+      t.tail = std::make_shared<StreamTail>(kStderrTailBytes);
+      stderr_tails_[local_rank] = t.tail;
+    }
     pumps_.push_back(std::make_unique<OutputPump>(io_, r.pipe.read_fd, t, pump_scratch_, [this] { maybe_finish(); }));
     pumps_.back()->start();
   }

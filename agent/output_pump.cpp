@@ -82,6 +82,7 @@ void OutputPump::read_ready() {
 }
 
 void OutputPump::deliver(const char* data, std::size_t n) {
+  if (targets_.tail) targets_.tail->add(data, n);
   if (targets_.file_fd >= 0 && !write_all(targets_.file_fd, std::string_view(data, n))) {
     ::close(targets_.file_fd);  // disk full or similar: keep the job and the console going
     targets_.file_fd = -1;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "agent/line_framer.hpp"
+#include "agent/stream_tail.hpp"
 
 namespace ddprun::agent {
 
@@ -18,6 +19,7 @@ struct PumpTargets {
   int console_fd = -1;  // -1: not shown on the console
   int file_fd = -1;     // -1: not kept in a file (owned by the pump once given)
   std::string prefix;   // line prefix for the console
+  std::shared_ptr<StreamTail> tail;  // also keeps the stream's last bytes here; null: not kept
 };
 
 // Buffers every pump of one agent shares. The loop is single-threaded and a pump reads and forwards in

@@ -1,6 +1,9 @@
 #include "launcher/program.hpp"
 
+#include <limits.h>
 #include <sys/stat.h>
+
+#include <cstdlib>
 
 #include "agent/env_contract.hpp"
 #include "common/error.hpp"
@@ -29,6 +32,14 @@ std::string checked_executable(const std::string& name, const std::string& what,
   }
   return r.path;
 }
+
+// The interpreter's real file, for the log and the summary: "/usr/bin/python3" is a link to
+// "/usr/bin/python3.11"; a pyenv or venv shim is a file of its own and shows as such.
+std::string describe_interpreter(const std::string& path) {
+  char real[PATH_MAX];
+  if (::realpath(path.c_str(), real) == nullptr || path == real) return path;
+  return path + " (" + real + ")";
+}
 }  // namespace
 
 void resolve_worker_command(const std::vector<std::string>& command, bool module, bool no_python, bool run_path,
@@ -37,13 +48,22 @@ void resolve_worker_command(const std::vector<std::string>& command, bool module
   if (module && run_path) throw UsageError("-m/--module and --run-path contradict each other", kExitUsage);
   if (module && no_python) throw UsageError("-m/--module and --no-python contradict each other", kExitUsage);
   const bool python = module || run_path || (!no_python && ends_with(first, ".py"));
+  // torch.distributed.launch put --local_rank=N right after the program or script, before its arguments.
+  const std::size_t program_args = command.size() - 1;
   if (!python) {
     cfg.program = checked_executable(first, "program", env);
     cfg.argv = command;
+    cfg.local_rank_arg_at = cfg.argv.size() - program_args;
     return;
   }
-  const std::string interpreter = agent::env_value(env, "PYTHON_EXEC", "python3");
+  // torchrun runs sys.executable, the Python that runs torchrun (and so has torch); ddprun has no such
+  // Python of its own and runs python3 from PATH, which may be a shim without torch: say which one.
+  const std::string exec = agent::env_value(env, "PYTHON_EXEC", "");
+  const std::string interpreter = exec.empty() ? "python3" : exec;
   cfg.program = checked_executable(interpreter, "Python interpreter (PYTHON_EXEC)", env);
+  cfg.python = describe_interpreter(cfg.program);
+  cfg.python_origin = exec.empty() ? "python3 from PATH; PYTHON_EXEC unset" : "PYTHON_EXEC";
+  cfg.log.info("Python interpreter: ", cfg.python, " (", cfg.python_origin, ")");
   cfg.argv = {interpreter, "-u"};
   if (module) {
     cfg.argv.push_back("-m");
@@ -53,6 +73,7 @@ void resolve_worker_command(const std::vector<std::string>& command, bool module
     if (S_ISDIR(st.st_mode)) throw UsageError("script '" + first + "' is a directory", kExitNotExecutable);
   }
   cfg.argv.insert(cfg.argv.end(), command.begin(), command.end());
+  cfg.local_rank_arg_at = cfg.argv.size() - program_args;
 }
 
 }  // namespace ddprun::launcher

@@ -170,6 +170,16 @@ void check_signals_to_handle(const std::string& value, std::vector<std::string>&
                   "and forwards SIGUSR1, SIGUSR2");
 }
 
+std::string local_rank_arg_name(const std::string& value, bool use_env) {
+  if (value.empty()) return {};
+  if (value != "dash" && value != "underscore")
+    usage("--local-rank-arg '" + value + "': expected dash (--local-rank=N) or underscore (--local_rank=N)");
+  if (use_env)
+    usage("--local-rank-arg and --use-env contradict each other: --use-env told torch.distributed.launch not to "
+          "pass --local-rank; drop one of them");
+  return value == "dash" ? "--local-rank" : "--local_rank";
+}
+
 void check_event_log_handler(const std::string& value) {
   if (value.empty() || value == "null") return;
   usage(not_supported("event-log-handler " + value,

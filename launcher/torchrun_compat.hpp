@@ -36,4 +36,9 @@ void check_start_method(const std::string& value, std::vector<std::string>& note
 void check_signals_to_handle(const std::string& value, std::vector<std::string>& notes);
 void check_event_log_handler(const std::string& value);
 
+// --local-rank-arg: "dash" → "--local-rank" (torch.distributed.launch in torch 2.x), "underscore" →
+// "--local_rank" (1.x), "" → "" (none). With --use-env, which told launch *not* to pass it, the two contradict:
+// UsageError (64).
+std::string local_rank_arg_name(const std::string& value, bool use_env);
+
 }  // namespace ddprun::launcher

@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -68,6 +69,8 @@ std::vector<std::string> path_candidates(const std::string& name, const std::str
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     ::sigaction(sig, &dfl, nullptr);
   }
+  // Still with every signal blocked (SIGTTOU included): a background group may take the terminal.
+  if (o.take_terminal && o.stdin_fd >= 0 && ::tcsetpgrp(o.stdin_fd, ::getpgrp()) != 0) child_fail(report_fd, errno);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -112,6 +115,16 @@ ExecError::ExecError(const std::string& program, int err)
     : std::runtime_error("cannot execute '" + program + "': " + std::strerror(err)), err_(err) {}
 
 int ExecError::exit_code() const noexcept { return (err_ == ENOENT || err_ == ENOTDIR) ? 127 : 126; }
+
+bool reclaim_terminal(int fd) {
+  sigset_t ttou, old;
+  sigemptyset(&ttou);
+  sigaddset(&ttou, SIGTTOU);
+  ::pthread_sigmask(SIG_BLOCK, &ttou, &old);
+  const bool ok = ::tcsetpgrp(fd, ::getpgrp()) == 0;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return ok;
+}
 
 std::string path_of(const std::vector<std::string>& env) {
   for (const auto& kv : env)

@@ -27,6 +27,10 @@ struct SpawnOptions {
   std::vector<std::string> argv;       // argv[0] included
   std::vector<std::string> env;        // the child's entire environment, "NAME=value"
   int stdin_fd = -1;                   // -1: /dev/null
+  // Make the child's process group the foreground group of the terminal on stdin_fd (which must be one), as
+  // a shell does for the job it runs: a worker in a group of its own could not read the terminal
+  // otherwise (SIGTTIN). Done in the child before its signal mask is emptied, so SIGTTOU cannot stop it.
+  bool take_terminal = false;
   int stdout_fd = -1;                  // -1: inherit the parent's
   int stderr_fd = -1;                  // -1: inherit the parent's
   std::vector<int> inherit_fds;        // extra fds the child keeps under the same numbers
@@ -58,6 +62,11 @@ struct ResolvedProgram {
 };
 // Looks `name` up as execvp would: a name containing '/' is used as is, otherwise each PATH entry is tried.
 ResolvedProgram resolve_program(const std::string& name, const std::string& path_env);
+
+// Makes this process's group the foreground group of the terminal on `fd` again (after a child took it
+// with take_terminal), with SIGTTOU blocked meanwhile so a background caller is not stopped. Returns false
+// when `fd` is not this process's controlling terminal or the call failed.
+bool reclaim_terminal(int fd);
 
 // Reads PATH from an environment vector ("NAME=value" entries); "/usr/local/bin:/usr/bin:/bin" if absent.
 std::string path_of(const std::vector<std::string>& env);

@@ -47,3 +47,58 @@ TEST_CASE("a missing or empty error file is absent") {
   CHECK_FALSE(read_error_file(p).present);
   std::remove(p.c_str());
 }
+
+namespace {
+// What traceback.format_exc() gives for an exception raised 7 calls deep.
+std::string deep_traceback() {
+  std::string s = "Traceback (most recent call last):\n";
+  for (int i = 1; i <= 7; ++i)
+    s += "  File \"/job/train.py\", line " + std::to_string(10 * i) + ", in f" + std::to_string(i) + "\n    f" +
+         std::to_string(i + 1) + "()\n";
+  return s + "ValueError: bad batch\n";
+}
+}  // namespace
+
+TEST_CASE("a traceback keeps its header, its last frames and the exception, and counts the rest") {
+  const auto t = ddprun::agent::traceback_tail(deep_traceback(), 3);
+  CHECK(t.frames_total == 7);
+  CHECK(t.frames_shown == 3);
+  REQUIRE(t.lines.size() == 1 + 1 + 3 * 2 + 1);
+  CHECK(t.lines[0] == "Traceback (most recent call last):");
+  CHECK(t.lines[1] == "  ... 4 earlier frames not shown");
+  CHECK(t.lines[2] == "  File \"/job/train.py\", line 50, in f5");
+  CHECK(t.lines[7] == "    f8()");
+  CHECK(t.lines.back() == "ValueError: bad batch");
+}
+
+TEST_CASE("a short traceback is shown whole") {
+  const auto t = ddprun::agent::traceback_tail(deep_traceback(), 10);
+  CHECK(t.frames_shown == 7);
+  CHECK(t.lines.size() == 1 + 7 * 2 + 1);
+  CHECK(t.lines[1] == "  File \"/job/train.py\", line 10, in f1");
+}
+
+TEST_CASE("of chained exceptions, the last traceback is the one shown") {
+  const std::string chained = "Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\nKeyError: 'x'\n\n"
+                              "During handling of the above exception, another exception occurred:\n\n" +
+                              deep_traceback();
+  const auto t = ddprun::agent::traceback_tail(chained, 2);
+  CHECK(t.frames_total == 7);
+  CHECK(t.lines[0] == "Traceback (most recent call last):");
+  CHECK(t.lines.back() == "ValueError: bad batch");
+  for (const auto& line : t.lines) CHECK(line.find("KeyError") == std::string::npos);
+}
+
+TEST_CASE("an overlong traceback is cut in lines and in width") {
+  const std::string huge = deep_traceback() + std::string(1000, 'x') + "\n" + std::string(100, '\n') + "end\n";
+  const auto t = ddprun::agent::traceback_tail(huge, 3, 12);
+  CHECK(t.lines.size() == 13);
+  CHECK(t.lines.back() == "  ... (cut; the full text is in the error file)");
+  for (const auto& line : t.lines) CHECK(line.size() <= 303);
+}
+
+TEST_CASE("import errors are recognised by their exception type") {
+  CHECK(ddprun::agent::is_import_error("ModuleNotFoundError: No module named 'torch'"));
+  CHECK(ddprun::agent::is_import_error("ImportError: cannot import name 'x' from 'y'"));
+  CHECK_FALSE(ddprun::agent::is_import_error("ValueError: ImportError in a message"));
+}

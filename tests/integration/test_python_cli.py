@@ -1,0 +1,142 @@
+"""What ddprun gives a Python worker beyond the environment: its stdin (--stdin-rank), a launch-style
+--local-rank argument (--local-rank-arg), and, when the interpreter cannot import a module at start-up, a
+summary that names the interpreter and how to choose another. The helper scripts in py/ need no torch: any
+Python 3 runs them (this test's own); the launch-style example needs torch."""
+import json
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+from harness import DdprunTestCase
+from python_env import EXAMPLES, HELPERS, NO_TORCH, torch_python
+
+ECHO = os.path.join(HELPERS, "echo_stdin.py")
+ARGV = os.path.join(HELPERS, "print_argv.py")
+MISSING = os.path.join(HELPERS, "import_missing.py")
+
+
+class PythonWorkerCli(DdprunTestCase):
+    def setUp(self):
+        super().setUp()
+        self.env["PYTHON_EXEC"] = sys.executable
+
+    def argv_of(self, res, rank):
+        for line in res.stdout.decode().splitlines():
+            if line.startswith(f"[rank{rank}]: rank {rank} argv "):
+                return json.loads(line.split(" argv ", 1)[1])
+        self.fail(f"rank {rank} printed no argv\n{res}")
+
+    def test_stdin_goes_to_the_chosen_rank_only(self):
+        proc = self.start("--nproc-per-node", 3, "--stdin-rank", 1, ECHO, stdin=subprocess.PIPE)
+        try:
+            out, err = proc.communicate(b"first line\nsecond line\n", timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            self.fail("ddprun did not finish within 60 s")
+        out = out.decode()
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertIn("[rank1]: rank 1 read: first line\n[rank1]: rank 1 read: second line\n[rank1]: rank 1 eof", out)
+        for rank in (0, 2):  # /dev/null: end of file at once, nothing read
+            self.assertIn(f"[rank{rank}]: rank {rank} eof", out)
+            self.assertNotIn(f"rank {rank} read:", out)
+
+    def test_without_stdin_rank_no_worker_reads_ddpruns_stdin(self):
+        proc = self.start("--nproc-per-node", 2, ECHO, stdin=subprocess.PIPE)
+        out, err = proc.communicate(b"nobody reads this\n", timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertNotIn(b"read:", out)
+        self.assertEqual(out.count(b" eof"), 2, out)
+
+    def test_stdin_rank_outside_the_job_is_refused_before_anything_starts(self):
+        res = self.run_ddprun("--nproc-per-node", 2, "--stdin-rank", 2, ECHO)
+        self.assertEqual(res.code, 64, res)
+        err = res.stderr.decode()
+        self.assertIn("--stdin-rank 2: the job has ranks 0-1", err, res)
+        self.assertNotIn(b"eof", res.stdout)
+        res = self.run_ddprun("--nproc-per-node", 2, "--stdin-rank", "one", ECHO)
+        self.assertEqual(res.code, 64, res)
+
+    def test_local_rank_arg_goes_after_the_script_as_launch_put_it(self):
+        res = self.run_ddprun("--nproc-per-node", 2, "--local-rank-arg", "underscore", ARGV, "--lr", "0.1")
+        self.assertEqual(res.code, 0, res)
+        for rank in (0, 1):
+            self.assertEqual(self.argv_of(res, rank), [f"--local_rank={rank}", "--lr", "0.1"])
+        res = self.run_ddprun("--nproc-per-node", 2, "--local-rank-arg", "dash", ARGV)
+        self.assertEqual(self.argv_of(res, 1), ["--local-rank=1"])
+        res = self.run_ddprun("--nproc-per-node", 2, ARGV, "x")  # the default: nothing added
+        self.assertEqual(self.argv_of(res, 1), ["x"])
+
+    def test_local_rank_arg_with_a_module(self):
+        self.env["PYTHONPATH"] = HELPERS
+        res = self.run_ddprun("--nproc-per-node", 1, "--local-rank-arg", "dash", "-m", "print_argv", "y")
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(self.argv_of(res, 0), ["--local-rank=0", "y"])
+
+    def test_local_rank_arg_refuses_bad_values_and_use_env(self):
+        res = self.run_ddprun("--nproc-per-node", 1, "--local-rank-arg", "camel", ARGV)
+        self.assertEqual(res.code, 64, res)
+        self.assertIn("--local-rank-arg 'camel': expected dash", res.stderr.decode(), res)
+        res = self.run_ddprun("--nproc-per-node", 1, "--use-env", "--local-rank-arg", "dash", ARGV)
+        self.assertEqual(res.code, 64, res)
+        self.assertIn("--local-rank-arg and --use-env contradict", res.stderr.decode(), res)
+        self.assertNotIn(b"argv", res.stdout)
+
+    def test_a_missing_module_at_start_up_names_the_interpreter(self):
+        res = self.run_ddprun("--nproc-per-node", 2, MISSING)
+        self.assertEqual(res.code, 1, res)
+        err = res.stderr.decode()
+        self.assertIn("root cause error (rank ", err, res)
+        self.assertIn("'s stderr): ModuleNotFoundError: No module named 'ddprun_test_no_such_module'", err, res)
+        self.assertIn(f" ran {sys.executable}", err, res)
+        self.assertIn("(PYTHON_EXEC), which cannot import that module: name an interpreter that has it with "
+                      "PYTHON_EXEC=/path/to/python, or activate its virtual environment", err, res)
+
+    def test_the_interpreter_from_path_is_named_as_such(self):
+        # A directory of our own on PATH holding "python3": what a pyenv or venv shim looks like to ddprun.
+        bindir = self.path("bin")
+        os.mkdir(bindir)
+        os.symlink(sys.executable, os.path.join(bindir, "python3"))
+        del self.env["PYTHON_EXEC"]
+        self.env["PATH"] = bindir + os.pathsep + self.env.get("PATH", "")
+        res = self.run_ddprun("--nproc-per-node", 1, MISSING)
+        self.assertEqual(res.code, 1, res)
+        err = res.stderr.decode()
+        named = f"{bindir}/python3 ({os.path.realpath(sys.executable)})"
+        self.assertIn(f"Python interpreter: {named} (python3 from PATH; PYTHON_EXEC unset)", err, res)
+        self.assertIn(f"rank 0 ran {named} (python3 from PATH; PYTHON_EXEC unset), which cannot import", err, res)
+
+    def test_a_program_that_is_not_python_gets_no_interpreter_note(self):
+        res = self.run_ddprun("--nproc-per-node", 1, "/bin/sh", "-c", "echo 'ModuleNotFoundError: x' >&2; exit 1")
+        self.assertEqual(res.code, 1, res)
+        self.assertNotIn("Python interpreter", res.stderr.decode(), res)
+        self.assertNotIn("cannot import that module", res.stderr.decode(), res)
+
+
+@unittest.skipIf(torch_python() is None, NO_TORCH)
+class LaunchStyleScript(DdprunTestCase):
+    SCRIPT = os.path.join(EXAMPLES, "launch_style.py")
+
+    def setUp(self):
+        super().setUp()
+        self.env["PYTHON_EXEC"] = torch_python()
+
+    def test_a_launch_script_runs_with_local_rank_arg(self):
+        t0 = time.monotonic()
+        res = self.run_ddprun("--nproc-per-node", 2, "--local-rank-arg", "underscore", self.SCRIPT, timeout=180)
+        self.assertEqual(res.code, 0, res)
+        out = res.stdout.decode()
+        for rank in (0, 1):
+            self.assertIn(f"rank {rank}: --local_rank={rank} LOCAL_RANK={rank} all_reduce total 9 (expected 9)", out)
+        self.assertLess(time.monotonic() - t0, 180)
+
+    def test_a_launch_script_fails_without_it_as_argparse_says(self):
+        res = self.run_ddprun("--nproc-per-node", 2, self.SCRIPT, timeout=180)
+        self.assertEqual(res.code, 2, res)  # argparse's exit code
+        self.assertIn("the following arguments are required: --local_rank", res.stdout.decode() + res.stderr.decode())
+
+
+if __name__ == "__main__":
+    unittest.main()
