@@ -15,7 +15,7 @@ constexpr int kDefaultRdzvPort = 29400;
 // --rdzv-token, then --rdzv-token-file, then DDPRUN_TOKEN. Multi-node without any: a token derived from
 // the run id, which keeps other jobs out but not an attacker, said so in the log.
 std::string resolve_token(const TopologyOptions& o, const std::vector<std::string>& env, bool local_only,
-                          const std::string& run_id, std::vector<std::string>& notes) {
+                          const std::string& run_id, bool munge, std::vector<std::string>& notes) {
   if (!o.rdzv_token.empty() && !o.rdzv_token_file.empty())
     throw UsageError("give either --rdzv-token or --rdzv-token-file, not both", kExitUsage);
   if (!o.rdzv_token.empty()) {
@@ -36,7 +36,8 @@ std::string resolve_token(const TopologyOptions& o, const std::vector<std::strin
   // One node: nobody else needs to know the token, so it is a fresh random one.
   if (local_only) return rendezvous::generate_token();
   notes.push_back("no --rdzv-token, --rdzv-token-file or DDPRUN_TOKEN: the rendezvous accepts any node that "
-                  "knows the run id '" + run_id + "'");
+                  "knows the run id '" + run_id + "'" +
+                  (munge ? " and, when munged answers on the hosting node, runs as this user (MUNGE)" : ""));
   return rendezvous::run_id_token(run_id);  // the server recognises it and warns when it listens beyond loopback
 }
 
@@ -138,8 +139,8 @@ void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& 
   r.local_addr = o.local_addr;
 
   const bool local_only = nnodes == 1 && !dynamic;
-  r.token = resolve_token(o, env, local_only, w.run_id, notes);
   r.munge = resolve_munge_use(o.rdzv_auth, env, local_only);
+  r.token = resolve_token(o, env, local_only, w.run_id, r.munge != agent::MungeUse::kNo, notes);
   r.munge_socket = agent::env_value(env, "DDPRUN_MUNGE_SOCKET", "");
   if (local_only) {
     // One node: an in-process server on loopback, a free port, ranks as given.
