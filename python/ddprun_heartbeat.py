@@ -1,0 +1,42 @@
+"""Heartbeats and stack dumps for a Python worker under `ddprun --hang-timeout SEC` (stdlib only, one file).
+
+    import ddprun_heartbeat          # also asks for Python stacks when ddprun finds the worker hung
+    for step, batch in enumerate(loader):
+        ...
+        ddprun_heartbeat.beat(step)  # a store into shared memory: no system call, safe to call every step
+
+Outside ddprun, or without --hang-timeout, both do nothing. The channel (README "Hang detection"): the
+descriptor DDPRUN_HEARTBEAT_FD is a shared page; the worker's slot at byte DDPRUN_HEARTBEAT_OFFSET holds
+int64 step, then int64 CLOCK_MONOTONIC nanoseconds (time.monotonic_ns()), written last.
+"""
+import faulthandler
+import mmap
+import os
+import struct
+import time
+
+_page = None
+_offset = 0
+_stacks = None  # faulthandler keeps writing to this file object: it must stay open
+
+
+def _setup():
+    global _page, _offset, _stacks
+    fd = os.environ.get("DDPRUN_HEARTBEAT_FD")
+    if fd is None:
+        return
+    _page = mmap.mmap(int(fd), 0)
+    _offset = int(os.environ["DDPRUN_HEARTBEAT_OFFSET"])
+    if "DDPRUN_STACKS_FILE" in os.environ:
+        _stacks = open(os.environ["DDPRUN_STACKS_FILE"], "w")
+        faulthandler.register(int(os.environ["DDPRUN_STACKS_SIGNAL"]), file=_stacks, all_threads=True)
+
+
+def beat(step=-1):
+    """Tells ddprun this worker is alive, at training step `step` (-1: none)."""
+    if _page is not None:
+        # Native 'q': one 8-byte store per field, in order, so the time (second) is written last.
+        struct.pack_into("qq", _page, _offset, step, time.monotonic_ns())
+
+
+_setup()

@@ -1,0 +1,160 @@
+"""Hang detection (--hang-timeout): a worker that beat and then went silent is found, its stacks are saved,
+it is killed as the root cause 'hung', and nothing of the job is left; workers that never beat are exempt."""
+import os
+import re
+import signal
+import sys
+import textwrap
+import time
+
+from harness import DdprunTestCase, WORKER, pid_alive
+from test_multinode import MultiNodeCase
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_DIR = os.path.join(HERE, "..", "..", "python")
+HAS_STACK_TOOL = any(os.access(os.path.join(d, t), os.X_OK)
+                     for d in os.environ.get("PATH", "").split(":") for t in ("eu-stack", "gdb"))
+KILLED = 128 + signal.SIGKILL
+
+
+class HangCase(DdprunTestCase):
+    def stacks_file(self, stderr):
+        m = re.search(r"stacks in (\S+)", stderr)
+        self.assertIsNotNone(m, stderr)
+        self.assertTrue(os.path.exists(m.group(1)), m.group(1))
+        with open(m.group(1)) as f:
+            return f.read()
+
+    def assert_hung(self, r, rank, step=None):
+        err = r.stderr.decode()
+        self.assertEqual(r.code, KILLED, r)
+        self.assertRegex(err, rf"root cause: rank {rank} \(.*\) hung: no heartbeat for \d+\.\d s", r)
+        if step is not None:
+            self.assertIn(f"after step {step} ", err, r)
+        return err
+
+
+class SingleNode(HangCase):
+    def test_a_stopped_worker_is_hung_and_does_not_hold_the_teardown(self):
+        pidfile = self.path("pids")
+        t0 = time.monotonic()
+        r = self.worker(f"pidfile={pidfile}", "@1:beat=7", "@1:kill=STOP", "@0:beatfor=60", nproc=2,
+                        extra=("--hang-timeout", "1", "--term-timeout", "30"))
+        err = self.assert_hung(r, 1, step=7)
+        self.assertLess(time.monotonic() - t0, 10, r)  # neither the stop nor the 30 s grace held it
+        for pid, _ in self.read_pids(pidfile).values():
+            self.assertFalse(pid_alive(pid))
+        if HAS_STACK_TOOL:
+            stacks = self.stacks_file(err)
+            self.assertIn("## rank 1 (local rank 1", stacks)
+            self.assertIn("run_step", stacks)  # test_worker's own frame: eu-stack/gdb attached to a stopped process
+
+    def test_a_busy_loop_that_stops_beating_is_hung_and_the_others_are_torn_down(self):
+        r = self.worker("beatfor=0.3", "@0:spin", "@1:hang", nproc=2, extra=("--hang-timeout", "0.5"))
+        err = self.assert_hung(r, 0)
+        self.assertIn("victim", err)  # rank 1 was torn down, not found hung
+        if HAS_STACK_TOOL:
+            self.assertIn("## rank 0 (local rank 0", self.stacks_file(err))
+
+    def test_workers_that_never_beat_are_exempt(self):
+        r = self.worker("sleep=1.2", "print=done", nproc=2, extra=("--hang-timeout", "0.2"))
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(r.stdout.decode().count("done"), 2, r)
+
+    def test_a_worker_that_keeps_beating_is_not_hung(self):
+        r = self.worker("beatfor=1.5", "print=done", nproc=2, extra=("--hang-timeout", "0.5"))
+        self.assertEqual(r.code, 0, r)
+
+    def test_no_heartbeat_variables_without_the_option(self):
+        r = self.worker("env=DDPRUN_HEARTBEAT_FD", "env=DDPRUN_STACKS_FILE", nproc=1)
+        self.assertEqual(r.code, 0, r)
+        self.assertIn("DDPRUN_HEARTBEAT_FD unset", r.stdout.decode())
+        self.assertIn("DDPRUN_STACKS_FILE unset", r.stdout.decode())
+
+    def test_the_events_file_and_the_log_dir_keep_the_hang(self):
+        events, logs = self.path("events.jsonl"), self.path("logs")
+        r = self.worker("beat=3", "@0:hang", "@1:beatfor=30", nproc=2,
+                        extra=("--hang-timeout", "0.5", "--events-file", events, "--log-dir", logs))
+        err = self.assert_hung(r, 0, step=3)
+        hung = [e for e in self.events(events) if e["event"] == "hung"]
+        self.assertEqual([(e["rank"], e["last_step"]) for e in hung], [(0, 3)])
+        stacks = [e["file"] for e in self.events(events) if e["event"] == "stacks"]
+        self.assertEqual(len(stacks), 1)
+        self.assertTrue(stacks[0].startswith(logs) and stacks[0].endswith("attempt_0/hang_stacks.txt"), stacks)
+        self.assertIn(stacks[0], err)
+
+    def test_a_hang_is_restarted_when_restarts_remain(self):
+        script = (f'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exec {WORKER} beat=1 hang; fi; '
+                  f'exec {WORKER} beatfor=0.2 print=attempt-$TORCHELASTIC_RESTART_COUNT')
+        r = self.run_ddprun("--nproc-per-node", 2, "--hang-timeout", "0.5", "--max-restarts", "1",
+                            "sh", "-c", script)
+        self.assertEqual(r.code, 0, r)
+        self.assertIn("hung: no heartbeat", r.stderr.decode())
+        self.assertEqual(r.stdout.decode().count("attempt-1"), 2, r)
+
+    def test_bad_value_is_one_line_and_exit_64(self):
+        r = self.worker("print=x", extra=("--hang-timeout", "soon"))
+        self.assertEqual(r.code, 64, r)
+        self.assertIn("--hang-timeout", r.stderr.decode())
+        self.assertEqual(r.stdout, b"")
+
+
+class Python(HangCase):
+    """A Python worker beating with python/ddprun_heartbeat.py, its faulthandler registered by the import."""
+
+    def python_job(self, body, nproc=2, python="/usr/bin/python3", timeout="1"):
+        script = self.path("job.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent(body))
+        env_path = f"{PYTHON_DIR}:{self.env.get('PYTHONPATH', '')}"
+        self.env["PYTHONPATH"] = env_path
+        self.env["PYTHON_EXEC"] = python
+        return self.run_ddprun("--nproc-per-node", nproc, "--hang-timeout", timeout, script, timeout=90)
+
+    def test_a_python_deadlock_is_hung_with_its_python_stack(self):
+        r = self.python_job("""
+            import threading, ddprun_heartbeat
+            lock = threading.Lock()
+            def stuck_in_here():
+                lock.acquire(); lock.acquire()
+            for step in range(3):
+                ddprun_heartbeat.beat(step)
+            stuck_in_here()
+        """, nproc=1, python=sys.executable)
+        err = self.assert_hung(r, 0, step=2)
+        stacks = self.stacks_file(err)
+        self.assertIn("Python stacks (faulthandler)", stacks)
+        self.assertIn("stuck_in_here", stacks)
+
+    def test_a_torch_allreduce_that_never_completes_is_hung(self):
+        if os.system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0:
+            self.skipTest("/usr/bin/python3 has no torch (Debian python3-torch)")
+        r = self.python_job("""
+            import os, torch, torch.distributed as dist, ddprun_heartbeat
+            dist.init_process_group("gloo")
+            t = torch.ones(4)
+            for step in range(5):
+                if step == 3 and dist.get_rank() == 0:
+                    break                      # rank 0 skips the allreduce: rank 1 waits for it forever
+                dist.all_reduce(t)
+                ddprun_heartbeat.beat(step)
+            if dist.get_rank() == 0:
+                import time
+                while True:
+                    time.sleep(1)              # alive, silent
+        """, nproc=2, timeout="2")
+        err = self.assert_hung(r, "[01]", step=2)  # both stop beating after step 2, at about the same time
+        stacks = self.stacks_file(err)
+        self.assertIn("## rank 0 (local rank 0", stacks)  # both hung: both captured
+        self.assertIn("## rank 1 (local rank 1", stacks)
+        self.assertIn("all_reduce", stacks)  # rank 1's Python stack shows where it waits
+
+
+class MultiNode(MultiNodeCase, HangCase):
+    def test_a_hung_rank_on_node_1_ends_node_0_with_the_same_root_cause(self):
+        procs = [self.node(r, 2, "beatfor=0.3", "@1:hang", "@0:beatfor=60", nproc=1, extra=("--hang-timeout", "0.5"))
+                 for r in range(2)]
+        results = self.wait_all(procs, timeout=30)
+        for res in results:
+            self.assertEqual(res.code, KILLED, res)
+            self.assertRegex(res.stderr.decode(), r"root cause: rank 1 \(local rank 0, node 1, .*\) hung: ", res)
