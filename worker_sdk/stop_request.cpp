@@ -1,8 +1,11 @@
 #include "worker_sdk/stop_request.hpp"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <csignal>
-#include <cstring>
+#include <mutex>
+#include <thread>
 
 namespace ddprun::sdk {
 namespace {
@@ -20,12 +23,30 @@ extern "C" void on_stop_signal(int signal) {
 }  // namespace
 
 void enable_stop_request() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGUSR1, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGTERM);
+    // Threads that already run (and do not block the signals) take them in this handler.
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGUSR1, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
+    // Every thread started from now on (Gloo's, LibTorch's pools) inherits the block, so a signal never
+    // interrupts their system calls: poll and epoll_wait fail with EINTR even under SA_RESTART, and a
+    // library that does not retry would turn a stop request into a crash. One thread takes them instead.
+    ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::thread([set] {
+      for (;;) {
+        int signal = 0;
+        if (::sigwait(&set, &signal) == 0) on_stop_signal(signal);
+      }
+    }).detach();
+  });
 }
 
 bool stop_requested() { return g_request.load(std::memory_order_relaxed) >= 0; }

@@ -10,9 +10,12 @@
 
 namespace ddprun::sdk {
 
-// Installs the handlers for SIGUSR1 and SIGTERM (SA_RESTART, so interrupted system calls resume).
-// Idempotent. Until a program calls it, both signals keep their default action: a program that cannot
-// stop cleanly is still killed by SIGTERM.
+// From now on SIGUSR1 and SIGTERM set the flag instead of killing. Call it first in the worker, from the
+// main thread, before anything starts threads (the process group, LibTorch's pools): it blocks both signals
+// in the calling thread, so every thread started later inherits the block and none of their system calls
+// is ever interrupted by them; one thread of its own takes them with sigwait. (A handler is installed too,
+// for threads that already ran.) Idempotent. Until a program calls it, both signals keep their default
+// action: a program that cannot stop cleanly is still killed by SIGTERM.
 void enable_stop_request();
 
 // True once SIGUSR1 or SIGTERM arrived after enable_stop_request() (or request_stop() was called).
