@@ -2,14 +2,16 @@
 --local-rank argument (--local-rank-arg), and, when the interpreter cannot import a module at start-up, a
 summary that names the interpreter and how to choose another. The helper scripts in py/ need no torch: any
 Python 3 runs them (this test's own); the launch-style example needs torch."""
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import termios
 import time
 import unittest
 
-from harness import DdprunTestCase
+from harness import DDPRUN, DdprunTestCase
 from python_env import EXAMPLES, HELPERS, NO_TORCH, torch_python
 
 ECHO = os.path.join(HELPERS, "echo_stdin.py")
@@ -42,6 +44,35 @@ class PythonWorkerCli(DdprunTestCase):
         for rank in (0, 2):  # /dev/null: end of file at once, nothing read
             self.assertIn(f"[rank{rank}]: rank {rank} eof", out)
             self.assertNotIn(f"rank {rank} read:", out)
+
+    def test_stdin_rank_reads_ddpruns_terminal(self):
+        # ddprun in a session of its own whose controlling terminal is a pty, as in an interactive shell. The
+        # rank runs in a process group of its own: reading the terminal from a background group would stop
+        # it (SIGTTIN) unless it is made the foreground group, as pdb needs.
+        master, slave = os.openpty()
+
+        def controlling_terminal():
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        try:
+            proc = subprocess.Popen([DDPRUN, "--nproc-per-node", "2", "--stdin-rank", "0", ECHO], stdin=slave,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env,
+                                    preexec_fn=controlling_terminal)
+            os.close(slave)
+            os.write(master, b"typed at the terminal\n\x04")  # a line, then Ctrl-D: end of file
+            try:
+                out, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                out, err = proc.communicate()
+                self.fail(f"ddprun did not finish within 60 s (a rank stopped by SIGTTIN?)\n{out!r}\n{err!r}")
+        finally:
+            os.close(master)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertIn(b"[rank0]: rank 0 read: typed at the terminal\n[rank0]: rank 0 eof", out, err)
+        self.assertIn(b"[rank1]: rank 1 eof", out)
+        self.assertNotIn(b"rank 1 read", out)
 
     def test_without_stdin_rank_no_worker_reads_ddpruns_stdin(self):
         proc = self.start("--nproc-per-node", 2, ECHO, stdin=subprocess.PIPE)
