@@ -78,13 +78,7 @@ void NodeAgent::on_stacks_captured() {
 }
 
 void NodeAgent::report_hang(const HungWorker& h) {
-  const WorkerRecord& w = policy_.worker(h.local_rank);
-  rendezvous::Failure f;
-  f.node_rank = world_.node_rank;
-  f.host = config_.host;
-  f.rank = w.rank;
-  f.local_rank = w.local_rank;
-  f.pid = w.pid;
+  rendezvous::Failure f = failure_of(policy_.worker(h.local_rank));
   f.signal = SIGKILL;
   f.time_unix_ms = unix_ms();
   f.message = hang_message(h.silent_ms, h.step, h.last_beat_ms, hang_stacks_path_);

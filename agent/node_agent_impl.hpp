@@ -41,6 +41,7 @@ class NodeAgent {
   void on_assignment(const rendezvous::Assignment& a);
   void on_stop(const rendezvous::StopOrder& order);
   void on_outcome(const JobCause* cause, const char* reason);
+  rendezvous::Failure failure_of(const WorkerRecord& w) const;
   void report_worker_failure(int local_rank);
   void report_signal(int signal);
   void report_agent_signal(int signal, std::int64_t time_ms);

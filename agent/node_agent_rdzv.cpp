@@ -122,14 +122,20 @@ void NodeAgent::begin_next_round() {
   link_.client().report_stopped();
 }
 
-void NodeAgent::report_worker_failure(int local_rank) {
-  const WorkerRecord& w = policy_.worker(local_rank);
+// A worker of this node as the rendezvous names it; the caller adds how it failed.
+rdzv::Failure NodeAgent::failure_of(const WorkerRecord& w) const {
   rdzv::Failure f;
   f.node_rank = world_.node_rank;
   f.host = config_.host;
   f.rank = w.rank;
   f.local_rank = w.local_rank;
   f.pid = w.pid;
+  return f;
+}
+
+void NodeAgent::report_worker_failure(int local_rank) {
+  const WorkerRecord& w = policy_.worker(local_rank);
+  rdzv::Failure f = failure_of(w);
   if (w.status.signaled) f.signal = w.status.signal;
   else f.exit_code = w.status.code;
   f.time_unix_ms = w.end_ms;

@@ -26,7 +26,8 @@
 //   errorfile=MSG  write MSG to TORCHELASTIC_ERROR_FILE in torchelastic's JSON format
 //   waitfile=PATH  wait until PATH exists
 //   beat=STEP      one heartbeat carrying STEP (DDPRUN_HEARTBEAT_FD/_OFFSET; nothing when they are unset)
-//   beatfor=SEC    a heartbeat every 50 ms for SEC seconds, steps 0, 1, 2, ...
+//   beatfor=SEC[:MS] a heartbeat every MS (default 50) milliseconds for SEC seconds, steps 0, 1, 2, ...
+//   beatstamp=PATH one heartbeat (step 0), then its CLOCK_MONOTONIC nanoseconds written to PATH (benchmarks)
 //   spin           a busy loop that never ends and never beats (a hang that burns a core)
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -221,7 +222,7 @@ void start_child(const std::string& kind) {
 
 // The heartbeat slot, as README "Hang detection" describes it: int64 step at +0, int64 CLOCK_MONOTONIC
 // nanoseconds at +8 (written last).
-void beat(long long step) {
+std::int64_t beat(long long step) {
   static std::int64_t* slot = [] {
     const char* fd = std::getenv("DDPRUN_HEARTBEAT_FD");
     const char* off = std::getenv("DDPRUN_HEARTBEAT_OFFSET");
@@ -233,11 +234,13 @@ void beat(long long step) {
     if (p == MAP_FAILED) { std::perror("test_worker: mmap heartbeat"); std::exit(2); }
     return reinterpret_cast<std::int64_t*>(static_cast<char*>(p) + offset % page);
   }();
-  if (!slot) return;
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  const std::int64_t now = static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  if (!slot) return now;
   __atomic_store_n(&slot[0], static_cast<std::int64_t>(step), __ATOMIC_RELAXED);
-  __atomic_store_n(&slot[1], static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec, __ATOMIC_RELEASE);
+  __atomic_store_n(&slot[1], now, __ATOMIC_RELEASE);
+  return now;
 }
 
 void run_step(const std::string& step) {
@@ -337,10 +340,17 @@ void run_step(const std::string& step) {
     beat(std::atoll(arg.c_str()));
   } else if (verb == "beatfor") {
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::atof(arg.c_str()));
+    const auto colon = arg.find(':');
+    const int every_ms = colon == std::string::npos ? 50 : std::atoi(arg.c_str() + colon + 1);
     for (long long i = 0; std::chrono::steady_clock::now() < end; ++i) {
       beat(i);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::this_thread::sleep_for(std::chrono::milliseconds(every_ms));
     }
+  } else if (verb == "beatstamp") {
+    const std::int64_t t = beat(0);
+    FILE* f = std::fopen(arg.c_str(), "w");
+    std::fprintf(f, "%lld\n", static_cast<long long>(t));
+    std::fclose(f);
   } else if (verb == "spin") {
     for (volatile unsigned long long n = 0;; n = n + 1) {
     }
