@@ -125,6 +125,9 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
         << ctx.node_rank << ", host " << ctx.host << ", pid " << root->pid << ") " << root->status.describe()
         << " at " << iso_time(root->end_ms) << "\n";
     if (!root->error_message.empty()) out << "ddprun: root cause error: " << root->error_message << "\n";
+  } else if (policy.preempted()) {
+    out << "ddprun: job preempted after " << elapsed << ": a stop notice came and every worker exited 0; exit "
+        << "code " << kExitPreempted << " asks the batch script to requeue\n";
   } else if (policy.stop_signal() != 0) {
     out << "ddprun: job stopped by " << process::signal_name(policy.stop_signal()) << " after " << elapsed << "\n";
   } else if (policy.exit_code() != 0) {

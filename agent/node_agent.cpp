@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <csignal>
 #include <memory>
@@ -46,8 +45,7 @@ sigset_t job_signals() {
 
 NodeAgent::NodeAgent(const AgentConfig& config)
     : config_(config), world_(config.world), log_(config.log.for_part("ddprun")),
-      stop_signals_(io_, SIGINT, SIGTERM, SIGHUP),
-      notice_signals_(io_, SIGUSR1, SIGUSR2),
+      signals_(io_, job_signals()),
       reaper_(io_, [this](pid_t pid, const process::ExitStatus& s) { on_child_exit(pid, s); },
               [this](bool has_children) { after_reap(has_children); }),
       grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), link_(io_, config, rendezvous_handlers()),
@@ -72,12 +70,9 @@ int NodeAgent::run() {
   // A console that went away must not kill the agent (workers still need tearing down); workers get
   // SIGPIPE back by default through spawn's reset of dispositions.
   std::signal(SIGPIPE, SIG_IGN);
-  stop_signals_.add(SIGQUIT);
-  wait_signal(stop_signals_);
-  wait_signal(notice_signals_);
-  // Signals held since main (block_job_signals) now reach the sets above, on the loop.
-  const sigset_t held = job_signals();
-  ::sigprocmask(SIG_UNBLOCK, &held, nullptr);
+  // Signals held since main (block_job_signals) stay blocked for good: the signalfd reads them on the loop,
+  // those that came early first, each with its sender.
+  signals_.start([this](const ReceivedSignal& r) { on_signal(r); });
   reaper_.start();
 
   // Workers start when the rendezvous assigns this node its place (on_assignment): for one node that is
@@ -129,21 +124,19 @@ void block_job_signals() {
   ::sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 
-void NodeAgent::wait_signal(asio::signal_set& set) {
-  set.async_wait([this, &set](const boost::system::error_code& ec, int signal) {
-    if (ec) return;
-    on_signal(signal);
-    // The signal may have finished the agent (nothing started yet: it ends at once) and cancelled this
-    // set; waiting again would keep the loop alive forever.
-    if (!finished_) wait_signal(set);
-  });
-}
-
-void NodeAgent::on_signal(int signal) {
-  log_.info("received ", process::signal_name(signal));
+void NodeAgent::on_signal(const ReceivedSignal& received) {
+  const int signal = received.signal;
+  // In a SLURM step whose proctrack plugin signals every process of the step (cgroup, linuxproc: scancel -s,
+  // scancel's SIGTERM, --signal, srun's Ctrl-C), what slurmstepd sends has reached every worker too; sending
+  // it again would give each worker two notices (docs/MULTINODE.md, "Signals under SLURM").
+  const bool workers_have_it = config_.step_signals_reach_workers && received.sender > 0 &&
+                               process_name(received.sender) == "slurmstepd";
+  log_.info("received ", process::signal_name(signal), workers_have_it ? " from slurmstepd, which sent it to "
+                                                                         "every process of the step" : "");
   events_.write(json{{"event", "signal"}, {"time_ms", unix_ms()}, {"signal", signal},
-                     {"signal_name", process::signal_name(signal)}});
-  const Decision d = policy_.on_signal(signal, unix_ms());
+                     {"signal_name", process::signal_name(signal)}, {"sender_pid", received.sender}});
+  Decision d = policy_.on_signal(signal, unix_ms());
+  if (workers_have_it && d.signal_all == signal) d.signal_all = 0;
   apply(d, "signal");
   if (d.teardown_began) report_signal(signal);
 }
@@ -238,7 +231,7 @@ void NodeAgent::after_reap(bool has_children) {
   if (processes_gone_) return;
   processes_gone_ = true;
   // Every local worker exited 0 and nothing stopped the job: the job ends when every node did the same.
-  if (policy_.phase() == Phase::kRunning && policy_.exit_code() == 0 && !outcome_known_)
+  if (policy_.phase() == Phase::kRunning && (policy_.exit_code() == 0 || policy_.preempted()) && !outcome_known_)
     link_.client().report_node_done();
   grace_timer_.cancel();
   drain_timer_.expires_after(kDrainLimit);
@@ -263,8 +256,7 @@ void NodeAgent::maybe_finish() {
   finished_ = true;
   reaper_.stop();
   boost::system::error_code ignored;
-  stop_signals_.cancel(ignored);
-  notice_signals_.cancel(ignored);
+  signals_.cancel();
   drain_timer_.cancel();
   grace_timer_.cancel();
   stop_reply_timer_.cancel();

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <memory>
@@ -19,6 +18,7 @@
 #include "agent/output_pump.hpp"
 #include "agent/rendezvous_link.hpp"
 #include "agent/run_layout.hpp"
+#include "agent/signal_reader.hpp"
 #include "agent/stack_capture.hpp"
 #include "agent/supervision_policy.hpp"
 #include "common/process/job_guard.hpp"
@@ -61,8 +61,7 @@ class NodeAgent {
   std::string hang_stacks_file() const;
   std::string stacks_file(int local_rank) const;
   // node_agent.cpp
-  void wait_signal(boost::asio::signal_set& set);
-  void on_signal(int signal);
+  void on_signal(const ReceivedSignal& received);
   void on_child_exit(pid_t pid, const process::ExitStatus& status);
   void after_reap(bool has_children);
   void apply(const Decision& d, const char* reason);
@@ -74,8 +73,7 @@ class NodeAgent {
   World world_;  // the launcher's, then the rendezvous' assignment
   Logger log_;
   boost::asio::io_context io_;
-  boost::asio::signal_set stop_signals_;
-  boost::asio::signal_set notice_signals_;
+  SignalReader signals_;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT (stop), SIGUSR1, SIGUSR2 (notices)
   ChildReaper reaper_;
   boost::asio::steady_timer grace_timer_;
   boost::asio::steady_timer drain_timer_;

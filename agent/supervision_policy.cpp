@@ -77,6 +77,7 @@ Decision SupervisionPolicy::on_hung(int local_rank, std::int64_t now_ms) {
 Decision SupervisionPolicy::on_signal(int signal, std::int64_t now_ms) {
   Decision d;
   if (!is_stop_signal(signal)) {  // SIGUSR1/SIGUSR2 and the like: a notice for the workers (SLURM preemption), nothing more
+    notice_received_ = true;
     d.signal_all = signal;
     return d;
   }
@@ -95,6 +96,17 @@ Decision SupervisionPolicy::on_signal(int signal, std::int64_t now_ms) {
   // A second SIGTERM/SIGHUP while tearing down is not passed on: every worker already has its one
   // SIGTERM, and a handler that treats a second one as "abort now" would cut its checkpoint short.
   return d;
+}
+
+bool SupervisionPolicy::preempted() const {
+  const bool all_succeeded = !workers_.empty() && std::all_of(workers_.begin(), workers_.end(), [](const WorkerRecord& w) {
+    return w.state == WorkerState::kSucceeded;
+  });
+  // SIGTERM on this node, or on another one (the rendezvous' cause: a node's ddprun got it; scancel and
+  // preemption signal every node at about the same time, and the first one to report names the cause).
+  const bool terminated = stop_signal_ == SIGTERM ||
+                          (job_cause_ && job_cause_->rank < 0 && job_cause_->exit_code == 128 + SIGTERM);
+  return all_succeeded && (notice_received_ || terminated);
 }
 
 Decision SupervisionPolicy::on_grace_expired(std::int64_t) {
@@ -135,6 +147,7 @@ const WorkerRecord* SupervisionPolicy::root_cause() const {
 }
 
 int SupervisionPolicy::exit_code() const {
+  if (preempted()) return kExitPreempted;
   if (job_cause_) return job_cause_->exit_code == 0 ? 1 : job_cause_->exit_code;
   if (const WorkerRecord* root = root_cause()) {
     const int code = root->status.shell_code();

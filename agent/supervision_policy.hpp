@@ -41,6 +41,10 @@ struct WorkerRecord {
 //   any ── every worker exited ──▶ the agent reaps stragglers and finishes (phase stays as it was)
 enum class Phase { kRunning, kStopping, kKilling };
 
+// The job was preempted and stopped cleanly: a notice (SIGUSR1/SIGUSR2) or SIGTERM reached ddprun, and then
+// every worker exited 0 (having saved a checkpoint): a batch script requeues on it (README "Exit codes").
+inline constexpr int kExitPreempted = 79;
+
 // SIGINT, SIGTERM, SIGHUP, SIGQUIT: the signals that stop a job (others, like SIGUSR1, are only notices).
 bool is_stop_signal(int signal);
 
@@ -97,8 +101,11 @@ class SupervisionPolicy {
   int stop_signal() const { return stop_signal_; }
   std::int64_t teardown_ms() const { return teardown_ms_; }
   // The job cause's code when there is one; else 0 when every worker succeeded; the root cause's code (128+N for a signal); 128+N when ddprun was
-  // stopped by signal N before any worker failed; 1 for an external stop with no local cause.
+  // stopped by signal N before any worker failed; 1 for an external stop with no local cause;
+  // kExitPreempted when a notice or SIGTERM came and every worker then exited 0.
   int exit_code() const;
+  // A notice or SIGTERM came, and every worker then exited 0 (kExitPreempted).
+  bool preempted() const;
 
  private:
   Decision begin_teardown(int signal, std::int64_t now_ms);
@@ -107,6 +114,7 @@ class SupervisionPolicy {
   Phase phase_ = Phase::kRunning;
   int root_cause_ = -1;
   int stop_signal_ = 0;
+  bool notice_received_ = false;  // a SIGUSR1/SIGUSR2 reached ddprun: a clean exit now means preempted
   bool external_stop_ = false;
   std::int64_t teardown_ms_ = 0;
   std::optional<JobCause> job_cause_;

@@ -298,6 +298,7 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
     o.topo.node_rank = "0";
   }
   apply_slurm_topology(o.topo, app.count("--nnodes") > 0, app.count("--rdzv-port") > 0, env, result.notes);
+  cfg.step_signals_reach_workers = slurm_signals_reach_workers(env);
   // Ports last (below): picking a MASTER_PORT touches the system.
   w.role = o.role;
   if (!valid_name(w.role))

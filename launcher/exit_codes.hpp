@@ -3,6 +3,7 @@
 #pragma once
 
 #include "agent/rendezvous_link.hpp"
+#include "agent/supervision_policy.hpp"
 
 namespace ddprun::launcher {
 
@@ -21,6 +22,9 @@ inline constexpr int kExitRdzvProtocol = agent::kExitRdzvProtocol;  // 76: the s
 inline constexpr int kExitRdzvRefused = agent::kExitRdzvRefused;    // 77: refused: wrong token or run id,
                                                                     //     duplicate or out-of-range node rank
 static_assert(agent::kExitRdzvUnavailable == kExitUnavailable);
+// Preempted and stopped cleanly (agent/supervision_policy.hpp decides it): a notice (SIGUSR1/SIGUSR2) or SIGTERM
+// reached ddprun and every worker then exited 0. A batch script requeues on it (examples/slurm/).
+inline constexpr int kExitPreempted = agent::kExitPreempted;  // 79
 inline constexpr int kExitNotExecutable = 126;
 inline constexpr int kExitNotFound = 127;
 

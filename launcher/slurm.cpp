@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
 
 #include "agent/env_contract.hpp"
 #include "common/error.hpp"
@@ -73,7 +74,28 @@ int step_node_index(const std::vector<std::string>& env, const std::vector<std::
   return at.front();
 }
 
+// ProctrackType from slurm.conf, lower-case; "" when unreadable or not set.
+std::string proctrack_type(const std::string& conf_path) {
+  std::ifstream in(conf_path);
+  std::string line, found;
+  while (std::getline(in, line)) {
+    std::string lower;
+    for (char c : line) lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    const auto start = lower.find_first_not_of(" \t");
+    if (start == std::string::npos || lower.compare(start, 14, "proctracktype=") != 0) continue;
+    found = lower.substr(start + 14);
+    found = found.substr(0, found.find_first_of(" \t#"));
+  }
+  return found;
+}
+
 }  // namespace
+
+bool slurm_signals_reach_workers(const std::vector<std::string>& env) {
+  if (agent::env_value(env, "SLURM_STEP_ID", "").empty()) return false;
+  const std::string type = proctrack_type(agent::env_value(env, "SLURM_CONF", "/etc/slurm/slurm.conf"));
+  return type != "proctrack/pgid";  // unknown: SLURM's default, cgroup
+}
 
 bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_given,
                           const std::vector<std::string>& env, std::vector<std::string>& notes) {

@@ -26,4 +26,10 @@ namespace ddprun::launcher {
 bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_given,
                           const std::vector<std::string>& env, std::vector<std::string>& notes);
 
+// Whether slurmstepd's signals (scancel -s, scancel's SIGTERM, --signal without B:, srun's Ctrl-C) reach
+// every process of this step, the workers included: true in a step unless slurm.conf (SLURM_CONF, else
+// /etc/slurm/slurm.conf) says ProctrackType=proctrack/pgid, which signals only the task's process group (each
+// worker has its own). cgroup (SLURM's default, and most clusters') and linuxproc signal the whole step.
+bool slurm_signals_reach_workers(const std::vector<std::string>& env);
+
 }  // namespace ddprun::launcher
