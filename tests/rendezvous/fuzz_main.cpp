@@ -119,7 +119,7 @@ class Job {
 
   static Event event_for(Rng& rng, ConnId conn, const ClientMessage& message) {
     if (auto* h = std::get_if<HelloMsg>(&message)) {
-      Hello hello{conn, "00ff", *h, "10.0.0.9", "10.0.0.1"};
+      Hello hello{conn, "00ff", *h, "10.0.0.9", "10.0.0.1", false, {}};
       if (rng() % 2) hello.hello.mac = compute_mac("tok", "00ff", h->run_id);  // past auth, into the rules
       return hello;
     }
