@@ -227,12 +227,13 @@ class SlurmCluster:
     def srun(self, *args, timeout=60, env=None):
         return self.run("srun", "--partition=test", *args, timeout=timeout, env=env)
 
-    def sbatch(self, script, *args, env=None):
-        """Submits `script` (text); returns the job id."""
+    def sbatch(self, script, *args, env=None, script_args=()):
+        """Submits `script` (text) with sbatch options `args` and the script's own `script_args`; returns the
+        job id."""
         path = os.path.join(self.dir, f"job{time.monotonic_ns()}.sbatch")
         with open(path, "w") as f:
             f.write(script)
-        r = self.run("sbatch", "--parsable", "--partition=test", *args, path, env=env)
+        r = self.run("sbatch", "--parsable", "--partition=test", *args, path, *script_args, env=env)
         if r.code != 0:
             raise AssertionError(f"sbatch failed: {r}")
         return int(r.out.strip().split(";")[0])

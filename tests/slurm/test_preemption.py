@@ -1,0 +1,68 @@
+"""Preemption end to end with examples/slurm/preemptible.sbatch: SIGUSR1 to the batch shell (what
+--signal=B:USR1@T sends) → the trap passes it to the step → every worker saves a checkpoint and exits 0 →
+ddprun exits 79 → the script requeues the job → the second run resumes from the checkpoints.
+
+The worker is a shell stand-in for examples/fashion_mnist (which does the same with --checkpoint-dir and
+--resume): it counts steps, saves its step on SIGUSR1 and, when it finds its checkpoint, resumes and ends."""
+import os
+import time
+
+from cluster import SlurmClusterCase
+from test_steps import DDPRUN
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../examples/slurm/preemptible.sbatch")
+WORKER = r'''
+ck="$CASE/ckpt.$RANK"
+if [ -f "$ck" ]; then echo "rank $RANK resumed from step $(cat "$ck")"; exit 0; fi
+step=0
+trap 'echo "$step" > "$ck"; echo "rank $RANK saved step $step"; exit 0' USR1
+touch "$CASE/ready/ready.$RANK"
+while :; do step=$((step + 1)); sleep 0.05; done
+'''
+
+
+class Preemption(SlurmClusterCase):
+    def test_notice_checkpoint_requeue_resume(self):
+        os.mkdir(self.path("ready"))
+        out = self.path("job.out")
+        env = self.cluster.env(DDPRUN=DDPRUN, NPROC=2, CASE=self.tmp)
+        with open(EXAMPLE) as f:
+            script = f.read()
+        job = self.cluster.sbatch(script, "-N2", "--time=5", "-o", out, env=env, script_args=("sh", "-c", WORKER))
+        deadline = time.monotonic() + 30
+        while len(os.listdir(self.path("ready"))) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(len(os.listdir(self.path("ready"))), 4, self.read(out))
+        # What --signal=B:USR1@120 does 120 s before the time limit: SIGUSR1 to the batch shell only.
+        self.cluster.run("scancel", "--batch", "--signal=USR1", job)
+        deadline = time.monotonic() + 60
+        info, released = {}, False
+        while time.monotonic() < deadline:
+            info = self.cluster.job_info(job)
+            if info.get("JobState") == "PENDING" and info.get("Restarts") == "1" and not released:
+                # SLURM holds a requeued job back for a while (EligibleTime); the test need not wait for it.
+                print(f"requeued: Reason={info.get('Reason')} EligibleTime={info.get('EligibleTime')}")
+                self.cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+                released = True
+            if info.get("JobState") == "COMPLETED" and info.get("Restarts") == "1":
+                break
+            if info.get("JobState") in ("FAILED", "CANCELLED"):
+                break
+            time.sleep(0.2)
+        text = self.read(out)
+        self.assertEqual((info.get("JobState"), info.get("Restarts")), ("COMPLETED", "1"), text)
+        self.assertIn("preempted: requeueing job", text)
+        self.assertIn("exit code 79", text)
+        for rank in range(4):
+            self.assertIn(f"rank {rank} saved step", text)
+            with open(self.path(f"ckpt.{rank}")) as f:
+                saved = f.read().strip()
+            self.assertIn(f"rank {rank} resumed from step {saved}\n", text)
+        self.assertIn("run 2 of job", text)
+
+    def read(self, path):
+        try:
+            with open(path) as f:
+                return f.read()
+        except OSError:
+            return ""
