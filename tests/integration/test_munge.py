@@ -7,6 +7,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import time
 import unittest
 
 from harness import DDPRUN, WORKER
@@ -16,6 +17,11 @@ from test_multinode import MultiNodeCase, REFUSED
 UNAVAILABLE, USAGE = 69, 64
 RENDEZVOUS = os.environ.get("DDPRUN_RENDEZVOUS", os.path.join(os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous"))
 MUNGE_LINE = "each with a MUNGE credential of uid"
+
+
+def read_text(path):
+    with open(path) as f:
+        return f.read()
 
 
 class MungeCase(MultiNodeCase):
@@ -109,11 +115,19 @@ class MungeJobs(MungeCase):
 
     def test_a_separate_rendezvous_server_with_munge(self):
         # The server decides; the agents (no --rdzv-auth) answer what its challenge asks.
+        port_file = self.path("port")
         server = subprocess.Popen([RENDEZVOUS, "--rdzv-id", "dynjob", "--nnodes", "2", "--host", "127.0.0.1",
-                                   "--port", str(self.port), "--munge"],
+                                   "--port", "0", "--port-file", port_file, "--munge"],
                                   env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         self.addCleanup(self.kill_if_running, server)
-        agents = [self.start("--nnodes", 2, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "dynjob",
+        # Listening before any agent starts: else an agent could bind the endpoint first and host it itself.
+        self.wait_for_files([port_file])
+        deadline = time.monotonic() + 10
+        while not read_text(port_file).endswith("\n"):  # written by the server, maybe not yet whole
+            self.assertLess(time.monotonic(), deadline, "the server wrote no port")
+            time.sleep(0.01)
+        port = int(read_text(port_file))
+        agents = [self.start("--nnodes", 2, "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "dynjob",
                              "--nproc-per-node", 1, "--rdzv-timeout", 20, WORKER, "exit=0") for _ in range(2)]
         for res in self.wait_all(agents):
             self.assertEqual(res.code, 0, res)
