@@ -181,7 +181,20 @@ class SlurmCluster:
             left.append(pid)
         return left
 
+    def kill_job_processes(self):
+        """SIGKILLs what leftovers() lists (the daemons stay); returns what it found, described."""
+        left = self.leftovers()
+        described = [f"{pid} {_comm(pid)}" for pid in left]
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        reap_zombies()
+        return described
+
     def kill_leftovers(self):
+        """Teardown: SIGKILLs every descendant of this process, daemons included."""
         for _ in range(50):
             reap_zombies()
             left = [p for p in descendants(os.getpid())]
@@ -413,12 +426,7 @@ class SlurmClusterCase(unittest.TestCase):
             time.sleep(0.05)
             reap_zombies()
             left = self.cluster.leftovers()
-        described = [f"{pid} {_comm(pid)}" for pid in left]
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        described = self.cluster.kill_job_processes()
         self.cluster.run("scancel", "--full", "--partition=test", timeout=10)
         self.cluster.wait_idle(timeout=30)  # the next test gets every node
         shutil.rmtree(self.tmp, ignore_errors=True)
