@@ -150,8 +150,13 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   }
 
   // The round trip to munged happens here, on the loop (~0.1 ms), once per hello; the verdict goes to the
-  // state machine with the hello. The job's user is the server's own uid.
+  // state machine with the hello. The job's user is the server's own uid. A hello whose MAC already fails is
+  // refused anyway: with a secret token, strangers cannot make the server wait on munged.
   void check_munge(Hello& hello) const {
+    if (!verify_mac(state_.config.token, hello.nonce, state_.config.run_id, hello.hello.mac)) {
+      hello.munge_problem = "MUNGE credential not checked: the token or run id failed first";
+      return;
+    }
     const MungeCheck check = check_munge_credential(state_.config.munge_socket, hello.hello.munge_credential,
                                                     hello.nonce, state_.config.run_id, ::geteuid());
     hello.munge_ok = check.ok;
