@@ -2,12 +2,15 @@
 """Start-up cost of MUNGE authentication: a 2-node job on 127.0.0.1 with --rdzv-auth munge against the same job
 with --rdzv-auth token, beside a private munged (tests/integration/munged.py; needs root, as munged does).
 
-  scripts/bench/munge_startup.py [--build build] [--runs 30]
+  scripts/bench/munge_startup.py [--build build] [--runs 30] [--slurm-runs 20]
 
 job       two `ddprun --nnodes 2 --node-rank R --master-addr 127.0.0.1 --no-python /bin/true` (node 0 hosts the
           rendezvous): time from starting both until both exited 0. The modes alternate run by run, so drift in
           the machine's load hits both alike. With MUNGE the hosting node first checks that munged answers (one
           credential), each node makes one credential and the server decodes two.
+srun      `srun -N3 --ntasks-per-node=1 ddprun --rdzv-auth MODE --no-python /bin/true` on the real 3-node SLURM
+          test cluster of tests/slurm/cluster.py (its own munged; DDPRUN_MUNGE_SOCKET points at it): srun's wall
+          time, modes alternating, --slurm-runs per mode (0: skip).
 per node  what MUNGE adds to one node's join: libmunge's munge_encode (on the node) + munge_decode (at the
           server) for our payload, timed in this process through ctypes, --runs x 20 pairs.
 Reported: medians (and quartiles) in ms, and the difference between the modes.
@@ -23,6 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "../../tests/integration"))
+sys.path.insert(0, os.path.join(HERE, "../../tests/slurm"))
 from munged import PrivateMunged  # noqa: E402
 
 
@@ -80,6 +84,28 @@ def credential_pair_seconds(socket_path, pairs):
     return times
 
 
+def srun_runs(ddprun, runs):
+    """{mode: [seconds]} of 3-node steps on the SLURM test cluster; {} when it cannot start here."""
+    import unittest
+    from cluster import SlurmCluster
+    times = {"token": [], "munge": []}
+    try:
+        with SlurmCluster(nodes=3) as c:
+            env = c.env(DDPRUN_MUNGE_SOCKET=c.path("munge/munge.socket"))
+            for i in range(runs + 1):  # the first pair warms up
+                for mode in (("token", "munge") if i % 2 == 0 else ("munge", "token")):
+                    r = c.srun("-N3", "--ntasks-per-node=1", ddprun, "--rdzv-auth", mode, "--nproc-per-node", "1",
+                               "--no-python", "/bin/true", env=env)
+                    if r.code != 0 or (mode == "munge") != ("MUNGE credential" in r.err):
+                        sys.exit(f"srun with {mode} failed or did not authenticate as asked: {r}")
+                    if i > 0:
+                        times[mode].append(r.elapsed)
+    except unittest.SkipTest as e:
+        print(f"srun: skipped ({e})")
+        return {}
+    return times
+
+
 def describe(values):
     ms = sorted(v * 1000 for v in values)
     q = statistics.quantiles(ms, n=4)
@@ -90,6 +116,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", default="build")
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--slurm-runs", type=int, default=20)
     args = parser.parse_args()
     ddprun = os.path.abspath(os.path.join(args.build, "launcher/ddprun"))
     with PrivateMunged() as socket_path:
@@ -113,6 +140,14 @@ def main():
           f"(ratio {medians['munge'] / medians['token']:.3f})")
     med, q1, q3 = describe(pairs)
     print(f"per node: munge_encode + munge_decode, {len(pairs)} pairs: {med:.3f} [{q1:.3f}, {q3:.3f}] ms")
+    slurm = srun_runs(ddprun, args.slurm_runs) if args.slurm_runs > 0 else {}
+    if slurm:
+        print(f"srun -N3 on the SLURM test cluster, {args.slurm_runs} runs per mode (median [q1, q3], ms)")
+        for mode in ("token", "munge"):
+            med, q1, q3 = describe(slurm[mode])
+            medians[mode] = med
+            print(f"  --rdzv-auth {mode:<6} {med:8.2f} [{q1:.2f}, {q3:.2f}]")
+        print(f"  MUNGE adds        {medians['munge'] - medians['token']:8.2f} to the step")
 
 
 if __name__ == "__main__":
