@@ -13,6 +13,7 @@
 #include "common/version.hpp"
 #include "launcher/arg_matching.hpp"
 #include "launcher/exit_codes.hpp"
+#include "launcher/help_text.hpp"
 #include "launcher/host_resources.hpp"
 #include "launcher/option_values.hpp"
 #include "launcher/ports.hpp"
@@ -211,12 +212,12 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
 CommandLine parse_command_line(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   CommandLine result;
   RawOptions o;
-  CLI::App app{"ddprun [OPTIONS] PROGRAM [ARGS...]\nLaunch and supervise a distributed PyTorch job; one failure anywhere ends it all.",
-               "ddprun"};
+  CLI::App app{"", "ddprun"};  // the usage line, the summary and the epilog: describe_help
   app.set_version_flag("--version", std::string("ddprun ") + kVersion);
   // Everything from the first positional argument on belongs to the worker's command line.
   app.prefix_command();
   define_options(app, o);
+  describe_help(app);
 
   // argparse's prefixes and torchrun's refusals first, then torchrun's PET_* variables for the options the
   // command line left out, put in front of its words (from the program on, every word is the worker's).

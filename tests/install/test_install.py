@@ -5,6 +5,7 @@ that nothing installed points back into the build tree or at the prefix it was i
 nothing on disk (its job guard is a fork of itself), and the CMake package locates itself.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -165,7 +166,7 @@ class InstalledPackage(unittest.TestCase):
         code, out, err = run(cmd, env=dict(self.env(), MANPAGER="cat", PAGER="cat", MANWIDTH="100"))
         self.assertEqual(code, 0, err)
         self.assertEqual(err.strip(), "", "warnings while rendering the man page")
-        text = out.replace("\b", "")
+        text = re.sub(".\b", "", out)  # grotty's overstrike bold and underline
         for expected in ("ddprun", "--nproc-per-node", "EXIT STATUS", "ENVIRONMENT"):
             self.assertIn(expected, text)
 

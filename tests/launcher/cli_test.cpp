@@ -94,6 +94,28 @@ TEST_CASE("help and version exit at once") {
   CHECK(parse({"--version"}).text.find("ddprun") == 0);
 }
 
+TEST_CASE("help names every value, has one usage line, the environment, the exit status and examples") {
+  const std::string help = parse({"--help"}).text;
+  CHECK(help.find("Usage: ddprun [OPTIONS] PROGRAM [ARGS...]\n") == 0);
+  CHECK(help.find("Usage:", 1) == std::string::npos);
+  // CLI11's type names, or the fallback of an option missing from launcher/help_text.cpp's table.
+  for (const char* unnamed : {" TEXT", " INT", " UINT", " FLOAT", " VALUE"}) {
+    INFO(unnamed);
+    CHECK(help.find(unnamed) == std::string::npos);
+  }
+  for (const char* named : {"--nproc-per-node,--nproc_per_node N|auto|gpu|cpu", "--log-dir,--log_dir DIR",
+                            "--rdzv-endpoint,--rdzv_endpoint HOST[:PORT]", "--rdzv-timeout,--rdzv_timeout SEC",
+                            "--rdzv-token-file,--rdzv_token_file FILE", "--max-restarts,--max_restarts N"}) {
+    INFO(named);
+    CHECK(help.find(named) != std::string::npos);
+  }
+  for (const char* part : {"\nEnvironment:\n", "DDPRUN_TOKEN", "PET_NPROC_PER_NODE", "PYTHON_EXEC",
+                           "\nExit status:\n", "64 bad usage", "77 refused", "\nExamples:\n", "  $ ddprun "}) {
+    INFO(part);
+    CHECK(help.find(part) != std::string::npos);
+  }
+}
+
 TEST_CASE("bad input is refused with the documented code") {
   CHECK(usage_code({"--nproc-per-node", "0", "true"}) == kExitUsage);
   CHECK(usage_code({"--nproc-per-node", "-2", "true"}) == kExitUsage);
