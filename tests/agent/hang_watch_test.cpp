@@ -1,13 +1,17 @@
 // Hang detection's rules, one per case: pure functions of beats and time (agent/hang_watch.hpp), the
-// shared-memory slots read back as a worker writes them, and the policy's view of a hung worker.
+// shared-memory slots read back as a worker writes them, the policy's view of a hung worker, and how the
+// stack capture picks its tool and decides whether a worker asked for Python stacks.
 #include <doctest/doctest.h>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 
 #include "agent/hang_watch.hpp"
 #include "agent/heartbeat_channel.hpp"
+#include "agent/stack_capture.hpp"
 #include "agent/supervision_policy.hpp"
 
 using namespace ddprun::agent;
@@ -100,4 +104,34 @@ TEST_CASE("a worker found hung while the job already stops is no new root cause"
   const Decision d = p.on_hung(1, 10);
   CHECK_FALSE(d.teardown_began);
   CHECK(p.root_cause()->local_rank == 0);
+}
+
+TEST_CASE("the stack tool is eu-stack when installed, else gdb, else none") {
+  const auto none = stack_tool_command(42, "/nonexistent");
+  CHECK_FALSE(none.has_value());
+  const bool eu = ::access("/usr/bin/eu-stack", X_OK) == 0;
+  const bool gdb = ::access("/usr/bin/gdb", X_OK) == 0;
+  const auto found = stack_tool_command(42, "/usr/bin");
+  REQUIRE(found.has_value() == (eu || gdb));
+  if (found) {
+    CHECK(found->front() == (eu ? "eu-stack" : "gdb"));
+    CHECK(std::find(found->begin(), found->end(), "42") != found->end());
+  }
+}
+
+namespace {
+void ignore_signal(int) {}
+}  // namespace
+
+TEST_CASE("a process catches the stacks signal only once it installed a handler for it") {
+  const int sig = python_stacks_signal();
+  CHECK(sig > SIGUSR2);  // a real-time signal, not one ddprun forwards as a notice
+  CHECK_FALSE(catches_signal(::getpid(), sig));
+  struct sigaction old {};
+  struct sigaction sa {};
+  sa.sa_handler = ignore_signal;
+  ::sigaction(sig, &sa, &old);
+  CHECK(catches_signal(::getpid(), sig));
+  ::sigaction(sig, &old, nullptr);
+  CHECK_FALSE(catches_signal(::getpid(), sig));
 }
