@@ -11,6 +11,7 @@
 
 #include "worker_sdk/error.hpp"
 #include "worker_sdk/gloo_ring.hpp"
+#include "worker_sdk/heartbeat.hpp"
 
 namespace ddprun::sdk {
 namespace {
@@ -146,6 +147,7 @@ void DistributedDataParallel::State::finish_backward() {
     if (b.work) b.work->wait();
     b.work.reset();
   }
+  heartbeat();  // every gradient of this step is reduced: the rank made progress (ddprun --hang-timeout)
 }
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,

@@ -15,6 +15,7 @@
 #include <cstdlib>
 
 #include "worker_sdk/error.hpp"
+#include "worker_sdk/heartbeat.hpp"
 
 namespace ddprun::sdk {
 namespace {
@@ -108,13 +109,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(at::Tensor& tensor)
   return backend_for(tensor).allreduce(tensors);
 }
 
-void ProcessGroup::allreduce(at::Tensor& tensor) { allreduce_async(tensor)->wait(); }
+// Each blocking collective beats once it completes (worker_sdk/heartbeat.hpp): one that never completes
+// leaves the rank silent, and ddprun --hang-timeout finds it.
+void ProcessGroup::allreduce(at::Tensor& tensor) {
+  allreduce_async(tensor)->wait();
+  heartbeat();
+}
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   backend_for(tensor).broadcast(tensors, opts)->wait();
+  heartbeat();
 }
 
 void ProcessGroup::broadcast_coalesced(std::vector<at::Tensor> tensors, int root) {
@@ -144,7 +151,10 @@ void ProcessGroup::broadcast_coalesced(std::vector<at::Tensor> tensors, int root
   }
 }
 
-void ProcessGroup::barrier() { gloo_->barrier()->wait(); }
+void ProcessGroup::barrier() {
+  gloo_->barrier()->wait();
+  heartbeat();
+}
 
 std::vector<double> ProcessGroup::sum(const std::vector<double>& values) {
   if (values.empty()) return {};

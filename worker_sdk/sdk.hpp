@@ -5,6 +5,7 @@
 #include "worker_sdk/ddp.hpp"
 #include "worker_sdk/error.hpp"
 #include "worker_sdk/error_file.hpp"
+#include "worker_sdk/heartbeat.hpp"
 #include "worker_sdk/metrics.hpp"
 #include "worker_sdk/process_group.hpp"
 #include "worker_sdk/progress.hpp"

@@ -138,6 +138,28 @@ struct TwoHeads : torch::nn::Module {
 
 // Two separate jobs rather than an error and a second DDP in one process. No barrier at the end: ranks may
 // return right after their last collective (the "shutdown" suite checks that).
+// Under ddprun --hang-timeout (tests/worker_sdk/CMakeLists.txt, sdk_hang_ddprun*): three DDP steps, which beat
+// by themselves, then rank 0 skips an allreduce and idles: rank 1's allreduce never completes, both fall silent.
+// With SDK_TEST_AUTO_BEATS_ONLY=1 no heartbeat(step) is called: only the SDK's own beats make it detectable.
+SDK_TEST_ROLE("skip_allreduce") {
+  const bool auto_only = env_int("SDK_TEST_AUTO_BEATS_ONLY", 0) == 1;
+  const sdk::WorldInfo world = sdk::WorldInfo::from_env();
+  auto pg = sdk::ProcessGroup::init(world);
+  auto model = std::make_shared<torch::nn::LinearImpl>(4, 2);
+  sdk::DistributedDataParallel ddp(model, pg);
+  for (int step = 0; step < 3; ++step) {
+    model->forward(torch::ones({3, 4})).sum().backward();
+    if (!auto_only) sdk::heartbeat(step);
+  }
+  if (world.rank == 0) {
+    ::pause();  // alive and silent: the allreduce below is never joined
+    return 0;
+  }
+  at::Tensor t = torch::ones({4});
+  pg->allreduce(t);
+  return 0;
+}
+
 SDK_TEST_ROLE("unused_parameters_error") {
   auto pg = sdk::ProcessGroup::init(sdk::WorldInfo::from_env());
   auto model = std::make_shared<TwoHeads>();
