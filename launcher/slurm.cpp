@@ -104,13 +104,15 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
   if (nnodes_given || o.node_rank_given || !o.master_addr.empty() || !o.rdzv_endpoint.empty() || o.standalone)
     return false;  // the user said where this node stands: SLURM's view is not needed
   const int job = int_variable(env, "SLURM_JOB_ID", 0);
-  if (agent::env_value(env, "SLURM_STEP_ID", "").empty()) {
-    // The batch script or an salloc shell: one process on one node of the allocation.
+  int step = 0;
+  if (!parse_int_strict(agent::env_value(env, "SLURM_STEP_ID", ""), step) || step < 0) {
+    // The batch script or an salloc shell (no SLURM_STEP_ID in 22.05), or one of SLURM's special steps (batch,
+    // extern: ids near 2^32, or names): one process on one node of the allocation.
     const std::string job_nodes = agent::env_value(env, "SLURM_JOB_NUM_NODES", agent::env_value(env, "SLURM_NNODES", "1"));
     int n = 1;
     if (parse_int_strict(job_nodes, n) && n <= 1) return false;  // a one-node job: a local run is all there is
     throw UsageError("ddprun runs in SLURM job " + job_text + " of " + job_nodes + " nodes but outside a job step "
-                         "(SLURM_STEP_ID is not set: the batch script or an salloc shell), so it would start "
+                         "(no SLURM_STEP_ID of an srun step: the batch script or an salloc shell), so it would start "
                          "workers on this node only; " + kOneTaskAdvice + " (or --standalone for one node)",
                      kExitUsage);
   }

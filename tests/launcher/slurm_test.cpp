@@ -89,6 +89,9 @@ TEST_CASE("ddprun outside a step in a job of several nodes is refused with advic
   CHECK(why.find("outside a job step") != std::string::npos);
   CHECK(why.find("srun --ntasks-per-node=1 ddprun") != std::string::npos);
   CHECK(parse_command_line({"--standalone", "true"}, batch).agent.rdzv.nnodes == 1);
+  Env batch_step = batch;  // SLURM's special step ids (batch 4294967291, extern 4294967292) are not srun steps
+  batch_step.push_back("SLURM_STEP_ID=4294967291");
+  CHECK(usage_error({"true"}, batch_step).find("outside a job step") != std::string::npos);
   const Env one{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=7", "SLURM_JOB_NODELIST=n1", "SLURM_JOB_NUM_NODES=1",
                 "SLURM_NNODES=1"};
   CHECK(parse_command_line({"true"}, one).agent.rdzv.nnodes == 1);
