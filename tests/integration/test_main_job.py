@@ -1,0 +1,247 @@
+"""The main job (examples/fashion_mnist) through ddprun: the progress bar redrawn on a real terminal (tmux),
+plain log lines and the epoch table otherwise, metrics as JSON lines turned into a PNG by
+scripts/plot_metrics, a stop request (SIGUSR1 to ddprun) that checkpoints and exits 0 and a --resume that
+goes on from that step, and scripts/plot_events' timeline of a failed multi-node job and of restarts.
+
+Training runs on a small generated look-alike of Fashion-MNIST (labels readable from the pixels), so each
+case takes seconds; the real data set is the demo's and the accuracy bench's business."""
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+import unittest
+import xml.etree.ElementTree as ET
+
+from harness import DDPRUN, DdprunTestCase, WORKER
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
+FASHION = os.path.abspath(os.path.join(os.path.dirname(DDPRUN), "../examples/fashion_mnist/fashion_mnist"))
+SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with python3-matplotlib; `python3` may be a pyenv shim
+STEPS_PER_EPOCH = 64  # 2048 samples, 2 ranks, 16 per rank
+
+
+def write_split(directory, prefix, n):
+    labels = bytes((i * 7) % 10 for i in range(n))
+    images = bytearray(n * 784)
+    for i in range(n):
+        row = labels[i] * 2
+        for p in range(784):
+            images[i * 784 + p] = 255 if p // 28 == row else (p * 13 + i) % 50
+    with gzip.open(os.path.join(directory, f"{prefix}-images-idx3-ubyte.gz"), "wb", compresslevel=1) as f:
+        f.write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 28, 28) + bytes(images))
+    with gzip.open(os.path.join(directory, f"{prefix}-labels-idx1-ubyte.gz"), "wb", compresslevel=1) as f:
+        f.write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labels)
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        return None
+    return struct.unpack(">II", head[16:24])
+
+
+@unittest.skipUnless(os.access(FASHION, os.X_OK), f"{FASHION} is not built (configure with the SDK: LibTorch)")
+class MainJob(DdprunTestCase):
+    def setUp(self):
+        super().setUp()
+        self.data = self.path("data")
+        os.mkdir(self.data)
+        write_split(self.data, "train", 2048)
+        write_split(self.data, "t10k", 256)
+        self.ckpt = self.path("ckpt")
+
+    def train_args(self, *extra):
+        return ["--nproc-per-node", 2, FASHION, "--data-dir", self.data, "--batch-size", 16, *extra]
+
+    def test_progress_bar_is_redrawn_in_place_on_a_terminal(self):
+        if not shutil.which("tmux"):
+            self.skipTest("tmux is not installed (scripts/setup installs it)")
+        sock, raw, go = self.path("tmux.sock"), self.path("raw.log"), self.path("go")
+        tmux = ["tmux", "-S", sock]
+        command = " ".join(map(str, [DDPRUN, *self.train_args("--epochs", 2, "--log-every", 1000)]))
+        # The job waits for `go`, so that pipe-pane records every byte the terminal gets from the start.
+        script = f"while [ ! -e {go} ]; do sleep 0.05; done; {command}; echo EXIT=$?; sleep 600"
+        env = {**self.env, "TERM": "xterm"}
+        subprocess.run([*tmux, "new-session", "-d", "-x", "120", "-y", "50", "-s", "job", script], env=env, check=True)
+        try:
+            subprocess.run([*tmux, "pipe-pane", "-t", "job", "-o", f"cat >> {raw}"], env=env, check=True)
+            open(go, "w").close()
+            screen, deadline = "", time.monotonic() + 120
+            while "EXIT=" not in screen and time.monotonic() < deadline:
+                time.sleep(0.2)
+                screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", "job"], env=env, capture_output=True,
+                                        text=True).stdout
+        finally:
+            # The server is a daemon (re-parented to this test, a subreaper): it must be gone before tearDown looks.
+            subprocess.run([*tmux, "kill-server"], stderr=subprocess.DEVNULL)
+        self.assertIn("EXIT=0", screen, screen)
+        lines = screen.splitlines()
+        for epoch in (1, 2):
+            bar = f"[rank0]: epoch {epoch}/2 [##########] {STEPS_PER_EPOCH}/{STEPS_PER_EPOCH} loss "
+            self.assertEqual(sum(1 for l in lines if l.startswith(f"[rank0]: epoch {epoch}/2 [")), 1, screen)
+            self.assertTrue(any(l.startswith(bar) and l.rstrip().endswith("left") for l in lines), screen)
+        self.assertNotIn("train epoch", screen)  # the plain log lines are for pipes and files
+        self.assertIn("[rank0]: epoch  train_loss  test_loss  accuracy  samples/s  seconds", screen)
+        self.assertTrue(re.search(r"\[rank0\]:     2 +[0-9.]+ +[0-9.]+ +[0-9.]+% ", screen), screen)
+        # What the terminal got: several redraws of epoch 1's bar, each a '\r'-ended piece with the prefix.
+        with open(raw, "rb") as f:
+            data = f.read()
+        redraws = re.findall(rb"\[rank0\]: epoch 1/2 \[[#.]{10}\] +\d+/\d+ [^\r\n]*\r(?!\n)", data)
+        self.assertGreaterEqual(len(redraws), 2, data[-3000:])
+
+    def test_plain_lines_epoch_table_metrics_and_curves_when_not_a_terminal(self):
+        r = self.run_ddprun(*self.train_args("--epochs", 2, "--log-every", 20, "--checkpoint-dir", self.ckpt),
+                            timeout=120)
+        self.assertEqual(r.code, 0, r)
+        out = r.stdout.decode()
+        self.assertNotIn("\r", out)
+        self.assertRegex(out, r"\[rank0\]: train epoch 1 step 20/64 loss [0-9.]+ throughput [0-9.]+ samples/s "
+                              r"lr [0-9.]+ eta [0-9:?]+\n")
+        self.assertIn("[rank0]: epoch  train_loss  test_loss  accuracy  samples/s  seconds\n", out)
+        self.assertRegex(out, r"\[rank0\]:     1 +[0-9.]+ +[0-9.]+ +[0-9.]+% +[0-9.]+ +[0-9.]+\n")
+        with open(os.path.join(self.ckpt, "metrics.jsonl")) as f:
+            records = [json.loads(line) for line in f]
+        steps = [x for x in records if x["kind"] == "step"]
+        epochs = [x for x in records if x["kind"] == "epoch"]
+        self.assertEqual([x["global_step"] for x in steps], [20, 40, 60, 84, 104, 124])
+        self.assertEqual([x["epoch"] for x in epochs], [1, 2])
+        for x in epochs:
+            self.assertTrue(0 <= x["accuracy"] <= 100 and x["test_loss"] > 0 and x["train_loss"] > 0, x)
+        self.assertTrue(os.path.exists(os.path.join(self.ckpt, "checkpoint.pt")))
+
+        png = self.path("curves.png")
+        p = subprocess.run([SYSTEM_PYTHON, os.path.join(ROOT, "scripts/plot_metrics"), "-o", png,
+                            os.path.join(self.ckpt, "metrics.jsonl")], capture_output=True, text=True, timeout=120)
+        if p.returncode != 0 and "matplotlib is missing" in p.stderr:
+            self.skipTest(p.stderr.strip())
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(png_size(png), (1200, 450))
+        for curve in ("train loss per step (6 points)", "train loss per epoch (2 points)",
+                      "test loss per epoch (2 points)", "test accuracy per epoch (2 points"):
+            self.assertIn(curve, p.stdout)
+
+    def test_sigusr1_checkpoints_mid_epoch_exits_0_and_resume_goes_on_from_that_step(self):
+        args = self.train_args("--epochs", 3, "--log-every", 5, "--checkpoint-dir", self.ckpt)
+        proc = self.start(*args)
+        killer = threading.Timer(120, lambda: os.killpg(proc.pid, signal.SIGKILL))
+        killer.start()
+        self.addCleanup(killer.cancel)
+        # Plain os.read on the pipe: a buffered reader would keep bytes that communicate() then never sees.
+        out = b""
+        while b"train epoch 1 step 5/" not in out:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            self.assertTrue(chunk, f"ddprun ended before training: {out!r}")
+            out += chunk
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGUSR1)
+        while chunk:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            out += chunk
+        err = proc.stderr.read()
+        proc.wait(timeout=30)
+        elapsed = time.monotonic() - t0
+        # Every worker exited 0 after a stop notice: ddprun's "preempted" (docs/MULTINODE.md, SLURM), not a failure.
+        self.assertIn(b"every worker exited 0", err, (out, err))
+        self.assertLess(elapsed, 30, "the stop request took too long")
+        m = re.search(rb"\[rank0\]: stop requested by SIGUSR1: checkpoint (\S+) saved after epoch 1 step (\d+)/64", out)
+        self.assertTrue(m, (out, err))
+        self.assertEqual(m.group(1).decode(), os.path.join(self.ckpt, "checkpoint.pt"))
+        stopped_at = int(m.group(2))
+        self.assertNotIn(b"epoch 1 test_loss", out)  # it stopped inside the epoch
+        self.assertEqual(sorted(os.listdir(self.ckpt)), ["checkpoint.pt", "metrics.jsonl"])  # no .tmp left
+
+        r = self.run_ddprun(*args, "--resume", timeout=120)
+        self.assertEqual(r.code, 0, r)
+        text = r.stdout.decode()
+        self.assertIn(f"[rank0]: resumed from {self.ckpt}/checkpoint.pt at epoch 1 step {stopped_at}\n", text)
+        self.assertIn("[rank0]: epoch 1 test_loss", text)
+        self.assertIn("[rank0]: epoch 3 test_loss", text)
+        # The log lines of the resumed run continue the epoch's step count.
+        steps = [int(s) for s in re.findall(r"train epoch 1 step (\d+)/64", text)]
+        self.assertTrue(steps and min(steps) > stopped_at, (stopped_at, steps))
+        with open(os.path.join(self.ckpt, "metrics.jsonl")) as f:
+            records = [json.loads(line) for line in f]
+        global_steps = [x["global_step"] for x in records if x["kind"] == "step"]
+        self.assertEqual(global_steps, sorted(set(global_steps)))  # appended, in order, nothing repeated
+        self.assertEqual(global_steps[-1], 3 * 64 - 4)
+        self.assertEqual([x["epoch"] for x in records if x["kind"] == "epoch"], [1, 2, 3])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Timeline(DdprunTestCase):
+    def plot(self, *events):
+        svg = self.path("timeline.svg")
+        p = subprocess.run([SYSTEM_PYTHON, os.path.join(ROOT, "scripts/plot_events"), "-o", svg, *events],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        root = ET.parse(svg).getroot()  # a well-formed SVG document
+        self.assertEqual(root.tag, "{http://www.w3.org/2000/svg}svg")
+        lanes = {g.get("data-lane"): g for g in root.iter("{http://www.w3.org/2000/svg}g") if g.get("data-lane")}
+        return p.stdout, lanes
+
+    @staticmethod
+    def of_class(lane, cls):
+        return [e for e in lane.iter() if cls in (e.get("class") or "").split()]
+
+    def test_failed_multi_node_job(self):
+        port, ready, go = free_port(), self.path("ready"), self.path("go")
+        os.mkdir(ready)
+        self.env["DDPRUN_TOKEN"] = "test-token"
+        steps = [f"ready={ready}", f"@3:waitfile={go}", "@3:exit=7", "hang"]
+        procs = [self.start("--nnodes", 2, "--node-rank", n, "--master-addr", "127.0.0.1", "--rdzv-port", port,
+                            "--nproc-per-node", 2, "--events-file", self.path(f"events.{n}"), WORKER, *steps)
+                 for n in range(2)]
+        try:
+            self.wait_for_files([os.path.join(ready, f"ready.{r}") for r in range(4)], timeout=30)
+            open(go, "w").close()
+            codes = [p.wait(timeout=30) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+        self.assertEqual(codes, [7, 7])
+        summary, lanes = self.plot(self.path("events.0"), self.path("events.1"))
+        self.assertEqual(set(lanes), {"node 0", "node 1", "rank 0", "rank 1", "rank 2", "rank 3"})
+        self.assertIn("2 node lanes, 4 rank lanes, root cause rank 3 on node 1", summary)
+        self.assertEqual(len(self.of_class(lanes["rank 3"], "root-cause")), 1)
+        for rank in range(3):
+            self.assertEqual(self.of_class(lanes[f"rank {rank}"], "root-cause"), [])
+            runs = self.of_class(lanes[f"rank {rank}"], "run")
+            self.assertEqual([r.get("class") for r in runs], ["run victim"])  # stopped by the teardown
+        self.assertEqual([r.get("class") for r in self.of_class(lanes["rank 3"], "run")], ["run failed"])
+        for node in ("node 0", "node 1"):
+            self.assertEqual(len(self.of_class(lanes[node], "teardown")), 1, node)
+            self.assertEqual(len(self.of_class(lanes[node], "end")), 1, node)
+        texts = [t.text for t in lanes["rank 3"].iter("{http://www.w3.org/2000/svg}text")]
+        self.assertIn("exit 7", texts)
+
+    def test_restarts_show_one_bar_per_attempt(self):
+        events = self.path("events")
+        r = self.run_ddprun("--nproc-per-node", 2, "--max-restarts", 1, "--events-file", events, WORKER,
+                            "@1:exit=3", "hang", timeout=60)
+        self.assertEqual(r.code, 3, r)
+        summary, lanes = self.plot(events)
+        self.assertEqual(set(lanes), {"node 0", "rank 0", "rank 1"})
+        self.assertIn("1 node lanes, 2 rank lanes, root cause rank 1 on node 0", summary)
+        self.assertIn("2 teardowns, 1 restarts", summary)
+        self.assertEqual(len(self.of_class(lanes["node 0"], "restart")), 1)
+        for rank in (0, 1):
+            self.assertEqual(len(self.of_class(lanes[f"rank {rank}"], "run")), 2)  # one per attempt
+
+
+if __name__ == "__main__":
+    unittest.main()
