@@ -68,6 +68,9 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   set("DDPRUN_AGENT_PID", std::to_string(in.agent_pid));
   set("DDPRUN_VERSION", kVersion);
   if (!in.job_tag.empty()) set("DDPRUN_JOB_TAG", in.job_tag);
+  // Set or removed, never inherited: a nested ddprun's console is its parent's pipe, not a terminal.
+  if (in.console_tty) set("DDPRUN_CONSOLE_TTY", "1");
+  else vars.erase("DDPRUN_CONSOLE_TTY");
   if (in.heartbeat_fd >= 0) {
     set("DDPRUN_HEARTBEAT_FD", std::to_string(in.heartbeat_fd));
     set("DDPRUN_HEARTBEAT_OFFSET", std::to_string(in.heartbeat_offset));

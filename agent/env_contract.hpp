@@ -15,6 +15,9 @@ struct WorkerEnvInputs {
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
   int agent_pid = 0;       // DDPRUN_AGENT_PID
   std::string job_tag;     // DDPRUN_JOB_TAG: how the job guard finds the job's processes ("" = no guard)
+  // DDPRUN_CONSOLE_TTY=1: the worker's stdout (a pipe) is forwarded to ddprun's terminal, so the worker may
+  // draw a progress bar redrawn with '\r' (the line framer passes such pieces through with their prefix).
+  bool console_tty = false;
   // --hang-timeout only (agent/heartbeat_channel.hpp): DDPRUN_HEARTBEAT_FD/_OFFSET, DDPRUN_STACKS_FILE/_SIGNAL
   int heartbeat_fd = -1;   // -1: none of the four is set
   std::size_t heartbeat_offset = 0;

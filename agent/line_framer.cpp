@@ -4,12 +4,36 @@
 
 namespace ddprun::agent {
 
+namespace {
+
+// The end (one past) of the first piece in data[pos..n): through the first '\n', or through a '\r' that is
+// not the first half of "\r\n". 0 when the data holds no complete piece.
+// memchr, not a byte loop: the framer sits on the path of every byte a worker writes.
+std::size_t piece_end(const char* data, std::size_t pos, std::size_t n) {
+  const void* nl = std::memchr(data + pos, '\n', n - pos);
+  const std::size_t limit = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - data) : n;
+  std::size_t from = pos;
+  while (const void* cr = std::memchr(data + from, '\r', limit - from)) {
+    const std::size_t i = static_cast<std::size_t>(static_cast<const char*>(cr) - data);
+    if (i + 1 == n || data[i + 1] != '\n') return i + 1;
+    from = i + 1;
+  }
+  return nl ? limit + 1 : 0;
+}
+
+}  // namespace
+
 void LineFramer::feed(const char* data, std::size_t n, std::string& out) {
   std::size_t pos = 0;
+  if (n > 0 && after_cr_ && partial_.empty() && data[0] == '\n') {
+    out += '\n';  // the other half of a "\r\n" split across reads
+    pos = 1;
+  }
+  if (n > 0) after_cr_ = false;
   while (pos < n) {
-    const void* hit = std::memchr(data + pos, '\n', n - pos);
-    if (!hit) break;
-    const std::size_t end = static_cast<std::size_t>(static_cast<const char*>(hit) - data) + 1;
+    const std::size_t end = piece_end(data, pos, n);
+    if (end == 0) break;
+    after_cr_ = data[end - 1] == '\r';
     out += prefix_;
     if (!partial_.empty()) {
       out += partial_;

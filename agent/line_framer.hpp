@@ -4,7 +4,11 @@
 // - bytes are passed through untouched (binary included); only a prefix is inserted after each '\n';
 // - a line longer than `max_line` is cut there and emitted with a '\n' appended, so one runaway writer
 //   cannot grow memory without bound;
-// - at end of stream a partial last line is emitted with a '\n' appended.
+// - at end of stream a partial last line is emitted with a '\n' appended;
+// - a '\r' not followed by '\n' ends a piece too: it is emitted at once with the prefix and its '\r', so a
+//   progress bar that redraws itself with '\r' redraws on the terminal as "[rank0]: bar" (the prefix comes
+//   back with every redraw). A '\n' right after such a '\r', even in the next read, completes "\r\n"
+//   without a prefix of its own.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +32,7 @@ class LineFramer {
   std::string prefix_;
   std::size_t max_line_;
   std::string partial_;
+  bool after_cr_ = false;  // the last byte emitted was a piece-ending '\r'
 };
 
 // Expands {rank}, {local_rank}, {node_rank} and {role} in a prefix format. Returns false (and leaves

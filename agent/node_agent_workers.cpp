@@ -22,6 +22,9 @@ constexpr std::size_t kStderrTailBytes = 1024;
 
 void NodeAgent::start_workers() {
   const World& w = world_;
+  // Logged when workers start, not while the command line is read: a refused command line stays one line.
+  if (!config_.python.empty() && w.restart_count == 0)
+    log_.info("Python interpreter: ", config_.python, " (", config_.python_origin, ")");
   if (heartbeats_.enabled()) heartbeats_.clear();  // no beat of a previous round counts in this one
   for (int lr = 0; lr < w.local_world_size; ++lr) {
     if (policy_.phase() != Phase::kRunning) break;  // a signal or an early failure already stopped the job
@@ -80,7 +83,6 @@ void NodeAgent::start_worker(int local_rank) {
     env_in.stacks_signal = python_stacks_signal();
     opts.inherit_fds.push_back(heartbeats_.fd());
   }
-  opts.env = worker_environment(config_.base_env, w, env_in);
   ::unlink(layout_.error_file(w.restart_count, local_rank).c_str());
 
   std::string prefix;
@@ -104,6 +106,9 @@ void NodeAgent::start_worker(int local_rank) {
   }
   opts.stdout_fd = routes[0].pipe.write_fd;
   opts.stderr_fd = routes[1].pipe.write_fd;
+  // Only when stdout goes to the terminal alone: a bar's '\r' redraws have no place in a --tee file.
+  env_in.console_tty = routes[0].console && routes[0].file_fd < 0 && ::isatty(STDOUT_FILENO) == 1;
+  opts.env = worker_environment(config_.base_env, w, env_in);
 
   pid_t pid = 0;
   process::ExitStatus exec_failure;

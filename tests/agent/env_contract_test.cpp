@@ -88,3 +88,12 @@ TEST_CASE("each variable appears once") {
   CHECK(as == 1);
   CHECK(env_value(env, "A") == "1");
 }
+
+TEST_CASE("DDPRUN_CONSOLE_TTY says the worker's stdout ends on a terminal, and is never inherited") {
+  World w;
+  WorkerEnvInputs tty;
+  tty.console_tty = true;
+  CHECK(env_value(worker_environment({}, w, tty), "DDPRUN_CONSOLE_TTY") == "1");
+  // An enclosing ddprun's value says nothing about this one's console.
+  CHECK(env_value(worker_environment({"DDPRUN_CONSOLE_TTY=1"}, w, {}), "DDPRUN_CONSOLE_TTY", "unset") == "unset");
+}

@@ -68,3 +68,26 @@ TEST_CASE("prefix formats expand the documented placeholders and reject others")
   CHECK(expand_prefix("", 0, 0, 0, "r", out));
   CHECK(out.empty());
 }
+
+TEST_CASE("a carriage return ends a piece at once, so a redrawn progress bar keeps its prefix") {
+  LineFramer f("[rank0]: ");
+  std::string out;
+  f.feed("bar 1\r", 6, out);
+  CHECK(out == "[rank0]: bar 1\r");
+  f.feed("bar 2\rbar 3\rdone\n", 17, out);
+  CHECK(out == "[rank0]: bar 1\r[rank0]: bar 2\r[rank0]: bar 3\r[rank0]: done\n");
+  CHECK_FALSE(f.has_partial());
+}
+
+TEST_CASE("\"\\r\\n\" stays one line end, also when split across reads") {
+  LineFramer f("P ");
+  std::string out;
+  f.feed("a\r\nb\r", 5, out);
+  CHECK(out == "P a\r\nP b\r");
+  f.feed("\nc\n", 3, out);
+  CHECK(out == "P a\r\nP b\r\nP c\n");
+  out.clear();
+  f.feed("x\r", 2, out);
+  f.feed("y\n", 2, out);  // a '\r' followed by something else: the next piece gets its prefix
+  CHECK(out == "P x\rP y\n");
+}
