@@ -63,7 +63,6 @@ void resolve_worker_command(const std::vector<std::string>& command, bool module
   cfg.program = checked_executable(interpreter, "Python interpreter (PYTHON_EXEC)", env);
   cfg.python = describe_interpreter(cfg.program);
   cfg.python_origin = exec.empty() ? "python3 from PATH; PYTHON_EXEC unset" : "PYTHON_EXEC";
-  cfg.log.info("Python interpreter: ", cfg.python, " (", cfg.python_origin, ")");
   cfg.argv = {interpreter, "-u"};
   if (module) {
     cfg.argv.push_back("-m");
