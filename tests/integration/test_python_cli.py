@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import termios
-import time
 import unittest
 
 from harness import DDPRUN, DdprunTestCase
@@ -155,13 +154,11 @@ class LaunchStyleScript(DdprunTestCase):
         self.env["PYTHON_EXEC"] = torch_python()
 
     def test_a_launch_script_runs_with_local_rank_arg(self):
-        t0 = time.monotonic()
         res = self.run_ddprun("--nproc-per-node", 2, "--local-rank-arg", "underscore", self.SCRIPT, timeout=180)
         self.assertEqual(res.code, 0, res)
         out = res.stdout.decode()
         for rank in (0, 1):
             self.assertIn(f"rank {rank}: --local_rank={rank} LOCAL_RANK={rank} all_reduce total 9 (expected 9)", out)
-        self.assertLess(time.monotonic() - t0, 180)
 
     def test_a_launch_script_fails_without_it_as_argparse_says(self):
         res = self.run_ddprun("--nproc-per-node", 2, self.SCRIPT, timeout=180)
