@@ -96,6 +96,8 @@ struct AgentConfig {
   // In a SLURM step whose proctrack plugin signals every process of the step (launcher/slurm.hpp): a signal
   // from slurmstepd has reached the workers already and is not forwarded.
   bool step_signals_reach_workers = false;
+  // In a SLURM job: a notice or SIGTERM followed by clean exits is exit 79, preempted (supervision_policy.hpp).
+  bool preemption_exit = false;
   Logger log;
 };
 

@@ -73,6 +73,7 @@ int NodeAgent::run() {
   // Signals held since main (block_job_signals) stay blocked for good: the signalfd reads them on the loop,
   // those that came early first, each with its sender.
   signals_.start([this](const ReceivedSignal& r) { on_signal(r); });
+  policy_.set_preemption_exit(config_.preemption_exit);
   reaper_.start();
 
   // Workers start when the rendezvous assigns this node its place (on_assignment): for one node that is

@@ -99,6 +99,7 @@ Decision SupervisionPolicy::on_signal(int signal, std::int64_t now_ms) {
 }
 
 bool SupervisionPolicy::preempted() const {
+  if (!preemption_exit_) return false;
   const bool all_succeeded = !workers_.empty() && std::all_of(workers_.begin(), workers_.end(), [](const WorkerRecord& w) {
     return w.state == WorkerState::kSucceeded;
   });

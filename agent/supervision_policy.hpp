@@ -41,7 +41,8 @@ struct WorkerRecord {
 //   any ── every worker exited ──▶ the agent reaps stragglers and finishes (phase stays as it was)
 enum class Phase { kRunning, kStopping, kKilling };
 
-// The job was preempted and stopped cleanly: a notice (SIGUSR1/SIGUSR2) or SIGTERM reached ddprun, and then
+// In a SLURM job (set_preemption_exit), the job was preempted and stopped cleanly: a notice (SIGUSR1/SIGUSR2) or
+// SIGTERM reached ddprun, and then
 // every worker exited 0 (having saved a checkpoint): a batch script requeues on it (README "Exit codes").
 inline constexpr int kExitPreempted = 79;
 
@@ -106,6 +107,9 @@ class SupervisionPolicy {
   int exit_code() const;
   // A notice or SIGTERM came, and every worker then exited 0 (kExitPreempted).
   bool preempted() const;
+  // Whether preempted() can be true at all: in a batch scheduler's job (SLURM), where requeueing is the answer.
+  // Elsewhere a notice stays only a notice (exit 0) and SIGTERM gives 128+15.
+  void set_preemption_exit(bool on) { preemption_exit_ = on; }
 
  private:
   Decision begin_teardown(int signal, std::int64_t now_ms);
@@ -114,6 +118,7 @@ class SupervisionPolicy {
   Phase phase_ = Phase::kRunning;
   int root_cause_ = -1;
   int stop_signal_ = 0;
+  bool preemption_exit_ = false;
   bool notice_received_ = false;  // a SIGUSR1/SIGUSR2 reached ddprun: a clean exit now means preempted
   bool external_stop_ = false;
   std::int64_t teardown_ms_ = 0;

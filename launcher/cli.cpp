@@ -300,6 +300,7 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   }
   apply_slurm_topology(o.topo, app.count("--nnodes") > 0, app.count("--rdzv-port") > 0, env, result.notes);
   cfg.step_signals_reach_workers = slurm_signals_reach_workers(env);
+  cfg.preemption_exit = !agent::env_value(env, "SLURM_JOB_ID", "").empty();
   // Ports last (below): picking a MASTER_PORT touches the system.
   w.role = o.role;
   if (!valid_name(w.role))

@@ -219,30 +219,47 @@ TEST_CASE("a restart round forgets the attempt's workers and failures") {
   CHECK_FALSE(p.all_exited());
 }
 
-TEST_CASE("a notice, then every worker exiting 0, is preempted (79); a worker killed by the notice is not") {
+TEST_CASE("in a SLURM job a notice, then every worker exiting 0, is preempted (79); killed by the notice is not") {
   auto p = three_workers();
+  p.set_preemption_exit(true);
   p.on_signal(SIGUSR1, 1);
   for (int lr = 0; lr < 3; ++lr) p.on_exit(lr, exited(0), 2);
   CHECK(p.preempted());
   CHECK(p.exit_code() == kExitPreempted);
   auto q = three_workers();
+  q.set_preemption_exit(true);
   q.on_signal(SIGUSR1, 1);
   q.on_exit(0, killed(SIGUSR1), 2);  // no handler: no checkpoint either
   CHECK_FALSE(q.preempted());
   CHECK(q.exit_code() == 128 + SIGUSR1);
 }
 
-TEST_CASE("SIGTERM, here or on another node, then every worker exiting 0 is preempted; SIGINT is not") {
+TEST_CASE("in a SLURM job SIGTERM, here or on another node, then every worker exiting 0 is preempted; SIGINT is not") {
   auto p = three_workers();
+  p.set_preemption_exit(true);
   p.on_signal(SIGTERM, 1);
   for (int lr = 0; lr < 3; ++lr) p.on_exit(lr, exited(0), 2);
   CHECK(p.exit_code() == kExitPreempted);
   auto elsewhere = three_workers();
+  elsewhere.set_preemption_exit(true);
   elsewhere.on_job_cause(JobCause{"ddprun on node 0 (host a) received SIGTERM", 128 + SIGTERM, 0, -1, "", 1}, 1);
   for (int lr = 0; lr < 3; ++lr) elsewhere.on_exit(lr, exited(0), 2);
   CHECK(elsewhere.exit_code() == kExitPreempted);
   auto ctrl_c = three_workers();
+  ctrl_c.set_preemption_exit(true);
   ctrl_c.on_signal(SIGINT, 1);
   for (int lr = 0; lr < 3; ++lr) ctrl_c.on_exit(lr, exited(0), 2);
   CHECK(ctrl_c.exit_code() == 128 + SIGINT);
+}
+
+TEST_CASE("outside a batch scheduler a notice stays a notice (exit 0) and SIGTERM gives 143, clean exits or not") {
+  auto p = three_workers();
+  p.on_signal(SIGUSR1, 1);
+  for (int lr = 0; lr < 3; ++lr) p.on_exit(lr, exited(0), 2);
+  CHECK_FALSE(p.preempted());
+  CHECK(p.exit_code() == 0);
+  auto q = three_workers();
+  q.on_signal(SIGTERM, 1);
+  for (int lr = 0; lr < 3; ++lr) q.on_exit(lr, exited(0), 2);
+  CHECK(q.exit_code() == 128 + SIGTERM);
 }
