@@ -50,7 +50,7 @@ class SingleNode(HangCase):
             self.assertIn("run_step", stacks)  # test_worker's own frame: eu-stack/gdb attached to a stopped process
 
     def test_a_busy_loop_that_stops_beating_is_hung_and_the_others_are_torn_down(self):
-        r = self.worker("beatfor=0.3", "@0:spin", "@1:hang", nproc=2, extra=("--hang-timeout", "0.5"))
+        r = self.worker("beatfor=0.3", "@0:spin", "@1:beatfor=60", nproc=2, extra=("--hang-timeout", "1.5"))
         err = self.assert_hung(r, 0)
         self.assertIn("victim", err)  # rank 1 was torn down, not found hung
         if HAS_STACK_TOOL:
@@ -62,7 +62,7 @@ class SingleNode(HangCase):
         self.assertEqual(r.stdout.decode().count("done"), 2, r)
 
     def test_a_worker_that_keeps_beating_is_not_hung(self):
-        r = self.worker("beatfor=1.5", "print=done", nproc=2, extra=("--hang-timeout", "0.5"))
+        r = self.worker("beatfor=2", "print=done", nproc=2, extra=("--hang-timeout", "1.5"))
         self.assertEqual(r.code, 0, r)
 
     def test_no_heartbeat_variables_without_the_option(self):
@@ -74,7 +74,7 @@ class SingleNode(HangCase):
     def test_the_events_file_and_the_log_dir_keep_the_hang(self):
         events, logs = self.path("events.jsonl"), self.path("logs")
         r = self.worker("beat=3", "@0:hang", "@1:beatfor=30", nproc=2,
-                        extra=("--hang-timeout", "0.5", "--events-file", events, "--log-dir", logs))
+                        extra=("--hang-timeout", "1.5", "--events-file", events, "--log-dir", logs))
         err = self.assert_hung(r, 0, step=3)
         hung = [e for e in self.events(events) if e["event"] == "hung"]
         self.assertEqual([(e["rank"], e["last_step"]) for e in hung], [(0, 3)])
@@ -86,7 +86,7 @@ class SingleNode(HangCase):
     def test_a_hang_is_restarted_when_restarts_remain(self):
         script = (f'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exec {WORKER} beat=1 hang; fi; '
                   f'exec {WORKER} beatfor=0.2 print=attempt-$TORCHELASTIC_RESTART_COUNT')
-        r = self.run_ddprun("--nproc-per-node", 2, "--hang-timeout", "0.5", "--max-restarts", "1",
+        r = self.run_ddprun("--nproc-per-node", 2, "--hang-timeout", "1.5", "--max-restarts", "1",
                             "sh", "-c", script)
         self.assertEqual(r.code, 0, r)
         self.assertIn("hung: no heartbeat", r.stderr.decode())
@@ -138,21 +138,22 @@ class Python(HangCase):
                     break                      # rank 0 skips the allreduce: rank 1 waits for it forever
                 dist.all_reduce(t)
                 ddprun_heartbeat.beat(step)
-            if dist.get_rank() == 0:
-                import time
-                while True:
-                    time.sleep(1)              # alive, silent
+            import time
+            while True:                        # rank 0: alive and beating, never joining the allreduce
+                ddprun_heartbeat.beat(step)
+                time.sleep(0.1)
         """, nproc=2, timeout="2")
-        err = self.assert_hung(r, "[01]", step=2)  # both stop beating after step 2, at about the same time
+        err = self.assert_hung(r, 1, step=2)
         stacks = self.stacks_file(err)
-        self.assertIn("## rank 0 (local rank 0", stacks)  # both hung: both captured
         self.assertIn("## rank 1 (local rank 1", stacks)
         self.assertIn("all_reduce", stacks)  # rank 1's Python stack shows where it waits
+        if HAS_STACK_TOOL:
+            self.assertIn("Work::wait", stacks)  # and its native one, in c10d
 
 
 class MultiNode(MultiNodeCase, HangCase):
     def test_a_hung_rank_on_node_1_ends_node_0_with_the_same_root_cause(self):
-        procs = [self.node(r, 2, "beatfor=0.3", "@1:hang", "@0:beatfor=60", nproc=1, extra=("--hang-timeout", "0.5"))
+        procs = [self.node(r, 2, "beatfor=0.3", "@1:hang", "@0:beatfor=60", nproc=1, extra=("--hang-timeout", "1.5"))
                  for r in range(2)]
         results = self.wait_all(procs, timeout=30)
         for res in results:
