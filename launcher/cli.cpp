@@ -46,9 +46,9 @@ struct RawOptions {
   std::string signals_to_handle;
   std::string event_log_handler;
   bool use_env = false;
-  std::string events_file;
   std::string local_rank_arg;  // --local-rank-arg: dash | underscore
   std::string stdin_rank;      // --stdin-rank: a global rank
+  std::string events_file;
   std::string prefix = "[rank{rank}]: ";
   bool no_prefix = false;
   std::string log_level;
@@ -114,11 +114,11 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--monitor-interval,--monitor_interval", o.monitor_interval,
                  "Accepted for torchrun compatibility and ignored: ddprun sees exits as events, not by polling");
   app.add_option("--events-file,--events_file", o.events_file, "Write one JSON line per lifecycle event here");
-  app.add_option("--prefix", o.prefix,
   app.add_option("--stdin-rank,--stdin_rank", o.stdin_rank,
                  "Give ddprun's stdin to this global rank, for pdb/breakpoint() (others read /dev/null)");
   app.add_option("--local-rank-arg,--local_rank_arg", o.local_rank_arg,
                  "dash|underscore: pass --local-rank=N (torch 2.x launch) or --local_rank=N (1.x) to the script");
+  app.add_option("--prefix", o.prefix,
                  "Console line prefix; {rank} {local_rank} {node_rank} {role} are replaced (default '[rank{rank}]: ')");
   app.add_flag("--no-prefix", o.no_prefix, "No prefix on forwarded lines (lines are still never mixed)");
   app.add_option("--log-level", o.log_level, "debug|info|warning|error|off (default info; env DDPRUN_LOG_LEVEL)");
@@ -321,10 +321,10 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
 
   // The program, exactly as it will be executed; checked now so that a typo starts no worker.
   resolve_worker_command(command, o.module, o.no_python, o.run_path, env, cfg);
-
-  // Files and ports last: they touch the system.
   cfg.local_rank_arg = local_rank_arg_name(o.local_rank_arg, o.use_env);
   if (!o.stdin_rank.empty()) cfg.stdin_rank = parse_int_in("--stdin-rank", o.stdin_rank, 0, 1 << 30);
+
+  // Files and ports last: they touch the system.
   if (!o.log_dir.empty()) {
     const std::string why = agent::check_writable_dir(o.log_dir);
     if (!why.empty()) throw UsageError("--log-dir: " + why, kExitCantCreate);
@@ -339,10 +339,10 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
     cfg.events_file = o.events_file;
   }
   resolve_topology(o.topo, env, cfg, result.notes);
-}
-
   if (cfg.stdin_rank >= 0 && cfg.world.nnodes == 1 && cfg.stdin_rank >= nproc)
     throw UsageError("--stdin-rank " + o.stdin_rank + ": the job has ranks 0-" + std::to_string(nproc - 1),
                      kExitUsage);
+}
+
 }  // namespace
 }  // namespace ddprun::launcher
