@@ -144,9 +144,6 @@ void NodeAgent::on_signal(const ReceivedSignal& received) {
 
 void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
   if (capture_.on_child_exit(pid)) return;  // a stack tool of the hang capture
-  // --stdin-rank's worker held the terminal: ddprun's group takes it back, so Ctrl-C reaches ddprun again.
-  if (policy_.worker(lr).rank == config_.stdin_rank && ::tcgetpgrp(STDIN_FILENO) == pid)
-    process::reclaim_terminal(STDIN_FILENO);
   auto it = local_rank_of_.find(pid);
   if (it == local_rank_of_.end()) {
     log_.debug("reaped descendant pid ", pid, " (", status.describe(), ")");
@@ -154,6 +151,9 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
   }
   const int lr = it->second;
   local_rank_of_.erase(it);
+  // --stdin-rank's worker held the terminal: ddprun's group takes it back, so Ctrl-C reaches ddprun again.
+  if (policy_.worker(lr).rank == config_.stdin_rank && ::tcgetpgrp(STDIN_FILENO) == pid)
+    process::reclaim_terminal(STDIN_FILENO);
   const std::int64_t now = unix_ms();
   if (!status.success()) {
     const ErrorFileContents ef = read_error_file(layout_.error_file(world_.restart_count, lr));
