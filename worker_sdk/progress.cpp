@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -50,11 +51,10 @@ std::string format_epoch_table(const std::vector<EpochRow>& rows) {
   return out;
 }
 
-Progress::Progress(bool enabled, bool terminal, int log_every, std::int64_t epochs, std::int64_t total_steps,
+Progress::Progress(bool enabled, bool terminal, std::int64_t epochs, std::int64_t total_steps,
                    std::int64_t samples_per_step, std::FILE* out)
     : enabled_(enabled),
       terminal_(terminal),
-      log_every_(log_every),
       epochs_(epochs),
       total_steps_(total_steps),
       samples_per_step_(samples_per_step),

@@ -172,8 +172,7 @@ int train(const sdk::WorldInfo& world, const ex::TrainOptions& opts) {
 
   sdk::MetricsLog metrics;
   if (rank0 && !opts.checkpoint_dir.empty()) metrics = sdk::MetricsLog(opts.checkpoint_dir + "/metrics.jsonl", resumed);
-  sdk::Progress progress(rank0, sdk::stdout_is_terminal(), opts.log_every, opts.epochs, total_steps - step,
-                         global_batch);
+  sdk::Progress progress(rank0, sdk::stdout_is_terminal(), opts.epochs, total_steps - step, global_batch);
   std::vector<sdk::EpochRow> rows;
   const auto run_start = std::chrono::steady_clock::now();
   bool stopped = false;
