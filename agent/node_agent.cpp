@@ -21,8 +21,8 @@
 #include "agent/run_layout.hpp"
 #include "agent/supervision_policy.hpp"
 #include "common/error.hpp"
-#include "common/process/spawn.hpp"
 #include "common/process/process_tree.hpp"
+#include "common/process/spawn.hpp"
 #include "common/time.hpp"
 
 namespace ddprun::agent {

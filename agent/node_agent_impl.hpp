@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -83,8 +84,8 @@ class NodeAgent {
   EventLog events_;
   std::unordered_map<pid_t, int> local_rank_of_;
   PumpScratch pump_scratch_;  // declared before pumps_: they hold a reference to it
-  std::map<int, std::shared_ptr<StreamTail>> stderr_tails_;  // local rank → its stderr's end (Python workers)
   std::vector<std::unique_ptr<OutputPump>> pumps_;
+  std::map<int, std::shared_ptr<StreamTail>> stderr_tails_;  // local rank → its stderr's end (Python workers)
   RendezvousLink link_;
   process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)
   HeartbeatChannel heartbeats_;  // --hang-timeout only
