@@ -63,6 +63,15 @@ def reap_zombies():
             return
 
 
+def comm(pid):
+    """The process's name (/proc/PID/comm), or "" when it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def pid_alive(pid):
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 
-from harness import WORKER, DdprunTestCase, descendants, pid_alive, reap_zombies
+from harness import WORKER, DdprunTestCase, comm, descendants, pid_alive, reap_zombies
 from test_multinode import MultiNodeCase
 
 GRANDCHILDREN = ("fork=group:2", "fork=setsid", "fork=daemon", "fork=orphan")
@@ -85,14 +85,6 @@ class SigkillOneNode(DdprunTestCase):
         self.assertNotIn("s3cret", out)
 
 
-def _comm(pid):
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
 class GuardInOtherPhases(MultiNodeCase):
     def test_sigkill_while_waiting_for_nodes_leaves_nothing(self):
         # No worker exists yet: the guard has nothing to kill, but the run directory goes and so does it.
@@ -110,7 +102,7 @@ class GuardInOtherPhases(MultiNodeCase):
     def test_a_guard_killed_by_hand_does_not_hold_ddprun(self):
         proc = self.start("--nproc-per-node", 2, WORKER, f"ready={self.ready}", f"waitfile={self.go}", "exit=0")
         self.wait_ready(2)
-        guards = [p for p in descendants() if _comm(p) == "ddprun-guard"]
+        guards = [p for p in descendants() if comm(p) == "ddprun-guard"]
         self.assertEqual(len(guards), 1, "one guard per ddprun")
         os.kill(guards[0], signal.SIGKILL)
         self.release()

@@ -27,7 +27,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../integration"))
-from harness import descendants, reap_zombies  # noqa: E402  (also makes this process a child subreaper)
+from harness import comm, descendants, reap_zombies  # noqa: E402  (also makes this process a child subreaper)
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
@@ -54,14 +54,6 @@ def _free_ports(count):
     for s in socks:
         s.close()
     return ports
-
-
-def _comm(pid):
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 _namespace_entered = False
@@ -177,7 +169,7 @@ class SlurmCluster:
                 ours.update(descendants(self.daemons[name].pid))
         left = []
         for pid in descendants(os.getpid()):
-            if pid in daemon_pids or pid in ours or _comm(pid) in ("slurmd", ""):
+            if pid in daemon_pids or pid in ours or comm(pid) in ("slurmd", ""):
                 continue  # slurmd's own forks handle one RPC each and exit; they run no job
             left.append(pid)
         return left
@@ -185,7 +177,7 @@ class SlurmCluster:
     def kill_job_processes(self):
         """SIGKILLs what leftovers() lists (the daemons stay); returns what it found, described."""
         left = self.leftovers()
-        described = [f"{pid} {_comm(pid)}" for pid in left]
+        described = [f"{pid} {comm(pid)}" for pid in left]
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
