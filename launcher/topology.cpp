@@ -84,13 +84,26 @@ void parse_endpoint(const std::string& text, std::string& host, int& port) {
     port_text = text.substr(colon + 1);
   }
   if (!valid_host(host)) throw UsageError("--rdzv-endpoint '" + text + "': the host is not valid", kExitUsage);
-  if (!port_text.empty()) port = parse_int_in("--rdzv-endpoint port", port_text, 1, 65535);
+  if (!port_text.empty()) port = parse_int_in("--rdzv-endpoint port", port_text, 0, 65535);  // 0: one node
 }
 
 void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& env, agent::AgentConfig& cfg,
                       std::vector<std::string>& notes) {
   const int nnodes = parse_nnodes(o.nnodes);
-  const bool dynamic = !o.rdzv_endpoint.empty();
+  // torchrun's one-node recipe `--rdzv-endpoint localhost:0 --nnodes 1`: port 0 is a free port on this machine,
+  // which no other node could find, so it is a one-node job on loopback (as --standalone) and needs no --rdzv-id.
+  bool free_port_endpoint = false;
+  if (!o.rdzv_endpoint.empty()) {
+    std::string host;
+    int port = 0;
+    parse_endpoint(o.rdzv_endpoint, host, port);
+    free_port_endpoint = port == 0;
+  }
+  if (free_port_endpoint && nnodes != 1)
+    throw UsageError("--rdzv-endpoint " + o.rdzv_endpoint + ": port 0 means a free port on this machine, which " +
+                         "other nodes cannot find; give the port every node uses, or --nnodes 1",
+                     kExitUsage);
+  const bool dynamic = !o.rdzv_endpoint.empty() && !free_port_endpoint;
   if (o.standalone && nnodes != 1)
     throw UsageError("--standalone runs one node; it cannot be combined with --nnodes " + o.nnodes, kExitUsage);
   if (o.standalone && dynamic)

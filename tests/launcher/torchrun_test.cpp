@@ -78,6 +78,14 @@ const std::vector<Verdict>& verdicts() {
          CHECK(c.agent.rdzv.hosting == Hosting::kIfLocal);
          CHECK(c.agent.world.run_id == "100");
        }},
+      // torchrun's documented one-node form: port 0 is a free port here, so no --rdzv-id is needed.
+      {"--rdzv-backend=c10d --rdzv-endpoint=localhost:0 --nnodes=1 --nproc-per-node=2 train.py", {}, "",
+       [](C c) {
+         CHECK(c.agent.rdzv.hosting == Hosting::kYes);
+         CHECK(c.agent.rdzv.server_host == "127.0.0.1");
+         CHECK(c.agent.rdzv.server_port == 0);
+         CHECK(c.agent.rdzv.static_node_ranks);
+       }},
       {"--nnodes 2 --node_rank 1 --master_addr 10.0.0.1 --master_port 29500 --nproc_per_node 4 train.py", {}, "",
        [](C c) {
          CHECK(*c.agent.rdzv.node_rank == 1);
@@ -204,6 +212,7 @@ const std::vector<Verdict>& verdicts() {
       {"--rdzv-conf is_host=maybe train.py", {}, "is_host", nullptr},
       {"--rdzv-backend etcd --rdzv-endpoint h:2379 --rdzv-id j --nnodes 2 train.py", {}, "--rdzv-backend", nullptr},
       {"--nnodes 1:4 --rdzv-endpoint h:29400 --rdzv-id j train.py", {}, "elastic", nullptr},
+      {"--nnodes 2 --rdzv-endpoint localhost:0 --rdzv-id j train.py", {}, "port 0 means a free port", nullptr},
       {"--nproc-per-node gpu train.py", {"CUDA_VISIBLE_DEVICES="}, "--nproc-per-node gpu: no CUDA device visible",
        nullptr},
       {"--nproc-per-node xpu train.py", {}, "CUDA devices only", nullptr},
