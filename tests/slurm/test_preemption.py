@@ -21,6 +21,39 @@ while :; do step=$((step + 1)); sleep 0.05; done
 '''
 
 
+def send_notice(cluster, job):
+    """What --signal=B:USR1@120 does 120 s before the time limit: SIGUSR1 to the batch shell only."""
+    cluster.run("scancel", "--batch", "--signal=USR1", job)
+
+
+def wait_requeued_and_completed(cluster, job, timeout=60):
+    """Waits for the job's second run to end (or for it to fail); releases it at once when requeued.
+    Returns the job's last scontrol fields."""
+    deadline = time.monotonic() + timeout
+    info, released = {}, False
+    while time.monotonic() < deadline:
+        info = cluster.job_info(job)
+        if info.get("JobState") == "PENDING" and info.get("Restarts") == "1" and not released:
+            # SLURM holds a requeued job back for a while (EligibleTime); the test need not wait for it.
+            print(f"requeued: Reason={info.get('Reason')} EligibleTime={info.get('EligibleTime')}")
+            cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+            released = True
+        if info.get("JobState") == "COMPLETED" and info.get("Restarts") == "1":
+            break
+        if info.get("JobState") in ("FAILED", "CANCELLED"):
+            break
+        time.sleep(0.2)
+    return info
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 class Preemption(SlurmClusterCase):
     def test_notice_checkpoint_requeue_resume(self):
         os.mkdir(self.path("ready"))
@@ -32,24 +65,10 @@ class Preemption(SlurmClusterCase):
         deadline = time.monotonic() + 30
         while len(os.listdir(self.path("ready"))) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.assertEqual(len(os.listdir(self.path("ready"))), 4, self.read(out))
-        # What --signal=B:USR1@120 does 120 s before the time limit: SIGUSR1 to the batch shell only.
-        self.cluster.run("scancel", "--batch", "--signal=USR1", job)
-        deadline = time.monotonic() + 60
-        info, released = {}, False
-        while time.monotonic() < deadline:
-            info = self.cluster.job_info(job)
-            if info.get("JobState") == "PENDING" and info.get("Restarts") == "1" and not released:
-                # SLURM holds a requeued job back for a while (EligibleTime); the test need not wait for it.
-                print(f"requeued: Reason={info.get('Reason')} EligibleTime={info.get('EligibleTime')}")
-                self.cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
-                released = True
-            if info.get("JobState") == "COMPLETED" and info.get("Restarts") == "1":
-                break
-            if info.get("JobState") in ("FAILED", "CANCELLED"):
-                break
-            time.sleep(0.2)
-        text = self.read(out)
+        self.assertEqual(len(os.listdir(self.path("ready"))), 4, read(out))
+        send_notice(self.cluster, job)
+        info = wait_requeued_and_completed(self.cluster, job)
+        text = read(out)
         self.assertEqual((info.get("JobState"), info.get("Restarts")), ("COMPLETED", "1"), text)
         self.assertIn("preempted: requeueing job", text)
         self.assertIn("exit code 79", text)
@@ -59,10 +78,3 @@ class Preemption(SlurmClusterCase):
                 saved = f.read().strip()
             self.assertIn(f"rank {rank} resumed from step {saved}\n", text)
         self.assertIn("run 2 of job", text)
-
-    def read(self, path):
-        try:
-            with open(path) as f:
-                return f.read()
-        except OSError:
-            return ""
