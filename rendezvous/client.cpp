@@ -133,11 +133,15 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
 
   // The server may not be up yet (node 0 starts it): retry with backoff until connect_timeout.
   void retry(const std::string& why) {
-    if (Clock::now() + retry_delay_ >= connect_deadline_)
+    const auto now = Clock::now();
+    if (now >= connect_deadline_)
       return fail(ErrorKind::kTimeout, "could not reach the rendezvous server at " + where() + " within " +
                                            text::seconds(config_.connect_timeout) + ": " + why);
     logger_.debug("rendezvous server at ", where(), " not reachable yet (", why, "); retrying");
-    retry_timer_.expires_after(retry_delay_);
+    // The last wait is cut to the deadline, where one more attempt is made: the timeout the user gave is the
+    // time ddprun keeps trying, not up to one back-off step less.
+    retry_timer_.expires_after(std::min(std::chrono::duration_cast<Clock::duration>(retry_delay_),
+                                        connect_deadline_ - now));
     retry_delay_ = std::min(retry_delay_ * 2, kMaxRetry);
     retry_timer_.async_wait([self = shared_from_this()](error_code ec) {
       if (!ec && !self->done_) self->connect();
