@@ -88,10 +88,8 @@ int NodeAgent::run() {
     return kExitRdzvUnavailable;
   }
   io_.run();
-  // The signal sets are cancelled, and their destruction restores the default actions: a SIGUSR1 or
-  // SIGTERM arriving now (a scheduler's notice racing the job's end) must not kill ddprun and replace the
-  // job's exit code. Held from here on, and discarded at exit.
-  block_job_signals();
+  // The job signals are still blocked (the signalfd never unblocks them): a SIGUSR1 or SIGTERM arriving now
+  // (a scheduler's notice racing the job's end) is held and discarded at exit, not the job's exit code.
 
   const std::int64_t end_ms = unix_ms();
   SummaryContext ctx;
@@ -256,7 +254,6 @@ void NodeAgent::maybe_finish() {
   if (!outcome_known_) return;
   finished_ = true;
   reaper_.stop();
-  boost::system::error_code ignored;
   signals_.cancel();
   drain_timer_.cancel();
   grace_timer_.cancel();
