@@ -72,6 +72,15 @@ def comm(pid):
         return ""
 
 
+def kill_all(pids):
+    """SIGKILLs each of `pids`; one already gone is fine."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def pid_alive(pid):
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -113,11 +122,7 @@ class DdprunTestCase(unittest.TestCase):
             time.sleep(0.02)
             reap_zombies()
             left = descendants()
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_all(left)
         reap_zombies()
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.assertEqual(left, [], "processes left behind after the test")

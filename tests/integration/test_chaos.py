@@ -43,7 +43,7 @@ import time
 import unittest
 
 import harness
-from harness import DdprunTestCase, descendants, reap_zombies
+from harness import DdprunTestCase, descendants, kill_all, reap_zombies
 
 TERM_TIMEOUT = 1.0
 # The whole run: worker delays are below a second, teardown needs term-timeout; 20 s is far beyond what a
@@ -248,14 +248,6 @@ def _read_events(path, strict=False):
     return [json.loads(line) for line in lines]
 
 
-def _kill_all(pids):
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def _send_external(proc, events, external, o):
     # After the first "started" event only: a signal before ddprun has its handlers would just kill it
     # (a SIGKILLed-ddprun case the other tests cover), not test the forwarding. Sent only while ddprun has
@@ -300,7 +292,7 @@ def execute_run(plan, tmp, ddprun, worker, env):
         o.timed_out = True
         # What was still there when the bound ran out (ddprun, or something holding its output open).
         o.hung_info = [_describe_pid(p) for p in descendants()]
-        _kill_all([proc.pid] + descendants())
+        kill_all([proc.pid] + descendants())
         o.stdout, o.stderr = proc.communicate()
     if sender:
         sender.join()
@@ -325,7 +317,7 @@ def execute_run(plan, tmp, ddprun, worker, env):
             time.sleep(0.01)
     o.left = descendants()
     o.left_info = [_describe_pid(p) for p in o.left]
-    _kill_all(o.left)
+    kill_all(o.left)
     deadline = time.monotonic() + 5
     while descendants() and time.monotonic() < deadline:
         reap_zombies()

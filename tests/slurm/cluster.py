@@ -27,7 +27,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../integration"))
-from harness import comm, descendants, reap_zombies  # noqa: E402  (also makes this process a child subreaper)
+from harness import comm, descendants, kill_all, reap_zombies  # noqa: E402  (also makes this process a child subreaper)
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
@@ -178,11 +178,7 @@ class SlurmCluster:
         """SIGKILLs what leftovers() lists (the daemons stay); returns what it found, described."""
         left = self.leftovers()
         described = [f"{pid} {comm(pid)}" for pid in left]
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_all(left)
         reap_zombies()
         return described
 
@@ -193,11 +189,7 @@ class SlurmCluster:
             left = [p for p in descendants(os.getpid())]
             if not left:
                 return
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            kill_all(left)
             time.sleep(0.02)
         reap_zombies()
 
