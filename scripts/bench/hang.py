@@ -17,26 +17,12 @@ a 2 s settling period. Both as % of one core.
 """
 import argparse, json, os, select, statistics, subprocess, sys, tempfile, time
 
+from single_node_teardown import wait_for_pids  # same directory
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
 DDPRUN = os.path.join(BUILD, "launcher", "ddprun")
 WORKER = os.path.join(BUILD, "tests", "bin", "test_worker")
-
-
-def wait_for_pids(pidfile, n, proc, timeout=30):
-    deadline = time.monotonic() + timeout
-    pids = {}
-    while len(pids) < n:
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError(f"workers did not all start ({len(pids)}/{n}, ddprun rc {proc.poll()})")
-        time.sleep(0.01)
-        if os.path.exists(pidfile):
-            with open(pidfile) as f:
-                for line in f:
-                    if line.endswith("\n"):
-                        rank, pid, _ = line.split()
-                        pids[int(rank)] = int(pid)
-    return pids
 
 
 def latency_once(workers, timeout):

@@ -14,6 +14,23 @@ Prints one line: NAME median_ms min_ms max_ms launcher_rcs workers_gone_median_m
 import argparse, os, random, select, signal, statistics, subprocess, sys, tempfile, time
 
 
+def wait_for_pids(pidfile, n, proc, timeout=30):
+    """{rank: pid} once `n` workers have written their "RANK PID ..." lines to `pidfile` (test_worker's pidfile=)."""
+    deadline = time.monotonic() + timeout
+    pids = {}
+    while len(pids) < n:
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"workers did not all start (have {len(pids)}, launcher rc {proc.poll()})")
+        time.sleep(0.005)
+        if os.path.exists(pidfile):
+            with open(pidfile) as f:
+                for line in f:
+                    if line.endswith("\n"):
+                        rank, pid, _ = line.split()
+                        pids[int(rank)] = int(pid)
+    return pids
+
+
 def run_once(cmd, workers, timeout, jitter):
     with tempfile.TemporaryDirectory(prefix="ddprun-teardown.") as tmp:
         pidfile, go = os.path.join(tmp, "pids"), os.path.join(tmp, "go")
@@ -24,16 +41,7 @@ def run_once(cmd, workers, timeout, jitter):
         fds = {}
         try:
             deadline = time.monotonic() + timeout
-            while len(pids) < workers:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"workers did not all start (have {len(pids)}, launcher rc {proc.poll()})")
-                time.sleep(0.005)
-                if os.path.exists(pidfile):
-                    with open(pidfile) as f:
-                        for line in f:
-                            if line.endswith("\n"):
-                                rank, pid, _ = line.split()
-                                pids[int(rank)] = int(pid)
+            pids = wait_for_pids(pidfile, workers, proc, timeout)
             time.sleep(0.05)  # let the launcher settle (torchrun finishes its own start-up bookkeeping)
             fds = {os.pidfd_open(pid): f"rank{rank}" for rank, pid in pids.items()}
             fds[os.pidfd_open(proc.pid)] = "launcher"
