@@ -188,7 +188,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     if (auto* assignment = std::get_if<Assignment>(&message)) {
       if (handlers_.on_assignment) handlers_.on_assignment(*assignment);
     } else if (auto* stop = std::get_if<StopMsg>(&message)) {
-      StopOrder order{std::move(stop->root_cause), std::move(stop->reason), stop->restarting};
+      StopOrder order{std::move(stop->root_cause), std::move(stop->reason), stop->restarting, stop->membership};
       if (!order.restarting) close();  // final: nothing more to hear, and the server's going away is expected
       if (handlers_.on_stop) handlers_.on_stop(order);
     } else if (std::holds_alternative<CompleteMsg>(message)) {

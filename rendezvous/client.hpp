@@ -51,6 +51,7 @@ struct StopOrder {
   Failure root_cause;   // the same on every node
   std::string reason;
   bool restarting = false;  // restart round: stop the workers, call report_stopped(), await on_assignment
+  bool membership = false;  // the round re-forms because nodes joined: nothing failed (reason says who)
 };
 
 struct ClientHandlers {

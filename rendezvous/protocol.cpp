@@ -107,6 +107,7 @@ std::string encode(const ServerMessage& message) {
           j["root_cause"] = m.root_cause;
           j["reason"] = m.reason;
           j["restarting"] = m.restarting;
+          if (m.membership) j["membership"] = true;
           return dump(j);
         } else {
           static_assert(std::is_same_v<T, CompleteMsg>);

@@ -103,6 +103,8 @@ struct StopMsg {
   Failure root_cause;
   std::string reason;
   bool restarting = false;  // true: tear down, send `stopped`, and wait for the next round's assignment
+  // A re-form because nodes joined (elastic): nothing failed; root_cause names the joining node only.
+  bool membership = false;
 };
 struct CompleteMsg {};
 using ServerMessage = std::variant<ChallengeMsg, ErrorMsg, Assignment, HeartbeatAckMsg, StopMsg, CompleteMsg>;
