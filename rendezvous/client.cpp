@@ -226,6 +226,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     hello.host = config_.join.host;
     hello.address = config_.join.address;
     hello.master_port = config_.join.master_port;
+    hello.hosts_server = config_.join.hosts_server;
     hello_sent_ = true;
     outbox_.push_back(encode_frame(encode(ClientMessage{hello}), config_.max_frame_bytes));
     for (auto& frame : pending_) outbox_.push_back(std::move(frame));

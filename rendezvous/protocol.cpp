@@ -48,6 +48,7 @@ json to_json_value(const ClientMessage& message) {
           if (!m.address.empty()) j["address"] = m.address;
           j["master_port"] = m.master_port;
           if (!m.munge_credential.empty()) j["munge"] = m.munge_credential;
+          if (m.hosts_server) j["hosts_server"] = true;
           return j;
         } else if constexpr (std::is_same_v<T, HeartbeatMsg>) {
           return typed("heartbeat");

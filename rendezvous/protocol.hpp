@@ -48,6 +48,7 @@ struct HelloMsg {
   std::string address;            // how other nodes reach this one; empty = as the server sees it
   int master_port = 0;            // free port picked on this node; used if it becomes node 0
   std::string munge_credential;   // when the challenge asked for one; "" otherwise
+  bool hosts_server = false;      // this node's agent hosts the server (absent on the wire when false)
 };
 struct HeartbeatMsg {};
 struct FailureMsg { Failure failure; };

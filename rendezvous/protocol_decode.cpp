@@ -107,6 +107,7 @@ ClientMessage decode_client_message(std::string_view payload) {
     m.address = get_optional_host(j, "address");
     m.master_port = get_int_in(j, "master_port", 0, 65535);  // 0: this node has none (it cannot be node 0)
     m.munge_credential = get_optional_string(j, "munge", kMaxMungeCredentialBytes);
+    m.hosts_server = get_bool(j, "hosts_server", false);
     return m;
   }
   if (type == "failure") return FailureMsg{get_failure(j, "failure")};

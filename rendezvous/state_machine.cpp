@@ -129,8 +129,7 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
   if (state.phase == Phase::kComplete || state.phase == Phase::kStopped)
     return std::string("the rendezvous of run \"") + config.run_id + "\" is closed (job " + to_string(state.phase) +
            "); this node is not part of it";
-  const bool elastic = !config.static_node_ranks && config.min_nodes < config.max_nodes;
-  if (state.phase != Phase::kJoining && !elastic)
+  if (state.phase != Phase::kJoining && !is_elastic(config))
     return std::string("the rendezvous of run \"") + config.run_id + "\" is closed (job " + to_string(state.phase) +
            "); this node is not part of it";
   if (state.phase != Phase::kJoining && static_cast<int>(state.nodes.size()) >= config.max_nodes)
@@ -180,6 +179,7 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
   node.loopback = hello.address.empty() && is_loopback(event.peer_address);
   node.address = hello.address.empty() ? event.peer_address : hello.address;
   node.master_port = hello.master_port;
+  node.hosts_server = hello.hosts_server;
   node.join_seq = state.next_join_seq++;
   if (!is_loopback(event.local_address) && !event.local_address.empty()) state.server_address = event.local_address;
   if (hello.node_rank) {

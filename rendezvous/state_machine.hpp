@@ -57,6 +57,7 @@ struct NodeEntry {
   std::string host;
   std::string address;         // as the other nodes reach it
   bool loopback = false;       // reached the server over loopback, so it runs on the server's machine
+  bool hosts_server = false;   // its agent hosts this server: the job cannot go on without it
   int master_port = 0;
   std::uint64_t join_seq = 0;  // join order, the last tie-breaker for dynamic node ranks
   Clock::time_point last_seen;

@@ -45,19 +45,22 @@ void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool sto
   const int left = static_cast<int>(state.nodes.size());
   const JobConfig& config = state.config;
   const std::string who = "node " + std::to_string(node.node_rank) + " (host \"" + node.host + "\")";
+  const bool elastic = is_elastic(config);
   if (node.node_rank < 0) {  // a late joiner that was never placed: its place is just free again
     out.push_back(Log{LogLevel::kWarning, "host \"" + node.host + "\" (" + node.address +
                                               ") left while waiting for the next round: " + describe(failure)});
     return;
   }
   const bool restart_left = state.phase == Phase::kRestarting || state.failure_restarts < config.max_restarts;
-  if (config.static_node_ranks || left < config.min_nodes || !restart_left) {
+  if (config.static_node_ranks || left < config.min_nodes || !restart_left || node.hosts_server) {
     std::string reason = stopped ? "a node was stopped" : "a node was lost";
-    if (!config.static_node_ranks && config.min_nodes < config.max_nodes && left < config.min_nodes)
+    if (elastic && node.hosts_server)
+      reason += "; it hosts the rendezvous server, without which the job cannot re-form";
+    else if (elastic && left < config.min_nodes)
       reason += "; " + std::to_string(left) + " node" + (left == 1 ? "" : "s") + " left, fewer than the " +
                 std::to_string(config.min_nodes) + " that --nnodes " + std::to_string(config.min_nodes) + ":" +
                 std::to_string(config.max_nodes) + " needs";
-    else if (!config.static_node_ranks && config.min_nodes < config.max_nodes && !restart_left)
+    else if (elastic && !restart_left)
       reason += "; no restart left to re-form without it (--max-restarts " + std::to_string(config.max_restarts) + ")";
     if (stopped) out.push_back(Send{node.conn, StopMsg{failure, reason, false}});
     return stop_job(state, std::move(failure), reason, out);

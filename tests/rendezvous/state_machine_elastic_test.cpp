@@ -206,3 +206,21 @@ TEST_CASE("elastic: the budget counts failures only; restart_count counts every 
   CHECK_FALSE(std::get<StopMsg>(stop.message).restarting);
   CHECK(state.phase == Phase::kStopped);
 }
+
+TEST_CASE("elastic: the node that hosts the server, stopped by a signal, ends the job instead of re-forming it") {
+  JobConfig config = job(3, false);
+  config.min_nodes = 1;
+  config.max_restarts = 2;
+  RendezvousState state(config, at(0ms).steady);
+  Hello host = late_hello(1, "host0");
+  host.hello.hosts_server = true;
+  step(state, host, at(0ms));
+  step(state, late_hello(2, "host1"), at(0ms));
+  step(state, late_hello(3, "host2"), at(0ms));
+  REQUIRE(state.phase == Phase::kRunning);
+  auto stop = find_one<Broadcast>(step(state, FailureReport{1, signalled(2)}, at(1ms)));
+  const auto& msg = std::get<StopMsg>(stop.message);
+  CHECK_FALSE(msg.restarting);
+  CHECK(msg.reason == "a node was stopped; it hosts the rendezvous server, without which the job cannot re-form");
+  CHECK(state.phase == Phase::kStopped);
+}
