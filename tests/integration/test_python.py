@@ -100,7 +100,7 @@ class PythonExamples(DdprunTestCase):
         out = res.stdout.decode()
         self.assertIn("[rank1]: RuntimeError: rank 1: crash requested at step 7", out + res.stderr.decode(), res)
         for rank in (0, 1):
-            self.assertIn(f"[rank{rank}]: rank {rank}: resumed from {ckpt} at step 5 (restart 1)", out, res)
+            self.assertIn(f"[rank{rank}]: rank {rank}: resumed from {ckpt} at step 5 (restart 1, world size 2)", out, res)
             self.assertIn(f"[rank{rank}]: rank {rank}: finished at step 10", out, res)
         self.assertEqual(self.checkpoint_step(ckpt), 10)
 
