@@ -694,3 +694,98 @@ class ElasticEdges(ElasticCase):
             self.assertEqual(res.code, 0, res)
             self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4)], n)
         self.assertEqual(self.rounds("b"), [])
+
+    def test_a_node_lost_after_another_finished_reruns_the_finished_one(self):
+        # Node 0's workers (ranks 0, 1) exit 0 at once: it reports done. Then another node's agent is SIGKILLed:
+        # the job re-forms with the other two, and node 0 runs its workers again in the new world.
+        steps = [f"ready={self.ready}", "@0:exit=0", "@1:exit=0", f"waitfile={self.go}", "exit=0"]
+        agents = {"a": self.host_agent("1:3", *steps, name="a", max_restarts=1),
+                  "b": self.agent("1:3", *steps, name="b", max_restarts=1),
+                  "c": self.agent("1:3", *steps, name="c", max_restarts=1)}
+        self.wait_ready(range(6))
+        first = {n: self.rounds(n)[0] for n in "abc"}
+        done = min("abc", key=lambda n: first[n][3])
+        victim = "c" if done != "c" else "b"  # not the host, not the node that finished
+        deadline = time.monotonic() + BOUND
+        while len(self.of_event(done, "exited")) < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        time.sleep(1)  # its "done" reaches the server (loopback, milliseconds)
+        self.clear_ready()
+        os.kill(agents[victim].pid, signal.SIGKILL)
+        self.wait_all([agents[victim]])
+        self.wait_ready(range(4))
+        self.release()
+        survivors = [n for n in "abc" if n != victim]
+        for n, res in zip(survivors, self.wait_all([agents[n] for n in survivors])):
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 3, 6), (1, 2, 4)], n)
+            self.assertEqual(sorted((r["TORCHELASTIC_RESTART_COUNT"], r["WORLD_SIZE"])
+                                    for r in worker_runs(res.stdout)), [(0, 6), (0, 6), (1, 4), (1, 4)], res)
+        self.assertEqual(self.rounds(done)[1][3], 0)  # still node 0
+
+    def test_a_waiting_joiner_that_is_stopped_leaves_the_job_alone(self):
+        # The job is finishing (a's workers exited 0), so a new node waits unplaced; SIGTERM ends it (143) and
+        # the job completes without it.
+        a = self.host_agent("1:3", f"ready={self.ready}", "exit=0", name="a", last_call=LAST_CALL, log_file=True)
+        b = self.agent("1:3", *self.waiting(), name="b", last_call=LAST_CALL)
+        self.wait_ready(range(4))
+        deadline = time.monotonic() + BOUND
+        while len(self.of_event("a", "exited")) < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        time.sleep(1)  # a's "done" reaches the server (loopback, milliseconds)
+        c = self.agent("1:3", "exit=5", name="c")
+        finishing = "; it waits for the next round (the job is finishing)"
+        self.assertEqual(self.wait_for_log(a, finishing, "re-forming the job: host"), finishing)
+        os.kill(c.pid, signal.SIGTERM)
+        res_c = self.wait_all([c])[0]
+        self.assertEqual(res_c.code, 128 + signal.SIGTERM, res_c)
+        self.wait_for_log(a, "left while waiting for the next round")
+        self.release()
+        for n, res in zip("ab", self.wait_all([a, b])):
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4)], n)
+        self.assertEqual(self.rounds("c"), [])
+        self.assertEqual(res_c.stdout, b"")
+
+    def test_two_nodes_lost_at_once_one_reform(self):
+        # 2:4 with four nodes, --max-restarts 1: two agents SIGKILLed together; the second loss comes while the
+        # job re-forms (or at once with the first), which uses no second restart: the two left go on.
+        agents = {"a": self.host_agent("2:4", *self.waiting(), name="a", max_restarts=1, nproc=1)}
+        for n in "bcd":
+            agents[n] = self.agent("2:4", *self.waiting(), name=n, max_restarts=1, nproc=1)
+        self.wait_ready(range(4))
+        self.clear_ready()
+        for n in "cd":
+            os.kill(agents[n].pid, signal.SIGKILL)
+        self.wait_all([agents["c"], agents["d"]])
+        self.wait_ready(range(2))
+        self.release()
+        for n, res in zip("ab", self.wait_all([agents["a"], agents["b"]])):
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 4, 4), (1, 2, 2)], n)
+            self.assertEqual(len(self.of_event(n, "restarting")), 1)
+            self.assertEqual(sorted((r["TORCHELASTIC_RESTART_COUNT"], r["WORLD_SIZE"])
+                                    for r in worker_runs(res.stdout)), [(0, 4), (1, 2)], res)
+
+    # BUG (not elastic-specific, seen here first): a node whose workers all exited 0 while the other nodes still
+    # run logs "worker output still open 2 s after every process ended; closing it" although its workers' pipes
+    # are closed and drained. NodeAgent::after_reap arms drain_timer_ when the processes are gone; maybe_finish
+    # returns early (!outcome_known_: the job is not over) without cancelling it once every pump finished, so the
+    # timer fires 2 s later and warns (and abandons finished pumps). Every multi-node job where one node finishes
+    # 2 s before the others gets the false warning (static jobs too: the code is shared).
+    @unittest.expectedFailure
+    def test_a_node_that_finished_early_does_not_warn_about_open_output(self):
+        a = self.host_agent("1:2", f"ready={self.ready}", "exit=0", name="a")
+        b = self.agent("1:2", *self.waiting(), name="b")
+        self.wait_ready(range(4))
+        deadline = time.monotonic() + BOUND
+        while len(self.of_event("a", "exited")) < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        time.sleep(3)  # past the agent's 2 s drain limit
+        self.release()
+        res_a, res_b = self.wait_all([a, b])
+        self.assertEqual((res_a.code, res_b.code), (0, 0), res_a)
+        self.assertNotIn("worker output still open", res_a.stderr.decode(), res_a)
