@@ -19,6 +19,8 @@ from harness import DDPRUN, DdprunTestCase, Result, WORKER, pid_alive
 
 REFUSED = 77
 ENV_NAMES = ("TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE", "RANK", "TORCHELASTIC_MAX_RESTARTS")
+RENDEZVOUS = os.environ.get("DDPRUN_RENDEZVOUS",
+                            os.path.join(os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous"))
 BOUND = 20  # seconds: every "ends within" of these tests; each takes a few seconds on an idle machine
 # --rdzv-conf last_call_timeout of a job that starts below MAX: every node started at once joins within it.
 LAST_CALL = 3
@@ -789,3 +791,73 @@ class ElasticEdges(ElasticCase):
         res_a, res_b = self.wait_all([a, b])
         self.assertEqual((res_a.code, res_b.code), (0, 0), res_a)
         self.assertNotIn("worker output still open", res_a.stderr.decode(), res_a)
+
+    def test_node_0_lost_under_a_separate_server_hands_the_master_on(self):
+        # With ddprun-rendezvous hosting the job, node 0 (the master) may leave like any node: the next round's
+        # node 0 is the former node 1, and MASTER_ADDR:MASTER_PORT become its own.
+        server = subprocess.Popen([RENDEZVOUS, "--rdzv-id", "elastic", "--nnodes", "1:3", "--host", "127.0.0.1",
+                                   "--port", str(self.port), "--max-restarts", "1", "--last-call", "10",
+                                   "--heartbeat-interval", "0.2", "--heartbeat-timeout", "1", "--rdzv-timeout",
+                                   str(BOUND)], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True)
+        server.name = "ddprun-rendezvous"
+        server.log_file = None
+        self.agents.append(server)
+        deadline = time.monotonic() + BOUND
+        while not listening(self.port):
+            self.assertIsNone(server.poll(), "ddprun-rendezvous exited")
+            self.assertLess(time.monotonic(), deadline, "ddprun-rendezvous never listened")
+            time.sleep(0.01)
+        agents = {n: self.agent("1:3", *self.waiting(), name=n, max_restarts=1) for n in "abc"}
+        self.wait_ready(range(6))
+        first = {n: self.rounds(n)[0] for n in "abc"}
+        order = sorted("abc", key=lambda n: first[n][3])
+        self.assertEqual(len({self.events_of(n)[0]["master_port"] for n in "abc"}), 1)
+        self.clear_ready()
+        os.kill(agents[order[0]].pid, signal.SIGKILL)
+        self.wait_all([agents[order[0]]])
+        self.wait_ready(range(4))
+        self.release()
+        for i, (n, res) in enumerate(zip(order[1:], self.wait_all([agents[n] for n in order[1:]]))):
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual(self.rounds(n), [first[n], (1, 2, 4, i, 2 * i)], n)
+            self.assertEqual([e["cause"] for e in self.of_event(n, "restarting")],
+                             [f"node 0 (host {socket.gethostname()}) lost: connection closed (end of stream)"])
+        masters = {n: [e["master_port"] for e in self.of_event(n, "rendezvous")] for n in order[1:]}
+        self.assertEqual(masters[order[1]], masters[order[2]])
+        # Each agent offers a free port of its own (bound and released at start: two agents get the same one with a
+        # chance of about 1 in 28000): the new master's, not the departed one's.
+        self.assertNotEqual(masters[order[1]][0], masters[order[1]][1])
+        res = self.wait_all([server])[0]
+        self.assertEqual(res.code, 0, res)
+
+    def test_a_node_stopped_during_a_reform_leaves_it(self):
+        # A worker is killed (the one restart); while the restart waits out --term-timeout (the workers ignore
+        # SIGTERM), a non-host agent gets SIGTERM: it exits 143, the other two go on without it.
+        steps = ["ignore=TERM", f"ready={self.ready}", f"waitfile={self.go}", "exit=0"]
+        agents = {"a": self.host_agent("1:3", *steps, name="a", max_restarts=1, term_timeout=3, log_file=True)}
+        for n in "bc":
+            agents[n] = self.agent("1:3", *steps, name=n, max_restarts=1, term_timeout=3)
+        self.wait_ready(range(6))
+        first = {n: self.rounds(n)[0] for n in "abc"}
+        leaving = "c" if first["c"][3] != 0 else "b"  # not node 0, whose rank 0 is killed
+        self.clear_ready()
+        os.kill(self.worker_pids([0])[0], signal.SIGKILL)
+        deadline = time.monotonic() + BOUND
+        while not self.of_event(leaving, "restarting"):
+            self.assertLess(time.monotonic(), deadline, "no re-form")
+            time.sleep(0.01)
+        os.kill(agents[leaving].pid, signal.SIGTERM)
+        res = self.wait_all([agents[leaving]])[0]
+        self.assertEqual(res.code, 128 + signal.SIGTERM, res)
+        self.assertEqual(len(self.rounds(leaving)), 1)
+        self.wait_ready(range(4))
+        self.release()
+        stay = [n for n in "abc" if n != leaving]
+        for n, r in zip(stay, self.wait_all([agents[n] for n in stay])):
+            self.assertEqual(r.code, 0, r)
+            self.assertEqual([x[:3] for x in self.rounds(n)], [(0, 3, 6), (1, 2, 4)], n)
+            self.assertEqual(len(self.of_event(n, "restarting")), 1)
+        self.assertIn(f"node {first[leaving][3]} (host \"{socket.gethostname()}\") left while the job re-formed "
+                      f"(ddprun on node {first[leaving][3]} (host {socket.gethostname()}) received SIGTERM); 2 nodes "
+                      "go on", self.log_of(agents["a"]))
