@@ -382,6 +382,12 @@ class Elastic(ElasticCase):
     def test_node_stopped_by_sigint_leaves_the_others_reform(self):
         self.leave_by_signal(signal.SIGINT)
 
+    def test_node_stopped_by_sighup_leaves_the_others_reform(self):
+        self.leave_by_signal(signal.SIGHUP)
+
+    def test_node_stopped_by_sigquit_leaves_the_others_reform(self):
+        self.leave_by_signal(signal.SIGQUIT)
+
     # BUG (same root as test_fewer_than_min_reason_reaches_every_node: NodeAgent::on_stop drops StopMsg.reason):
     # the server tells a node stopped by a signal "this node left the job; it re-forms without it", but its
     # ddprun reports only "job FAILED ... root cause: ddprun on node 1 (host vm) received SIGTERM", so its user
@@ -861,3 +867,31 @@ class ElasticEdges(ElasticCase):
         self.assertIn(f"node {first[leaving][3]} (host \"{socket.gethostname()}\") left while the job re-formed "
                       f"(ddprun on node {first[leaving][3]} (host {socket.gethostname()}) received SIGTERM); 2 nodes "
                       "go on", self.log_of(agents["a"]))
+
+    def test_log_dirs_follow_the_restart_count(self):
+        # --log-dir keeps attempt_N per round, N the round's TORCHELASTIC_RESTART_COUNT: the joiner's only round
+        # is attempt_1, the others ran attempt_0 and attempt_1.
+        logs = {n: self.path(f"logs_{n}") for n in "abc"}
+        a = self.host_agent("1:3", "print=hello", *self.waiting(), name="a", last_call=LAST_CALL,
+                            extra=("--log-dir", logs["a"], "--tee", "3"))
+        b = self.agent("1:3", "print=hello", *self.waiting(), name="b", last_call=LAST_CALL,
+                       extra=("--log-dir", logs["b"], "--tee", "3"))
+        self.wait_ready(range(4))
+        self.clear_ready()
+        c = self.agent("1:3", "print=hello", *self.waiting(), name="c", extra=("--log-dir", logs["c"], "--tee", "3"))
+        self.wait_ready(range(6))
+        self.release()
+        for n, res in zip("abc", self.wait_all([a, b, c])):
+            self.assertEqual(res.code, 0, res)
+            runs = os.listdir(logs[n])
+            self.assertEqual(len(runs), 1, runs)
+            root = os.path.join(logs[n], runs[0])
+            self.assertEqual(sorted(os.listdir(root)), ["attempt_0", "attempt_1"], n)
+            if n == "c":  # the joiner ran no round 0: its attempt_0 (made at start) holds nothing
+                self.assertEqual([f for _, _, files in os.walk(os.path.join(root, "attempt_0")) for f in files], [])
+            for attempt in ["attempt_1"] if n == "c" else ["attempt_0", "attempt_1"]:
+                for lr in (0, 1):
+                    with open(os.path.join(root, attempt, str(lr), "stdout.log")) as f:
+                        text = f.read()
+                    self.assertIn(f"TORCHELASTIC_RESTART_COUNT={attempt[-1]}\n", text, (n, attempt, lr))
+                    self.assertIn("hello\n", text)
