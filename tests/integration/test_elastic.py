@@ -895,3 +895,40 @@ class ElasticEdges(ElasticCase):
                         text = f.read()
                     self.assertIn(f"TORCHELASTIC_RESTART_COUNT={attempt[-1]}\n", text, (n, attempt, lr))
                     self.assertIn("hello\n", text)
+
+    def test_a_failure_after_a_join_stops_the_job_when_no_restart_is_left(self):
+        # --max-restarts 0: the join re-forms for free; then the joiner's rank 5 exits 7: no restart, the job
+        # stops with exit 7 on every node, and the summaries name the round that the join ended.
+        steps = [f"ready={self.ready}", "@5:exit=7", f"waitfile={self.go}", "exit=0"]
+        a = self.host_agent("1:3", *steps, name="a", last_call=LAST_CALL)
+        b = self.agent("1:3", *steps, name="b", last_call=LAST_CALL)
+        self.wait_ready(range(4))
+        c = self.agent("1:3", *steps, name="c")
+        results = dict(zip("abc", self.wait_all([a, b, c])))
+        host = socket.gethostname()
+        for n, res in results.items():
+            self.assertEqual(res.code, 7, res)
+            err = res.stderr.decode()
+            self.assertRegex(err, rf"root cause: rank 5 \(local rank 1, node 2, host {host}, pid \d+\) exited with "
+                                  r"code 7", res)
+            self.assertEqual(self.of_event(n, "summary")[0]["exit_code"], 7)
+        for n in "ab":
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4), (1, 3, 6)], n)
+            err = results[n].stderr.decode()
+            self.assertIn("ddprun: earlier rounds (1), each ended by a re-form:\n", err, results[n])
+            self.assertIn("ddprun:   round 0 (2 nodes, world size 4): re-forming the job: host", err, results[n])
+        self.assertNotIn("earlier rounds", results["c"].stderr.decode())
+
+    def test_a_long_story_lists_the_last_20_rounds(self):
+        steps = ["@2:sleep=0.05", "@2:exit=3", "hang"]
+        a = self.host_agent("1:2", *steps, name="a", max_restarts=21, nproc=2)
+        b = self.agent("1:2", *steps, name="b", max_restarts=21, nproc=2)
+        for n, res in zip("ab", self.wait_all([a, b], timeout=60)):
+            self.assertEqual(res.code, 3, res)
+            self.assertEqual([r[0] for r in self.rounds(n)], list(range(22)), n)
+            lines = res.stderr.decode().splitlines()
+            at = lines.index("ddprun: earlier rounds (21), each ended by a re-form:")
+            self.assertEqual(lines[at + 1], "ddprun:   ... 1 earlier", res)
+            for i in range(20):
+                self.assertRegex(lines[at + 2 + i], rf"^ddprun:   round {i + 1} \(2 nodes, world size 4\): rank 2 ")
+            self.assertEqual(len(self.of_event(n, "summary")[0]["earlier_rounds"]), 21)
