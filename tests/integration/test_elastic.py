@@ -97,13 +97,13 @@ class ElasticCase(DdprunTestCase):
         self.assertEqual([a.pid for a in left], [], "agents still running at the end of the test")
 
     def agent(self, nnodes, *steps, name, nproc=2, max_restarts=0, last_call=10, term_timeout=2, log_file=False,
-              extra=()):
+              rdzv_timeout=BOUND, extra=()):
         """One node: ddprun --nnodes NNODES on the shared endpoint; its events go to ev_NAME.jsonl, and with
         log_file its stderr to err_NAME.log (readable while it runs) instead of a pipe."""
         args = [DDPRUN, "--nnodes", nnodes, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "elastic",
                 "--rdzv-conf", f"last_call_timeout={last_call}", "--nproc-per-node", nproc,
                 "--max-restarts", max_restarts, "--heartbeat-interval", "0.2", "--heartbeat-timeout", "1",
-                "--rdzv-timeout", BOUND, "--term-timeout", term_timeout, "--events-file",
+                "--rdzv-timeout", rdzv_timeout, "--term-timeout", term_timeout, "--events-file",
                 self.path(f"ev_{name}.jsonl"), *extra, WORKER, *[f"env={n}" for n in ENV_NAMES],
                 f"pidfile={self.pids}", *steps]
         stderr = open(self.path(f"err_{name}.log"), "wb") if log_file else subprocess.PIPE
@@ -932,3 +932,23 @@ class ElasticEdges(ElasticCase):
             for i in range(20):
                 self.assertRegex(lines[at + 2 + i], rf"^ddprun:   round {i + 1} \(2 nodes, world size 4\): rank 2 ")
             self.assertEqual(len(self.of_event(n, "summary")[0]["earlier_rounds"]), 21)
+
+    def test_the_first_round_waits_for_the_last_call_once_min_joined(self):
+        # 2:4, three nodes at once: MIN joined, the round waits out the last call (3 s) for more, and has all three.
+        t0 = time.time()
+        agents = {"a": self.host_agent("2:4", f"ready={self.ready}", "exit=0", name="a", last_call=LAST_CALL)}
+        for n in "bc":
+            agents[n] = self.agent("2:4", f"ready={self.ready}", "exit=0", name=n, last_call=LAST_CALL)
+        for n, res in zip("abc", self.wait_all([agents[n] for n in "abc"])):
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 3, 6)], n)
+            # the round began no earlier than the last call after the second node joined (after t0)
+            self.assertGreaterEqual(self.of_event(n, "rendezvous")[0]["time_ms"] / 1000, t0 + LAST_CALL - 0.1)
+
+    def test_fewer_than_min_never_start_and_time_out(self):
+        a = self.host_agent("2:3", "exit=0", name="a", last_call=0.5, rdzv_timeout=1)
+        res = self.wait_all([a])[0]
+        self.assertEqual(res.code, 75, res)
+        self.assertIn("1 of 3 nodes joined (need 2); joined hosts: " + socket.gethostname(), res.stderr.decode(), res)
+        self.assertEqual(res.stdout, b"", res)
+        self.assertEqual(self.rounds("a"), [])
