@@ -512,10 +512,10 @@ class ElasticEdges(ElasticCase):
 
     def test_a_node_joining_during_a_reform_is_placed_in_the_next_round(self):
         # Rank 0 is killed once every worker is ready; they all ignore SIGTERM, so the restart's teardown waits out
-        # --term-timeout (3 s): the third node starts then, and the restart round includes it.
+        # --term-timeout (5 s): the third node starts then, and the restart round includes it.
         steps = ["ignore=TERM", f"ready={self.ready}", f"waitfile={self.go}", "exit=0"]
-        a = self.host_agent("1:3", *steps, name="a", max_restarts=1, last_call=LAST_CALL, term_timeout=3)
-        b = self.agent("1:3", *steps, name="b", max_restarts=1, last_call=LAST_CALL, term_timeout=3)
+        a = self.host_agent("1:3", *steps, name="a", max_restarts=1, last_call=LAST_CALL, term_timeout=5)
+        b = self.agent("1:3", *steps, name="b", max_restarts=1, last_call=LAST_CALL, term_timeout=5)
         self.wait_ready(range(4))
         self.clear_ready()
         os.kill(self.worker_pids([0])[0], signal.SIGKILL)
