@@ -952,3 +952,21 @@ class ElasticEdges(ElasticCase):
         self.assertIn("1 of 3 nodes joined (need 2); joined hosts: " + socket.gethostname(), res.stderr.decode(), res)
         self.assertEqual(res.stdout, b"", res)
         self.assertEqual(self.rounds("a"), [])
+
+    def test_the_host_agent_frozen_ends_the_others_after_the_heartbeat_timeout(self):
+        # SIGSTOP freezes the server with its agent: the other node hears nothing for --heartbeat-timeout (1 s)
+        # and ends (74); resumed, the host finds its own job over and ends too.
+        a = self.host_agent("1:2", f"ready={self.ready}", "hang", name="a", max_restarts=1)
+        b = self.agent("1:2", f"ready={self.ready}", "hang", name="b", max_restarts=1)
+        self.wait_ready(range(4))
+        os.kill(a.pid, signal.SIGSTOP)
+        try:
+            res_b = self.wait_all([b])[0]
+        finally:
+            os.kill(a.pid, signal.SIGCONT)
+        self.assertEqual(res_b.code, 74, res_b)
+        self.assertIn("lost the rendezvous server at 127.0.0.1:", res_b.stderr.decode(), res_b)
+        self.assertIn(": nothing heard for 1.0 s", res_b.stderr.decode(), res_b)
+        res_a = self.wait_all([a])[0]
+        # Whichever wakes first: its client (nothing heard: 74) or its server (its own node lost: 1).
+        self.assertIn(res_a.code, (1, 74), res_a)
