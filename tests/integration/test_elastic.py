@@ -548,6 +548,8 @@ class ElasticEdges(ElasticCase):
             self.assertEqual(res.code, 0, res)
         self.assertIn("the job completed before the rendezvous placed this node in a round: nothing ran here",
                       results["c"].stderr.decode(), results["c"])
+        self.assertIn("the job completed after", results["c"].stderr.decode(), results["c"])
+        self.assertIn("; no worker ran on this node", results["c"].stderr.decode(), results["c"])
         self.assertEqual(results["c"].stdout, b"")
         self.assertEqual(self.rounds("c"), [])
         self.assertEqual(self.rounds("a"), [first_a])
