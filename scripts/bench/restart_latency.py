@@ -24,12 +24,15 @@ process the launchers started to be gone (torchrun's agents, their TCPStore, wor
 is left, and kills everything on Ctrl-C or error. Exit status 1 if any run failed to restart or left a process.
 
 usage: restart_latency.py [BUILD_DIR] [--runs N] [--only ddprun,ddprun-dyn,torchrun-5,torchrun-0.1]
+                          [--jitter SEC]    (the failure comes a random 0..SEC after all workers are up; 5)
                           [--trace DIR]     (ddprun --log-level debug, each stderr line time-stamped, kept in DIR)
 """
 import argparse
 import json
 import os
+import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -71,6 +74,7 @@ PHASES = [
     ("stop_order", "stop{restarting} received, both nodes (`restarting`)"),
     ("victims_gone", "attempt-0 workers all reaped, both nodes"),
     ("assigned", "attempt-1 assignment, both nodes (`rendezvous`, restart_count 1)"),
+    ("first_spawned", "first attempt-1 worker spawned (`started`), either node"),
     ("spawned", "last attempt-1 worker spawned (`started`)"),
 ]
 
@@ -156,12 +160,12 @@ def ddprun_phases(tmp, fail_ns):
                         last_of("victims_gone", e["time_ms"])
                 elif ev == "started" and attempt == 1:
                     last_of("spawned", e["time_ms"])
+                    t["first_spawned"] = min(t.get("first_spawned", float("inf")), e["time_ms"])
     # time_ms is truncated to the millisecond: +0.5 puts each at the middle of its millisecond.
     return {k: v + 0.5 - fail_ms for k, v in t.items()}
 
 
-def one_run(kind, build, trace_dir, run_no):
-    tmp = tempfile.mkdtemp(prefix="ddprun_restart_bench_")
+def one_run(kind, build, tmp, trace_dir, run_no, jitter):
     procs, pumps = [], []
     try:
         os.makedirs(os.path.join(tmp, "ready"))
@@ -178,11 +182,14 @@ def one_run(kind, build, trace_dir, run_no):
                 with open(os.path.join(tmp, f"stderr.{node}"), "wb") as err:
                     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
             procs.append(p)
-        deadline = time.monotonic() + RUN_CAP_S
+        deadline = time.monotonic() + RUN_CAP_S + jitter
         while len([f for f in os.listdir(os.path.join(tmp, "ready")) if not f.endswith(".tmp")]) < 2 * NPROC:
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                return {"error": "attempt 0 did not start"}, tmp
+                return {"error": "attempt 0 did not start"}
             time.sleep(0.005)
+        # At a random point of the launchers' cycles: torchrun polls its workers every --monitor_interval, and
+        # a failure right after its first poll would always cost it a full interval.
+        time.sleep(random.uniform(0, jitter))
         load = load_average()
         open(os.path.join(tmp, "go"), "w").close()
         codes = []
@@ -202,13 +209,13 @@ def one_run(kind, build, trace_dir, run_no):
             result["error"] = (f"no complete restart: exit codes {codes}, {len(attempt1)} of {2 * NPROC} "
                                f"workers started in attempt 1 (ranks, restart counts: "
                                f"{[(s[0], s[1]) for s in attempt1]})")
-            return result, tmp
+            return result
         fail = fails[0][3]
         result["total"] = (max(s[3] for s in attempt1) - fail) / 1e6
         if kind.startswith("ddprun"):
             result["phases"] = ddprun_phases(tmp, fail)
             result["ddprun"] = result["phases"]["spawned"]
-        return result, tmp
+        return result
     finally:
         for p in procs:  # a run cut short (cap, Ctrl-C): the launchers first, then whatever they left
             if p.poll() is None:
@@ -252,7 +259,14 @@ def main():
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--only", default=",".join(LAUNCHERS))
     ap.add_argument("--trace", metavar="DIR")
+    ap.add_argument("--jitter", type=float, default=5.0,
+                    help="wait a uniform random 0..SEC once all workers are up, before the failure (default 5: "
+                         "torchrun 1.13's default monitor interval)")
     args = ap.parse_args()
+    # Ctrl-C (even where a shell started us with SIGINT ignored) and SIGTERM end the runs through the
+    # `finally` below, which kills every process the launchers left.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
     kinds = args.only.split(",")
     for k in kinds:
         if k not in LAUNCHERS:
@@ -268,23 +282,28 @@ def main():
         for i in range(args.runs):
             order = kinds[i % len(kinds):] + kinds[:i % len(kinds)]
             for kind in order:
-                r, tmp = one_run(kind, build, args.trace, i)
-                left = leftovers()
-                if left:
-                    r["error"] = (r.get("error", "") + f"; left behind: {left}").lstrip("; ")
-                if "error" in r:
-                    failed = True
-                    print(f"run {i} {kind}: FAILED: {r['error']}", flush=True)
-                    for node in range(2):
-                        path = os.path.join(tmp, f"stderr.{node}")
-                        if os.path.exists(path):
-                            with open(path, errors="replace") as f:
-                                print(f"--- node {node} stderr (end) ---\n{f.read()[-2000:]}")
-                else:
-                    extra = f", ddprun's part {r['ddprun']:.1f} ms" if "ddprun" in r else ""
-                    print(f"run {i} {kind}: {r['total']:.1f} ms{extra} (load {r['load']:.2f})", flush=True)
-                shutil.rmtree(tmp, ignore_errors=True)
-                results[kind].append(r)
+                tmp = tempfile.mkdtemp(prefix="ddprun_restart_bench_")
+                try:
+                    r = one_run(kind, build, tmp, args.trace, i, args.jitter)
+                    left = leftovers()
+                    if left:
+                        r["error"] = (r.get("error", "") + f"; left behind: {left}").lstrip("; ")
+                    if "error" in r:
+                        failed = True
+                        print(f"run {i} {kind}: FAILED: {r['error']}", flush=True)
+                        for node in range(2):
+                            path = os.path.join(tmp, f"stderr.{node}")
+                            if os.path.exists(path):
+                                with open(path, errors="replace") as f:
+                                    print(f"--- node {node} stderr (end) ---\n{f.read()[-2000:]}")
+                    else:
+                        extra = f", ddprun's part {r['ddprun']:.1f} ms" if "ddprun" in r else ""
+                        print(f"run {i} {kind}: {r['total']:.1f} ms{extra} (load {r['load']:.2f})", flush=True)
+                    results[kind].append(r)
+                finally:
+                    kill_all(descendants())  # only on an interruption is anything still there
+                    reap_zombies()
+                    shutil.rmtree(tmp, ignore_errors=True)
     finally:
         kill_all(descendants())
         reap_zombies()
