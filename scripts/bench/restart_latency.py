@@ -25,7 +25,8 @@ is left, and kills everything on Ctrl-C or error. Exit status 1 if any run faile
 
 usage: restart_latency.py [BUILD_DIR] [--runs N] [--only ddprun,ddprun-dyn,torchrun-5,torchrun-0.1]
                           [--jitter SEC]    (the failure comes a random 0..SEC after all workers are up; 5)
-                          [--trace DIR]     (ddprun --log-level debug, each stderr line time-stamped, kept in DIR)
+                          [--trace DIR]     (ddprun --log-level debug, torchrun LOGLEVEL=INFO, each line of their
+                                             stderr time-stamped when read, kept in DIR)
 """
 import argparse
 import json
@@ -169,11 +170,15 @@ def one_run(kind, build, tmp, trace_dir, run_no, jitter):
     procs, pumps = [], []
     try:
         os.makedirs(os.path.join(tmp, "ready"))
-        env = dict(os.environ, DDPRUN_TOKEN="restart-bench", OMP_NUM_THREADS="1")
-        trace = trace_dir is not None and kind.startswith("ddprun")
+        # TMPDIR: torchrun keeps its log directory (/tmp/torchelastic_*) after it exits; here it goes with `tmp`.
+        env = dict(os.environ, DDPRUN_TOKEN="restart-bench", OMP_NUM_THREADS="1", TMPDIR=tmp)
+        trace = trace_dir is not None
+        if trace:
+            env["LOGLEVEL"] = "INFO"  # torchrun's agents' own log
         for node, cmd in enumerate(commands(kind, build, tmp, free_port())):
             if trace:
-                cmd = cmd[:1] + ["--log-level", "debug"] + cmd[1:]
+                if kind.startswith("ddprun"):
+                    cmd = cmd[:1] + ["--log-level", "debug"] + cmd[1:]
                 p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
                 path = os.path.join(trace_dir, f"{kind}.run{run_no}.node{node}.log")
                 pumps.append(threading.Thread(target=pump_with_times, args=(p.stderr, path)))
