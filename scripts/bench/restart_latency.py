@@ -2,8 +2,9 @@
 """Restart latency with 2 nodes (issue 10, figure 3): a worker fails -> every worker on every node running again.
 
 Two launchers on loopback, 2 workers each (`tests/bin/test_worker`), `--max-restarts 1`. Attempt 0: every worker
-stamps its start (CLOCK_REALTIME, `stamp=`) and waits; once all 4 are up, this script creates the file `go` and
-global rank 3 (on node 1) stamps and exits 1. Attempt 1: every worker stamps its start again, as its first step,
+stamps its start (CLOCK_REALTIME, `stamp=`) and waits; once all 4 are up and a random 0..--jitter s later (a
+failure at a random point of torchrun's polling cycle), this script creates the file `go` and global rank 3 (on
+node 1) stamps and exits 1. Attempt 1: every worker stamps its start again, as its first step,
 and exits 0, so the job then ends with exit 0 on both nodes (anything else counts as a failed run). One machine,
 one clock. What is attempt 0 is told by the `go` file (`?go:` steps run only in a worker started before it
 existed), not by TORCHELASTIC_RESTART_COUNT: torchrun 1.13 leaves that at 0 on the node that restarts for the
@@ -46,23 +47,12 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
 # The integration tests' process tools; importing harness makes this process a child subreaper.
 from harness import descendants, kill_all, reap_zombies  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# `python3 -c TORCHRUN_311 ARGS` is torch 1.13's torchrun with its Python 3.11 fix (Std.from_str).
+from python_vs_torchrun import TORCHRUN_311  # noqa: E402
 
 PYTHON = "/usr/bin/python3"  # Debian's python3-torch is installed for this interpreter
 NPROC, FAILING_RANK, RUN_CAP_S = 2, 3, 60
-# torch 1.13's torchrun on Python 3.11: Std.from_str returns None after an IntFlag change; replace that one
-# function, then run torch.distributed.run's main with the rest of argv.
-TORCHRUN_311 = """
-import re, sys
-from torch.distributed.elastic.multiprocessing.api import Std
-def std_from_str(text):
-    if re.fullmatch(r"[0-3]", text):
-        return Std(int(text))
-    return {int(r): Std(int(m)) for r, m in (item.split(":") for item in text.split(","))}
-Std.from_str = staticmethod(std_from_str)
-from torch.distributed.run import main
-sys.argv[0] = "torchrun"
-sys.exit(main())
-"""
 LAUNCHERS = {
     "ddprun": "ddprun, static node ranks",
     "ddprun-dyn": "ddprun, dynamic (--rdzv-endpoint)",
@@ -98,7 +88,7 @@ def worker_steps(tmp):
 
 
 def commands(kind, build, tmp, port):
-    """The two nodes' command lines (node 0 first) and whether they write events files."""
+    """The two nodes' command lines, node 0's first."""
     worker = os.path.join(build, "tests/bin/test_worker")
     steps = worker_steps(tmp)
     if kind.startswith("ddprun"):
