@@ -22,7 +22,8 @@ backend, `--rdzv_conf is_host=` set so that exactly one agent hosts the TCPStore
 Runs are interleaved (each round runs every launcher once, in a rotating order) and each records the load
 average. This script is a child subreaper (tests/integration/harness.py): after each run it waits for every
 process the launchers started to be gone (torchrun's agents, their TCPStore, workers), kills and reports whatever
-is left, and kills everything on Ctrl-C or error. Exit status 1 if any run failed to restart or left a process.
+is left, checks that nothing listens on the run's rendezvous port any more, and kills everything on Ctrl-C or
+error. Exit status 1 if any run failed to restart or left a process or a listener behind.
 
 usage: restart_latency.py [BUILD_DIR] [--runs N] [--only ddprun,ddprun-dyn,torchrun-5,torchrun-0.1]
                           [--jitter SEC]    (the failure comes a random 0..SEC after all workers are up; 5)
@@ -74,6 +75,17 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def still_listening(port):
+    """Whether something still listens on the run's rendezvous port (a server or TCPStore left behind)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # connections in TIME_WAIT do not count
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 def load_average():
@@ -156,7 +168,7 @@ def ddprun_phases(tmp, fail_ns):
     return {k: v + 0.5 - fail_ms for k, v in t.items()}
 
 
-def one_run(kind, build, tmp, trace_dir, run_no, jitter):
+def one_run(kind, build, tmp, port, trace_dir, run_no, jitter):
     procs, pumps = [], []
     try:
         os.makedirs(os.path.join(tmp, "ready"))
@@ -165,7 +177,7 @@ def one_run(kind, build, tmp, trace_dir, run_no, jitter):
         trace = trace_dir is not None
         if trace:
             env["LOGLEVEL"] = "INFO"  # torchrun's agents' own log
-        for node, cmd in enumerate(commands(kind, build, tmp, free_port())):
+        for node, cmd in enumerate(commands(kind, build, tmp, port)):
             if trace:
                 if kind.startswith("ddprun"):
                     cmd = cmd[:1] + ["--log-level", "debug"] + cmd[1:]
@@ -279,8 +291,11 @@ def main():
             for kind in order:
                 tmp = tempfile.mkdtemp(prefix="ddprun_restart_bench_")
                 try:
-                    r = one_run(kind, build, tmp, args.trace, i, args.jitter)
+                    port = free_port()
+                    r = one_run(kind, build, tmp, port, args.trace, i, args.jitter)
                     left = leftovers()
+                    if still_listening(port):
+                        left.append(f"a listener on port {port}")
                     if left:
                         r["error"] = (r.get("error", "") + f"; left behind: {left}").lstrip("; ")
                     if "error" in r:
