@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """Restart latency with 2 nodes (issue 10, figure 3): a worker fails -> every worker on every node running again.
 
-Two launchers on loopback, 2 workers each (`tests/bin/test_worker`), `--max-restarts 1`. Attempt 0: every worker
-stamps its start (CLOCK_REALTIME, `stamp=`) and waits; once all 4 are up and a random 0..--jitter s later (a
-failure at a random point of torchrun's polling cycle), this script creates the file `go` and global rank 3 (on
-node 1) stamps and exits 1. Attempt 1: every worker stamps its start again, as its first step,
+Two launchers on loopback, 2 workers each (`--nproc`; `tests/bin/test_worker`), `--max-restarts 1`. Attempt 0:
+every worker stamps its start (CLOCK_REALTIME, `stamp=`) and waits; once all are up and a random 0..--jitter s later (a
+failure at a random point of torchrun's polling cycle), this script creates the file `go` and the last global
+rank (on node 1) stamps and exits 1. Attempt 1: every worker stamps its start again, as its first step,
 and exits 0, so the job then ends with exit 0 on both nodes (anything else counts as a failed run). One machine,
 one clock. What is attempt 0 is told by the `go` file (`?go:` steps run only in a worker started before it
 existed), not by TORCHELASTIC_RESTART_COUNT: torchrun 1.13 leaves that at 0 on the node that restarts for the
 other node's failure (the table shows the counts each attempt-1 worker got).
 
-  total  = the last attempt-1 worker's own start stamp (first step of its main) - rank 3's stamp before exit=1
+  total  = the last attempt-1 worker's own start stamp (first step of its main) - the failing rank's stamp before exit=1
   ddprun = the agent's last `started` event of attempt 1 (fork/exec done, --events-file, ms resolution) - the same
            failure stamp: ddprun's own part; total - ddprun = the worker's own start-up (exec to main's first step)
 ddprun runs both ways: static node ranks (`--nnodes 2 --node-rank R --master-addr 127.0.0.1 --rdzv-port P`) and
@@ -25,7 +25,7 @@ process the launchers started to be gone (torchrun's agents, their TCPStore, wor
 is left, checks that nothing listens on the run's rendezvous port any more, and kills everything on Ctrl-C or
 error. Exit status 1 if any run failed to restart or left a process or a listener behind.
 
-usage: restart_latency.py [BUILD_DIR] [--runs N] [--only ddprun,ddprun-dyn,torchrun-5,torchrun-0.1]
+usage: restart_latency.py [BUILD_DIR] [--runs N] [--only ddprun,ddprun-dyn,torchrun-5,torchrun-0.1] [--nproc N]
                           [--jitter SEC]    (the failure comes a random 0..SEC after all workers are up; 5)
                           [--trace DIR]     (ddprun --log-level debug, torchrun LOGLEVEL=INFO, each line of their
                                              stderr time-stamped when read, kept in DIR)
@@ -53,7 +53,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from python_vs_torchrun import TORCHRUN_311  # noqa: E402
 
 PYTHON = "/usr/bin/python3"  # Debian's python3-torch is installed for this interpreter
-NPROC, FAILING_RANK, RUN_CAP_S = 2, 3, 60
+NPROC = 2  # workers per node (--nproc); the failing worker is the last rank, on node 1
+RUN_CAP_S = 60
 LAUNCHERS = {
     "ddprun": "ddprun, static node ranks",
     "ddprun-dyn": "ddprun, dynamic (--rdzv-endpoint)",
@@ -95,8 +96,9 @@ def load_average():
 
 def worker_steps(tmp):
     ready, go, first = os.path.join(tmp, "ready"), os.path.join(tmp, "go"), f"?{tmp}/go:"
-    return [f"stamp={tmp}/start", f"{first}ready={ready}", f"@{FAILING_RANK}:{first}waitfile={go}",
-            f"@{FAILING_RANK}:{first}stamp={tmp}/fail", f"@{FAILING_RANK}:{first}exit=1", f"{first}hang"]
+    failing = f"@{2 * NPROC - 1}:{first}"
+    return [f"stamp={tmp}/start", f"{first}ready={ready}", f"{failing}waitfile={go}", f"{failing}stamp={tmp}/fail",
+            f"{failing}exit=1", f"{first}hang"]
 
 
 def commands(kind, build, tmp, port):
@@ -208,7 +210,7 @@ def one_run(kind, build, tmp, port, trace_dir, run_no, jitter):
         for t in pumps:
             t.join(timeout=5)
         fails = read_stamps(os.path.join(tmp, "fail"))
-        # Every attempt-0 worker stamped before its ready file, and `go` came after all 4: the rest is attempt 1.
+        # Every attempt-0 worker stamped before its ready file, and `go` came after all of them: the rest is attempt 1.
         attempt1 = read_stamps(os.path.join(tmp, "start"))[2 * NPROC:]
         result = {"load": load, "codes": codes,
                   "counts": " ".join(str(count) for _rank, count, _pid, _ns in sorted(attempt1))}
@@ -261,15 +263,18 @@ def fmt(values):
 
 
 def main():
+    global NPROC
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("build", nargs="?", default="build")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--only", default=",".join(LAUNCHERS))
     ap.add_argument("--trace", metavar="DIR")
+    ap.add_argument("--nproc", type=int, default=NPROC, help="workers per node (default 2)")
     ap.add_argument("--jitter", type=float, default=5.0,
                     help="wait a uniform random 0..SEC once all workers are up, before the failure (default 5: "
                          "torchrun 1.13's default monitor interval)")
     args = ap.parse_args()
+    NPROC = args.nproc
     # Ctrl-C (even where a shell started us with SIGINT ignored) and SIGTERM end the runs through the
     # `finally` below, which kills every process the launchers left.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -325,7 +330,7 @@ def main():
           f"{subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}\n")
     base = [r["total"] for r in ok.get("ddprun", [])]
     print("| launcher | runs ok | failure → ddprun spawned the last worker (ms) | failure → every worker's main "
-          "running (ms) | torchrun / ddprun | TORCHELASTIC_RESTART_COUNT of ranks 0-3 in attempt 1 |")
+          f"running (ms) | torchrun / ddprun | TORCHELASTIC_RESTART_COUNT of ranks 0-{2 * NPROC - 1} in attempt 1 |")
     print("|---|---|---|---|---|---|")
     for k in kinds:
         totals = [r["total"] for r in ok[k]]
