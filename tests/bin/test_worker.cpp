@@ -1,7 +1,10 @@
 // A worker for ddprun's integration tests and benchmarks: runs a list of steps, each optionally only on
-// one rank (RANK from the environment).
+// one rank (RANK from the environment) and/or only in a worker started before a file existed.
 //
-//   test_worker [@RANK:]STEP ...
+//   test_worker [@RANK:][?PATH:]STEP ...   "?PATH:" runs STEP only if PATH (no ':' in it) did not exist when
+//                                          this worker started: e.g. only in the first attempt of a restarted
+//                                          job, whatever TORCHELASTIC_RESTART_COUNT says (torchrun 1.13 leaves
+//                                          it at 0 on nodes that restart for another node's failure)
 //   exit=N         exit with code N                 kill=SIG     raise SIG (default action restored first;
 //                                                                kill=STOP stops us until SIGCONT/SIGKILL)
 //   sleep=SEC      sleep (fractions allowed)        hang         sleep until a signal kills us
@@ -29,6 +32,8 @@
 //   beatfor=SEC[:MS] a heartbeat every MS (default 50) milliseconds for SEC seconds, steps 0, 1, 2, ...
 //   beatstamp=PATH one heartbeat (step 0), then its CLOCK_MONOTONIC nanoseconds written to PATH (benchmarks)
 //   spin           a busy loop that never ends and never beats (a hang that burns a core)
+//   stamp=PATH     append "<rank> <TORCHELASTIC_RESTART_COUNT> <pid> <CLOCK_REALTIME ns>" to PATH in one
+//                  write (benchmarks)
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -47,9 +52,11 @@
 #include <ctime>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 int g_rank = 0;
+int g_attempt = 0;  // TORCHELASTIC_RESTART_COUNT
 std::string g_pidfile;  // set by pidfile=: forked children append their own line to it
 
 // sigrecord= / termexit= state, read by the signal handler (hence plain ints, set before handlers run).
@@ -243,7 +250,8 @@ std::int64_t beat(long long step) {
   return now;
 }
 
-void run_step(const std::string& step) {
+// Never inlined: the hang tests look for this frame in a captured stack.
+__attribute__((noinline)) void run_step(const std::string& step) {
   const auto eq = step.find('=');
   const std::string verb = step.substr(0, eq);
   const std::string arg = eq == std::string::npos ? "" : step.substr(eq + 1);
@@ -351,6 +359,16 @@ void run_step(const std::string& step) {
     FILE* f = std::fopen(arg.c_str(), "w");
     std::fprintf(f, "%lld\n", static_cast<long long>(t));
     std::fclose(f);
+  } else if (verb == "stamp") {
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    char line[96];
+    const int n = std::snprintf(line, sizeof line, "%d %d %d %lld\n", g_rank, g_attempt, static_cast<int>(::getpid()),
+                                static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec);
+    const int fd = ::open(arg.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) { std::perror("test_worker: stamp"); std::exit(2); }
+    write_out(fd, std::string(line, static_cast<size_t>(n)));
+    ::close(fd);
   } else if (verb == "spin") {
     for (volatile unsigned long long n = 0;; n = n + 1) {
     }
@@ -367,14 +385,31 @@ void run_step(const std::string& step) {
 int main(int argc, char** argv) {
   const char* rank = std::getenv("RANK");
   g_rank = rank ? std::atoi(rank) : 0;
+  const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  g_attempt = attempt ? std::atoi(attempt) : 0;
+  // Every "?PATH:" is checked now, before any step runs (a step may create PATH).
+  std::vector<bool> existed_at_start(static_cast<size_t>(argc), false);
+  for (int i = 1; i < argc; ++i) {
+    const std::string step = argv[i];
+    for (size_t at = 0; at < step.size() && (step[at] == '@' || step[at] == '?');) {
+      const auto colon = step.find(':', at);
+      if (colon == std::string::npos) break;
+      struct stat st;
+      if (step[at] == '?' && ::stat(step.substr(at + 1, colon - at - 1).c_str(), &st) == 0)
+        existed_at_start[static_cast<size_t>(i)] = true;
+      at = colon + 1;
+    }
+  }
   for (int i = 1; i < argc; ++i) {
     std::string step = argv[i];
-    if (step[0] == '@') {  // "@RANK:STEP": only on that rank
+    bool skip = existed_at_start[static_cast<size_t>(i)];
+    while (!step.empty() && (step[0] == '@' || step[0] == '?')) {  // "@RANK:" and "?PATH:" combine
       const auto colon = step.find(':');
-      if (std::atoi(step.c_str() + 1) != g_rank) continue;
+      if (colon == std::string::npos) break;
+      if (step[0] == '@' && std::atoi(step.c_str() + 1) != g_rank) skip = true;
       step = step.substr(colon + 1);
     }
-    run_step(step);
+    if (!skip) run_step(step);
   }
   return 0;
 }
