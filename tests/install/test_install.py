@@ -53,6 +53,8 @@ def configure_args(source, build, *extra):
     for var in ("CMAKE_CXX_COMPILER", "CMAKE_CXX_COMPILER_LAUNCHER"):
         if os.environ.get(var):
             args.append(f"-D{var}={os.environ[var]}")
+    if os.environ.get("DDPRUN_CXX_FLAGS", "").strip():  # the flags ddprun was built with (sanitizers)
+        args.append(f"-DCMAKE_CXX_FLAGS={os.environ['DDPRUN_CXX_FLAGS']}")
     return args + list(extra)
 
 
