@@ -61,7 +61,7 @@ def one_run(c, kind, mode, ddprun, cap, n):
     proc = c.popen("srun", "--partition=test", "-N3", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
                    *launcher_args(kind, ddprun, port, f"bench{n}"),
                    *(["/usr/bin/python3"] if kind == "ddprun" else []), worker, d, mode,
-                   env=c.env(TORCHRUN_311=TORCHRUN_311))
+                   env=c.env(TORCHRUN_311=TORCHRUN_311, TMPDIR=d))  # torchrun's torchelastic_* dirs go with d
     deadline = time.monotonic() + 60
     while len([f for f in os.listdir(d) if f.startswith("ready.")]) < 3:
         if time.monotonic() > deadline or proc.poll() is not None:
