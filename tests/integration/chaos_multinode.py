@@ -1,0 +1,891 @@
+"""Randomized multi-node runs (issue 10, figure 4): the generator, the runner and the checks, shared by
+tests/integration/test_chaos_multinode.py (a few runs in CI) and scripts/bench/chaos_multinode.py (many).
+
+One run: 2-3 ddprun agents on loopback (dynamic rendezvous: the first agent hosts the server at the endpoint,
+the others join it), 1-2 workers each, --max-restarts 0-3, --term-timeout 1, an events file per agent. With
+elastic membership (--nnodes MIN:MAX, when the build has it) nodes also join while the job runs, and nodes
+leave (their agent SIGKILLed or stopped by SIGTERM/SIGINT). The failures, drawn per run:
+
+  in a worker (planned on its command line): exit N, raise a signal, hang (stops beating: --hang-timeout)
+  from outside (sent by this runner at a random time after the round's workers started): a signal to a
+            worker, SIGSTOP to a worker (hung), SIGKILL / SIGTERM / SIGINT to an agent, a new agent (join)
+
+Every node gets its own small /bin/sh wrapper that execs tests/bin/test_worker with the steps of the
+(round, local rank) it is started for (TORCHELASTIC_RESTART_COUNT, LOCAL_RANK), so a failure happens in one
+round only and the next round runs clean. A worker's steps are numbered lines "c NODE ROUND LOCAL_RANK I",
+each followed by a line appended to its count file (test_worker's pidfile= step: one write per line, after
+the line reached ddprun's pipe), a heartbeat and a 20 ms sleep; then exit 0 (or its planned fate).
+
+Checks, all of them, for every run:
+  - every agent ends within RUN_BOUND_S of its start (a hang is a defect);
+  - nothing is left: the runner is a child subreaper, and once every agent has exited no descendant may
+    live (after an agent's SIGKILL, its job guard gets 5 s, as in test_chaos);
+  - rounds: every agent's "rendezvous" events count up by one; all nodes of a round agree on nnodes and
+    world size, hold distinct node ranks, ranks = offset + local rank, offsets are prefix sums; the last
+    round never exceeds --max-restarts plus the admitted joins; every new round has a cause in the previous
+    one (an injected failure or a join); a restartable failure ends the job only when no restart is left;
+  - exit codes: every agent of the last round that was not stopped from outside exits the same code, its
+    events summary's; 0 only when every worker of the last round exited 0; else the root cause is one of
+    the failures injected into that round, with its code (the worker's N, 128+signal, 137 for hung, 1 for a
+    lost node, 74 for a lost server, 128+N for an agent's signal);
+  - output: on every agent that was not SIGKILLed, each stdout line is "[rankR]: c NODE ROUND LR I" whole,
+    R is the rank that worker had in that round, and each worker's lines are 0..m-1 in order with m at
+    least the count file's lines (and at most one more: a line written just before the kill, not yet
+    counted). SIGKILLed agents' output is not checked (it dies with lines in its pipes, by design).
+
+The run's generator is seeded by (seed, run index) alone: `chaos_multinode.py --seed S --only I` replays one.
+"""
+import json
+import os
+import random
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import harness  # noqa: F401 (makes this process a child subreaper: whatever a run leaves is ours to find)
+import test_chaos
+from harness import descendants, kill_all, reap_zombies
+from test_chaos import _describe_pid, limit_core_dumps  # noqa: F401 (limit_core_dumps: for the callers)
+from test_multinode import free_port
+
+TERM_TIMEOUT = 1.0
+HANG_TIMEOUT = 2.0
+# Each agent, from its own start: a run is at most 4 rounds of ~1.2 s, two hangs (2 s + the stack capture)
+# and the teardowns; 20 s is far beyond what a loaded 2-core machine needs.
+RUN_BOUND_S = 20.0
+GUARD_GRACE_S = 5.0
+STEP_S = 0.02
+LAST_CALL_S = 0.5
+JOINER_RDZV_TIMEOUT_S = 5
+LOST_NODE, LOST_SERVER, RDZV_TIMEOUT, REFUSED = 1, 74, 75, 77
+HUNG_CODE = 128 + signal.SIGKILL
+UNPLANNED_ROUND_CODE = 86  # the wrapper's answer for a (round, local rank) no plan has: a round too many
+
+SELF_SIGNALS = ["SEGV", "ABRT", "KILL", "HUP", "QUIT", "USR1", "PIPE", "FPE", "BUS"]
+WORKER_SIGNALS = ["TERM", "KILL", "INT", "SEGV", "HUP", "USR2"]
+AGENT_SIGNALS = ["KILL", "TERM", "INT"]
+INITIAL_IDS = "abc"
+JOINER_IDS = "defgh"
+
+LINE_RE = re.compile(rb"^\[rank(\d+)\]: c ([a-h]) (\d+) (\d+) (\d+)$")
+
+# Injection kinds, as the final line counts them.
+KINDS = ["exit", "signal", "hang", "worker_signal", "worker_stop", "agent_kill", "agent_term", "agent_int",
+         "join", "join_refused"]
+
+
+def signum(name):
+    return int(getattr(signal, "SIG" + name))
+
+
+# ---- the plan ---------------------------------------------------------------------------------------------
+
+class Program:
+    """What one worker does in one round: `steps` numbered lines, or its fate at step `fate[2]`."""
+
+    def __init__(self, steps, fate=None):
+        self.steps = steps
+        self.fate = fate  # None, ("exit", N, k), ("signal", NAME, k), ("hang", None, k)
+
+    def args(self, node, rc, lr, count):
+        out = []
+        for i in range(self.steps):
+            if self.fate and self.fate[2] == i:
+                kind, value, _ = self.fate
+                out.append({"exit": f"exit={value}", "signal": f"kill={value}", "hang": "hang"}[kind])
+                return out
+            out += [f"print=c {node} {rc} {lr} {i}", f"pidfile={count}", f"beat={i}", f"sleep={STEP_S}"]
+        out.append("exit=0")
+        return out
+
+    def expected_status(self):
+        """(kind, value) this program ends with by itself, or None for a hang."""
+        if not self.fate:
+            return ("exit", 0)
+        kind, value, _ = self.fate
+        if kind == "exit":
+            return ("exit", value)
+        return ("signal", signum(value)) if kind == "signal" else None
+
+
+class Event:
+    """An injection from outside, `delay` s after the runner saw all of `node`'s workers of round `rc` start."""
+
+    def __init__(self, kind, node, rc, delay, local_rank=None, value=None, joiner=None):
+        self.kind = kind          # worker_signal, worker_stop, agent_signal, join
+        self.node = node          # target (join: the node whose round is the trigger, the host)
+        self.rc = rc
+        self.delay = delay
+        self.local_rank = local_rank
+        self.value = value        # a signal name
+        self.joiner = joiner      # join: the new node's id
+
+    def describe(self):
+        what = {"worker_signal": f"SIG{self.value} to worker {self.node}/{self.local_rank}",
+                "worker_stop": f"SIGSTOP to worker {self.node}/{self.local_rank}",
+                "agent_signal": f"SIG{self.value} to agent {self.node}",
+                "join": f"agent {self.joiner} starts"}[self.kind]
+        return f"round {self.rc}: {what}, {self.delay:.3f} s after node {self.node}'s workers started"
+
+
+class RunPlan:
+    def __init__(self, seed, index):
+        self.seed = seed
+        self.index = index
+        self.elastic = False
+        self.min_nodes = self.max_nodes = 2
+        self.max_restarts = 0
+        self.hang_timeout = 0.0
+        self.nproc = {}           # node id -> workers
+        self.initial = []         # node ids started at the beginning; the first hosts the rendezvous
+        self.programs = {}        # (node, rc, lr) -> Program
+        self.events = []          # [Event]
+        self.expect = ""          # what the generator expects, for the reader of a report
+
+    @property
+    def host(self):
+        return self.initial[0]
+
+    def nnodes_arg(self):
+        return f"{self.min_nodes}:{self.max_nodes}" if self.elastic else str(self.max_nodes)
+
+    def describe(self):
+        lines = [f"nnodes {self.nnodes_arg()}, max-restarts {self.max_restarts}, hang-timeout {self.hang_timeout}, "
+                 f"nodes {', '.join(f'{n}x{self.nproc[n]}' for n in self.nproc)} (host {self.host}, "
+                 f"initial {''.join(self.initial)})"]
+        for (node, rc, lr), p in sorted(self.programs.items()):
+            if p.fate:
+                kind, value, k = p.fate
+                lines.append(f"round {rc}: worker {node}/{lr} {kind}{'=' + str(value) if value else ''} at step {k}"
+                             f" of {p.steps}")
+        lines += [e.describe() for e in self.events]
+        lines.append(f"expected: {self.expect}")
+        return "\n".join(lines)
+
+
+def plan_run(seed, index, elastic_ok):
+    """The run `index` of `seed`: a pure function of both (and of whether the build has --nnodes MIN:MAX)."""
+    rng = random.Random(f"ddprun-chaos-multinode:{seed}:{index}")
+    p = RunPlan(seed, index)
+    p.elastic = elastic_ok and rng.random() < 0.5
+    p.max_restarts = rng.randint(0, 3)
+    if p.elastic:
+        p.max_nodes = rng.choice([2, 3])
+        p.min_nodes = rng.choices(range(1, p.max_nodes + 1), weights=[2] * (p.max_nodes - 1) + [1])[0]
+        k = rng.randint(max(p.min_nodes, 1), p.max_nodes)
+    else:
+        p.min_nodes = p.max_nodes = k = rng.choice([2, 3])
+    p.initial = list(INITIAL_IDS[:k])
+    for n in p.initial:
+        p.nproc[n] = rng.randint(1, 2)
+
+    # The sequence of rounds: failures (each uses a restart, the last may end the job) and, elastic, joins.
+    n_fail = rng.choices(range(p.max_restarts + 2), weights=[1] + [4] * (p.max_restarts + 1))[0]
+    n_join = 0
+    if p.elastic:
+        room = p.max_nodes - k
+        n_join = rng.randint(1 if k == 1 else 0, room) if room else 0
+        if rng.random() < 0.15:
+            n_join += 1  # one too many: refused while MAX nodes run (or admitted once a node left)
+    seq = ["fail"] * n_fail + ["join"] * n_join
+    rng.shuffle(seq)
+    members = list(p.initial)
+    budget = p.max_restarts
+    rc = 0
+    hangs = 0
+    joiners = iter(JOINER_IDS)
+    planned_rounds = {}  # rc -> what it is for ("fail", "join", "clean")
+    ended = False
+    for i, what in enumerate(seq):
+        last = i == len(seq) - 1
+        if what == "join":
+            new = next(joiners)
+            p.nproc[new] = rng.randint(1, 2)
+            p.events.append(Event("join", p.host, rc, round(rng.uniform(0.0, 0.4), 3), joiner=new))
+            planned_rounds.setdefault(rc, "join")
+            if len(members) < p.max_nodes:
+                members.append(new)
+                rc += 1
+            continue
+        # A failure in round rc.
+        kinds = {"exit": 3, "signal": 2, "worker_signal": 2}
+        if hangs < 2:
+            kinds.update({"hang": 1, "worker_stop": 1})
+        if p.elastic:
+            leavers = [m for m in members if m != p.host]  # never the host: losing it ends the job, by design
+            remaining_ok = len(members) - 1 >= p.min_nodes and budget > 0
+        else:
+            leavers = list(members)
+            remaining_ok = False
+        if leavers and (remaining_ok or last):
+            kinds.update({"agent_KILL": 1.5, "agent_TERM": 1, "agent_INT": 1})
+        kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
+        planned_rounds[rc] = "fail"
+        if kind.startswith("agent_"):
+            target = rng.choice(leavers)
+            p.events.append(Event("agent_signal", target, rc, None, value=kind[6:]))
+            if not remaining_ok:
+                ended = True
+                break
+            members.remove(target)
+        else:
+            _plan_worker_failure(rng, p, kind, members, rc)
+            hangs += kind in ("hang", "worker_stop")
+            if rng.random() < 0.15:  # a second failure in the same round, racing the first
+                second = rng.choice(["exit", "signal", "worker_signal"])
+                _plan_worker_failure(rng, p, second, members, rc)
+            if budget == 0:
+                ended = True
+                break
+        budget -= 1
+        rc += 1
+    if not ended:
+        planned_rounds.setdefault(rc, "clean")
+    p.expect = (f"{rc + 1} round(s), ends by {'a failure' if ended else 'succeeding'}"
+                + (f", members at the end {''.join(members)}" if p.elastic else ""))
+
+    # Programs for every round any node might see (a join or a slow node may add rounds): planned rounds as
+    # planned, the others short and clean. A round beyond every possibility gets UNPLANNED_ROUND_CODE.
+    last_rc = p.max_restarts + len(JOINER_IDS) + 1
+    for n in p.nproc:
+        for r in range(last_rc + 1):
+            for lr in range(p.nproc[n]):
+                if (n, r, lr) in p.programs:
+                    continue
+                kind = planned_rounds.get(r, "clean")
+                steps = rng.randint(5, 25) if kind == "clean" else rng.randint(30, 60)
+                p.programs[(n, r, lr)] = Program(steps)
+    # External events' delays, now that every round's lengths are known.
+    for e in p.events:
+        if e.delay is not None:
+            continue
+        longest = max(p.programs[(n, e.rc, lr)].steps for n in p.nproc for lr in range(p.nproc[n]))
+        e.delay = round(rng.uniform(0.0, 0.9 * longest * STEP_S), 3)
+    if hangs or rng.random() < 0.5:
+        p.hang_timeout = HANG_TIMEOUT
+    return p
+
+
+def _plan_worker_failure(rng, p, kind, members, rc):
+    # A worker of this round that no other failure targets yet, if there is one.
+    free = [(n, lr) for n in members for lr in range(p.nproc[n]) if (n, rc, lr) not in p.programs]
+    node, lr = rng.choice(free or [(n, lr) for n in members for lr in range(p.nproc[n])])
+    steps = rng.randint(30, 60)
+    if kind in ("exit", "signal", "hang"):
+        value = {"exit": rng.randint(1, 255), "signal": rng.choice(SELF_SIGNALS), "hang": None}[kind]
+        # Taken over if another failure of this round already targets this worker: its first plan stands.
+        p.programs.setdefault((node, rc, lr), Program(steps, (kind, value, rng.randint(2, steps - 2))))
+        return
+    p.programs.setdefault((node, rc, lr), Program(steps))
+    steps = p.programs[(node, rc, lr)].steps
+    delay = round(rng.uniform(0.05, (steps - 3) * STEP_S), 3)
+    p.events.append(Event(kind, node, rc, delay, local_rank=lr,
+                          value=rng.choice(WORKER_SIGNALS) if kind == "worker_signal" else "STOP"))
+
+
+# ---- running one plan -------------------------------------------------------------------------------------
+
+def read_events(path, strict):
+    """The events of one agent; a SIGKILLed agent's last line may be cut (strict=False drops it)."""
+    return test_chaos._read_events(path, strict)
+
+
+class AgentRun:
+    """One ddprun agent of a run, its output collected on a thread of its own."""
+
+    def __init__(self, node, cmd, env, events_path, joiner):
+        self.node = node
+        self.cmd = cmd
+        self.events_path = events_path
+        self.joiner = joiner
+        self.signalled = None     # the signal name the runner sent it, if any
+        self.timed_out = False
+        self.hung_info = []
+        self.stdout = self.stderr = b""
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                     env=env, start_new_session=True)
+        self.elapsed = None
+        self.thread = threading.Thread(target=self._collect, daemon=True)
+        self.thread.start()
+
+    def _collect(self):
+        self.stdout, self.stderr = self.proc.communicate()
+        self.elapsed = time.monotonic() - self.t0
+
+    @property
+    def code(self):
+        return self.proc.returncode
+
+    @property
+    def killed(self):
+        return self.signalled == "KILL" or self.timed_out
+
+
+class Injection:
+    def __init__(self, kind, node, rc, local_rank=None, value=None, at=None):
+        self.wall_ms = time.time() * 1000
+        self.kind = kind
+        self.node = node
+        self.rc = rc
+        self.local_rank = local_rank
+        self.value = value
+        self.at = at
+
+    def __repr__(self):
+        lr = f"/{self.local_rank}" if self.local_rank is not None else ""
+        return f"{self.kind}({self.node}{lr} round {self.rc}{' ' + str(self.value) if self.value else ''})"
+
+
+class RunOutcome:
+    def __init__(self):
+        self.agents = {}          # node id -> AgentRun
+        self.injections = []      # [Injection] sent from outside (worker fates are found afterwards)
+        self.left = []
+        self.left_info = []
+        self.events = {}          # node id -> events
+        self.events_error = {}
+        self.counts = {}          # (node, rc, lr) -> lines in the count file
+        self.elapsed = 0.0
+        self.port = 0
+
+
+class _Watch:
+    """What the runner knows of each agent's events file while the run goes: per (node, rc), when all of
+    its workers were seen started, and their pids. Reads only what was appended since the last look."""
+
+    def __init__(self, plan, outcome):
+        self.plan = plan
+        self.o = outcome
+        self.started_at = {}      # (node, rc) -> monotonic time all workers of the round were seen
+        self.pids = {}            # (node, rc, lr) -> pid
+        self._files = {}          # node -> [offset, partial line, current rc, {rc: set of local ranks}]
+
+    def poll(self):
+        now = time.monotonic()
+        for node, a in list(self.o.agents.items()):
+            st = self._files.setdefault(node, [0, b"", None, {}])
+            try:
+                with open(a.events_path, "rb") as f:
+                    f.seek(st[0])
+                    data = f.read()
+            except FileNotFoundError:
+                continue
+            st[0] += len(data)
+            lines = (st[1] + data).split(b"\n")
+            st[1] = lines.pop()
+            for line in lines:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                if e.get("event") == "rendezvous":
+                    st[2] = e.get("restart_count")
+                elif e.get("event") == "started" and st[2] is not None:
+                    rc = st[2]
+                    self.pids[(node, rc, e["local_rank"])] = e["pid"]
+                    seen = st[3].setdefault(rc, set())
+                    seen.add(e["local_rank"])
+                    if len(seen) == self.plan.nproc[node]:
+                        self.started_at.setdefault((node, rc), now)
+
+
+def _count_lines(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def _signal_worker(o, plan, tmp, watch, e):
+    """Sends e's signal to its worker if that worker still runs; returns True (sent), False (gone) or None
+    (not yet: a SIGSTOP waits for the worker's first heartbeat, else it would never count as hung)."""
+    pid = watch.pids.get((e.node, e.rc, e.local_rank))
+    if pid is None:
+        return False
+    if e.kind == "worker_stop" and _count_lines(os.path.join(tmp, e.node, f"count.{e.rc}.{e.local_rank}")) < 2:
+        return None
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    try:
+        # The pidfd pins the process: if it is still the worker of this round (its command line names it) and
+        # not a zombie, the signal reaches that worker and no other process.
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if f"print=c {e.node} {e.rc} {e.local_rank} 0".encode() not in f.read():
+                return False
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        if data[data.rindex(b")") + 2:].split()[0] == b"Z":
+            return False
+        signal.pidfd_send_signal(fd, signum(e.value))
+        return True
+    except (OSError, ProcessLookupError):
+        return False
+    finally:
+        os.close(fd)
+
+
+def write_wrappers(plan, tmp, worker):
+    for node in plan.nproc:
+        os.makedirs(os.path.join(tmp, node), exist_ok=True)
+        lines = ["#!/bin/sh", "# chaos_multinode: this node's workers, by round and local rank",
+                 'case "$TORCHELASTIC_RESTART_COUNT:$LOCAL_RANK" in']
+        for (n, rc, lr), prog in sorted(plan.programs.items()):
+            if n != node:
+                continue
+            count = os.path.join(tmp, node, f"count.{rc}.{lr}")
+            lines.append(f"  {rc}:{lr}) exec {shlex.quote(worker)} " +
+                         " ".join(shlex.quote(a) for a in prog.args(node, rc, lr, count)) + " ;;")
+        lines.append(f"  *) exec {shlex.quote(worker)} exit={UNPLANNED_ROUND_CODE} ;;")
+        lines.append("esac")
+        path = os.path.join(tmp, f"worker_{node}.sh")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.chmod(path, 0o755)
+
+
+def agent_command(plan, tmp, ddprun, node, port, joiner):
+    cmd = [ddprun, "--nnodes", plan.nnodes_arg(), "--nproc-per-node", str(plan.nproc[node]),
+           "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"chaos-{plan.seed}-{plan.index}",
+           "--max-restarts", str(plan.max_restarts), "--term-timeout", str(TERM_TIMEOUT),
+           "--events-file", os.path.join(tmp, f"events.{node}.jsonl"),
+           "--rdzv-timeout", str(JOINER_RDZV_TIMEOUT_S if joiner else 15)]
+    if plan.hang_timeout:
+        cmd += ["--hang-timeout", str(plan.hang_timeout)]
+    if plan.elastic:
+        cmd += ["--rdzv-conf", f"last_call_timeout={LAST_CALL_S}"]
+    return cmd + [os.path.join(tmp, f"worker_{node}.sh")]
+
+
+def _wait_listening(port, host_agent, bound):
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline and host_agent.proc.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.003)
+    return False
+
+
+def execute_run(plan, tmp, ddprun, worker, env):
+    """Runs `plan` with its files in `tmp`; kills whatever is left at the end (and notes it)."""
+    o = RunOutcome()
+    o.port = free_port()
+    write_wrappers(plan, tmp, worker)
+    env = dict(env)
+    env.pop("DDPRUN_LOG_LEVEL", None)
+    env["DDPRUN_TOKEN"] = f"chaos-token-{plan.seed}-{plan.index}"
+    t0 = time.monotonic()
+
+    def start(node, joiner=False):
+        node_tmp = os.path.join(tmp, node, "tmp")
+        os.makedirs(node_tmp, exist_ok=True)
+        o.agents[node] = AgentRun(node, agent_command(plan, tmp, ddprun, node, o.port, joiner),
+                                  dict(env, TMPDIR=node_tmp), os.path.join(tmp, f"events.{node}.jsonl"), joiner)
+
+    # The host first: the first agent to bind the endpoint hosts the server, and the plan must know which.
+    start(plan.host)
+    if _wait_listening(o.port, o.agents[plan.host], RUN_BOUND_S):
+        for node in plan.initial[1:]:
+            start(node)
+    watch = _Watch(plan, o)
+    pending = list(plan.events)
+    while True:
+        watch.poll()
+        now = time.monotonic()
+        for e in list(pending):
+            at = watch.started_at.get((e.node, e.rc))
+            if at is None or now < at + e.delay:
+                continue
+            if e.kind == "join":
+                pending.remove(e)
+                if any(a.proc.poll() is None for a in o.agents.values()):
+                    start(e.joiner, joiner=True)
+                    o.injections.append(Injection("join", e.joiner, e.rc, at=now - t0))
+            elif e.kind == "agent_signal":
+                pending.remove(e)
+                a = o.agents[e.node]
+                if a.proc.poll() is None:
+                    a.signalled = e.value
+                    a.proc.send_signal(signum(e.value))
+                    o.injections.append(Injection("agent_" + e.value.lower(), e.node, e.rc, value=e.value,
+                                                  at=now - t0))
+            else:
+                sent = _signal_worker(o, plan, tmp, watch, e)
+                if sent is None:
+                    continue
+                pending.remove(e)
+                if sent:
+                    o.injections.append(Injection(e.kind, e.node, e.rc, e.local_rank, e.value, at=now - t0))
+        running = [a for a in o.agents.values() if a.proc.poll() is None]
+        for a in running:
+            if now - a.t0 > RUN_BOUND_S:
+                a.timed_out = True
+                a.hung_info = [_describe_pid(p) for p in descendants()]
+                kill_all([a.proc.pid])
+        if not running:
+            break
+        time.sleep(0.003 if pending else 0.02)
+
+    any_killed = any(a.killed for a in o.agents.values())
+    for a in o.agents.values():
+        a.thread.join(timeout=GUARD_GRACE_S)
+    # Every agent has exited and was reaped. As a subreaper this process inherits whatever they left; a live
+    # descendant now outlived its agent. After a SIGKILL the job guard works on its own time: the same grace
+    # as test_chaos gives it.
+    deadline = time.monotonic() + (GUARD_GRACE_S if any_killed else 0)
+    while time.monotonic() < deadline and descendants():
+        reap_zombies()
+        time.sleep(0.01)
+    o.left = descendants()
+    o.left_info = [_describe_pid(p) for p in o.left]
+    kill_all(o.left)
+    deadline = time.monotonic() + 5
+    while descendants() and time.monotonic() < deadline:
+        reap_zombies()
+        time.sleep(0.01)
+    reap_zombies()
+    for a in o.agents.values():
+        a.thread.join(timeout=5)  # a pipe held open by a survivor is closed now
+    o.elapsed = time.monotonic() - t0
+    for node, a in o.agents.items():
+        try:
+            o.events[node] = read_events(a.events_path, strict=not a.killed)
+        except (OSError, ValueError) as err:
+            o.events_error[node] = repr(err)
+            o.events[node] = []
+    for (node, rc, lr) in plan.programs:
+        path = os.path.join(tmp, node, f"count.{rc}.{lr}")
+        if os.path.exists(path):
+            o.counts[(node, rc, lr)] = _count_lines(path)
+    return o
+
+
+# ---- checking one run -------------------------------------------------------------------------------------
+
+class Round:
+    def __init__(self, e):
+        self.rc = e["restart_count"]
+        self.nnodes = e["nnodes"]
+        self.world_size = e["world_size"]
+        self.node_rank = e["node_rank"]
+        self.rank_offset = e["rank_offset"]
+        self.started = {}         # lr -> started event
+        self.exited = {}          # lr -> exited event
+        self.hung = set()         # local ranks found hung
+
+
+def rounds_of(events):
+    rounds = []
+    for e in events:
+        kind = e.get("event")
+        if kind == "rendezvous":
+            rounds.append(Round(e))
+        elif rounds and kind == "started":
+            rounds[-1].started[e["local_rank"]] = e
+        elif rounds and kind == "exited":
+            rounds[-1].exited.setdefault(e["local_rank"], e)
+        elif rounds and kind == "hung":
+            rounds[-1].hung.add(e["local_rank"])
+    return rounds
+
+
+def status_of(exited):
+    if "signal" in exited:
+        return ("signal", exited["signal"])
+    return ("exit", exited.get("exit_code"))
+
+
+def code_of(status):
+    return 128 + status[1] if status[0] == "signal" else status[1]
+
+
+def worker_fates(plan, o, rounds):
+    """The in-worker failures that happened: a worker reached its fate's step and ended as planned (a hang:
+    reached it; it is hung if nothing ended the round first)."""
+    found = []
+    for (node, rc, lr), prog in plan.programs.items():
+        if not prog.fate or o.counts.get((node, rc, lr)) != prog.fate[2]:
+            continue
+        rnd = next((r for r in rounds.get(node, []) if r.rc == rc), None)
+        e = rnd.exited.get(lr) if rnd else None
+        kind, value, _ = prog.fate
+        if kind == "hang":
+            found.append(Injection("hang", node, rc, lr))
+        elif e is not None and status_of(e) == prog.expected_status():
+            found.append(Injection(kind, node, rc, lr, value))
+    return found
+
+
+def check_run(plan, o):
+    """The contract's violations in this run (empty: the run is fine)."""
+    problems = []
+    agents = o.agents
+    for node, a in agents.items():
+        if a.timed_out:
+            problems.append(f"agent {node} did not end within {RUN_BOUND_S:.0f} s (SIGKILLed by the runner); "
+                            "there were: " + "; ".join(a.hung_info))
+    if o.left:
+        problems.append("processes outlived every agent: " + "; ".join(o.left_info))
+    if plan.host not in agents or (len(agents) < len(plan.initial) and agents[plan.host].code is not None):
+        problems.append(f"the host agent ended before it listened: exit {agents[plan.host].code}")
+        return problems
+    for node, err in o.events_error.items():
+        problems.append(f"agent {node}: events file unreadable: {err}")
+
+    rounds = {node: rounds_of(o.events.get(node, [])) for node in agents}
+    injected = list(o.injections) + worker_fates(plan, o, rounds)
+    by_round = {}
+    for i in injected:
+        by_round.setdefault(i.rc, []).append(i)
+
+    # -- rounds: consecutive per agent, the same picture on every node
+    first_round = {}
+    per_rc = {}
+    for node, rs in rounds.items():
+        if rs:
+            first_round[node] = rs[0].rc
+        for prev, cur in zip(rs, rs[1:]):
+            if cur.rc != prev.rc + 1:
+                problems.append(f"agent {node}: round {cur.rc} follows round {prev.rc}")
+        if rs and rs[0].rc != 0 and not agents[node].joiner and not plan.elastic:
+            problems.append(f"agent {node}: first round is {rs[0].rc}, not 0")
+        for r in rs:
+            per_rc.setdefault(r.rc, []).append((node, r))
+            for lr, e in r.started.items():
+                if e.get("rank") != r.rank_offset + lr or not 0 <= lr < plan.nproc[node]:
+                    problems.append(f"agent {node} round {r.rc}: local rank {lr} started as rank {e.get('rank')}, "
+                                    f"offset {r.rank_offset}")
+    for rc, members in sorted(per_rc.items()):
+        views = {(r.nnodes, r.world_size) for _, r in members}
+        if len(views) != 1:
+            problems.append(f"round {rc}: nodes disagree on (nnodes, world size): "
+                            + ", ".join(f"{n}: {(r.nnodes, r.world_size)}" for n, r in members))
+            continue
+        nnodes, world = views.pop()
+        ranks = sorted(r.node_rank for _, r in members)
+        if len(set(ranks)) != len(ranks) or any(not 0 <= x < nnodes for x in ranks):
+            problems.append(f"round {rc}: node ranks {ranks} of {nnodes} nodes")
+        if not plan.min_nodes <= nnodes <= plan.max_nodes:
+            problems.append(f"round {rc}: {nnodes} nodes, outside {plan.nnodes_arg()}")
+        if len(members) == nnodes:
+            offset = 0
+            for node, r in sorted(members, key=lambda m: m[1].node_rank):
+                if r.rank_offset != offset:
+                    problems.append(f"round {rc}: node {node} (node rank {r.node_rank}) has rank offset "
+                                    f"{r.rank_offset}, the nodes below it hold {offset} ranks")
+                offset += plan.nproc[node]
+            if offset != world:
+                problems.append(f"round {rc}: world size {world}, the nodes hold {offset} workers")
+        elif len(members) > nnodes or not any(a.killed for a in agents.values()):
+            problems.append(f"round {rc}: {nnodes} nodes, but agents {[n for n, _ in members]} took part")
+
+    final_rc = max(per_rc) if per_rc else None
+    joins_at = {rc for node, rc in first_round.items() if rc > 0}
+    restarts_used = 0
+    for rc in range(1, (final_rc or 0) + 1):
+        if rc not in per_rc:
+            problems.append(f"round {rc} was never held, yet round {final_rc} was")
+        if rc in joins_at:
+            continue  # a join re-forms the job without a restart
+        restarts_used += 1
+        if not by_round.get(rc - 1):
+            problems.append(f"round {rc} began with no failure injected into round {rc - 1} and no node joining")
+    if restarts_used > plan.max_restarts:
+        problems.append(f"{restarts_used} restarts (rounds {final_rc}, joins at {sorted(joins_at)}), "
+                        f"--max-restarts {plan.max_restarts}")
+
+    # -- exit codes
+    final = {node for node, r in per_rc.get(final_rc, [])} if final_rc is not None else set()
+    survivors = [n for n in final if agents[n].signalled is None and not agents[n].timed_out]
+    codes = {n: agents[n].code for n in survivors}
+    for node, a in agents.items():
+        evs = o.events.get(node, [])
+        summary = evs[-1] if evs and evs[-1].get("event") == "summary" else None
+        if a.killed:
+            continue
+        if summary is None:
+            problems.append(f"agent {node} (exit {a.code}): its events file ends without a summary")
+        elif summary.get("exit_code") != a.code:
+            problems.append(f"agent {node} exited {a.code}, its summary says {summary.get('exit_code')}")
+        if a.code is not None and a.code < 0:
+            problems.append(f"agent {node} died of signal {-a.code}, which the runner did not send")
+        if node not in final:
+            if a.signalled:
+                if a.code not in (128 + signum(a.signalled),):
+                    problems.append(f"agent {node} left on SIG{a.signalled} but exited {a.code}")
+            elif a.joiner and not rounds[node]:
+                # Refused at MAX nodes, or the job ended before it got in.
+                if a.code not in (REFUSED, LOST_SERVER, RDZV_TIMEOUT) and not (codes and a.code in codes.values()):
+                    problems.append(f"joiner {node} never took part and exited {a.code}")
+                if a.code == REFUSED:
+                    problems += _check_refusal(plan, o, node)
+            elif final_rc is not None:
+                problems.append(f"agent {node} left after round {rounds[node][-1].rc if rounds[node] else None} "
+                                f"(exit {a.code}) though nothing stopped it; the job went on to round {final_rc}")
+    if len(set(codes.values())) > 1:
+        problems.append(f"the agents of the last round exited differently: {codes}")
+    if final_rc is None:
+        if not any(i.kind.startswith("agent_") for i in o.injections):
+            problems.append("no round was ever held")
+        return problems + check_output(plan, o, rounds)
+    job_code = next(iter(codes.values()), None)
+    for n in final:
+        a = agents[n]
+        if a.signalled and not a.killed and a.code not in (128 + signum(a.signalled), job_code):
+            problems.append(f"agent {n} got SIG{a.signalled} and exited {a.code} (the job: {job_code})")
+    if job_code is None:
+        return problems + check_output(plan, o, rounds)
+    cause = None
+    for n in survivors:
+        s = o.events[n][-1] if o.events.get(n) else {}
+        cause = cause or s.get("root_cause")
+    last = by_round.get(final_rc, [])
+    if job_code == 0:
+        if cause:
+            problems.append(f"exit 0 with a root cause: {cause}")
+        for n in final:
+            r = next(r for r in rounds[n] if r.rc == final_rc)
+            for lr in range(plan.nproc[n]):
+                e = r.exited.get(lr)
+                if e is None or status_of(e) != ("exit", 0):
+                    problems.append(f"exit 0, but worker {n}/{lr} of round {final_rc} ended {e}")
+        return problems + check_output(plan, o, rounds)
+    if not cause:
+        problems.append(f"exit {job_code} without a root cause in the summary")
+        return problems + check_output(plan, o, rounds)
+    ok, restartable = _explain(plan, o, rounds, final_rc, cause, job_code, last)
+    if not ok:
+        problems.append(f"round {final_rc} ended with exit {job_code}, root cause {cause.get('description', cause)}; "
+                        f"injected into that round: {last}")
+    elif restartable and restarts_used < plan.max_restarts:
+        problems.append(f"the job ended on a restartable failure with {plan.max_restarts - restarts_used} "
+                        f"restart(s) left: {cause.get('description', cause)}")
+    return problems + check_output(plan, o, rounds)
+
+
+def _check_refusal(plan, o, node):
+    """A joiner refused (exit 77) must have come while MAX nodes ran: some round that held MAX nodes was the
+    current one at some moment between its start and its exit."""
+    start = next((i.wall_ms for i in o.injections if i.kind == "join" and i.node == node), None)
+    a = o.agents[node]
+    if start is None:
+        return []
+    end = start + (a.elapsed or 0) * 1000
+    held = sorted((e["time_ms"], e["nnodes"]) for evs in o.events.values() for e in evs
+                  if e.get("event") == "rendezvous")
+    before = [n for t, n in held if t <= start]
+    during = ([before[-1]] if before else []) + [n for t, n in held if start < t <= end]
+    if plan.max_nodes not in during:
+        return [f"joiner {node} was refused (exit {REFUSED}) while the job held {sorted(set(during))} of at most "
+                f"{plan.max_nodes} nodes"]
+    return []
+
+
+def _explain(plan, o, rounds, rc, cause, code, injected):
+    """Is `cause` (exit `code`) one of the failures injected into round `rc`? Returns (ok, restartable)."""
+    node_of = {r.node_rank: n for n, rs in rounds.items() for r in rs if r.rc == rc}
+    nnodes = next(r.nnodes for rs in rounds.values() for r in rs if r.rc == rc)
+    node = node_of.get(cause.get("node_rank"))
+    rank = cause.get("rank", -1)
+    if rank is not None and rank >= 0 and node is not None:
+        r = next(r for r in rounds[node] if r.rc == rc)
+        lr = rank - r.rank_offset
+        e = r.exited.get(lr)
+        for i in injected:
+            if i.node != node or i.local_rank != lr:
+                continue
+            if i.kind in ("hang", "worker_stop") and code == HUNG_CODE and lr in r.hung:
+                return True, True
+            if e is not None and code == code_of(status_of(e)) and i.kind in ("exit", "signal", "worker_signal"):
+                if i.kind != "worker_signal" or status_of(e) == ("signal", signum(i.value)):
+                    return True, True
+        return False, True
+    # A node-level cause: an agent stopped or lost, or the server gone with its host.
+    for i in injected:
+        if not i.kind.startswith("agent_"):
+            continue
+        remaining_ok = plan.elastic and nnodes - 1 >= plan.min_nodes
+        if i.kind == "agent_kill":
+            if i.node == plan.host and code == LOST_SERVER:
+                return True, False
+            if code == LOST_NODE and node in (i.node, None):
+                return True, remaining_ok
+        elif code == 128 + signum(i.value):
+            return True, remaining_ok
+    return False, False
+
+
+def check_output(plan, o, rounds):
+    problems = []
+    for node, a in o.agents.items():
+        if a.killed:
+            continue
+        rank_of = {(r.rc, lr): e.get("rank") for r in rounds.get(node, []) for lr, e in r.started.items()}
+        got = {}
+        for line in a.stdout.splitlines():
+            m = LINE_RE.match(line)
+            if not m:
+                problems.append(f"agent {node}: stdout line not whole or not a worker's: {line[:120]!r}")
+                break
+            rank, n, rc, lr, i = int(m.group(1)), m.group(2).decode(), int(m.group(3)), int(m.group(4)), \
+                int(m.group(5))
+            if n != node or rank_of.get((rc, lr)) != rank:
+                problems.append(f"agent {node}: line {line[:80]!r} under rank {rank}; worker {n}/{lr} of round "
+                                f"{rc} was rank {rank_of.get((rc, lr))} here")
+                break
+            got.setdefault((rc, lr), []).append(i)
+        for (rc, lr), seq in got.items():
+            if seq != list(range(len(seq))):
+                problems.append(f"agent {node}: worker {lr} of round {rc}: lines out of order or missing: "
+                                f"{_gaps(seq)}")
+        for (n, rc, lr), count in o.counts.items():
+            if n != node:
+                continue
+            m = len(got.get((rc, lr), []))
+            if not count <= m <= count + 1:
+                problems.append(f"agent {node}: worker {lr} of round {rc} wrote {count} counted lines, "
+                                f"{m} reached stdout")
+    return problems
+
+
+def _gaps(seq):
+    for j, v in enumerate(seq):
+        if v != j:
+            return f"position {j} holds {v} ({len(seq)} lines)"
+    return "?"
+
+
+def injections_of(plan, o):
+    """Every failure injected into the run, by kind (the figure's count): external ones as sent, in-worker
+    ones as they happened, a join as admitted or refused."""
+    rounds = {node: rounds_of(o.events.get(node, [])) for node in o.agents}
+    out = []
+    for i in list(o.injections) + worker_fates(plan, o, rounds):
+        if i.kind == "join" and o.agents[i.node].code == REFUSED:
+            out.append("join_refused")
+        else:
+            out.append(i.kind)
+    return out
+
+
+def repro(plan, o, bench="scripts/bench/chaos_multinode.py"):
+    cmds = "\n".join(f"  {n}: {shlex.join(a.cmd)}" for n, a in o.agents.items())
+    return (f"seed {plan.seed} run {plan.index}: {bench} --seed {plan.seed} --only {plan.index}"
+            f"{' --elastic off' if not plan.elastic else ''}\n{plan.describe()}\n"
+            f"injected: {o.injections}\nagents (exit, seconds):"
+            f" {', '.join(f'{n}: {a.code} {a.elapsed or 0:.2f}' for n, a in o.agents.items())}\n{cmds}")
+
+
+def has_elastic(ddprun):
+    """Whether this ddprun takes --nnodes MIN:MAX (before the elastic work it refuses it, exit 64)."""
+    r = subprocess.run([ddprun, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+    return b"MIN:MAX" in r.stdout and b"last_call_timeout" in r.stdout
