@@ -72,6 +72,7 @@ INITIAL_IDS = "abc"
 JOINER_IDS = "defgh"
 
 LINE_RE = re.compile(rb"^\[rank(\d+)\]: c ([a-h]) (\d+) (\d+) (\d+)$")
+ENV_RE = re.compile(rb"^\[rank(\d+)\]: e ([a-h]) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)$")
 
 # Injection kinds, as the final line counts them.
 KINDS = ["exit", "signal", "hang", "worker_signal", "worker_stop", "agent_kill", "agent_term", "agent_int",
@@ -441,7 +442,10 @@ def write_wrappers(plan, tmp, worker):
             if n != node:
                 continue
             count = os.path.join(tmp, node, f"count.{rc}.{lr}")
-            lines.append(f"  {rc}:{lr}) exec {shlex.quote(worker)} " +
+            # The worker's view of the round, from its environment, before it becomes test_worker (same
+            # process, same pipe): checked against the rendezvous events.
+            lines.append(f'  {rc}:{lr}) echo "e {node} {rc} {lr} $RANK $WORLD_SIZE $GROUP_RANK '
+                         f'$TORCHELASTIC_RESTART_COUNT $MASTER_PORT"; exec {shlex.quote(worker)} ' +
                          " ".join(shlex.quote(a) for a in prog.args(node, rc, lr, count)) + " ;;")
         lines.append(f"  *) exec {shlex.quote(worker)} exit={UNPLANNED_ROUND_CODE} ;;")
         lines.append("esac")
@@ -578,6 +582,7 @@ class Round:
         self.world_size = e["world_size"]
         self.node_rank = e["node_rank"]
         self.rank_offset = e["rank_offset"]
+        self.master_port = e.get("master_port")
         self.started = {}         # lr -> started event
         self.exited = {}          # lr -> exited event
         self.hung = set()         # local ranks found hung
@@ -660,17 +665,20 @@ def check_run(plan, o):
             problems.append(f"agent {node}: first round is {rs[0].rc}, not 0")
         for r in rs:
             per_rc.setdefault(r.rc, []).append((node, r))
+            if not agents[node].killed and set(r.started) != set(r.exited):
+                problems.append(f"agent {node} round {r.rc}: local ranks {sorted(r.started)} started, "
+                                f"{sorted(r.exited)} exited")
             for lr, e in r.started.items():
                 if e.get("rank") != r.rank_offset + lr or not 0 <= lr < plan.nproc[node]:
                     problems.append(f"agent {node} round {r.rc}: local rank {lr} started as rank {e.get('rank')}, "
                                     f"offset {r.rank_offset}")
     for rc, members in sorted(per_rc.items()):
-        views = {(r.nnodes, r.world_size) for _, r in members}
+        views = {(r.nnodes, r.world_size, r.master_port) for _, r in members}
         if len(views) != 1:
-            problems.append(f"round {rc}: nodes disagree on (nnodes, world size): "
-                            + ", ".join(f"{n}: {(r.nnodes, r.world_size)}" for n, r in members))
+            problems.append(f"round {rc}: nodes disagree on (nnodes, world size, master port): "
+                            + ", ".join(f"{n}: {(r.nnodes, r.world_size, r.master_port)}" for n, r in members))
             continue
-        nnodes, world = views.pop()
+        nnodes, world, _ = views.pop()
         ranks = sorted(r.node_rank for _, r in members)
         if len(set(ranks)) != len(ranks) or any(not 0 <= x < nnodes for x in ranks):
             problems.append(f"round {rc}: node ranks {ranks} of {nnodes} nodes")
@@ -830,8 +838,23 @@ def check_output(plan, o, rounds):
         if a.killed:
             continue
         rank_of = {(r.rc, lr): e.get("rank") for r in rounds.get(node, []) for lr, e in r.started.items()}
-        got = {}
+        round_of = {r.rc: r for r in rounds.get(node, [])}
+        got, env = {}, {}
         for line in a.stdout.splitlines():
+            m = ENV_RE.match(line)
+            if m:
+                prefix, n, rc, lr, rank, world, group, rc_env, port = \
+                    [int(x) if x.isdigit() else x.decode() for x in m.groups()]
+                r = round_of.get(rc)
+                seen = (prefix, n, rank, world, group, rc_env, port)
+                want = (rank_of.get((rc, lr)), node, rank_of.get((rc, lr)), r and r.world_size, r and r.node_rank,
+                        rc, r and r.master_port)
+                if seen != want or (rc, lr) in env:
+                    problems.append(f"agent {node}: worker {lr} of round {rc} saw (prefix rank, node, RANK, "
+                                    f"WORLD_SIZE, GROUP_RANK, TORCHELASTIC_RESTART_COUNT, MASTER_PORT) = {seen}, "
+                                    f"the rendezvous said {want}{' (twice)' if (rc, lr) in env else ''}")
+                env[(rc, lr)] = seen
+                continue
             m = LINE_RE.match(line)
             if not m:
                 problems.append(f"agent {node}: stdout line not whole or not a worker's: {line[:120]!r}")
@@ -844,6 +867,8 @@ def check_output(plan, o, rounds):
                 break
             got.setdefault((rc, lr), []).append(i)
         for (rc, lr), seq in got.items():
+            if (rc, lr) not in env:
+                problems.append(f"agent {node}: worker {lr} of round {rc} printed lines but not its environment")
             if seq != list(range(len(seq))):
                 problems.append(f"agent {node}: worker {lr} of round {rc}: lines out of order or missing: "
                                 f"{_gaps(seq)}")

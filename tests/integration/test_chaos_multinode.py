@@ -54,7 +54,7 @@ class MultiNodeChaos(DdprunTestCase):
         if only is None:
             self.assertGreaterEqual(sum(kinds.values()), len(indices), "the runs injected too few failures")
 
-    def test_the_checks_see_a_lost_line_a_wrong_code_a_bad_round_an_orphan_and_an_unexplained_restart(self):
+    def test_the_checks_see_a_lost_line_a_wrong_env_or_code_a_bad_round_an_orphan_and_an_unexplained_restart(self):
         # A run with a restart and output on every agent, nobody SIGKILLed: then its outcome altered one way at a
         # time. Each alteration must be reported, and the run as it was must pass.
         plan = next(p for p in (cm.plan_run(DEFAULT_SEED, i, False) for i in range(1000, 1400))
@@ -77,6 +77,9 @@ class MultiNodeChaos(DdprunTestCase):
         reported("the last line lost", "reached stdout")
         a.stdout = b"".join(lines[:-1]) + lines[-1][:-4] + b"\n"
         reported("a line cut short", "not whole")
+        env = next(i for i, line in enumerate(lines) if b"]: e " in line)
+        a.stdout = b"".join(lines[:env] + [lines[env].rsplit(b" ", 1)[0] + b" 1\n"] + lines[env + 1:])
+        reported("a worker's MASTER_PORT", "the rendezvous said")
         a.stdout = b"".join(lines)
 
         code = a.proc.returncode
