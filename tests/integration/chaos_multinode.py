@@ -586,6 +586,7 @@ class Round:
         self.started = {}         # lr -> started event
         self.exited = {}          # lr -> exited event
         self.hung = set()         # local ranks found hung
+        self.reform = None        # the "restarting" event that ended this round, if one did
 
 
 def rounds_of(events):
@@ -600,6 +601,8 @@ def rounds_of(events):
             rounds[-1].exited.setdefault(e["local_rank"], e)
         elif rounds and kind == "hung":
             rounds[-1].hung.add(e["local_rank"])
+        elif rounds and kind == "restarting" and rounds[-1].reform is None:
+            rounds[-1].reform = e
     return rounds
 
 
@@ -702,13 +705,23 @@ def check_run(plan, o):
     for rc in range(1, (final_rc or 0) + 1):
         if rc not in per_rc:
             problems.append(f"round {rc} was never held, yet round {final_rc} was")
-        if rc in joins_at:
-            continue  # a join re-forms the job without a restart
+        # What re-formed the job after round rc-1: every node of that round says so in its "restarting" event
+        # ("membership": a join, free; else a failure or a node gone, which costs a restart). Builds from before
+        # elastic membership do not say: a failure.
+        reforms = [r.reform for _, r in per_rc.get(rc - 1, []) if r.reform is not None]
+        kinds = {bool(e.get("membership")) for e in reforms}
+        if len(kinds) > 1:
+            problems.append(f"round {rc - 1}: nodes disagree on why the job re-formed: {reforms}")
+        if kinds == {True}:
+            if rc not in joins_at:
+                problems.append(f"round {rc} re-formed for a membership change, yet no node joined in it")
+            continue
         restarts_used += 1
         if not by_round.get(rc - 1):
-            problems.append(f"round {rc} began with no failure injected into round {rc - 1} and no node joining")
+            problems.append(f"round {rc} began with no failure injected into round {rc - 1}"
+                            f"{' and no node joining' if plan.elastic else ''}: {reforms}")
     if restarts_used > plan.max_restarts:
-        problems.append(f"{restarts_used} restarts (rounds {final_rc}, joins at {sorted(joins_at)}), "
+        problems.append(f"{restarts_used} restarts charged (last round {final_rc}, joins at {sorted(joins_at)}), "
                         f"--max-restarts {plan.max_restarts}")
 
     # -- exit codes
