@@ -924,6 +924,10 @@ def repro(plan, o, bench="scripts/bench/chaos_multinode.py"):
 
 
 def has_elastic(ddprun):
-    """Whether this ddprun takes --nnodes MIN:MAX (before the elastic work it refuses it, exit 64)."""
-    r = subprocess.run([ddprun, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
-    return b"MIN:MAX" in r.stdout and b"last_call_timeout" in r.stdout
+    """Whether this ddprun runs --nnodes MIN:MAX: a one-node elastic job of /bin/true succeeds (a build from
+    before the elastic work refuses the option, exit 64)."""
+    r = subprocess.run([ddprun, "-q", "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-endpoint",
+                        f"127.0.0.1:{free_port()}", "--rdzv-id", "chaos-probe", "--rdzv-conf", "last_call_timeout=0.1",
+                        "--rdzv-timeout", "10", "/bin/true"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       stdin=subprocess.DEVNULL, env=dict(os.environ, DDPRUN_TOKEN="chaos-probe"), timeout=30)
+    return r.returncode == 0
