@@ -60,7 +60,9 @@ struct RendezvousConfig {
   std::string munge_socket;  // DDPRUN_MUNGE_SOCKET; "" = libmunge's default
   bool static_node_ranks = true;
   std::optional<int> node_rank;  // static mode only
-  int nnodes = 1;
+  int nnodes = 1;                // the most nodes (--nnodes N, or MAX of an elastic MIN:MAX)
+  int min_nodes = 1;             // MIN of an elastic MIN:MAX; else nnodes
+  std::chrono::milliseconds last_call{30'000};  // elastic: how long to wait for more nodes once MIN joined
   std::string local_addr;        // how the other nodes reach this one (join.address); empty: as the server sees it
   int master_port = 0;           // MASTER_PORT offered if this node becomes node 0; 0: picked by the client
   std::chrono::milliseconds join_timeout{900'000};

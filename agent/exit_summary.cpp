@@ -55,6 +55,19 @@ void append_root_detail(std::ostringstream& out, const WorkerRecord& root, const
   if (kept && ctx.worker_dir_of) out << "ddprun: " << rank << "'s files: " << ctx.worker_dir_of(root.local_rank) << "\n";
   if (!kept && error_file) out << "ddprun: --log-dir DIR keeps the full error file and the workers' logs\n";
 }
+// The rounds that ended in a re-form, each with its cause: after a budget spent, the whole story of the job.
+void append_attempts(std::ostringstream& out, const std::vector<Attempt>& attempts) {
+  if (attempts.empty()) return;
+  constexpr std::size_t kShown = 20;  // the most recent; a long elastic job may have had many rounds
+  out << "ddprun: earlier rounds (" << attempts.size() << "), each ended by a re-form:\n";
+  const std::size_t first = attempts.size() > kShown ? attempts.size() - kShown : 0;
+  if (first > 0) out << "ddprun:   ... " << first << " earlier\n";
+  for (std::size_t i = first; i < attempts.size(); ++i) {
+    const Attempt& a = attempts[i];
+    out << "ddprun:   round " << a.round << " (" << a.nnodes << (a.nnodes == 1 ? " node" : " nodes")
+        << ", world size " << a.world_size << "): " << a.cause << "\n";
+  }
+}
 }  // namespace
 
 std::string iso_time(std::int64_t unix_ms) {
@@ -98,6 +111,12 @@ nlohmann::json summary_json(const SupervisionPolicy& policy, const SummaryContex
   } else if (policy.stop_signal() != 0) {
     j["stopped_by_signal"] = process::signal_name(policy.stop_signal());
   }
+  if (!ctx.attempts.empty()) {
+    nlohmann::json rounds = nlohmann::json::array();
+    for (const Attempt& a : ctx.attempts)
+      rounds.push_back({{"round", a.round}, {"nnodes", a.nnodes}, {"world_size", a.world_size}, {"cause", a.cause}});
+    j["earlier_rounds"] = rounds;
+  }
   return j;
 }
 
@@ -134,6 +153,7 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
     out << "ddprun: job stopped after " << elapsed << "\n";
   } else {
     out << "ddprun: all " << policy.workers().size() << " workers succeeded in " << elapsed << "\n";
+    append_attempts(out, ctx.attempts);
     return out.str();
   }
   for (const auto& w : policy.workers()) {
@@ -145,6 +165,7 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
     out << line;
   }
   if (root) append_root_detail(out, *root, ctx);
+  append_attempts(out, ctx.attempts);
   if (!ctx.log_root.empty()) out << "ddprun: logs in " << ctx.log_root << "\n";
   out << "ddprun: exit code " << policy.exit_code() << "\n";
   return out.str();

@@ -6,10 +6,19 @@
 #include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <vector>
 
 #include "agent/supervision_policy.hpp"
 
 namespace ddprun::agent {
+
+// A round of the job that ended in a re-form (a restart after a failure, or an elastic membership change).
+struct Attempt {
+  int round = 0;       // TORCHELASTIC_RESTART_COUNT of its workers
+  int nnodes = 0;
+  int world_size = 0;
+  std::string cause;   // its root cause, or why the membership changed
+};
 
 struct SummaryContext {
   std::string host;
@@ -26,6 +35,8 @@ struct SummaryContext {
   std::function<std::string(int local_rank)> stderr_tail_of;
   std::string python;         // the interpreter the workers ran, resolved; empty when the program is not Python
   std::string python_origin;  // how it was chosen, e.g. "PYTHON_EXEC" or "python3 from PATH"
+  // The rounds before the last that this node ran, oldest first; the summary lists each one's cause.
+  std::vector<Attempt> attempts;
 };
 
 nlohmann::json worker_json(const WorkerRecord& w);

@@ -106,6 +106,7 @@ int NodeAgent::run() {
   };
   ctx.python = config_.python;
   ctx.python_origin = config_.python_origin;
+  ctx.attempts = attempts_;
   const int code = policy_.exit_code();
   if (code != 0) {
     write_all(2, summary_text(policy_, ctx));

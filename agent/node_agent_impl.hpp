@@ -15,6 +15,7 @@
 #include "agent/agent_config.hpp"
 #include "agent/child_reaper.hpp"
 #include "agent/event_log.hpp"
+#include "agent/exit_summary.hpp"
 #include "agent/heartbeat_channel.hpp"
 #include "agent/output_pump.hpp"
 #include "agent/rendezvous_link.hpp"
@@ -103,6 +104,7 @@ class NodeAgent {
   bool restarting_ = false;       // a restart round: once every local process is gone, say so and wait
   bool assigned_once_ = false;    // the server placed this node in a round: it waits for us between rounds
   std::int64_t start_ms_ = 0;
+  std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary
 };
 
 }  // namespace ddprun::agent

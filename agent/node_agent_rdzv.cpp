@@ -35,7 +35,11 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
   return rdzv::ClientHandlers{
       [this](const rdzv::Assignment& a) { on_assignment(a); },
       [this](const rdzv::StopOrder& s) { on_stop(s); },
-      [this] { on_outcome(nullptr, "complete"); },
+      [this] {
+        if (!assigned_once_)
+          log_.info("the job completed before the rendezvous placed this node in a round: nothing ran here");
+        on_outcome(nullptr, "complete");
+      },
       [this](const rdzv::ClientError& e) {
         log_.error(e.message);
         JobCause c;
@@ -75,10 +79,14 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
 void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   const JobCause cause = cause_of(order.root_cause);
   if (order.restarting) {
-    // The whole job restarts: down with this attempt's workers, then report_stopped (begin_next_round).
-    log_.warning("restarting the job (restart ", world_.restart_count + 1, " of ", world_.max_restarts,
-                 ") after: ", cause.text);
-    events_.write(json{{"event", "restarting"}, {"time_ms", unix_ms()}, {"cause", cause.text}});
+    // The whole job re-forms: down with this attempt's workers, then report_stopped (begin_next_round). The
+    // server's reason says why and what it costs ("restart 1 of 3", "a membership change: no restart used").
+    const std::string why = order.membership ? order.reason : order.reason + " after: " + cause.text;
+    log_.warning(why);
+    events_.write(json{{"event", "restarting"}, {"time_ms", unix_ms()}, {"cause", cause.text},
+                       {"reason", order.reason}, {"membership", order.membership}});
+    attempts_.push_back(Attempt{world_.restart_count, world_.nnodes, world_.world_size,
+                                order.membership ? order.reason : cause.text});
     restarting_ = true;
     apply(policy_.on_external_stop(unix_ms()), "restart");
     if (!workers_started_) processes_gone_ = true;

@@ -75,7 +75,9 @@ void RendezvousLink::start() {
     rdzv::JobConfig job;
     job.run_id = config_.world.run_id;
     job.token = r.token;
-    job.min_nodes = job.max_nodes = r.nnodes;
+    job.min_nodes = r.min_nodes;
+    job.max_nodes = r.nnodes;
+    job.last_call = r.last_call;
     job.static_node_ranks = r.static_node_ranks;
     job.heartbeat_interval = r.heartbeat_interval;
     job.heartbeat_timeout = r.heartbeat_timeout;
@@ -116,6 +118,7 @@ void RendezvousLink::start() {
   c.join.host = config_.host;
   c.join.address = r.local_addr;
   c.join.master_port = r.master_port;
+  c.join.hosts_server = server_ != nullptr;
   c.connect_timeout = r.join_timeout;
   client_ = std::make_unique<rdzv::Client>(io_, c, handlers_, log_);
   client_->start();

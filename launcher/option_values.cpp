@@ -12,6 +12,7 @@
 
 #include "common/error.hpp"
 #include "launcher/exit_codes.hpp"
+#include "rendezvous/protocol.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -50,7 +51,7 @@ bool parse_int_strict(const std::string& text, int& out) {
   return true;
 }
 
-int parse_nnodes(const std::string& text) {
+NodeRange parse_nnodes(const std::string& text) {
   const auto colon = text.find(':');
   int lo = 0, hi = 0;
   if (colon == std::string::npos) {
@@ -60,8 +61,8 @@ int parse_nnodes(const std::string& text) {
     bad("--nnodes", text, "expected a number of nodes, or MIN:MAX");
   }
   if (lo < 1 || hi < lo) bad("--nnodes", text, "needs 1 <= MIN <= MAX");
-  if (lo != hi) bad("--nnodes", text, "elastic node counts (MIN < MAX) are not supported; give one number");
-  return lo;
+  if (hi > rendezvous::kMaxNodes) bad("--nnodes", text, "at most " + std::to_string(rendezvous::kMaxNodes) + " nodes");
+  return NodeRange{lo, hi};
 }
 
 std::chrono::milliseconds parse_duration(const std::string& option, const std::string& text) {

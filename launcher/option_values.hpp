@@ -16,8 +16,13 @@ std::vector<std::string> split_on(const std::string& text, char sep);
 bool parse_int_strict(const std::string& text, int& out);
 // `text` as an integer within [lo, hi], or UsageError naming `option`.
 int parse_int_in(const std::string& option, const std::string& text, int lo, int hi);
-// "N" or torchrun's elastic "MIN:MAX" (only MIN == MAX is supported here).
-int parse_nnodes(const std::string& text);
+// "N" (min = max = N) or torchrun's elastic "MIN:MAX", 1 <= MIN <= MAX <= 2^20.
+struct NodeRange {
+  int min = 1;
+  int max = 1;
+  bool elastic() const { return min < max; }
+};
+NodeRange parse_nnodes(const std::string& text);
 // Seconds, fractions allowed: "30", "0.5". Must be >= 0 and <= one day.
 std::chrono::milliseconds parse_duration(const std::string& option, const std::string& text);
 // torchrun's Std: "0".."3" for all local ranks, or "LR:MASK,LR:MASK" with 0 <= LR < nproc.

@@ -89,7 +89,8 @@ void parse_endpoint(const std::string& text, std::string& host, int& port) {
 
 void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& env, agent::AgentConfig& cfg,
                       std::vector<std::string>& notes) {
-  const int nnodes = parse_nnodes(o.nnodes);
+  const NodeRange range = parse_nnodes(o.nnodes);
+  const int nnodes = range.max;
   // torchrun's one-node recipe `--rdzv-endpoint localhost:0 --nnodes 1`: port 0 is a free port on this machine,
   // which no other node could find, so it is a one-node job on loopback (as --standalone) and needs no --rdzv-id.
   bool free_port_endpoint = false;
@@ -113,6 +114,10 @@ void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& 
       o.rdzv_backend != "ddprun")
     throw UsageError("--rdzv-backend '" + o.rdzv_backend + "': ddprun has its own rendezvous; use c10d, static "
                      "or leave it out", kExitUsage);
+  if (range.elastic() && !dynamic)
+    throw UsageError("--nnodes " + o.nnodes + ": an elastic node count needs --rdzv-endpoint HOST:PORT and "
+                     "--rdzv-id ID on every node (the server then assigns node ranks); a static job "
+                     "(--master-addr, --node-rank) has a fixed node count", kExitUsage);
   if (dynamic && o.node_rank_given)
     throw UsageError("--node-rank is for static jobs (--master-addr); with --rdzv-endpoint the server assigns "
                      "node ranks", kExitUsage);
@@ -123,7 +128,9 @@ void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& 
 
   agent::World& w = cfg.world;
   agent::RendezvousConfig& r = cfg.rdzv;
-  w.nnodes = r.nnodes = nnodes;
+  w.nnodes = r.nnodes = nnodes;  // elastic: the most it can be, until the rendezvous says
+  r.min_nodes = range.min;
+  r.last_call = parse_duration("--rdzv-conf last_call_timeout", o.last_call);
   w.node_rank = node_rank;
   w.rank_offset = 0;
   w.world_size = w.local_world_size;

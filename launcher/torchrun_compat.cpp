@@ -128,13 +128,13 @@ void apply_rdzv_conf(const std::string& text, const std::set<std::string>& given
       if (value == "1" || value == "true" || value == "True" || value == "yes") o.is_host = true;
       else if (value == "0" || value == "false" || value == "False" || value == "no") o.is_host = false;
       else usage(option + " '" + value + "': expected true or false");
-    } else if (key == "last_call_timeout" || key == "read_timeout") {
+    } else if (key == "last_call_timeout") {
       parse_duration(option, value);
-      notes.push_back("debug: --rdzv-conf " + key + " ignored: " +
-                      (key == "read_timeout" ? "ddprun's agents notice a silent server by its heartbeats "
-                                               "(--heartbeat-timeout)"
-                                             : "ddprun's node count is fixed, so the job starts once every node "
-                                               "joined (no last call)"));
+      o.last_call = value;
+    } else if (key == "read_timeout") {
+      parse_duration(option, value);
+      notes.push_back("debug: --rdzv-conf read_timeout ignored: ddprun's agents notice a silent server by its "
+                      "heartbeats (--heartbeat-timeout)");
     } else {
       usage("--rdzv-conf key '" + key + "' is not supported by ddprun: it understands timeout, join_timeout, "
             "last_call_timeout, read_timeout, is_host, keep_alive_interval and keep_alive_max_attempt");

@@ -188,7 +188,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     if (auto* assignment = std::get_if<Assignment>(&message)) {
       if (handlers_.on_assignment) handlers_.on_assignment(*assignment);
     } else if (auto* stop = std::get_if<StopMsg>(&message)) {
-      StopOrder order{std::move(stop->root_cause), std::move(stop->reason), stop->restarting};
+      StopOrder order{std::move(stop->root_cause), std::move(stop->reason), stop->restarting, stop->membership};
       if (!order.restarting) close();  // final: nothing more to hear, and the server's going away is expected
       if (handlers_.on_stop) handlers_.on_stop(order);
     } else if (std::holds_alternative<CompleteMsg>(message)) {
@@ -226,6 +226,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     hello.host = config_.join.host;
     hello.address = config_.join.address;
     hello.master_port = config_.join.master_port;
+    hello.hosts_server = config_.join.hosts_server;
     hello_sent_ = true;
     outbox_.push_back(encode_frame(encode(ClientMessage{hello}), config_.max_frame_bytes));
     for (auto& frame : pending_) outbox_.push_back(std::move(frame));

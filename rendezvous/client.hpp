@@ -31,6 +31,9 @@ struct JoinRequest {
   // MASTER_PORT candidate, used if this node becomes node 0: --master-port, or 0 to have the client pick a
   // free port on this machine just before joining (only when this node can become node 0).
   int master_port = 0;
+  // This node's agent hosts the server in-process: its own departure (a signal) ends the job, which cannot
+  // go on without the server, instead of re-forming an elastic job around it.
+  bool hosts_server = false;
 };
 
 struct ClientConfig {
@@ -51,6 +54,7 @@ struct StopOrder {
   Failure root_cause;   // the same on every node
   std::string reason;
   bool restarting = false;  // restart round: stop the workers, call report_stopped(), await on_assignment
+  bool membership = false;  // the round re-forms because nodes joined: nothing failed (reason says who)
 };
 
 struct ClientHandlers {

@@ -29,7 +29,8 @@ std::uint16_t pick_free_port(const std::string& bind_address) {
 std::string format_summary(const Assignment& a, const std::string& host) {
   std::ostringstream out;
   int local = a.local_world_size();
-  out << "rendezvous complete: run \"" << a.run_id << "\", restart " << a.restart_count << " of " << a.max_restarts
+  out << "rendezvous complete: run \"" << a.run_id << "\", round " << a.restart_count << " (--max-restarts "
+      << a.max_restarts << ")"
       << "\n  node rank      " << a.node_rank << " of " << a.nnodes << " (host " << host << ")"
       << "\n  global ranks   " << a.rank_offset << ".." << a.rank_offset + local - 1 << " of world size "
       << a.world_size << " (" << local << " on this node)"

@@ -41,6 +41,11 @@ struct JobConfig {
   // loudly when it listens beyond loopback with it.
 };
 
+// Elastic: the node count may change between rounds (dynamic node ranks, min < max).
+inline bool is_elastic(const JobConfig& config) {
+  return !config.static_node_ranks && config.min_nodes < config.max_nodes;
+}
+
 // max_pending_connections with the default applied.
 std::size_t pending_connection_limit(const JobConfig& config);
 

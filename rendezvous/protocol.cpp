@@ -48,6 +48,7 @@ json to_json_value(const ClientMessage& message) {
           if (!m.address.empty()) j["address"] = m.address;
           j["master_port"] = m.master_port;
           if (!m.munge_credential.empty()) j["munge"] = m.munge_credential;
+          if (m.hosts_server) j["hosts_server"] = true;
           return j;
         } else if constexpr (std::is_same_v<T, HeartbeatMsg>) {
           return typed("heartbeat");
@@ -107,6 +108,7 @@ std::string encode(const ServerMessage& message) {
           j["root_cause"] = m.root_cause;
           j["reason"] = m.reason;
           j["restarting"] = m.restarting;
+          if (m.membership) j["membership"] = true;
           return dump(j);
         } else {
           static_assert(std::is_same_v<T, CompleteMsg>);

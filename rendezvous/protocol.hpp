@@ -48,6 +48,7 @@ struct HelloMsg {
   std::string address;            // how other nodes reach this one; empty = as the server sees it
   int master_port = 0;            // free port picked on this node; used if it becomes node 0
   std::string munge_credential;   // when the challenge asked for one; "" otherwise
+  bool hosts_server = false;      // this node's agent hosts the server (absent on the wire when false)
 };
 struct HeartbeatMsg {};
 struct FailureMsg { Failure failure; };
@@ -103,6 +104,8 @@ struct StopMsg {
   Failure root_cause;
   std::string reason;
   bool restarting = false;  // true: tear down, send `stopped`, and wait for the next round's assignment
+  // A re-form because nodes joined (elastic): nothing failed; root_cause names the joining node only.
+  bool membership = false;
 };
 struct CompleteMsg {};
 using ServerMessage = std::variant<ChallengeMsg, ErrorMsg, Assignment, HeartbeatAckMsg, StopMsg, CompleteMsg>;

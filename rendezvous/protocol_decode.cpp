@@ -78,7 +78,9 @@ Assignment decode_assignment(const json& j) {
   a.master_port = get_int_in(round, "master_port", 1, 65535);
   a.run_id = get_string(round, "run_id", kMaxRunIdBytes);
   a.max_restarts = get_int_in(round, "max_restarts", 0, kMaxRestarts);
-  a.restart_count = get_int_in(round, "restart_count", 0, a.max_restarts);
+  // Rounds after the first, whatever re-formed them: an elastic job's joins add rounds that use no restart,
+  // so the count may exceed max_restarts (state_machine.hpp).
+  a.restart_count = get_int_in(round, "restart_count", 0, kMaxRank);
   return a;
 }
 
@@ -105,6 +107,7 @@ ClientMessage decode_client_message(std::string_view payload) {
     m.address = get_optional_host(j, "address");
     m.master_port = get_int_in(j, "master_port", 0, 65535);  // 0: this node has none (it cannot be node 0)
     m.munge_credential = get_optional_string(j, "munge", kMaxMungeCredentialBytes);
+    m.hosts_server = get_bool(j, "hosts_server", false);
     return m;
   }
   if (type == "failure") return FailureMsg{get_failure(j, "failure")};
@@ -132,7 +135,7 @@ ServerMessage decode_server_message(std::string_view payload) {
     return ErrorMsg{parse_error_kind(get_string(j, "kind", kMaxTypeBytes)), get_string(j, "message", kMaxMessageBytes)};
   if (type == "stop")
     return StopMsg{get_failure(j, "root_cause"), get_string(j, "reason", kMaxMessageBytes),
-                   get_bool(j, "restarting", false)};
+                   get_bool(j, "restarting", false), get_bool(j, "membership", false)};
   if (type == "complete") return CompleteMsg{};
   throw ProtocolError("unknown message type");
 }

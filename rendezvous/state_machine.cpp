@@ -126,10 +126,15 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
   const bool mac_ok = verify_mac(config.token, event.nonce, config.run_id, hello.mac) && hello.run_id == config.run_id;
   if (config.require_munge && (!mac_ok || !event.munge_ok)) return std::string(kAuthFailedMunge);
   if (!mac_ok) return std::string(kAuthFailed);
-  if (state.phase == Phase::kComplete || state.phase == Phase::kStopped || state.phase == Phase::kRestarting ||
-      state.phase == Phase::kRunning)
+  if (state.phase == Phase::kComplete || state.phase == Phase::kStopped)
     return std::string("the rendezvous of run \"") + config.run_id + "\" is closed (job " + to_string(state.phase) +
            "); this node is not part of it";
+  if (state.phase != Phase::kJoining && !is_elastic(config))
+    return std::string("the rendezvous of run \"") + config.run_id + "\" is closed (job " + to_string(state.phase) +
+           "); this node is not part of it";
+  if (state.phase != Phase::kJoining && static_cast<int>(state.nodes.size()) >= config.max_nodes)
+    return "the job already has " + std::to_string(config.max_nodes) + " nodes, the most --nnodes " +
+           std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes) + " allows";
   if (hello.nproc < 1) return "a node must run at least one worker (nproc >= 1)";
   // Ranks and the world size are ints everywhere (and in every worker's environment): keep the sum in range.
   if (state.joined_procs + hello.nproc > static_cast<std::int64_t>(kMaxRank) + 1)
@@ -174,6 +179,7 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
   node.loopback = hello.address.empty() && is_loopback(event.peer_address);
   node.address = hello.address.empty() ? event.peer_address : hello.address;
   node.master_port = hello.master_port;
+  node.hosts_server = hello.hosts_server;
   node.join_seq = state.next_join_seq++;
   if (!is_loopback(event.local_address) && !event.local_address.empty()) state.server_address = event.local_address;
   if (hello.node_rank) {
@@ -184,6 +190,7 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
   touch(state, stored, now);
 
   int joined = static_cast<int>(state.nodes.size());
+  if (state.phase != Phase::kJoining) return admit_late_joiner(state, stored, out);
   out.push_back(Log{LogLevel::kDebug, "node joined: host \"" + stored.host + "\" (" + stored.address + "), " +
                                           std::to_string(joined) + " of " + std::to_string(state.config.max_nodes)});
   if (joined == state.config.max_nodes) return start_round(state, out);
@@ -191,19 +198,48 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
     state.last_call_deadline = now.steady + state.config.last_call;
 }
 
+// An elastic job's node that joined after the first round: it waits, unplaced, for the next round. While
+// every node of the round still works, its arrival re-forms the job at once (torchrun restarts the worker group
+// too, after its next monitor poll); the re-form uses no restart of max_restarts. Once a node reported done the
+// job is finishing: the newcomer waits, and gets `complete` with the others if nothing re-forms the job first.
+void admit_late_joiner(RendezvousState& state, const NodeEntry& node, Actions& out) {
+  const int nodes = static_cast<int>(state.nodes.size());
+  std::string who = "host \"" + node.host + "\" (" + node.address + ")";
+  if (state.phase == Phase::kRestarting || state.done_count > 0) {
+    out.push_back(Log{LogLevel::kInfo, "node joined: " + who + "; it waits for the next round (" +
+                                           std::string(state.phase == Phase::kRestarting ? "the job is re-forming"
+                                                                                         : "the job is finishing") +
+                                           ")"});
+    return;
+  }
+  Failure joined;  // no failure: names the newcomer for the agents' logs
+  joined.host = node.host;
+  joined.message = "joined the job";
+  begin_reform(state, std::move(joined),
+               "re-forming the job: " + who + " joined, " + std::to_string(nodes) +
+                   " nodes in the next round (a membership change: no restart used)",
+               /*membership=*/true, out);
+}
+
 void start_round(RendezvousState& state, Actions& out) {
-  if (!state.config.static_node_ranks && state.by_rank.empty()) {
-    // Dynamic ranks are fixed at the first round; restart rounds keep them.
-    std::vector<const NodeEntry*> order;
-    order.reserve(state.nodes.size());
-    for (const auto& [conn, node] : state.nodes) order.push_back(&node);
-    std::sort(order.begin(), order.end(), [](const NodeEntry* a, const NodeEntry* b) {
+  if (!state.config.static_node_ranks) {
+    // Dynamic ranks: the first round sorts the nodes; later rounds keep the order of the nodes that stay
+    // (so node 0, the master, stays where it was unless it left) and append the newcomers, sorted the same
+    // way. Ranks stay contiguous: the gaps of nodes gone during a re-form close.
+    std::vector<ConnId> kept;
+    kept.reserve(state.nodes.size());
+    for (ConnId conn : state.by_rank)
+      if (conn != 0) kept.push_back(conn);
+    std::vector<const NodeEntry*> newcomers;
+    for (const auto& [conn, node] : state.nodes)
+      if (node.node_rank < 0) newcomers.push_back(&node);
+    std::sort(newcomers.begin(), newcomers.end(), [](const NodeEntry* a, const NodeEntry* b) {
       return std::tie(a->host, a->address, a->join_seq) < std::tie(b->host, b->address, b->join_seq);
     });
-    for (const NodeEntry* node : order) {
-      state.nodes.at(node->conn).node_rank = static_cast<int>(state.by_rank.size());
-      state.by_rank.push_back(node->conn);
-    }
+    for (const NodeEntry* node : newcomers) kept.push_back(node->conn);
+    state.by_rank = std::move(kept);
+    for (std::size_t rank = 0; rank < state.by_rank.size(); ++rank)
+      state.nodes.at(state.by_rank[rank]).node_rank = static_cast<int>(rank);
   }
   std::vector<int> nprocs;
   nprocs.reserve(state.by_rank.size());
@@ -223,6 +259,7 @@ void start_round(RendezvousState& state, Actions& out) {
   }
   for (auto& [conn, node] : state.nodes) node.done = node.stopped = false;
   state.done_count = state.stopped_count = 0;
+  state.round_size = static_cast<int>(state.by_rank.size());
   state.phase = Phase::kRunning;
   state.last_call_deadline.reset();
   out.push_back(Log{LogLevel::kInfo, "rendezvous complete: run \"" + state.config.run_id + "\", " +

@@ -33,22 +33,31 @@ struct Now {
 // Lifecycle of a job at the server:
 //   kJoining → kRunning               every expected node joined (elastic: min joined and last call passed)
 //   kJoining → kStopped               join timeout with nodes missing, or a failure reported before start
-//   kRunning → kComplete              every node reported all its workers exited 0
-//   kRunning → kStopped               a failure (worker or lost node) with no restart left
-//   kRunning → kRestarting → kRunning a worker failure with restarts left: every node stops its workers,
-//                                     says `stopped`, and gets the next round's assignment (same node ranks)
-//   kRestarting → kStopped            a node lost during the restart round
+//   kRunning → kComplete              every node of the round reported all its workers exited 0
+//   kRunning → kStopped               a failure (worker or node) with no restart left, or a node gone with
+//                                     fewer than min_nodes left
+//   kRunning → kRestarting → kRunning the job re-forms: every node of the round stops its workers, says
+//                                     `stopped`, and gets the next round's assignment. Causes: a worker failure
+//                                     with restarts left (same nodes, same node ranks); a node lost or stopped
+//                                     with restarts left and at least min_nodes left (the rest, ranks kept
+//                                     contiguous); a node joining an elastic job that has room (no restart used)
+//   kRestarting → kStopped            a node gone during the re-form with fewer than min_nodes left
 // kStopped and kComplete are final: joins are refused, late failures (the teardown's victims) are ignored.
+// restart_count counts rounds after the first, whatever re-formed them, and is the same for every node of a
+// round (TORCHELASTIC_RESTART_COUNT); failure_restarts counts those charged to max_restarts (joins are free,
+// as in torchrun).
 enum class Phase { kJoining, kRunning, kRestarting, kStopped, kComplete };
 const char* to_string(Phase phase);
 
 struct NodeEntry {
   ConnId conn = 0;
-  int node_rank = -1;          // static: from the hello; dynamic: -1 until the round starts
+  int node_rank = -1;          // static: from the hello; dynamic: -1 until placed in a round (an elastic
+                               // job's late joiner waits so until the next re-form)
   int nproc = 0;
   std::string host;
   std::string address;         // as the other nodes reach it
   bool loopback = false;       // reached the server over loopback, so it runs on the server's machine
+  bool hosts_server = false;   // its agent hosts this server: the job cannot go on without it
   int master_port = 0;
   std::uint64_t join_seq = 0;  // join order, the last tie-breaker for dynamic node ranks
   Clock::time_point last_seen;
@@ -64,14 +73,17 @@ struct RendezvousState {
   Clock::time_point started;
   std::optional<Clock::time_point> last_call_deadline;
   std::unordered_map<ConnId, NodeEntry> nodes;  // joined nodes still connected
-  std::vector<ConnId> by_rank;                   // node rank → conn (0 = empty slot)
+  std::vector<ConnId> by_rank;                   // node rank → conn (0 = empty slot: a static rank not yet
+                                                 // joined, or a node gone during a re-form)
+  int round_size = 0;                            // nodes of the current round still connected
   // Heartbeat deadlines in arrival order. `now` never goes back, so pushes keep it sorted; entries made
   // stale by a later heartbeat are skipped when popped. O(1) per heartbeat, no per-node timer.
   std::deque<std::pair<Clock::time_point, ConnId>> deadlines;
   std::string server_address;                    // the server's address as non-loopback nodes reached it
   std::optional<Failure> root_cause;
   std::int64_t joined_procs = 0;  // workers of the joined nodes: the world size, bounded by kMaxRank + 1
-  int restart_count = 0;
+  int restart_count = 0;     // rounds after the first
+  int failure_restarts = 0;  // of those, the ones charged to config.max_restarts
   int done_count = 0;
   int stopped_count = 0;
   std::uint64_t next_join_seq = 0;

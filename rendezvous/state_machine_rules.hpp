@@ -18,6 +18,11 @@ void on_tick(RendezvousState& state, const Now& now, Actions& out);
 
 // Assigns node ranks (dynamic), rank offsets and the master address, and sends every node its assignment.
 void start_round(RendezvousState& state, Actions& out);
+// Starts a re-form: every node of the round is told to stop its workers and say `stopped` (on_node_stopped
+// then starts the next round). membership: nodes joined, nothing failed.
+void begin_reform(RendezvousState& state, Failure cause, const std::string& reason, bool membership, Actions& out);
+// An elastic job's newcomer after the first round (on_hello): waits for, or triggers, the next round.
+void admit_late_joiner(RendezvousState& state, const NodeEntry& node, Actions& out);
 // Records liveness: any message from a node proves it is alive.
 void touch(RendezvousState& state, NodeEntry& node, const Now& now);
 // Ends the job: root cause recorded, every connected node told to stop.

@@ -19,8 +19,74 @@ std::vector<ConnId> all_conns(const RendezvousState& state) {
 
 bool is_final(Phase phase) { return phase == Phase::kStopped || phase == Phase::kComplete; }
 
-// A node gone (connection closed or heartbeats missed). Before the round starts it only frees its place;
-// after, it is a node failure that stops the job (restarting without it is impossible: ranks are fixed).
+// The connections of the nodes placed in the current round (a late joiner that waits is not one).
+std::vector<ConnId> round_conns(const RendezvousState& state) {
+  std::vector<ConnId> conns;
+  conns.reserve(state.by_rank.size());
+  for (ConnId conn : state.by_rank)
+    if (conn != 0) conns.push_back(conn);
+  std::sort(conns.begin(), conns.end());
+  return conns;
+}
+
+// Once every node of a re-forming round has stopped its workers, the next round starts.
+void start_next_round_if_stopped(RendezvousState& state, Actions& out) {
+  if (state.phase != Phase::kRestarting || state.stopped_count < state.round_size) return;
+  ++state.restart_count;
+  start_round(state, out);
+}
+
+// A node gone after the first round started: lost (connection closed, heartbeats missed, a bad report) or
+// stopped (its ddprun got a signal; `failure` then carries it and the node is told so before it is closed).
+// It ends the job unless the job can re-form without it: dynamic node ranks, at least min_nodes left, and a
+// restart left (none more is used when the job was already re-forming).
+void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool stopped, Actions& out) {
+  state.joined_procs -= node.nproc;
+  const int left = static_cast<int>(state.nodes.size());
+  const JobConfig& config = state.config;
+  const std::string who = "node " + std::to_string(node.node_rank) + " (host \"" + node.host + "\")";
+  const bool elastic = is_elastic(config);
+  if (node.node_rank < 0) {  // a late joiner that was never placed: its place is just free again
+    out.push_back(Log{LogLevel::kWarning, "host \"" + node.host + "\" (" + node.address +
+                                              ") left while waiting for the next round: " + describe(failure)});
+    return;
+  }
+  const bool restart_left = state.phase == Phase::kRestarting || state.failure_restarts < config.max_restarts;
+  if (config.static_node_ranks || left < config.min_nodes || !restart_left || node.hosts_server) {
+    std::string reason = stopped ? "a node was stopped" : "a node was lost";
+    if (elastic && node.hosts_server)
+      reason += "; it hosts the rendezvous server, without which the job cannot re-form";
+    else if (elastic && left < config.min_nodes)
+      reason += "; " + std::to_string(left) + " node" + (left == 1 ? "" : "s") + " left, fewer than the " +
+                std::to_string(config.min_nodes) + " that --nnodes " + std::to_string(config.min_nodes) + ":" +
+                std::to_string(config.max_nodes) + " needs";
+    else if (elastic && !restart_left)
+      reason += "; no restart left to re-form without it (--max-restarts " + std::to_string(config.max_restarts) + ")";
+    if (stopped) out.push_back(Send{node.conn, StopMsg{failure, reason, false}});
+    return stop_job(state, std::move(failure), reason, out);
+  }
+  // Re-form without it: its slot empties now, the gap closes when the next round starts.
+  state.by_rank[static_cast<std::size_t>(node.node_rank)] = 0;
+  --state.round_size;
+  if (node.stopped) --state.stopped_count;
+  if (node.done) --state.done_count;
+  if (stopped) {
+    out.push_back(Send{node.conn, StopMsg{failure, "this node left the job; it re-forms without it", false}});
+    out.push_back(Close{node.conn});
+  }
+  if (state.phase == Phase::kRestarting) {
+    out.push_back(Log{LogLevel::kWarning, who + " left while the job re-formed (" + describe(failure) + "); " +
+                                              std::to_string(left) + " nodes go on"});
+    return start_next_round_if_stopped(state, out);
+  }
+  ++state.failure_restarts;
+  std::string reason = "re-forming the job without " + who + ": " + std::to_string(left) + " nodes left (restart " +
+                       std::to_string(state.failure_restarts) + " of " + std::to_string(config.max_restarts) + ")";
+  begin_reform(state, std::move(failure), reason, /*membership=*/false, out);
+  start_next_round_if_stopped(state, out);  // nobody of the round left to stop: newcomers only
+}
+
+// A node gone (connection closed or heartbeats missed). Before the round starts it only frees its place.
 void node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out) {
   auto it = state.nodes.find(conn);
   if (it == state.nodes.end()) return;
@@ -41,7 +107,7 @@ void node_lost(RendezvousState& state, ConnId conn, const std::string& why, cons
   failure.host = node.host;
   failure.time_unix_ms = now.unix_ms;
   failure.message = why;
-  stop_job(state, std::move(failure), "a node was lost", out);
+  node_gone(state, std::move(node), std::move(failure), /*stopped=*/false, out);
 }
 
 std::string missing_nodes(const RendezvousState& state) {
@@ -98,6 +164,14 @@ void stop_job(RendezvousState& state, Failure root_cause, const std::string& rea
   out.push_back(Broadcast{all_conns(state), StopMsg{std::move(root_cause), reason, false}});
 }
 
+void begin_reform(RendezvousState& state, Failure cause, const std::string& reason, bool membership, Actions& out) {
+  state.phase = Phase::kRestarting;
+  out.push_back(Log{LogLevel::kWarning, membership ? reason : reason + " after: " + describe(cause)});
+  if (!membership) state.root_cause = cause;
+  StopMsg stop{std::move(cause), reason, true, membership};
+  out.push_back(Broadcast{round_conns(state), std::move(stop)});
+}
+
 void on_heartbeat(RendezvousState& state, const Heartbeat& event, const Now& now, Actions& out) {
   auto it = state.nodes.find(event.conn);
   if (it == state.nodes.end()) return;
@@ -113,7 +187,7 @@ void on_failure(RendezvousState& state, const FailureReport& event, const Now& n
   failure.node_rank = node.node_rank;  // the server's word on which node this is, not the report's
   if (failure.host.empty()) failure.host = node.host;
   // During a restart round the workers' failures are the round's teardown victims; a node failure (its
-  // ddprun was stopped by a signal while the round went down) ends the job instead of the next round.
+  // ddprun was stopped by a signal while the round went down) is a node gone (node_gone).
   if ((state.phase == Phase::kRestarting && !failure.is_node_failure()) || is_final(state.phase)) {
     out.push_back(Log{LogLevel::kDebug, "ignoring a later failure (teardown victim): " + describe(failure)});
     return;
@@ -121,27 +195,35 @@ void on_failure(RendezvousState& state, const FailureReport& event, const Now& n
   if (std::string why = check_ranks(state, node, failure); !why.empty())
     return node_lost(state, event.conn, "its agent sent an invalid failure report (" + why + ")", now, out);
   touch(state, node, now);
-  if (state.phase == Phase::kRunning && state.restart_count < state.config.max_restarts && !failure.is_node_failure()) {
-    state.phase = Phase::kRestarting;
-    state.root_cause = failure;
-    std::string reason = "restarting the job (restart " + std::to_string(state.restart_count + 1) + " of " +
+  if (state.phase != Phase::kJoining && (failure.is_node_failure() || node.node_rank < 0)) {
+    // Its ddprun was stopped by a signal (a late joiner that waits runs no worker, so nothing else of it can
+    // fail): like a lost node, the job re-forms without it when it can.
+    NodeEntry gone = std::move(node);
+    state.nodes.erase(it);
+    if (gone.node_rank < 0) {
+      out.push_back(Send{event.conn, StopMsg{failure, "this node left before it was placed in a round", false}});
+      out.push_back(Close{event.conn});
+    }
+    return node_gone(state, std::move(gone), std::move(failure), /*stopped=*/true, out);
+  }
+  if (state.phase == Phase::kRunning && state.failure_restarts < state.config.max_restarts && !failure.is_node_failure()) {
+    ++state.failure_restarts;
+    std::string reason = "restarting the job (restart " + std::to_string(state.failure_restarts) + " of " +
                          std::to_string(state.config.max_restarts) + ")";
-    out.push_back(Log{LogLevel::kWarning, reason + " after: " + describe(failure)});
-    out.push_back(Broadcast{all_conns(state), StopMsg{std::move(failure), reason, true}});
-    return;
+    return begin_reform(state, std::move(failure), reason, /*membership=*/false, out);
   }
   const char* why = state.phase == Phase::kJoining ? "a node failed before the rendezvous completed"
-                    : failure.is_node_failure()    ? "a node was stopped"
                                                    : "a worker failed";
   stop_job(state, std::move(failure), why, out);
 }
 
 void on_node_done(RendezvousState& state, const NodeDone& event, const Now& now, Actions& out) {
   auto it = state.nodes.find(event.conn);
-  if (it == state.nodes.end() || state.phase != Phase::kRunning || it->second.done) return;
+  // A late joiner that waits runs no worker: its word does not count.
+  if (it == state.nodes.end() || state.phase != Phase::kRunning || it->second.done || it->second.node_rank < 0) return;
   touch(state, it->second, now);
   it->second.done = true;
-  if (++state.done_count < static_cast<int>(state.by_rank.size())) return;
+  if (++state.done_count < state.round_size) return;
   state.phase = Phase::kComplete;
   state.deadlines.clear();
   out.push_back(Log{LogLevel::kInfo, "job complete: every worker on all " + std::to_string(state.done_count) +
@@ -151,12 +233,13 @@ void on_node_done(RendezvousState& state, const NodeDone& event, const Now& now,
 
 void on_node_stopped(RendezvousState& state, const NodeStopped& event, const Now& now, Actions& out) {
   auto it = state.nodes.find(event.conn);
-  if (it == state.nodes.end() || state.phase != Phase::kRestarting || it->second.stopped) return;
+  if (it == state.nodes.end() || state.phase != Phase::kRestarting || it->second.stopped ||
+      it->second.node_rank < 0)
+    return;
   touch(state, it->second, now);
   it->second.stopped = true;
-  if (++state.stopped_count < static_cast<int>(state.by_rank.size())) return;
-  ++state.restart_count;
-  start_round(state, out);
+  ++state.stopped_count;
+  start_next_round_if_stopped(state, out);
 }
 
 void on_disconnected(RendezvousState& state, const Disconnected& event, const Now& now, Actions& out) {

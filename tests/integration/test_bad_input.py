@@ -108,8 +108,8 @@ class BadInput(DdprunTestCase):
         self.refused(["--heartbeat-interval", "2", "--heartbeat-timeout", "1", *self.ok_worker], USAGE,
                      ["--heartbeat-timeout"])
 
-    def test_elastic_nnodes(self):
-        self.refused(["--nnodes", "1:4", *self.ok_worker], USAGE, ["elastic"])
+    def test_elastic_nnodes_without_an_endpoint(self):
+        self.refused(["--nnodes", "1:4", *self.ok_worker], USAGE, ["elastic node count needs --rdzv-endpoint"])
 
     def test_node_rank_out_of_range(self):
         self.refused(["--node-rank", "1", *self.ok_worker], USAGE, ["--node-rank"])

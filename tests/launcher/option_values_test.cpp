@@ -24,10 +24,15 @@ TEST_CASE("lists split on every separator, empty items kept") {
 }
 
 TEST_CASE("--nnodes takes N or MIN:MAX with MIN == MAX") {
-  CHECK(parse_nnodes("1") == 1);
-  CHECK(parse_nnodes("2:2") == 2);
+  CHECK(parse_nnodes("1").min == 1);
+  CHECK(parse_nnodes("1").max == 1);
+  CHECK_FALSE(parse_nnodes("2:2").elastic());
+  CHECK(parse_nnodes("2:2").max == 2);
+  CHECK(parse_nnodes("1:3").min == 1);
+  CHECK(parse_nnodes("1:3").max == 3);
+  CHECK(parse_nnodes("1:3").elastic());
   CHECK_THROWS_AS(parse_nnodes("0"), UsageError);
-  CHECK_THROWS_AS(parse_nnodes("1:2"), UsageError);
+  CHECK_THROWS_AS(parse_nnodes("1:2000000"), UsageError);
   CHECK_THROWS_AS(parse_nnodes("2:1"), UsageError);
   CHECK_THROWS_AS(parse_nnodes("x"), UsageError);
 }

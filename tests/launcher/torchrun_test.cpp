@@ -150,6 +150,16 @@ const std::vector<Verdict>& verdicts() {
        }},
       {"--rdzv_conf=timeout=1200,last_call_timeout=30 train.py", {}, "",
        [](C c) { CHECK(c.agent.rdzv.join_timeout.count() == 1200000); }},
+      // elastic: torchrun's MIN:MAX with its last call
+      {"--nnodes 1:4 --rdzv-endpoint h:29400 --rdzv-id j --rdzv-conf last_call_timeout=2.5 train.py", {}, "",
+       [](C c) {
+         CHECK(c.agent.rdzv.min_nodes == 1);
+         CHECK(c.agent.rdzv.nnodes == 4);
+         CHECK(c.agent.rdzv.last_call.count() == 2500);
+         CHECK_FALSE(c.agent.rdzv.static_node_ranks);
+       }},
+      {"--nnodes 2:3 --rdzv-endpoint h:29400 --rdzv-id j train.py", {"PET_NNODES=1:9"}, "",
+       [](C c) { CHECK(c.agent.rdzv.min_nodes == 2); }},  // the command line wins over PET_NNODES
       {"--rdzv-conf timeout=5 --rdzv-timeout 7 train.py", {}, "",
        [](C c) { CHECK(c.agent.rdzv.join_timeout.count() == 7000); }},  // ddprun's own option wins
       {"--nnodes 2 --rdzv-endpoint h --rdzv-id j --rdzv-conf is_host=true train.py", {}, "",
@@ -211,7 +221,7 @@ const std::vector<Verdict>& verdicts() {
       {"--rdzv-conf join_timeout train.py", {}, "KEY=VALUE", nullptr},
       {"--rdzv-conf is_host=maybe train.py", {}, "is_host", nullptr},
       {"--rdzv-backend etcd --rdzv-endpoint h:2379 --rdzv-id j --nnodes 2 train.py", {}, "--rdzv-backend", nullptr},
-      {"--nnodes 1:4 --rdzv-endpoint h:29400 --rdzv-id j train.py", {}, "elastic", nullptr},
+      {"--nnodes 1:4 --master-addr h train.py", {}, "an elastic node count needs --rdzv-endpoint", nullptr},
       {"--nnodes 2 --rdzv-endpoint localhost:0 --rdzv-id j train.py", {}, "port 0 means a free port", nullptr},
       {"--nproc-per-node gpu train.py", {"CUDA_VISIBLE_DEVICES="}, "--nproc-per-node gpu: no CUDA device visible",
        nullptr},

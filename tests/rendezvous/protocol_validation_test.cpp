@@ -154,7 +154,9 @@ TEST_CASE("an assignment's fields are checked against each other") {
   CHECK_FALSE(server_accepted(round_with("master_port", 70000)));
   CHECK_FALSE(server_accepted(round_with("master_addr", "")));
   CHECK_FALSE(server_accepted(round_with("master_addr", "a b")));
-  CHECK_FALSE(server_accepted(round_with("restart_count", 2)));  // beyond max_restarts
+  CHECK(server_accepted(round_with("restart_count", 2)));  // rounds, not restarts: an elastic job's joins add some
+  CHECK_FALSE(server_accepted(round_with("restart_count", -1)));
+  CHECK_FALSE(server_accepted(round_with("restart_count", 1LL << 31)));
   CHECK_FALSE(server_accepted(round_with("master_port", 29500, 1, 3)));  // rank offset is not 4
   CHECK_FALSE(server_accepted(round_with("nprocs_runs", json::array({json::array({0, 2})}))));
 }

@@ -1,0 +1,226 @@
+// Elastic membership (--nnodes MIN:MAX): re-forming without a lost or stopped node, late joiners, too few
+// nodes, and the restart budget. One test case per rule (state_machine.hpp has the lifecycle).
+#include "tests/rendezvous/state_machine_fixture.hpp"
+
+using namespace ddprun::rendezvous;
+using namespace ddprun::rendezvous::testing;
+
+namespace {
+// Dynamic ranks, min:max nodes, `running` of them joined (conns 1..running, hosts host0..: ranks in that order).
+RendezvousState elastic(int min, int max, int running, int max_restarts) {
+  JobConfig config = job(max, false);
+  config.min_nodes = min;
+  config.max_restarts = max_restarts;
+  config.heartbeat_timeout = 600s;  // liveness is not what these tests are about
+  RendezvousState state(config, at(0ms).steady);
+  join_all(state, running, at(0ms));
+  if (state.phase == Phase::kJoining) step(state, Tick{}, at(10'000ms));  // the last call
+  REQUIRE(state.phase == Phase::kRunning);
+  return state;
+}
+
+Hello late_hello(ConnId conn, const std::string& host) {
+  Joiner j;
+  j.conn = conn;
+  j.host = host;
+  return hello(j);
+}
+
+// Every node of `conns` says its workers are down; returns the last step's actions.
+std::vector<Action> all_stopped(RendezvousState& state, std::vector<ConnId> conns, Now now) {
+  std::vector<Action> last;
+  for (ConnId conn : conns) last = step(state, NodeStopped{conn}, now);
+  return last;
+}
+
+Failure signalled(int signal) {
+  Failure f;
+  f.pid = 77;
+  f.signal = signal;  // no rank: the node's ddprun itself
+  return f;
+}
+
+int rank_of(const SendAssignments& send, ConnId conn) {
+  for (const Slot& slot : send.slots)
+    if (slot.conn == conn) return slot.node_rank;
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("elastic: a node lost with restarts left re-forms the job with the others, using one restart") {
+  auto state = elastic(2, 4, 3, 2);
+  auto actions = step(state, Disconnected{2, "end of file"}, at(20'000ms));
+  auto stop = find_one<Broadcast>(actions);
+  CHECK(stop.conns == std::vector<ConnId>{1, 3});  // not the lost node
+  const auto& msg = std::get<StopMsg>(stop.message);
+  CHECK(msg.restarting);
+  CHECK_FALSE(msg.membership);
+  CHECK(describe(msg.root_cause) == "node 1 (host host1) lost: connection closed (end of file)");
+  CHECK(msg.reason == "re-forming the job without node 1 (host \"host1\"): 2 nodes left (restart 1 of 2)");
+  CHECK(state.phase == Phase::kRestarting);
+  CHECK(state.failure_restarts == 1);
+}
+
+TEST_CASE("elastic: the re-formed round has contiguous ranks, the new world size and restart count + 1") {
+  auto state = elastic(2, 4, 3, 2);
+  step(state, Disconnected{1, ""}, at(20'000ms));  // node 0, the master, is lost
+  auto send = find_one<SendAssignments>(all_stopped(state, {2, 3}, at(20'010ms)));
+  CHECK(send.round.nnodes == 2);
+  CHECK(send.round.world_size == 4);
+  CHECK(send.round.restart_count == 1);
+  CHECK(rank_of(send, 2) == 0);  // the survivors keep their order
+  CHECK(rank_of(send, 3) == 1);
+  CHECK(send.slots[1].rank_offset == 2);
+  CHECK(send.round.master_addr == "10.0.0.9");
+  CHECK(state.phase == Phase::kRunning);
+  CHECK(state.round_size == 2);
+}
+
+TEST_CASE("elastic: a node lost with fewer than min left stops the job, saying so") {
+  auto state = elastic(2, 3, 2, 5);
+  auto stop = find_one<Broadcast>(step(state, Disconnected{2, ""}, at(20'000ms)));
+  const auto& msg = std::get<StopMsg>(stop.message);
+  CHECK_FALSE(msg.restarting);
+  CHECK(msg.reason == "a node was lost; 1 node left, fewer than the 2 that --nnodes 2:3 needs");
+  CHECK(state.phase == Phase::kStopped);
+}
+
+TEST_CASE("elastic: a node lost with no restart left stops the job, saying so") {
+  auto state = elastic(1, 3, 3, 0);
+  auto stop = find_one<Broadcast>(step(state, Disconnected{3, ""}, at(20'000ms)));
+  CHECK(std::get<StopMsg>(stop.message).reason ==
+        "a node was lost; no restart left to re-form without it (--max-restarts 0)");
+  CHECK(state.phase == Phase::kStopped);
+}
+
+TEST_CASE("elastic: a node stopped by a signal leaves: it is told so and the job re-forms without it") {
+  auto state = elastic(1, 3, 2, 1);
+  auto actions = step(state, FailureReport{2, signalled(15)}, at(20'000ms));
+  bool told = false;
+  for (const auto& send : find_all<Send>(actions))
+    if (auto* stop = std::get_if<StopMsg>(&send.message); stop && send.conn == 2) told = !stop->restarting;
+  CHECK(told);
+  CHECK(closes(actions, 2));
+  CHECK(find_one<Broadcast>(actions).conns == std::vector<ConnId>{1});
+  CHECK(state.phase == Phase::kRestarting);
+  auto send = find_one<SendAssignments>(all_stopped(state, {1}, at(20'010ms)));
+  CHECK(send.round.nnodes == 1);
+}
+
+TEST_CASE("elastic: a node that starts while the job runs is admitted and re-forms the job without a restart") {
+  auto state = elastic(2, 4, 2, 0);
+  auto actions = step(state, late_hello(7, "host9"), at(20'000ms));
+  CHECK(refusal(actions, 7).empty());
+  auto stop = find_one<Broadcast>(actions);
+  CHECK(stop.conns == std::vector<ConnId>{1, 2});  // the newcomer runs nothing yet
+  const auto& msg = std::get<StopMsg>(stop.message);
+  CHECK(msg.restarting);
+  CHECK(msg.membership);
+  CHECK(msg.reason.find("host \"host9\" (10.0.0.9) joined, 3 nodes in the next round") != std::string::npos);
+  CHECK(state.failure_restarts == 0);
+  auto send = find_one<SendAssignments>(all_stopped(state, {1, 2}, at(20'010ms)));
+  CHECK(send.round.nnodes == 3);
+  CHECK(send.round.restart_count == 1);
+  CHECK(send.round.max_restarts == 0);
+  CHECK(rank_of(send, 7) == 2);  // appended after the nodes that stay
+}
+
+TEST_CASE("elastic: a node that starts while the job re-forms waits for that round") {
+  auto state = elastic(2, 4, 3, 1);
+  step(state, Disconnected{3, ""}, at(20'000ms));
+  CHECK(find_all<Broadcast>(step(state, late_hello(8, "host8"), at(20'001ms))).empty());
+  auto send = find_one<SendAssignments>(all_stopped(state, {1, 2}, at(20'010ms)));
+  CHECK(send.round.nnodes == 3);
+  CHECK(rank_of(send, 8) == 2);
+}
+
+TEST_CASE("elastic: a node that starts once a node reported done waits; it hears that the job completed") {
+  auto state = elastic(1, 3, 2, 0);
+  step(state, NodeDone{1}, at(20'000ms));
+  CHECK(find_all<Broadcast>(step(state, late_hello(9, "host9"), at(20'001ms))).empty());
+  step(state, NodeDone{9}, at(20'002ms));  // it runs nothing: its word does not count
+  CHECK(state.phase == Phase::kRunning);
+  auto done = find_one<Broadcast>(step(state, NodeDone{2}, at(20'003ms)));
+  CHECK(std::holds_alternative<CompleteMsg>(done.message));
+  CHECK(done.conns == std::vector<ConnId>{1, 2, 9});
+}
+
+TEST_CASE("elastic: a node beyond max is refused while the job runs") {
+  auto state = elastic(1, 2, 2, 3);
+  CHECK(refusal(step(state, late_hello(9, "host9"), at(20'000ms)), 9) ==
+        "the job already has 2 nodes, the most --nnodes 1:2 allows");
+  CHECK(state.phase == Phase::kRunning);
+}
+
+TEST_CASE("a job with a fixed node count still refuses late nodes and stops when one is lost") {
+  JobConfig config = job(2, false);
+  config.max_restarts = 3;
+  RendezvousState state(config, at(0ms).steady);
+  join_all(state, 2, at(0ms));
+  CHECK(refusal(step(state, late_hello(9, "host9"), at(1ms)), 9).find("is closed (job running)") != std::string::npos);
+  auto stop = find_one<Broadcast>(step(state, Disconnected{1, ""}, at(2ms)));
+  CHECK(std::get<StopMsg>(stop.message).reason == "a node was lost");
+  CHECK(state.phase == Phase::kStopped);
+}
+
+TEST_CASE("elastic: a node lost while the job re-forms is dropped from it without using another restart") {
+  auto state = elastic(1, 4, 3, 1);
+  step(state, FailureReport{1, [] { Failure f; f.rank = 0; f.local_rank = 0; f.pid = 5; f.exit_code = 1; return f; }()},
+       at(20'000ms));
+  REQUIRE(state.phase == Phase::kRestarting);
+  step(state, NodeStopped{1}, at(20'001ms));
+  CHECK(find_all<Broadcast>(step(state, Disconnected{2, ""}, at(20'002ms))).empty());
+  auto send = find_one<SendAssignments>(step(state, NodeStopped{3}, at(20'003ms)));
+  CHECK(send.round.nnodes == 2);
+  CHECK(rank_of(send, 3) == 1);
+  CHECK(state.failure_restarts == 1);
+}
+
+TEST_CASE("elastic: a waiting node that leaves changes nothing for the running job") {
+  auto state = elastic(2, 4, 2, 0);
+  step(state, NodeDone{1}, at(20'000ms));  // finishing: the newcomer waits instead of re-forming the job
+  step(state, late_hello(9, "host9"), at(20'001ms));
+  auto actions = step(state, Disconnected{9, ""}, at(20'002ms));
+  CHECK(find_all<Broadcast>(actions).empty());
+  CHECK(state.phase == Phase::kRunning);
+  CHECK(state.nodes.size() == 2);
+}
+
+TEST_CASE("elastic: the budget counts failures only; restart_count counts every round") {
+  auto state = elastic(1, 3, 1, 1);
+  step(state, late_hello(5, "hostB"), at(20'000ms));  // membership: round 1, no restart used
+  all_stopped(state, {1}, at(20'001ms));
+  CHECK(state.restart_count == 1);
+  CHECK(state.failure_restarts == 0);
+  Failure f;
+  f.rank = 2;
+  f.local_rank = 0;
+  f.pid = 9;
+  f.exit_code = 3;
+  step(state, FailureReport{5, f}, at(20'002ms));  // hostB is node 1 (ranks 2, 3): round 2, restart 1 of 1
+  CHECK(state.failure_restarts == 1);
+  auto send = find_one<SendAssignments>(all_stopped(state, {1, 5}, at(20'003ms)));
+  CHECK(send.round.restart_count == 2);
+  f.exit_code = 4;
+  auto stop = find_one<Broadcast>(step(state, FailureReport{5, f}, at(20'004ms)));  // no restart left
+  CHECK_FALSE(std::get<StopMsg>(stop.message).restarting);
+  CHECK(state.phase == Phase::kStopped);
+}
+
+TEST_CASE("elastic: the node that hosts the server, stopped by a signal, ends the job instead of re-forming it") {
+  JobConfig config = job(3, false);
+  config.min_nodes = 1;
+  config.max_restarts = 2;
+  RendezvousState state(config, at(0ms).steady);
+  Hello host = late_hello(1, "host0");
+  host.hello.hosts_server = true;
+  step(state, host, at(0ms));
+  step(state, late_hello(2, "host1"), at(0ms));
+  step(state, late_hello(3, "host2"), at(0ms));
+  REQUIRE(state.phase == Phase::kRunning);
+  auto stop = find_one<Broadcast>(step(state, FailureReport{1, signalled(2)}, at(1ms)));
+  const auto& msg = std::get<StopMsg>(stop.message);
+  CHECK_FALSE(msg.restarting);
+  CHECK(msg.reason == "a node was stopped; it hosts the rendezvous server, without which the job cannot re-form");
+  CHECK(state.phase == Phase::kStopped);
+}
