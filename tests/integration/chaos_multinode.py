@@ -177,7 +177,8 @@ def plan_run(seed, index, elastic_ok):
     if p.elastic:
         p.max_nodes = rng.choice([2, 3])
         p.min_nodes = rng.choices(range(1, p.max_nodes + 1), weights=[2] * (p.max_nodes - 1) + [1])[0]
-        k = rng.randint(max(p.min_nodes, 1), p.max_nodes)
+        # Mostly with room for a joiner.
+        k = rng.randint(p.min_nodes, p.max_nodes - (p.min_nodes < p.max_nodes and rng.random() < 0.7))
     else:
         p.min_nodes = p.max_nodes = k = rng.choice([2, 3])
     p.initial = list(INITIAL_IDS[:k])
@@ -189,11 +190,12 @@ def plan_run(seed, index, elastic_ok):
     n_join = 0
     if p.elastic:
         room = p.max_nodes - k
-        n_join = rng.randint(1 if k == 1 else 0, room) if room else 0
-        if rng.random() < 0.15:
+        n_join = rng.randint(1, room) if room and (k == 1 or rng.random() < 0.75) else 0
+        if rng.random() < 0.2:
             n_join += 1  # one too many: refused while MAX nodes run (or admitted once a node left)
-    seq = ["fail"] * n_fail + ["join"] * n_join
+    seq = ["fail"] * max(n_fail - 1, 0) + ["join"] * n_join
     rng.shuffle(seq)
+    seq += ["fail"] * (n_fail > 0)  # the last failure may end the job: nothing planned after it
     members = list(p.initial)
     budget = p.max_restarts
     rc = 0
@@ -223,7 +225,9 @@ def plan_run(seed, index, elastic_ok):
             leavers = list(members)
             remaining_ok = False
         if leavers and (remaining_ok or last):
-            kinds.update({"agent_KILL": 1.5, "agent_TERM": 1, "agent_INT": 1})
+            # Elastic: a node leaving is the membership change under test, as likely as a worker's failure.
+            w = 2.0 if p.elastic else 1.0
+            kinds.update({"agent_KILL": 1.5 * w, "agent_TERM": w, "agent_INT": w})
         kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
         planned_rounds[rc] = "fail"
         if kind.startswith("agent_"):
