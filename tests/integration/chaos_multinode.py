@@ -116,8 +116,10 @@ class Program:
 class Event:
     """An injection from outside, `delay` s after the runner saw all of `node`'s workers of round `rc` start."""
 
-    def __init__(self, kind, node, rc, delay, local_rank=None, value=None, joiner=None):
+    def __init__(self, kind, node, rc, delay, local_rank=None, value=None, joiner=None, when="started"):
         self.kind = kind          # worker_signal, worker_stop, agent_signal, join
+        self.when = when          # the trigger: "started" (node's workers of round rc all started) or "reform"
+                                  # (node's "restarting" event after round rc: the job re-forms)
         self.node = node          # target (join: the node whose round is the trigger, the host)
         self.rc = rc
         self.delay = delay
@@ -130,7 +132,8 @@ class Event:
                 "worker_stop": f"SIGSTOP to worker {self.node}/{self.local_rank}",
                 "agent_signal": f"SIG{self.value} to agent {self.node}",
                 "join": f"agent {self.joiner} starts"}[self.kind]
-        return f"round {self.rc}: {what}, {self.delay:.3f} s after node {self.node}'s workers started"
+        trigger = "workers started" if self.when == "started" else "re-form began"
+        return f"round {self.rc}: {what}, {self.delay:.3f} s after node {self.node}'s {trigger}"
 
 
 class RunPlan:
@@ -246,6 +249,23 @@ def plan_run(seed, index, elastic_ok):
             if budget == 0:
                 ended = True
                 break
+            if rng.random() < 0.25:
+                # While the job re-forms after it: a node leaves (elastic: the re-form goes on without it, no
+                # further restart; else the job ends) or, elastic, a node joins (placed in the next round).
+                if p.elastic and len(members) < p.max_nodes and rng.random() < 0.5:
+                    new = next(joiners)
+                    p.nproc[new] = rng.randint(1, 2)
+                    p.events.append(Event("join", p.host, rc, round(rng.uniform(0.0, 0.05), 3), joiner=new,
+                                          when="reform"))
+                    members.append(new)
+                elif leavers and (len(members) - 1 >= p.min_nodes if p.elastic else last):
+                    target = rng.choice(leavers)
+                    p.events.append(Event("agent_signal", target, rc, round(rng.uniform(0.0, 0.05), 3),
+                                          value=rng.choice(AGENT_SIGNALS), when="reform"))
+                    if not p.elastic:
+                        ended = True
+                        break
+                    members.remove(target)
         budget -= 1
         rc += 1
     if not ended:
@@ -332,8 +352,9 @@ class AgentRun:
 
 
 class Injection:
-    def __init__(self, kind, node, rc, local_rank=None, value=None, at=None):
+    def __init__(self, kind, node, rc, local_rank=None, value=None, at=None, when="started"):
         self.wall_ms = time.time() * 1000
+        self.when = when
         self.kind = kind
         self.node = node
         self.rc = rc
@@ -343,7 +364,8 @@ class Injection:
 
     def __repr__(self):
         lr = f"/{self.local_rank}" if self.local_rank is not None else ""
-        return f"{self.kind}({self.node}{lr} round {self.rc}{' ' + str(self.value) if self.value else ''})"
+        return (f"{self.kind}({self.node}{lr} round {self.rc}{' ' + str(self.value) if self.value else ''}"
+                f"{' at the re-form' if self.when == 'reform' else ''} at {self.at or 0:.3f} s)")
 
 
 class RunOutcome:
@@ -367,6 +389,7 @@ class _Watch:
         self.plan = plan
         self.o = outcome
         self.started_at = {}      # (node, rc) -> monotonic time all workers of the round were seen
+        self.reform_at = {}       # (node, rc) -> monotonic time the node's "restarting" event was seen
         self.pids = {}            # (node, rc, lr) -> pid
         self._files = {}          # node -> [offset, partial line, current rc, {rc: set of local ranks}]
 
@@ -390,6 +413,8 @@ class _Watch:
                     continue
                 if e.get("event") == "rendezvous":
                     st[2] = e.get("restart_count")
+                elif e.get("event") == "restarting" and st[2] is not None:
+                    self.reform_at.setdefault((node, st[2]), now)
                 elif e.get("event") == "started" and st[2] is not None:
                     rc = st[2]
                     self.pids[(node, rc, e["local_rank"])] = e["pid"]
@@ -510,14 +535,14 @@ def execute_run(plan, tmp, ddprun, worker, env):
         watch.poll()
         now = time.monotonic()
         for e in list(pending):
-            at = watch.started_at.get((e.node, e.rc))
+            at = (watch.started_at if e.when == "started" else watch.reform_at).get((e.node, e.rc))
             if at is None or now < at + e.delay:
                 continue
             if e.kind == "join":
                 pending.remove(e)
                 if any(a.proc.poll() is None for a in o.agents.values()):
                     start(e.joiner, joiner=True)
-                    o.injections.append(Injection("join", e.joiner, e.rc, at=now - t0))
+                    o.injections.append(Injection("join", e.joiner, e.rc, at=now - t0, when=e.when))
             elif e.kind == "agent_signal":
                 pending.remove(e)
                 a = o.agents[e.node]
@@ -525,7 +550,7 @@ def execute_run(plan, tmp, ddprun, worker, env):
                     a.signalled = e.value
                     a.proc.send_signal(signum(e.value))
                     o.injections.append(Injection("agent_" + e.value.lower(), e.node, e.rc, value=e.value,
-                                                  at=now - t0))
+                                                  at=now - t0, when=e.when))
             else:
                 sent = _signal_worker(o, plan, tmp, watch, e)
                 if sent is None:
@@ -658,6 +683,9 @@ def check_run(plan, o):
     by_round = {}
     for i in injected:
         by_round.setdefault(i.rc, []).append(i)
+        if i.when == "reform":
+            # Sent while round rc re-formed: it may land in round rc or, once the next round formed, in rc+1.
+            by_round.setdefault(i.rc + 1, []).append(i)
 
     # -- rounds: consecutive per agent, the same picture on every node
     first_round = {}
