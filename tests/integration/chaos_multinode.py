@@ -7,8 +7,12 @@ elastic membership (--nnodes MIN:MAX, when the build has it) nodes also join whi
 leave (their agent SIGKILLed or stopped by SIGTERM/SIGINT). The failures, drawn per run:
 
   in a worker (planned on its command line): exit N, raise a signal, hang (stops beating: --hang-timeout)
-  from outside (sent by this runner at a random time after the round's workers started): a signal to a
-            worker, SIGSTOP to a worker (hung), SIGKILL / SIGTERM / SIGINT to an agent, a new agent (join)
+  from outside (sent by this runner at a random time after the round's workers started, or just after an
+            agent's "restarting" event: while the job re-forms): a signal to a worker, SIGSTOP to a worker
+            (hung), SIGKILL / SIGTERM / SIGINT to an agent, a new agent (join)
+
+Some workers also start children first (test_worker fork=: in their group, setsid, orphaned, daemons that
+ignore SIGTERM), which hold the worker's stdout open and must go with the job like the workers.
 
 Every node gets its own small /bin/sh wrapper that execs tests/bin/test_worker with the steps of the
 (round, local rank) it is started for (TORCHELASTIC_RESTART_COUNT, LOCAL_RANK), so a failure happens in one
@@ -68,6 +72,7 @@ UNPLANNED_ROUND_CODE = 86  # the wrapper's answer for a (round, local rank) no p
 SELF_SIGNALS = ["SEGV", "ABRT", "KILL", "HUP", "QUIT", "USR1", "PIPE", "FPE", "BUS"]
 WORKER_SIGNALS = ["TERM", "KILL", "INT", "SEGV", "HUP", "USR2"]
 AGENT_SIGNALS = ["KILL", "TERM", "INT"]
+CHILD_KINDS = test_chaos.CHILD_KINDS  # group, setsid, orphan, daemon (ignores SIGTERM: only SIGKILL ends it)
 INITIAL_IDS = "abc"
 JOINER_IDS = "defgh"
 
@@ -88,12 +93,15 @@ def signum(name):
 class Program:
     """What one worker does in one round: `steps` numbered lines, or its fate at step `fate[2]`."""
 
-    def __init__(self, steps, fate=None):
+    def __init__(self, steps, fate=None, children=()):
         self.steps = steps
         self.fate = fate  # None, ("exit", N, k), ("signal", NAME, k), ("hang", None, k)
+        # test_worker fork= kinds started first (before pidfile= names the count file, so they add no line to
+        # it): they hold the worker's stdout open and must not outlive the job, whatever becomes of their agent.
+        self.children = list(children)
 
     def args(self, node, rc, lr, count):
-        out = []
+        out = [f"fork={kind}" for kind in self.children]
         for i in range(self.steps):
             if self.fate and self.fate[2] == i:
                 kind, value, _ = self.fate
@@ -165,7 +173,7 @@ class RunPlan:
             if p.fate:
                 kind, value, k = p.fate
                 lines.append(f"round {rc}: worker {node}/{lr} {kind}{'=' + str(value) if value else ''} at step {k}"
-                             f" of {p.steps}")
+                             f" of {p.steps}{' children ' + ','.join(p.children) if p.children else ''}")
         lines += [e.describe() for e in self.events]
         lines.append(f"expected: {self.expect}")
         return "\n".join(lines)
@@ -284,6 +292,9 @@ def plan_run(seed, index, elastic_ok):
                 kind = planned_rounds.get(r, "clean")
                 steps = rng.randint(5, 25) if kind == "clean" else rng.randint(30, 60)
                 p.programs[(n, r, lr)] = Program(steps)
+    for prog in p.programs.values():
+        if rng.random() < 0.12:
+            prog.children = rng.sample(CHILD_KINDS, rng.randint(1, 2))
     # External events' delays, now that every round's lengths are known.
     for e in p.events:
         if e.delay is not None:
