@@ -623,6 +623,7 @@ class Round:
         self.node_rank = e["node_rank"]
         self.rank_offset = e["rank_offset"]
         self.master_port = e.get("master_port")
+        self.time_ms = e.get("time_ms", 0)
         self.started = {}         # lr -> started event
         self.exited = {}          # lr -> exited event
         self.hung = set()         # local ranks found hung
@@ -693,10 +694,16 @@ def check_run(plan, o):
     injected = list(o.injections) + worker_fates(plan, o, rounds)
     by_round = {}
     for i in injected:
-        by_round.setdefault(i.rc, []).append(i)
-        if i.when == "reform":
-            # Sent while round rc re-formed: it may land in round rc or, once the next round formed, in rc+1.
-            by_round.setdefault(i.rc + 1, []).append(i)
+        targets = {i.rc}
+        if i.kind.startswith("agent_"):
+            # A signal to an agent lands in the round its node was in when it was sent (the trigger's round may
+            # be over by then: a join or another failure re-formed the job), or in the next one if a re-form
+            # was under way: both count.
+            held = [r.rc for r in rounds.get(i.node, []) if r.time_ms <= i.wall_ms]
+            now = max(held) if held else i.rc
+            targets |= {now, now + 1}
+        for rc in targets:
+            by_round.setdefault(rc, []).append(i)
 
     # -- rounds: consecutive per agent, the same picture on every node
     first_round = {}
@@ -780,6 +787,13 @@ def check_run(plan, o):
             problems.append(f"agent {node} (exit {a.code}): its events file ends without a summary")
         elif summary.get("exit_code") != a.code:
             problems.append(f"agent {node} exited {a.code}, its summary says {summary.get('exit_code')}")
+        if summary is not None and ("earlier_rounds" in summary or plan.elastic):
+            # The story of the job as this node saw it: each of its rounds that ended in a re-form.
+            told = [(x.get("round"), x.get("nnodes"), x.get("world_size")) for x in summary.get("earlier_rounds", [])]
+            seen = [(r.rc, r.nnodes, r.world_size) for r in rounds[node] if r.reform is not None]
+            if told != seen:
+                problems.append(f"agent {node}: the summary's earlier rounds (round, nnodes, world size) {told}, "
+                                f"its events show {seen}")
         if a.code is not None and a.code < 0:
             problems.append(f"agent {node} died of signal {-a.code}, which the runner did not send")
         if node not in final:
