@@ -71,7 +71,8 @@ class MultiNodeChaos(DdprunTestCase):
             self.assertTrue(any(words in p for p in problems), f"{what}: not reported in {problems}")
 
         lines = a.stdout.splitlines(keepends=True)
-        a.stdout = b"".join(lines[:1] + lines[2:])
+        numbered = [j for j, line in enumerate(lines) if cm.LINE_RE.match(line.rstrip(b"\n"))]
+        a.stdout = b"".join(lines[:numbered[0]] + lines[numbered[0] + 1:])
         reported("a line lost in the middle", "lines out of order or missing")
         a.stdout = b"".join(lines[:-1])
         reported("the last line lost", "reached stdout")
