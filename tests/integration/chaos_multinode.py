@@ -9,7 +9,7 @@ leave (their agent SIGKILLed or stopped by SIGTERM/SIGINT). The failures, drawn 
   in a worker (planned on its command line): exit N, raise a signal, hang (stops beating: --hang-timeout)
   from outside (sent by this runner at a random time after the round's workers started, or just after an
             agent's "restarting" event: while the job re-forms): a signal to a worker, SIGSTOP to a worker
-            (hung), SIGKILL / SIGTERM / SIGINT to an agent, a new agent (join)
+            (hung), SIGKILL / SIGTERM / SIGINT (now and then SIGHUP / SIGQUIT) to an agent, a new agent (join)
 
 Some workers also start children first (test_worker fork=: in their group, setsid, orphaned, daemons that
 ignore SIGTERM), which hold the worker's stdout open and must go with the job like the workers.
@@ -71,7 +71,7 @@ UNPLANNED_ROUND_CODE = 86  # the wrapper's answer for a (round, local rank) no p
 
 SELF_SIGNALS = ["SEGV", "ABRT", "KILL", "HUP", "QUIT", "USR1", "PIPE", "FPE", "BUS"]
 WORKER_SIGNALS = ["TERM", "KILL", "INT", "SEGV", "HUP", "USR2"]
-AGENT_SIGNALS = ["KILL", "TERM", "INT"]
+AGENT_SIGNALS = ["KILL", "TERM", "INT", "HUP", "QUIT"]
 CHILD_KINDS = test_chaos.CHILD_KINDS  # group, setsid, orphan, daemon (ignores SIGTERM: only SIGKILL ends it)
 INITIAL_IDS = "abc"
 JOINER_IDS = "defgh"
@@ -79,9 +79,6 @@ JOINER_IDS = "defgh"
 LINE_RE = re.compile(rb"^\[rank(\d+)\]: c ([a-h]) (\d+) (\d+) (\d+)$")
 ENV_RE = re.compile(rb"^\[rank(\d+)\]: e ([a-h]) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)$")
 
-# Injection kinds, as the final line counts them.
-KINDS = ["exit", "signal", "hang", "worker_signal", "worker_stop", "agent_kill", "agent_term", "agent_int",
-         "join", "join_refused"]
 
 
 def signum(name):
@@ -238,7 +235,8 @@ def plan_run(seed, index, elastic_ok):
         if leavers and (remaining_ok or last):
             # Elastic: a node leaving is the membership change under test, as likely as a worker's failure.
             w = 2.0 if p.elastic else 1.0
-            kinds.update({"agent_KILL": 1.5 * w, "agent_TERM": w, "agent_INT": w})
+            kinds.update({"agent_KILL": 1.5 * w, "agent_TERM": w, "agent_INT": w, "agent_HUP": 0.3 * w,
+                          "agent_QUIT": 0.3 * w})
         kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
         planned_rounds[rc] = "fail"
         if kind.startswith("agent_"):
@@ -504,7 +502,9 @@ def agent_command(plan, tmp, ddprun, node, port, joiner):
     if plan.hang_timeout:
         cmd += ["--hang-timeout", str(plan.hang_timeout)]
     if plan.elastic:
-        cmd += ["--rdzv-conf", f"last_call_timeout={LAST_CALL_S}"]
+        # A joiner never hosts: one that comes as the job ends would otherwise find the endpoint free and start
+        # a job of its own under the same run id (the rule for an agent on the endpoint's machine).
+        cmd += ["--rdzv-conf", f"last_call_timeout={LAST_CALL_S}" + (",is_host=false" if joiner else "")]
     return cmd + [os.path.join(tmp, f"worker_{node}.sh")]
 
 
