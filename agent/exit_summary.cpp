@@ -55,6 +55,30 @@ void append_root_detail(std::ostringstream& out, const WorkerRecord& root, const
   if (kept && ctx.worker_dir_of) out << "ddprun: " << rank << "'s files: " << ctx.worker_dir_of(root.local_rank) << "\n";
   if (!kept && error_file) out << "ddprun: --log-dir DIR keeps the full error file and the workers' logs\n";
 }
+// The root cause's worker when it ran on this node: the job's cause names it by global rank (from the
+// rendezvous, the same on every node), else the local policy's first failure.
+const WorkerRecord* root_worker_here(const SupervisionPolicy& policy, const SummaryContext& ctx) {
+  const auto& cause = policy.job_cause();
+  if (!cause) return policy.root_cause();
+  if (cause->node_rank != ctx.node_rank || cause->rank < 0) return nullptr;
+  for (const auto& w : policy.workers())
+    if (w.rank == cause->rank) return &w;
+  return nullptr;
+}
+
+// The end of the root cause's traceback from its error file, for tools: {"frames_total", "lines"}; null
+// when the root cause ran elsewhere or wrote no call stack.
+nlohmann::json traceback_json(const SupervisionPolicy& policy, const SummaryContext& ctx) {
+  const WorkerRecord* root = root_worker_here(policy, ctx);
+  if (!root || !ctx.error_file_of) return nullptr;
+  const ErrorFileContents ef = read_error_file(ctx.error_file_of(root->local_rank));
+  if (!ef.present || ef.where.empty()) return nullptr;
+  const TracebackTail t = traceback_tail(ef.where);
+  nlohmann::json j{{"frames_total", t.frames_total}, {"frames_shown", t.frames_shown}, {"lines", t.lines}};
+  if (!ctx.log_root.empty()) j["error_file"] = ctx.error_file_of(root->local_rank);
+  return j;
+}
+
 // The rounds that ended in a re-form, each with its cause: after a budget spent, the whole story of the job.
 void append_attempts(std::ostringstream& out, const std::vector<Attempt>& attempts) {
   if (attempts.empty()) return;
@@ -111,6 +135,8 @@ nlohmann::json summary_json(const SupervisionPolicy& policy, const SummaryContex
   } else if (policy.stop_signal() != 0) {
     j["stopped_by_signal"] = process::signal_name(policy.stop_signal());
   }
+  if (nlohmann::json tb = traceback_json(policy, ctx); !tb.is_null() && j.contains("root_cause"))
+    j["root_cause"]["traceback"] = std::move(tb);
   if (!ctx.attempts.empty()) {
     nlohmann::json rounds = nlohmann::json::array();
     for (const Attempt& a : ctx.attempts)
@@ -134,10 +160,7 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
     if (cause->time_ms > 0) out << " at " << iso_time(cause->time_ms);
     out << "\n";
     if (!cause->error.empty()) out << "ddprun: root cause error: " << cause->error << "\n";
-    const bool here = cause->node_rank == ctx.node_rank && cause->rank >= 0;
-    root = nullptr;
-    for (const auto& w : policy.workers())
-      if (here && w.rank == cause->rank) root = &w;
+    root = root_worker_here(policy, ctx);
   } else if (root) {
     out << "ddprun: job FAILED after " << elapsed << "\n";
     out << "ddprun: root cause: rank " << root->rank << " (local rank " << root->local_rank << ", node "

@@ -48,7 +48,8 @@ NodeAgent::NodeAgent(const AgentConfig& config)
       signals_(io_, job_signals()),
       reaper_(io_, [this](pid_t pid, const process::ExitStatus& s) { on_child_exit(pid, s); },
               [this](bool has_children) { after_reap(has_children); }),
-      grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), link_(io_, config, rendezvous_handlers()),
+      grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), peer_signal_timer_(io_),
+      link_(io_, config, rendezvous_handlers()),
       hang_timer_(io_), capture_(io_) {}
 
 int NodeAgent::run() {
@@ -259,6 +260,7 @@ void NodeAgent::maybe_finish() {
   drain_timer_.cancel();
   grace_timer_.cancel();
   stop_reply_timer_.cancel();
+  peer_signal_timer_.cancel();
   hang_timer_.cancel();
   capture_.abandon();
   link_.finish([] {});

@@ -80,6 +80,7 @@ class NodeAgent {
   boost::asio::steady_timer grace_timer_;
   boost::asio::steady_timer drain_timer_;
   boost::asio::steady_timer stop_reply_timer_;  // bounds the wait for the server's answer to our signal
+  boost::asio::steady_timer peer_signal_timer_;  // SLURM: a peer's signal, before our slurmstepd's copy came
   SupervisionPolicy policy_;
   RunLayout layout_;
   EventLog events_;

@@ -18,6 +18,10 @@ using nlohmann::json;
 namespace {
 // How long a node that reported a signal waits for the rendezvous' stop order before it ends by itself.
 constexpr std::chrono::milliseconds kStopReplyLimit{1000};
+// Inside a SLURM step whose proctrack signals every process of the step, how long a stop caused by another
+// node's signal waits for this node's own slurmstepd to deliver the same signal (scancel and time limits reach
+// every node's slurmstepd within milliseconds of each other). Short enough not to matter when no signal comes.
+constexpr std::chrono::milliseconds kPeerSignalWait{250};
 
 JobCause cause_of(const rdzv::Failure& f) {
   JobCause c;
@@ -96,6 +100,19 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   // Said only when the news is from elsewhere: this node's own failure or signal was already logged.
   const bool ours = order.root_cause.node_rank == world_.node_rank && (policy_.root_cause() || policy_.stop_signal());
   if (!ours) log_.error("job stopped: ", cause.text);
+  // Another node's ddprun got a signal inside a SLURM step (scancel, a time limit): slurmstepd is sending the
+  // same signal to every process of the step here too. Tearing down at once would give each worker a second
+  // copy (and some training scripts take a second SIGTERM as "exit now, no checkpoint"): wait briefly for it.
+  // It comes through on_signal, which tears down without forwarding; the outcome is recorded when this fires.
+  if (!ours && config_.step_signals_reach_workers && order.root_cause.is_node_failure() && order.root_cause.signal &&
+      workers_started_ && policy_.phase() == Phase::kRunning) {
+    log_.debug("waiting up to ", kPeerSignalWait.count(), " ms for this node's slurmstepd to deliver the signal");
+    peer_signal_timer_.expires_after(kPeerSignalWait);
+    peer_signal_timer_.async_wait([this, cause](const boost::system::error_code& ec) {
+      if (!ec) on_outcome(&cause, "stopped_by_rendezvous");
+    });
+    return;
+  }
   on_outcome(&cause, "stopped_by_rendezvous");
 }
 

@@ -22,7 +22,7 @@ function(ddprun_man_page target summary)
   endif()
   # --no-info: there is no texinfo manual to point to. help2man runs the freshly built binary through
   # docs/man/help_for_man.sh, which names the sections help2man does not know (Exit status).
-  # The version line is given (one version for every executable: ddprun-rendezvous has no --version).
+  # The version line is given: one version for every executable, read where the build reads it.
   set(filter ${PROJECT_SOURCE_DIR}/docs/man/help_for_man.sh)
   ddprun_read_version(version)
   add_custom_command(OUTPUT ${page}

@@ -60,7 +60,8 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc,
                  "Workers on this node: a number, or auto|gpu (visible CUDA devices, else CPUs), cpu (CPUs)");
   TopologyOptions& t = o.topo;
-  app.add_option("--nnodes", t.nnodes, "Number of nodes (default 1)");
+  app.add_option("--nnodes", t.nnodes,
+                 "Number of nodes (default 1), or MIN:MAX: elastic, with --rdzv-endpoint (docs/MULTINODE.md)");
   app.add_option("--node-rank,--node_rank", t.node_rank,
                  "Rank of this node, 0..nnodes-1 (static jobs; node 0 hosts the rendezvous)");
   app.add_option("--master-addr,--master_addr", t.master_addr,

@@ -29,7 +29,7 @@ class UsageFirst : public CLI::Formatter {
 const std::map<std::string, std::string>& value_names() {
   static const std::map<std::string, std::string> names = {
       {"nproc-per-node", "N|auto|gpu|cpu"},
-      {"nnodes", "N"},
+      {"nnodes", "N|MIN:MAX"},
       {"node-rank", "N"},
       {"master-addr", "HOST"},
       {"master-port", "PORT"},

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "common/error.hpp"
+#include "common/version.hpp"
 #include "rendezvous/auth.hpp"
 #include "rendezvous/munge_auth.hpp"
 #include "rendezvous/server.hpp"
@@ -43,6 +44,7 @@ void parse_nnodes(const std::string& text, JobConfig& config) {
 
 int run(int argc, char** argv) {
   CLI::App app{"ddprun's rendezvous server, on its own"};
+  app.set_version_flag("--version", std::string("ddprun-rendezvous ") + kVersion);
   JobConfig config;
   std::string host = "0.0.0.0", nnodes = "1", token, token_file, port_file, log_level = "info";
   std::uint16_t port = 29400;

@@ -42,7 +42,7 @@ bool exists(const std::string& path) {
 }  // namespace
 
 void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                     std::int64_t epoch, std::int64_t step) {
+                     std::int64_t epoch, std::int64_t step, std::int64_t step_samples) {
   const std::string tmp = path + ".tmp";
   torch::serialize::OutputArchive model_archive, optim_archive, archive;
   model.save(model_archive);
@@ -51,6 +51,7 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::o
   archive.write("optimizer", optim_archive);
   archive.write("epoch", torch::tensor(epoch, torch::kLong));
   archive.write("step", torch::tensor(step, torch::kLong));
+  archive.write("step_samples", torch::tensor(step_samples, torch::kLong));
   try {
     archive.save_to(tmp);
   } catch (const std::exception& e) {
@@ -67,7 +68,7 @@ void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::o
 
 std::optional<std::int64_t> load_checkpoint(const std::string& path, torch::nn::Module& model,
                                             torch::optim::Optimizer& optimizer, torch::Device device,
-                                            std::int64_t* step) {
+                                            std::int64_t* step, std::int64_t* step_samples) {
   if (!exists(path)) return std::nullopt;
   torch::serialize::InputArchive archive, model_archive, optim_archive;
   try {
@@ -80,6 +81,9 @@ std::optional<std::int64_t> load_checkpoint(const std::string& path, torch::nn::
     archive.read("epoch", epoch);
     at::Tensor saved_step;
     if (step) *step = archive.try_read("step", saved_step) ? saved_step.item<std::int64_t>() : 0;
+    at::Tensor saved_samples;
+    if (step_samples)
+      *step_samples = archive.try_read("step_samples", saved_samples) ? saved_samples.item<std::int64_t>() : 0;
     return epoch.item<std::int64_t>();
   } catch (const c10::Error& e) {
     throw Error("checkpoint: cannot load " + path + ": " + e.what_without_backtrace());
@@ -100,16 +104,21 @@ std::int64_t Checkpointer::maybe_resume(bool resume, torch::nn::Module& model, t
   if (dir_.empty() || !resume) return first_epoch;
   auto device = group_ ? group_->device() : torch::Device(torch::kCPU);
   std::int64_t step = 0;
-  auto epoch = load_checkpoint(path(), model, optimizer, device, &step);
+  auto epoch = load_checkpoint(path(), model, optimizer, device, &step, &saved_step_samples_);
   if (!epoch) return first_epoch;
   resume_step_ = step;
   return step > 0 ? *epoch : *epoch + 1;
 }
 
+std::int64_t Checkpointer::resume_step(std::int64_t step_samples) const {
+  if (saved_step_samples_ <= 0 || step_samples <= 0 || step_samples == saved_step_samples_) return resume_step_;
+  return resume_step_ * saved_step_samples_ / step_samples;
+}
+
 void Checkpointer::save(torch::nn::Module& model, torch::optim::Optimizer& optimizer, std::int64_t epoch,
-                        std::int64_t step) {
+                        std::int64_t step, std::int64_t step_samples) {
   if (dir_.empty()) return;
-  if (!group_ || group_->rank() == 0) save_checkpoint(path(), model, optimizer, epoch, step);
+  if (!group_ || group_->rank() == 0) save_checkpoint(path(), model, optimizer, epoch, step, step_samples);
   if (group_) group_->barrier();
 }
 

@@ -140,11 +140,19 @@ int train(const sdk::WorldInfo& world, const ex::TrainOptions& opts) {
                                                        .weight_decay(opts.weight_decay));
   sdk::Checkpointer checkpointer(opts.checkpoint_dir, pg);
   const int64_t first_epoch = checkpointer.maybe_resume(opts.resume || world.restart_count > 0, *model, optimizer);
-  const int64_t first_step = checkpointer.resume_step();
-  const bool resumed = first_epoch > 1 || first_step > 0;
+  // The global batch may differ from the saved run's (an elastic job re-formed with another world size): the
+  // place in the epoch carries over in samples, and the strided sampler re-partitions the rest of the epoch.
+  const int64_t global_batch = static_cast<int64_t>(opts.batch_size) * pg->size();
+  const int64_t first_step = checkpointer.resume_step(global_batch);
+  const bool resumed = first_epoch > 1 || first_step > 0 || checkpointer.resume_step() > 0;
   if (resumed && rank0) {
     std::cout << "resumed from " << checkpointer.path() << " at epoch " << first_epoch;
     if (first_step > 0) std::cout << " step " << first_step;
+    if (checkpointer.resume_step() > 0 && checkpointer.saved_step_samples() != global_batch &&
+        checkpointer.saved_step_samples() > 0)
+      std::cout << " (saved at step " << checkpointer.resume_step() << " of global batch "
+                << checkpointer.saved_step_samples() << "; now global batch " << global_batch << " over "
+                << pg->size() << (pg->size() == 1 ? " rank" : " ranks") << ")";
     std::cout << std::endl;
   }
   sdk::DistributedDataParallel ddp(model.ptr(), pg);
@@ -155,7 +163,6 @@ int train(const sdk::WorldInfo& world, const ex::TrainOptions& opts) {
   sampler_options.seed = opts.seed;
   sdk::DistributedSampler sampler(train_set.labels.size(0), pg->size(), pg->rank(), sampler_options);
 
-  const int64_t global_batch = static_cast<int64_t>(opts.batch_size) * pg->size();
   const int64_t steps_per_epoch = (sampler.size() + opts.batch_size - 1) / opts.batch_size;
   int64_t total_steps = steps_per_epoch * opts.epochs;
   if (opts.max_steps > 0) total_steps = std::min(total_steps, opts.max_steps);
@@ -211,7 +218,7 @@ int train(const sdk::WorldInfo& world, const ex::TrainOptions& opts) {
       if (sdk::stop_requested_on_any_rank(*pg)) {
         double rate = 0, secs = 0;
         progress.end_epoch(rate, secs);
-        checkpointer.save(*model, optimizer, epoch, s + 1);
+        checkpointer.save(*model, optimizer, epoch, s + 1, global_batch);
         if (rank0) {
           std::printf("stop requested by %s: %s after epoch %lld step %lld/%lld, exiting; run again with --resume to go on\n",
                       signal_text(sdk::stop_signal()).c_str(),

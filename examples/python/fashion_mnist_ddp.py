@@ -80,11 +80,11 @@ class Net(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
-def save_checkpoint(path, model, optimizer, epoch, step_in_epoch, step):
+def save_checkpoint(path, model, optimizer, epoch, step_in_epoch, step, global_batch):
     """Rank 0 only. Written to a temporary file in the same directory, then renamed: atomic on POSIX."""
     tmp = f"{path}.tmp.{os.getpid()}"
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
-             "step_in_epoch": step_in_epoch, "step": step}
+             "step_in_epoch": step_in_epoch, "step": step, "global_batch": global_batch}
     with open(tmp, "wb") as f:
         torch.save(state, f)
         f.flush()
@@ -127,7 +127,13 @@ def main():
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         epoch, skip, step = state["epoch"], state["step_in_epoch"], state["step"]
-        print(f"rank {rank}: resumed from {args.checkpoint} at step {step} (restart {restart})", flush=True)
+        # An elastic job may resume with another world size: the place in the epoch carries over in samples
+        # (DistributedSampler deals the shuffled order out strided, so the first k global batches are the
+        # first k * global_batch samples whatever the world size).
+        saved_batch = state.get("global_batch", args.batch_size * world)
+        skip = skip * saved_batch // (args.batch_size * world)
+        print(f"rank {rank}: resumed from {args.checkpoint} at step {step} (restart {restart}, world size "
+              f"{world})", flush=True)
     ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters to every rank
 
     train = load_split(args.data, "train", args.train_limit)
@@ -149,7 +155,7 @@ def main():
             if rank == 0 and step % args.log_every == 0:
                 print(f"epoch {epoch} step {step} loss {loss.item():.4f}", flush=True)
             if rank == 0 and args.checkpoint and step % args.checkpoint_every == 0:
-                save_checkpoint(args.checkpoint, model, optimizer, epoch, i + 1, step)
+                save_checkpoint(args.checkpoint, model, optimizer, epoch, i + 1, step, args.batch_size * world)
             if args.max_steps and step >= args.max_steps:
                 done = True
                 break

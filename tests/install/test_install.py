@@ -100,6 +100,9 @@ class InstalledPackage(unittest.TestCase):
         code, out, err = run([self.at("bin", "ddprun"), "--version"], env=self.env(), timeout=10)
         self.assertEqual(code, 0, err)
         self.assertRegex(out, r"^ddprun \d+\.\d+\.\d+")
+        code, out, err = run([self.at("bin", "ddprun-rendezvous"), "--version"], env=self.env(), timeout=10)
+        self.assertEqual(code, 0, err)
+        self.assertRegex(out, r"^ddprun-rendezvous \d+\.\d+\.\d+")
         code, out, err = run([self.at("bin", "ddprun-rendezvous"), "--help"], env=self.env(), timeout=10)
         self.assertEqual(code, 0, err)
         for exe in ("ddprun", "ddprun-rendezvous"):

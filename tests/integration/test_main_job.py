@@ -184,6 +184,71 @@ def free_port():
         return s.getsockname()[1]
 
 
+def read_until(proc, out, marker, what):
+    """Reads proc's stdout (plain os.read: a buffered reader would keep bytes that communicate() then never
+    sees) until `marker` appears after what `out` already holds; returns everything read."""
+    start = len(out)
+    while marker not in out[start:]:
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            raise AssertionError(f"ddprun ended before {what}: {out.decode(errors='replace')}")
+        out += chunk
+    return out
+
+
+@unittest.skipUnless(os.access(FASHION, os.X_OK), f"{FASHION} is not built (configure with the SDK: LibTorch)")
+class ElasticMainJob(DdprunTestCase):
+    """--nnodes 1:2, one worker per node: the job runs on node A, node B joins (a re-form: A's worker checkpoints
+    mid-epoch on its SIGTERM, both resume with world size 2 at the same place in the epoch, counted in samples),
+    then B's ddprun is SIGKILLed (a re-form with one restart: A resumes alone from the last epoch's checkpoint)
+    and the job completes. Every round's world size and restart count shows in A's events."""
+
+    def test_the_example_resumes_with_the_new_world_size_when_a_node_joins_and_when_one_is_lost(self):
+        data, ckpt = self.path("data"), self.path("ckpt")
+        os.mkdir(data)
+        write_split(data, "train", 2048)
+        write_split(data, "t10k", 256)
+        self.env["DDPRUN_TOKEN"] = "test-token"
+        common = ["--nnodes", "1:2", "--nproc-per-node", 1, "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                  "--rdzv-id", "fm", "--max-restarts", 1, "--rdzv-conf", "last_call_timeout=0.2",
+                  "--term-timeout", 30]
+        train = [FASHION, "--data-dir", data, "--batch-size", 16, "--epochs", 3, "--log-every", 4,
+                 "--checkpoint-dir", ckpt, "--threads", 1]
+        a = self.start(*common, "--events-file", self.path("events.a"), *train)
+        procs = [a]
+        killer = threading.Timer(240, lambda: [os.killpg(p.pid, signal.SIGKILL) for p in procs if p.poll() is None])
+        killer.start()
+        self.addCleanup(killer.cancel)
+        out = read_until(a, b"", b"[rank0]: train epoch 1 step 8/128", "node A trained alone")
+        b = self.start(*common, "--events-file", self.path("events.b"), *train)
+        procs.append(b)
+        out = read_until(a, out, b"[rank0]: resumed from", "the re-form after node B joined")
+        out = read_until(a, out, b"\n", "the resume line")
+        m = re.search(rb"stop requested by SIGTERM: checkpoint \S+ saved after epoch 1 step (\d+)/128", out)
+        self.assertTrue(m, out)
+        saved = int(m.group(1))
+        self.assertIn(f"[rank0]: resumed from {ckpt}/checkpoint.pt at epoch 1 step {saved * 16 // 32} (saved at "
+                      f"step {saved} of global batch 16; now global batch 32 over 2 ranks)\n".encode(), out)
+        self.assertIn(b"[rank0]: recipe: global batch 32 (2 x 16)", out)
+        out = read_until(a, out, b"[rank0]: train epoch 2 step 4/64", "epoch 1's checkpoint with two nodes")
+        os.kill(b.pid, signal.SIGKILL)  # node B's ddprun: lost; its job guard ends its worker
+        out = read_until(a, out, b"[rank0]: resumed from", "the re-form without node B")
+        while chunk := os.read(a.stdout.fileno(), 65536):
+            out += chunk
+        err = a.stderr.read()
+        self.assertEqual(a.wait(timeout=60), 0, (out, err))
+        self.assertEqual(b.wait(timeout=30), -signal.SIGKILL)
+        b.communicate()
+        text = out.decode()
+        self.assertIn(f"[rank0]: resumed from {ckpt}/checkpoint.pt at epoch 2\n", text)
+        self.assertEqual(text.count("[rank0]: recipe: global batch 16 (1 x 16)"), 2, text)  # rounds 0 and 2
+        self.assertIn("[rank0]: epoch 3 test_loss", text)
+        rounds = [(e["restart_count"], e["nnodes"], e["world_size"]) for e in self.events(self.path("events.a"))
+                  if e["event"] == "rendezvous"]
+        self.assertEqual(rounds, [(0, 1, 1), (1, 2, 2), (2, 1, 1)])
+        self.assertIn("node 1 (host", err.decode())  # the summary's earlier rounds name the lost node
+
+
 class Timeline(DdprunTestCase):
     def plot(self, *events):
         svg = self.path("timeline.svg")

@@ -65,8 +65,9 @@ class PythonExamples(DdprunTestCase):
         self.assertIn("[rank0]: epoch 0 step 5 loss", outputs[0][1])
 
     def test_failing_rank_takes_the_job_down_with_its_traceback(self):
-        logs = self.path("logs")
-        res = self.run_ddprun("--nproc-per-node", 2, "--log-dir", logs, FAIL, "--fail-rank", 1, timeout=180)
+        logs, events = self.path("logs"), self.path("events")
+        res = self.run_ddprun("--nproc-per-node", 2, "--log-dir", logs, "--events-file", events, FAIL,
+                              "--fail-rank", 1, timeout=180)
         self.assertEqual(res.code, 1, res)
         err = res.stderr.decode()
         self.assertIn("root cause: rank 1", err, res)
@@ -83,6 +84,12 @@ class PythonExamples(DdprunTestCase):
         self.assertTrue(os.path.isfile(files[0]) and files[0].startswith(logs), files)
         self.assertIn("ddprun: rank 1's files: " + os.path.dirname(files[0]), err, res)
         self.assertLess(res.elapsed, 120)
+        # The same for tools: the events file's summary carries the traceback's lines and the file.
+        summary = [e for e in self.events(events) if e["event"] == "summary"][-1]
+        tb = summary["root_cause"]["traceback"]
+        self.assertEqual((tb["frames_total"], tb["frames_shown"], tb["error_file"]), (4, 4, files[0]))
+        self.assertEqual(tb["lines"][0], "Traceback (most recent call last):")
+        self.assertEqual(tb["lines"][-1], "ValueError: shard header has element type 0x09, expected 0x08 (unsigned byte)")
 
     def test_traceback_without_log_dir_says_how_to_keep_the_file(self):
         res = self.run_ddprun("--nproc-per-node", 2, FAIL, "--fail-rank", 0, timeout=180)
@@ -100,7 +107,7 @@ class PythonExamples(DdprunTestCase):
         out = res.stdout.decode()
         self.assertIn("[rank1]: RuntimeError: rank 1: crash requested at step 7", out + res.stderr.decode(), res)
         for rank in (0, 1):
-            self.assertIn(f"[rank{rank}]: rank {rank}: resumed from {ckpt} at step 5 (restart 1)", out, res)
+            self.assertIn(f"[rank{rank}]: rank {rank}: resumed from {ckpt} at step 5 (restart 1, world size 2)", out, res)
             self.assertIn(f"[rank{rank}]: rank {rank}: finished at step 10", out, res)
         self.assertEqual(self.checkpoint_step(ckpt), 10)
 

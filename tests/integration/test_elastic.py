@@ -1,0 +1,954 @@
+"""Elastic membership (--nnodes MIN:MAX, issue 10): several ddprun agents on loopback share one dynamic
+rendezvous (--rdzv-endpoint 127.0.0.1:PORT; the first agent to bind it hosts the server in-process). A node
+lost or stopped re-forms the job without it while MIN remain and a restart is left; a late joiner re-forms
+it with itself (no restart used); MAX in refuses a further node; the hosting node's departure ends the job.
+
+Rounds are told apart by TORCHELASTIC_RESTART_COUNT: each worker prints it, WORLD_SIZE, RANK and
+TORCHELASTIC_MAX_RESTARTS first thing, so a node's output holds, per rank prefix, one block of four lines
+per worker it ran (a round's workers are all gone before the next round starts)."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import unittest
+
+from harness import DDPRUN, DdprunTestCase, Result, WORKER, pid_alive
+
+REFUSED = 77
+ENV_NAMES = ("TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE", "RANK", "TORCHELASTIC_MAX_RESTARTS")
+RENDEZVOUS = os.environ.get("DDPRUN_RENDEZVOUS",
+                            os.path.join(os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous"))
+BOUND = 20  # seconds: every "ends within" of these tests; each takes a few seconds on an idle machine
+# --rdzv-conf last_call_timeout of a job that starts below MAX: every node started at once joins within it.
+LAST_CALL = 3
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port):
+    """Whether something listens on TCP `port` (from /proc/net/tcp: no probe connection to disturb the server)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                        return True
+        except OSError:
+            pass
+    return False
+
+
+def worker_runs(stdout):
+    """The workers a node ran, from its stdout: a list of {NAME: value, "prefix": rank} per worker, oldest first."""
+    lines = {}
+    for line in stdout.decode(errors="replace").splitlines():
+        if not line.startswith("[rank") or "]: " not in line:
+            continue
+        prefix, text = line.split("]: ", 1)
+        name, _, value = text.partition("=")
+        if name in ENV_NAMES:
+            lines.setdefault(int(prefix[len("[rank"):]), []).append((name, value))
+    runs = []
+    for prefix, seq in lines.items():
+        if len(seq) % len(ENV_NAMES):
+            raise AssertionError(f"rank {prefix}: a worker printed part of its environment: {seq}")
+        for i in range(0, len(seq), len(ENV_NAMES)):
+            block = seq[i:i + len(ENV_NAMES)]
+            if [n for n, _ in block] != list(ENV_NAMES):
+                raise AssertionError(f"rank {prefix}: lines out of order: {seq}")
+            run = {n: int(v) for n, v in block}
+            run["prefix"] = prefix
+            runs.append(run)
+    return runs
+
+
+class ElasticCase(DdprunTestCase):
+    def setUp(self):
+        super().setUp()
+        self.port = free_port()
+        self.ready = self.path("ready")
+        os.mkdir(self.ready)
+        self.go = self.path("go")
+        self.pids = self.path("pids")
+        self.env["DDPRUN_TOKEN"] = "elastic-token"
+        self.agents = []
+
+    def tearDown(self):
+        # A test that failed half-way may leave agents running: kill them (their workers die with them: the job
+        # guard), then the harness checks that nothing at all is left.
+        left = [a for a in self.agents if a.poll() is None]
+        for a in left:
+            try:
+                os.killpg(a.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for a in self.agents:
+            a.communicate()
+        super().tearDown()
+        self.assertEqual([a.pid for a in left], [], "agents still running at the end of the test")
+
+    def agent(self, nnodes, *steps, name, nproc=2, max_restarts=0, last_call=10, term_timeout=2, log_file=False,
+              rdzv_timeout=BOUND, extra=()):
+        """One node: ddprun --nnodes NNODES on the shared endpoint; its events go to ev_NAME.jsonl, and with
+        log_file its stderr to err_NAME.log (readable while it runs) instead of a pipe."""
+        args = [DDPRUN, "--nnodes", nnodes, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "elastic",
+                "--rdzv-conf", f"last_call_timeout={last_call}", "--nproc-per-node", nproc,
+                "--max-restarts", max_restarts, "--heartbeat-interval", "0.2", "--heartbeat-timeout", "1",
+                "--rdzv-timeout", rdzv_timeout, "--term-timeout", term_timeout, "--events-file",
+                self.path(f"ev_{name}.jsonl"), *extra, WORKER, *[f"env={n}" for n in ENV_NAMES],
+                f"pidfile={self.pids}", *steps]
+        stderr = open(self.path(f"err_{name}.log"), "wb") if log_file else subprocess.PIPE
+        try:
+            p = subprocess.Popen(list(map(str, args)), stdout=subprocess.PIPE, stderr=stderr,
+                                 stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+        finally:
+            if log_file:
+                stderr.close()
+        p.name = name
+        p.log_file = self.path(f"err_{name}.log") if log_file else None
+        self.agents.append(p)
+        return p
+
+    def log_of(self, p):
+        with open(p.log_file, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def wait_for_log(self, p, *texts):
+        """Waits until one of `texts` is in the log of `p`; returns the first one found."""
+        deadline = time.monotonic() + BOUND
+        while True:
+            log = self.log_of(p)
+            for text in texts:
+                if text in log:
+                    return text
+            if time.monotonic() > deadline:
+                self.fail(f"none of {texts!r} in the log of {p.name} within {BOUND}s:\n{log[-3000:]}")
+            time.sleep(0.01)
+
+    def host_agent(self, nnodes, *steps, name="host", **kw):
+        """The first agent, which hosts the server: returns once the endpoint listens, so the next ones join it."""
+        p = self.agent(nnodes, *steps, name=name, **kw)
+        deadline = time.monotonic() + BOUND
+        while not listening(self.port):
+            if p.poll() is not None or time.monotonic() > deadline:
+                out, err = p.communicate()
+                self.fail(f"the first agent never listened on {self.port}: exit {p.returncode}\n{err[-3000:]!r}")
+            time.sleep(0.01)
+        return p
+
+    def wait_all(self, procs, timeout=BOUND):
+        results = []
+        t0 = time.monotonic()
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=max(1, timeout - (time.monotonic() - t0)))
+            except subprocess.TimeoutExpired:
+                self.fail(f"ddprun {p.name} (pid {p.pid}) did not finish within {timeout}s")  # tearDown kills
+            if p.log_file:
+                with open(p.log_file, "rb") as f:
+                    err = f.read()
+            results.append(Result(p, out, err, time.monotonic() - t0))
+        return results
+
+    def wait_ready(self, ranks):
+        self.wait_for_files([os.path.join(self.ready, f"ready.{r}") for r in ranks], timeout=BOUND)
+
+    def clear_ready(self):
+        """Forget the round's ready files, so that the next round's show up anew."""
+        shutil.rmtree(self.ready)
+        os.mkdir(self.ready)
+
+    def release(self):
+        with open(self.go, "w"):
+            pass
+
+    def events_of(self, name):
+        """Node NAME's events so far: none before its file exists, complete lines only while it is written."""
+        try:
+            with open(self.path(f"ev_{name}.jsonl")) as f:
+                text = f.read()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in text.split("\n")[:-1]]
+
+    def rounds(self, name):
+        """(restart_count, nnodes, world_size, node_rank, rank_offset) of each rendezvous event of node NAME."""
+        return [(e["restart_count"], e["nnodes"], e["world_size"], e["node_rank"], e["rank_offset"])
+                for e in self.events_of(name) if e["event"] == "rendezvous"]
+
+    def of_event(self, name, kind):
+        return [e for e in self.events_of(name) if e["event"] == kind]
+
+    def worker_pids(self, ranks):
+        """The pids the workers of `ranks` wrote to the pidfile (the rank's latest worker)."""
+        pids = {}
+        with open(self.pids) as f:
+            for line in f:
+                rank, pid, _ = map(int, line.split())
+                pids[rank] = pid
+        return [pids[r] for r in ranks]
+
+    def assert_gone_within(self, pids, seconds):
+        deadline = time.monotonic() + seconds
+        while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual([p for p in pids if pid_alive(p)], [], "processes of the departed node still alive")
+
+
+class Elastic(ElasticCase):
+    # The steps of a worker that waits for the test's word, then succeeds (a round that is re-formed kills it
+    # while it waits).
+    def waiting(self):
+        return [f"ready={self.ready}", f"waitfile={self.go}", "exit=0"]
+
+    def test_node_lost_the_others_reform_without_it(self):
+        host = self.host_agent("2:3", *self.waiting(), name="a", max_restarts=1)
+        b = self.agent("2:3", *self.waiting(), name="b", max_restarts=1)
+        c = self.agent("2:3", *self.waiting(), name="c", max_restarts=1)
+        self.wait_ready(range(6))
+        first = {n: self.rounds(n) for n in "abc"}
+        for n in "abc":
+            self.assertEqual([r[:3] for r in first[n]], [(0, 3, 6)], n)
+        self.assertEqual(sorted(first[n][0][3] for n in "abc"), [0, 1, 2])
+        lost_rank, lost_offset = first["b"][0][3], first["b"][0][4]
+        lost_workers = self.worker_pids([lost_offset, lost_offset + 1])
+        self.clear_ready()
+        os.kill(b.pid, signal.SIGKILL)
+        self.assertEqual(self.wait_all([b])[0].code, -signal.SIGKILL)
+        self.assert_gone_within(lost_workers, BOUND)  # the job guard ends the workers of a SIGKILLed ddprun
+        self.wait_ready(range(4))
+        self.release()
+        results = dict(zip("ac", self.wait_all([host, c])))
+        for n, res in results.items():
+            self.assertEqual(res.code, 0, res)
+
+        # Round 1: two nodes, kept in their order, contiguous ranks 0..3, each worker saw the new world.
+        survivors = sorted("ac", key=lambda n: first[n][0][3])
+        second = []
+        for i, n in enumerate(survivors):
+            rounds = self.rounds(n)
+            self.assertEqual(rounds, [first[n][0], (1, 2, 4, i, 2 * i)], n)
+            runs = worker_runs(results[n].stdout)
+            self.assertEqual(sorted((r["TORCHELASTIC_RESTART_COUNT"], r["WORLD_SIZE"], r["RANK"]) for r in runs),
+                             sorted([(0, 6, first[n][0][4]), (0, 6, first[n][0][4] + 1), (1, 4, 2 * i),
+                                     (1, 4, 2 * i + 1)]), results[n])
+            self.assertTrue(all(r["prefix"] == r["RANK"] and r["TORCHELASTIC_MAX_RESTARTS"] == 1 for r in runs), runs)
+            second += [r["RANK"] for r in runs if r["TORCHELASTIC_RESTART_COUNT"] == 1]
+        self.assertEqual(sorted(second), [0, 1, 2, 3])
+        self.assertEqual(self.rounds("b"), first["b"])  # the lost node saw only the first round
+
+        for n in "ac":
+            cause = f"node {lost_rank} (host {socket.gethostname()}) lost: connection closed"
+            restarting = self.of_event(n, "restarting")
+            self.assertEqual(len(restarting), 1, restarting)
+            self.assertFalse(restarting[0]["membership"])
+            self.assertTrue(restarting[0]["cause"].startswith(cause), restarting)
+            self.assertIn(f"re-forming the job without node {lost_rank} (host", restarting[0]["reason"])
+            self.assertIn("2 nodes left (restart 1 of 1)", restarting[0]["reason"])
+            summary = self.of_event(n, "summary")
+            self.assertEqual(len(summary), 1)
+            self.assertEqual(summary[0]["exit_code"], 0)
+            self.assertEqual(summary[0]["earlier_rounds"],
+                             [{"round": 0, "nnodes": 3, "world_size": 6, "cause": restarting[0]["cause"]}])
+            err = results[n].stderr.decode()
+            self.assertIn("earlier rounds (1), each ended by a re-form:", err, results[n])
+            self.assertIn(f"round 0 (3 nodes, world size 6): {cause}", err, results[n])
+
+    def test_late_joiner_is_admitted_without_a_restart(self):
+        a = self.host_agent("1:3", *self.waiting(), name="a", last_call=LAST_CALL)
+        b = self.agent("1:3", *self.waiting(), name="b", last_call=LAST_CALL)
+        self.wait_ready(range(4))
+        for n in "ab":
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4)], n)
+        self.clear_ready()
+        c = self.agent("1:3", *self.waiting(), name="c", last_call=LAST_CALL)
+        self.wait_ready(range(6))
+        self.release()
+        results = dict(zip("abc", self.wait_all([a, b, c])))
+        for n, res in results.items():
+            self.assertEqual(res.code, 0, res)
+            runs = worker_runs(res.stdout)
+            last = [r for r in runs if r["TORCHELASTIC_RESTART_COUNT"] == 1]
+            self.assertEqual(len(last), 2, res)
+            self.assertTrue(all(r["WORLD_SIZE"] == 6 and r["TORCHELASTIC_MAX_RESTARTS"] == 0 for r in last), runs)
+            self.assertTrue(all(r["prefix"] == r["RANK"] for r in runs), runs)
+        # The joiner ran only the second round, as node 2 with ranks 4 and 5; the others kept their places.
+        self.assertEqual(sorted(r["RANK"] for r in worker_runs(results["c"].stdout)), [4, 5])
+        self.assertEqual(len(worker_runs(results["c"].stdout)), 2)
+        self.assertEqual(self.rounds("c"), [(1, 3, 6, 2, 4)])
+        for n in "ab":
+            first = self.rounds(n)[0]
+            self.assertEqual(self.rounds(n), [first, (1, 3, 6, first[3], first[4])], n)
+            restarting = self.of_event(n, "restarting")
+            self.assertEqual(len(restarting), 1, restarting)
+            self.assertTrue(restarting[0]["membership"])
+            self.assertIn("joined, 3 nodes in the next round (a membership change: no restart used)",
+                          restarting[0]["reason"])
+            self.assertEqual(self.of_event(n, "summary")[0]["earlier_rounds"],
+                             [{"round": 0, "nnodes": 2, "world_size": 4, "cause": restarting[0]["reason"]}])
+            self.assertIn("round 0 (2 nodes, world size 4): re-forming the job: host", results[n].stderr.decode())
+        self.assertEqual(self.of_event("c", "restarting"), [])
+        self.assertNotIn("earlier_rounds", self.of_event("c", "summary")[0])
+
+    def test_fewer_than_min_left_stops_the_job(self):
+        a = self.host_agent("2:3", f"ready={self.ready}", "hang", name="a", max_restarts=3, last_call=0.5)
+        b = self.agent("2:3", f"ready={self.ready}", "hang", name="b", max_restarts=3, last_call=0.5)
+        self.wait_ready(range(4))
+        lost = self.rounds("b")[0][3]
+        os.kill(b.pid, signal.SIGKILL)
+        res = self.wait_all([a])[0]
+        self.wait_all([b])
+        self.assertEqual(res.code, 1, res)  # a lost node
+        err = res.stderr.decode()
+        self.assertIn("1 node left, fewer than the 2 that --nnodes 2:3 needs", err, res)
+        self.assertIn(f"root cause: node {lost} (host {socket.gethostname()}) lost", err, res)
+        summary = self.of_event("a", "summary")[0]
+        self.assertEqual(summary["exit_code"], 1)
+        self.assertEqual(summary["root_cause"]["node_rank"], lost)
+        self.assertEqual(self.of_event("a", "restarting"), [])  # no re-form was tried
+        self.assertEqual(len(self.rounds("a")), 1)
+
+    def test_restart_budget_spent_ends_with_the_root_cause(self):
+        # Node 1's first worker (rank 2) exits 3 in every round, a moment after it started.
+        steps = [f"ready={self.ready}", "@2:sleep=0.3", "@2:exit=3", "hang"]
+        a = self.host_agent("1:2", *steps, name="a", max_restarts=2)
+        b = self.agent("1:2", *steps, name="b", max_restarts=2)
+        results = dict(zip("ab", self.wait_all([a, b])))
+        host = socket.gethostname()
+        for n, res in results.items():
+            self.assertEqual(res.code, 3, res)
+            rounds = self.rounds(n)
+            self.assertEqual([r[:3] for r in rounds], [(0, 2, 4), (1, 2, 4), (2, 2, 4)], n)
+            self.assertEqual(len({r[3] for r in rounds}), 1, rounds)  # same node rank every round
+            err = res.stderr.decode()
+            self.assertIn("earlier rounds (2), each ended by a re-form:", err, res)
+            for i in range(2):
+                self.assertRegex(err, rf"round {i} \(2 nodes, world size 4\): rank 2 \(local rank 0, node 1, "
+                                      rf"host {host}, pid \d+\) exited with code 3\n")
+            self.assertRegex(err, rf"root cause: rank 2 \(local rank 0, node 1, host {host}")
+            restarting = self.of_event(n, "restarting")
+            self.assertEqual([e["reason"] for e in restarting],
+                             ["restarting the job (restart 1 of 2)", "restarting the job (restart 2 of 2)"])
+            summary = self.of_event(n, "summary")[0]
+            self.assertEqual(summary["exit_code"], 3)
+            self.assertEqual([(e["round"], e["nnodes"], e["world_size"]) for e in summary["earlier_rounds"]],
+                             [(0, 2, 4), (1, 2, 4)])
+
+    def leave_by_signal(self, sig):
+        """Three nodes under 1:3, --max-restarts 1; a non-host node's ddprun gets `sig`: it exits 128+sig, the
+        other two re-form without it and succeed. Returns the departed node's result."""
+        a = self.host_agent("1:3", *self.waiting(), name="a", max_restarts=1)
+        b = self.agent("1:3", *self.waiting(), name="b", max_restarts=1)
+        c = self.agent("1:3", *self.waiting(), name="c", max_restarts=1)
+        self.wait_ready(range(6))
+        stopped, offset = self.rounds("b")[0][3:]
+        gone = self.worker_pids([offset, offset + 1])
+        self.clear_ready()
+        os.kill(b.pid, sig)
+        res_b = self.wait_all([b])[0]
+        self.assertEqual(res_b.code, 128 + sig, res_b)
+        self.assertEqual([p for p in gone if pid_alive(p)], [])  # its ddprun ended its workers before exiting
+        self.assertIn(f"root cause: ddprun on node {stopped} (host {socket.gethostname()}) received "
+                      f"{signal.Signals(sig).name}", res_b.stderr.decode(), res_b)
+        self.wait_ready(range(4))
+        self.release()
+        for n, res in zip("ac", self.wait_all([a, c])):
+            self.assertEqual(res.code, 0, res)
+            rounds = self.rounds(n)
+            self.assertEqual([r[:3] for r in rounds], [(0, 3, 6), (1, 2, 4)], n)
+            restarting = self.of_event(n, "restarting")
+            self.assertEqual([e["cause"] for e in restarting],
+                             [f"ddprun on node {stopped} (host {socket.gethostname()}) received "
+                              f"{signal.Signals(sig).name}"])
+            self.assertIn("(restart 1 of 1)", restarting[0]["reason"])
+            self.assertEqual(sorted((r["RANK"], r["WORLD_SIZE"]) for r in worker_runs(res.stdout)
+                                    if r["TORCHELASTIC_RESTART_COUNT"] == 1),
+                             [(2 * rounds[1][3], 4), (2 * rounds[1][3] + 1, 4)])
+        self.assertEqual(len(self.rounds("b")), 1)
+        return res_b
+
+    def test_node_stopped_by_sigterm_leaves_the_others_reform(self):
+        self.leave_by_signal(signal.SIGTERM)
+
+    def test_node_stopped_by_sigint_leaves_the_others_reform(self):
+        self.leave_by_signal(signal.SIGINT)
+
+    def test_node_stopped_by_sighup_leaves_the_others_reform(self):
+        self.leave_by_signal(signal.SIGHUP)
+
+    def test_node_stopped_by_sigquit_leaves_the_others_reform(self):
+        self.leave_by_signal(signal.SIGQUIT)
+
+    # BUG (same root as test_fewer_than_min_reason_reaches_every_node: NodeAgent::on_stop drops StopMsg.reason):
+    # the server tells a node stopped by a signal "this node left the job; it re-forms without it", but its
+    # ddprun reports only "job FAILED ... root cause: ddprun on node 1 (host vm) received SIGTERM", so its user
+    # cannot tell that the rest of the job goes on.
+    @unittest.expectedFailure
+    def test_a_node_that_leaves_is_told_the_job_goes_on(self):
+        res = self.leave_by_signal(signal.SIGTERM)
+        self.assertIn("this node left the job; it re-forms without it", res.stderr.decode(), res)
+
+    def test_a_node_beyond_max_is_refused_job_undisturbed(self):
+        a = self.host_agent("1:2", *self.waiting(), name="a")
+        b = self.agent("1:2", *self.waiting(), name="b")
+        self.wait_ready(range(4))
+        c = self.agent("1:2", "exit=5", name="c")
+        res = self.wait_all([c])[0]
+        self.assertEqual(res.code, REFUSED, res)
+        # One line says why (the rest is the usual summary, which repeats it); nothing ran on that node.
+        err_lines = res.stderr.decode().splitlines()
+        why = "the rendezvous server refused this node: the job already has 2 nodes, the most --nnodes 1:2 allows"
+        self.assertEqual([line for line in err_lines if "ERROR" in line], [f"[ddprun pid {c.pid}] ERROR: {why}"], res)
+        self.assertIn(f"ddprun: root cause: {why} at ", res.stderr.decode(), res)
+        self.assertEqual(err_lines[-1], "ddprun: exit code 77", res)
+        self.assertEqual(res.stdout, b"", res)
+        self.assertEqual([e["event"] for e in self.events_of("c")], ["summary"])
+        with open(self.pids) as f:
+            self.assertEqual(len(f.readlines()), 4)  # no worker was restarted
+        self.release()
+        for n, r in zip("ab", self.wait_all([a, b])):
+            self.assertEqual(r.code, 0, r)
+            self.assertEqual([x[:3] for x in self.rounds(n)], [(0, 2, 4)], n)
+            self.assertEqual(self.of_event(n, "restarting"), [])
+
+    def test_host_agent_stopped_ends_every_node(self):
+        a = self.host_agent("1:3", f"ready={self.ready}", "hang", name="a", max_restarts=3)
+        b = self.agent("1:3", f"ready={self.ready}", "hang", name="b", max_restarts=3)
+        c = self.agent("1:3", f"ready={self.ready}", "hang", name="c", max_restarts=3)
+        self.wait_ready(range(6))
+        t0 = time.monotonic()
+        os.kill(a.pid, signal.SIGTERM)
+        results = dict(zip("abc", self.wait_all([a, b, c])))
+        self.assertLess(time.monotonic() - t0, BOUND)
+        self.assertEqual(results["a"].code, 128 + signal.SIGTERM, results["a"])
+        for n in "bc":
+            self.assertEqual(results[n].code, 128 + signal.SIGTERM, results[n])
+            self.assertIn(f"root cause: ddprun on node {self.rounds('a')[0][3]} (host {socket.gethostname()}) "
+                          "received SIGTERM", results[n].stderr.decode(), results[n])
+            self.assertEqual(self.of_event(n, "restarting"), [])
+            self.assertEqual(len(self.rounds(n)), 1)
+        # The server, in the host's ddprun, says why the job could not re-form without it.
+        self.assertIn("stopping the job (a node was stopped; it hosts the rendezvous server, without which the job "
+                      "cannot re-form)", results["a"].stderr.decode(), results["a"])
+
+    # BUG: the reason why the job could not re-form ("fewer than the MIN ...", "no restart left", "it hosts the
+    # rendezvous server") travels in the server's stop message (StopMsg.reason) but an agent that is told to stop
+    # (NodeAgent::on_stop, not restarting) logs only the root cause ("job stopped: node 2 (host vm) lost: ...") and
+    # neither its summary nor its events file carries the reason: only the hosting node's stderr (the server's own
+    # log) says it. docs/MULTINODE.md: "the job stops with that node as the root cause, and the reason says which".
+    @unittest.expectedFailure
+    def test_fewer_than_min_reason_reaches_every_node(self):
+        steps = [f"ready={self.ready}", "hang"]
+        a = self.host_agent("3:4", *steps, name="a", max_restarts=3, last_call=0.5)
+        b = self.agent("3:4", *steps, name="b", max_restarts=3, last_call=0.5)
+        c = self.agent("3:4", *steps, name="c", max_restarts=3, last_call=0.5)
+        self.wait_ready(range(6))
+        lost = self.rounds("c")[0][3]
+        os.kill(c.pid, signal.SIGKILL)
+        results = dict(zip("ab", self.wait_all([a, b])))
+        self.wait_all([c])
+        for n, res in results.items():
+            self.assertEqual(res.code, 1, res)
+            self.assertIn(f"root cause: node {lost} (host {socket.gethostname()}) lost", res.stderr.decode(), res)
+        self.assertIn("2 nodes left, fewer than the 3 that --nnodes 3:4 needs", results["a"].stderr.decode())
+        self.assertIn("2 nodes left, fewer than the 3 that --nnodes 3:4 needs", results["b"].stderr.decode(),
+                      results["b"])  # fails: the non-host node never says why
+
+
+class ElasticEdges(ElasticCase):
+    def waiting(self):
+        return [f"ready={self.ready}", f"waitfile={self.go}", "exit=0"]
+
+    def test_node_lost_with_no_restart_left_stops_the_job(self):
+        a = self.host_agent("1:3", *self.waiting(), name="a")
+        b = self.agent("1:3", *self.waiting(), name="b")
+        c = self.agent("1:3", *self.waiting(), name="c")
+        self.wait_ready(range(6))
+        lost = self.rounds("c")[0][3]
+        os.kill(c.pid, signal.SIGKILL)
+        results = dict(zip("ab", self.wait_all([a, b])))
+        self.wait_all([c])
+        for n, res in results.items():
+            self.assertEqual(res.code, 1, res)
+            self.assertIn(f"root cause: node {lost} (host {socket.gethostname()}) lost", res.stderr.decode(), res)
+            self.assertEqual(self.of_event(n, "restarting"), [])
+        self.assertIn("a node was lost; no restart left to re-form without it (--max-restarts 0)",
+                      results["a"].stderr.decode(), results["a"])
+
+    def test_join_is_free_then_a_loss_uses_the_restart_then_the_next_loss_stops(self):
+        # --max-restarts 1: the join re-forms for free (count 1), the first loss re-forms with the one restart
+        # (count 2), the second loss has none left.
+        a = self.host_agent("1:3", *self.waiting(), name="a", max_restarts=1, last_call=LAST_CALL)
+        b = self.agent("1:3", *self.waiting(), name="b", max_restarts=1, last_call=LAST_CALL)
+        self.wait_ready(range(4))
+        self.clear_ready()
+        c = self.agent("1:3", *self.waiting(), name="c", max_restarts=1)
+        self.wait_ready(range(6))
+        self.clear_ready()
+        os.kill(b.pid, signal.SIGKILL)
+        self.wait_all([b])
+        self.wait_ready(range(4))
+        for n in "ac":
+            self.assertEqual([r[:3] for r in self.rounds(n)][-1], (2, 2, 4), n)
+        os.kill(c.pid, signal.SIGKILL)
+        self.wait_all([c])
+        res = self.wait_all([a])[0]
+        self.assertEqual(res.code, 1, res)
+        self.assertIn("no restart left to re-form without it (--max-restarts 1)", res.stderr.decode(), res)
+        self.assertEqual([r[:3] for r in self.rounds("a")], [(0, 2, 4), (1, 3, 6), (2, 2, 4)])
+        self.assertEqual([e["membership"] for e in self.of_event("a", "restarting")], [True, False])
+        runs = worker_runs(res.stdout)
+        self.assertEqual(sorted({(r["TORCHELASTIC_RESTART_COUNT"], r["WORLD_SIZE"]) for r in runs}),
+                         [(0, 4), (1, 6), (2, 4)])
+
+    def test_a_node_joining_during_a_reform_is_placed_in_the_next_round(self):
+        # Rank 0 is killed once every worker is ready; they all ignore SIGTERM, so the restart's teardown waits out
+        # --term-timeout (5 s): the third node starts then, and the restart round includes it.
+        steps = ["ignore=TERM", f"ready={self.ready}", f"waitfile={self.go}", "exit=0"]
+        a = self.host_agent("1:3", *steps, name="a", max_restarts=1, last_call=LAST_CALL, term_timeout=5)
+        b = self.agent("1:3", *steps, name="b", max_restarts=1, last_call=LAST_CALL, term_timeout=5)
+        self.wait_ready(range(4))
+        self.clear_ready()
+        os.kill(self.worker_pids([0])[0], signal.SIGKILL)
+        deadline = time.monotonic() + BOUND
+        while not self.of_event("a", "restarting"):
+            self.assertLess(time.monotonic(), deadline, "no re-form")
+            time.sleep(0.01)
+        c = self.agent("1:3", f"ready={self.ready}", f"waitfile={self.go}", "exit=0", name="c", max_restarts=1)
+        self.wait_ready(range(6))
+        self.release()
+        results = dict(zip("abc", self.wait_all([a, b, c])))
+        for n, res in results.items():
+            self.assertEqual(res.code, 0, res)
+        for n in "ab":
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4), (1, 3, 6)], n)
+            self.assertEqual([e["membership"] for e in self.of_event(n, "restarting")], [False])
+        self.assertEqual(self.rounds("c"), [(1, 3, 6, 2, 4)])
+
+    def test_a_node_joining_a_finishing_job_runs_nothing_and_exits_0(self):
+        # Node a's workers exit 0 at once; b's wait. A node starting now waits, and is told the job completed.
+        a = self.host_agent("1:3", f"ready={self.ready}", "exit=0", name="a", last_call=LAST_CALL, log_file=True)
+        b = self.agent("1:3", f"ready={self.ready}", f"waitfile={self.go}", "exit=0", name="b", last_call=LAST_CALL)
+        self.wait_ready(range(4))
+        first_a = self.rounds("a")[0]
+        deadline = time.monotonic() + BOUND
+        while len(self.of_event("a", "exited")) < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        time.sleep(1)  # a's "done" reaches the server (loopback, milliseconds)
+        c = self.agent("1:3", "exit=5", name="c")
+        finishing = "; it waits for the next round (the job is finishing)"
+        self.assertEqual(self.wait_for_log(a, finishing, "re-forming the job: host"), finishing)
+        self.assertIsNone(c.poll())
+        self.release()
+        results = dict(zip("abc", self.wait_all([a, b, c])))
+        for n, res in results.items():
+            self.assertEqual(res.code, 0, res)
+        self.assertIn("the job completed before the rendezvous placed this node in a round: nothing ran here",
+                      results["c"].stderr.decode(), results["c"])
+        self.assertEqual(results["c"].stdout, b"")
+        self.assertEqual(self.rounds("c"), [])
+        self.assertEqual(self.rounds("a"), [first_a])
+
+    def stop_and_resume(self):
+        """Three nodes under 1:3, --max-restarts 1; a non-host agent is SIGSTOPped: after --heartbeat-timeout the
+        others re-form without it and succeed; once resumed, it ends its stale workers and exits. Returns its
+        result."""
+        a = self.host_agent("1:3", *self.waiting(), name="a", max_restarts=1)
+        b = self.agent("1:3", *self.waiting(), name="b", max_restarts=1)
+        c = self.agent("1:3", *self.waiting(), name="c", max_restarts=1)
+        self.wait_ready(range(6))
+        offset = self.rounds("c")[0][4]
+        stale = self.worker_pids([offset, offset + 1])
+        self.clear_ready()
+        os.kill(c.pid, signal.SIGSTOP)
+        try:
+            self.wait_ready(range(4))  # re-formed without c after --heartbeat-timeout (1 s)
+        finally:
+            os.kill(c.pid, signal.SIGCONT)
+        res_c = self.wait_all([c])[0]
+        self.assert_gone_within(stale, BOUND)
+        self.release()
+        for n, res in zip("ab", self.wait_all([a, b])):
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 3, 6), (1, 2, 4)], n)
+            self.assertIn("lost: missed heartbeats for 1", self.of_event(n, "restarting")[0]["cause"])
+        self.assertEqual(len(self.rounds("c")), 1)
+        return res_c
+
+    def test_a_stopped_agent_is_dropped_after_its_heartbeats_and_ends_when_resumed(self):
+        res = self.stop_and_resume()
+        self.assertEqual(res.code, 74, res)  # the rendezvous closed its connection
+
+    # BUG: the server drops a node that missed its heartbeats by closing the connection without a word
+    # (rules::node_lost pushes Close only; a node stopped by a signal gets a StopMsg first), so the resumed
+    # ddprun says "lost the rendezvous server at 127.0.0.1:PORT: connection closed" (exit 74) although the
+    # server is alive and the job went on without it.
+    @unittest.expectedFailure
+    def test_a_dropped_agent_is_told_why(self):
+        res = self.stop_and_resume()
+        self.assertNotIn("lost the rendezvous server", res.stderr.decode(), res)
+
+    def test_a_joiner_with_another_worker_count_gets_the_prefix_sum_ranks(self):
+        a = self.host_agent("1:3", *self.waiting(), name="a", last_call=LAST_CALL)
+        b = self.agent("1:3", *self.waiting(), name="b", nproc=1, last_call=LAST_CALL)
+        self.wait_ready(range(3))
+        self.clear_ready()
+        c = self.agent("1:3", *self.waiting(), name="c", nproc=3)
+        self.wait_ready(range(6))
+        self.release()
+        results = dict(zip("abc", self.wait_all([a, b, c])))
+        final = []
+        for n, res in results.items():
+            self.assertEqual(res.code, 0, res)
+            final += [(r["RANK"], r["WORLD_SIZE"]) for r in worker_runs(res.stdout)
+                      if r["TORCHELASTIC_RESTART_COUNT"] == 1]
+        self.assertEqual(sorted(final), [(r, 6) for r in range(6)])
+        self.assertEqual(self.rounds("c"), [(1, 3, 6, 2, 3)])
+        self.assertEqual(sorted(r["RANK"] for r in worker_runs(results["c"].stdout)), [3, 4, 5])
+
+    def test_a_burst_of_joiners_ends_in_one_world(self):
+        # Two nodes start at once: the first re-forms the job, the second joins it in the same re-form or
+        # re-forms it again; either way the last round has all four nodes, the same restart count everywhere.
+        a = self.host_agent("1:4", *self.waiting(), name="a", last_call=LAST_CALL, nproc=1)
+        b = self.agent("1:4", *self.waiting(), name="b", last_call=LAST_CALL, nproc=1)
+        self.wait_ready(range(2))
+        c = self.agent("1:4", *self.waiting(), name="c", nproc=1)
+        d = self.agent("1:4", *self.waiting(), name="d", nproc=1)
+        deadline = time.monotonic() + BOUND
+        while not all(self.rounds(n) and self.rounds(n)[-1][1] == 4 for n in "abcd"):
+            self.assertLess(time.monotonic(), deadline, [self.rounds(n) for n in "abcd"])
+            time.sleep(0.01)
+        self.release()
+        results = dict(zip("abcd", self.wait_all([a, b, c, d])))
+        last = {n: self.rounds(n)[-1] for n in "abcd"}
+        self.assertEqual({r[:3] for r in last.values()}, {(last["a"][0], 4, 4)})
+        self.assertIn(last["a"][0], (1, 2))
+        self.assertEqual(sorted(r[3] for r in last.values()), [0, 1, 2, 3])
+        self.assertEqual([last[n][3] for n in "ab"], [self.rounds(n)[0][3] for n in "ab"])  # kept their places
+        final = []
+        for n, res in results.items():
+            self.assertEqual(res.code, 0, res)
+            final += [r["RANK"] for r in worker_runs(res.stdout)
+                      if r["TORCHELASTIC_RESTART_COUNT"] == last["a"][0] and r["WORLD_SIZE"] == 4]
+            self.assertTrue(all(e["membership"] for e in self.of_event(n, "restarting")), n)
+        self.assertEqual(sorted(final), [0, 1, 2, 3])
+
+    def test_a_node_lost_during_a_reform_costs_no_second_restart(self):
+        # A worker is killed (the one restart of --max-restarts 1); while the restart waits out --term-timeout
+        # (the workers ignore SIGTERM), a third node's agent is SIGKILLed: the job goes on with two nodes.
+        steps = ["ignore=TERM", f"ready={self.ready}", f"waitfile={self.go}", "exit=0"]
+        a = self.host_agent("1:3", *steps, name="a", max_restarts=1, term_timeout=3, log_file=True)
+        b = self.agent("1:3", *steps, name="b", max_restarts=1, term_timeout=3)
+        c = self.agent("1:3", *steps, name="c", max_restarts=1, term_timeout=3)
+        self.wait_ready(range(6))
+        lost = self.rounds("c")[0][3]
+        self.clear_ready()
+        os.kill(self.worker_pids([0])[0], signal.SIGKILL)
+        deadline = time.monotonic() + BOUND
+        while not self.of_event("c", "restarting"):
+            self.assertLess(time.monotonic(), deadline, "no re-form")
+            time.sleep(0.01)
+        os.kill(c.pid, signal.SIGKILL)
+        self.wait_all([c])
+        self.wait_ready(range(4))
+        self.release()
+        for n, res in zip("ab", self.wait_all([a, b])):
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 3, 6), (1, 2, 4)], n)
+            restarting = self.of_event(n, "restarting")
+            self.assertEqual(len(restarting), 1, restarting)
+            self.assertRegex(restarting[0]["cause"], r"^rank 0 \(local rank 0, node 0, .* was killed by signal 9")
+        self.assertIn(f" left while the job re-formed (node {lost} (host", self.log_of(a))
+        self.assertIn("2 nodes go on", self.log_of(a))
+
+    def test_the_host_agent_killed_ends_every_node(self):
+        a = self.host_agent("1:3", f"ready={self.ready}", "hang", name="a", max_restarts=3)
+        b = self.agent("1:3", f"ready={self.ready}", "hang", name="b", max_restarts=3)
+        c = self.agent("1:3", f"ready={self.ready}", "hang", name="c", max_restarts=3)
+        self.wait_ready(range(6))
+        host_workers = self.worker_pids([self.rounds("a")[0][4], self.rounds("a")[0][4] + 1])
+        os.kill(a.pid, signal.SIGKILL)
+        results = dict(zip("abc", self.wait_all([a, b, c])))
+        self.assertEqual(results["a"].code, -signal.SIGKILL)
+        self.assert_gone_within(host_workers, BOUND)
+        for n in "bc":
+            self.assertEqual(results[n].code, 74, results[n])  # lost the rendezvous server
+            self.assertIn("lost the rendezvous server at 127.0.0.1:", results[n].stderr.decode(), results[n])
+            self.assertEqual(len(self.rounds(n)), 1)
+
+    def test_a_node_gone_before_the_first_round_only_frees_its_place(self):
+        # 2:3, last call 4 s: a and b joined, b is killed before the round starts, c joins: the round starts
+        # with a and c.
+        a = self.host_agent("2:3", f"ready={self.ready}", "exit=0", name="a", last_call=4, log_file=True,
+                            extra=("-v",))
+        b = self.agent("2:3", f"ready={self.ready}", "exit=0", name="b", last_call=4)
+        self.wait_for_log(a, "), 2 of 3")  # the server's debug line "node joined: host ... 2 of 3"
+        os.kill(b.pid, signal.SIGKILL)
+        self.wait_for_log(a, "left before the rendezvous completed")
+        c = self.agent("2:3", f"ready={self.ready}", "exit=0", name="c", last_call=4)
+        results = dict(zip("ac", self.wait_all([a, c])))
+        self.assertEqual(self.wait_all([b])[0].code, -signal.SIGKILL)
+        for n, res in results.items():
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4)], n)
+        self.assertEqual(self.rounds("b"), [])
+
+    def test_a_node_lost_after_another_finished_reruns_the_finished_one(self):
+        # Node 0's workers (ranks 0, 1) exit 0 at once: it reports done. Then another node's agent is SIGKILLed:
+        # the job re-forms with the other two, and node 0 runs its workers again in the new world.
+        steps = [f"ready={self.ready}", "@0:exit=0", "@1:exit=0", f"waitfile={self.go}", "exit=0"]
+        agents = {"a": self.host_agent("1:3", *steps, name="a", max_restarts=1),
+                  "b": self.agent("1:3", *steps, name="b", max_restarts=1),
+                  "c": self.agent("1:3", *steps, name="c", max_restarts=1)}
+        self.wait_ready(range(6))
+        first = {n: self.rounds(n)[0] for n in "abc"}
+        done = min("abc", key=lambda n: first[n][3])
+        victim = "c" if done != "c" else "b"  # not the host, not the node that finished
+        deadline = time.monotonic() + BOUND
+        while len(self.of_event(done, "exited")) < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        time.sleep(1)  # its "done" reaches the server (loopback, milliseconds)
+        self.clear_ready()
+        os.kill(agents[victim].pid, signal.SIGKILL)
+        self.wait_all([agents[victim]])
+        self.wait_ready(range(4))
+        self.release()
+        survivors = [n for n in "abc" if n != victim]
+        for n, res in zip(survivors, self.wait_all([agents[n] for n in survivors])):
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 3, 6), (1, 2, 4)], n)
+            self.assertEqual(sorted((r["TORCHELASTIC_RESTART_COUNT"], r["WORLD_SIZE"])
+                                    for r in worker_runs(res.stdout)), [(0, 6), (0, 6), (1, 4), (1, 4)], res)
+        self.assertEqual(self.rounds(done)[1][3], 0)  # still node 0
+
+    def test_a_waiting_joiner_that_is_stopped_leaves_the_job_alone(self):
+        # The job is finishing (a's workers exited 0), so a new node waits unplaced; SIGTERM ends it (143) and
+        # the job completes without it.
+        a = self.host_agent("1:3", f"ready={self.ready}", "exit=0", name="a", last_call=LAST_CALL, log_file=True)
+        b = self.agent("1:3", *self.waiting(), name="b", last_call=LAST_CALL)
+        self.wait_ready(range(4))
+        deadline = time.monotonic() + BOUND
+        while len(self.of_event("a", "exited")) < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        time.sleep(1)  # a's "done" reaches the server (loopback, milliseconds)
+        c = self.agent("1:3", "exit=5", name="c")
+        finishing = "; it waits for the next round (the job is finishing)"
+        self.assertEqual(self.wait_for_log(a, finishing, "re-forming the job: host"), finishing)
+        os.kill(c.pid, signal.SIGTERM)
+        res_c = self.wait_all([c])[0]
+        self.assertEqual(res_c.code, 128 + signal.SIGTERM, res_c)
+        self.wait_for_log(a, "left while waiting for the next round")
+        self.release()
+        for n, res in zip("ab", self.wait_all([a, b])):
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4)], n)
+        self.assertEqual(self.rounds("c"), [])
+        self.assertEqual(res_c.stdout, b"")
+
+    def test_two_nodes_lost_at_once_one_reform(self):
+        # 2:4 with four nodes, --max-restarts 1: two agents SIGKILLed together; the second loss comes while the
+        # job re-forms (or at once with the first), which uses no second restart: the two left go on.
+        agents = {"a": self.host_agent("2:4", *self.waiting(), name="a", max_restarts=1, nproc=1)}
+        for n in "bcd":
+            agents[n] = self.agent("2:4", *self.waiting(), name=n, max_restarts=1, nproc=1)
+        self.wait_ready(range(4))
+        self.clear_ready()
+        for n in "cd":
+            os.kill(agents[n].pid, signal.SIGKILL)
+        self.wait_all([agents["c"], agents["d"]])
+        self.wait_ready(range(2))
+        self.release()
+        for n, res in zip("ab", self.wait_all([agents["a"], agents["b"]])):
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 4, 4), (1, 2, 2)], n)
+            self.assertEqual(len(self.of_event(n, "restarting")), 1)
+            self.assertEqual(sorted((r["TORCHELASTIC_RESTART_COUNT"], r["WORLD_SIZE"])
+                                    for r in worker_runs(res.stdout)), [(0, 4), (1, 2)], res)
+
+    # BUG (not elastic-specific, seen here first): a node whose workers all exited 0 while the other nodes still
+    # run logs "worker output still open 2 s after every process ended; closing it" although its workers' pipes
+    # are closed and drained. NodeAgent::after_reap arms drain_timer_ when the processes are gone; maybe_finish
+    # returns early (!outcome_known_: the job is not over) without cancelling it once every pump finished, so the
+    # timer fires 2 s later and warns (and abandons finished pumps). Every multi-node job where one node finishes
+    # 2 s before the others gets the false warning (static jobs too: the code is shared).
+    @unittest.expectedFailure
+    def test_a_node_that_finished_early_does_not_warn_about_open_output(self):
+        a = self.host_agent("1:2", f"ready={self.ready}", "exit=0", name="a")
+        b = self.agent("1:2", *self.waiting(), name="b")
+        self.wait_ready(range(4))
+        deadline = time.monotonic() + BOUND
+        while len(self.of_event("a", "exited")) < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        time.sleep(3)  # past the agent's 2 s drain limit
+        self.release()
+        res_a, res_b = self.wait_all([a, b])
+        self.assertEqual((res_a.code, res_b.code), (0, 0), res_a)
+        self.assertNotIn("worker output still open", res_a.stderr.decode(), res_a)
+
+    def test_node_0_lost_under_a_separate_server_hands_the_master_on(self):
+        # With ddprun-rendezvous hosting the job, node 0 (the master) may leave like any node: the next round's
+        # node 0 is the former node 1, and MASTER_ADDR:MASTER_PORT become its own.
+        server = subprocess.Popen([RENDEZVOUS, "--rdzv-id", "elastic", "--nnodes", "1:3", "--host", "127.0.0.1",
+                                   "--port", str(self.port), "--max-restarts", "1", "--last-call", "10",
+                                   "--heartbeat-interval", "0.2", "--heartbeat-timeout", "1", "--rdzv-timeout",
+                                   str(BOUND)], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True)
+        server.name = "ddprun-rendezvous"
+        server.log_file = None
+        self.agents.append(server)
+        deadline = time.monotonic() + BOUND
+        while not listening(self.port):
+            self.assertIsNone(server.poll(), "ddprun-rendezvous exited")
+            self.assertLess(time.monotonic(), deadline, "ddprun-rendezvous never listened")
+            time.sleep(0.01)
+        agents = {n: self.agent("1:3", *self.waiting(), name=n, max_restarts=1) for n in "abc"}
+        self.wait_ready(range(6))
+        first = {n: self.rounds(n)[0] for n in "abc"}
+        order = sorted("abc", key=lambda n: first[n][3])
+        self.assertEqual(len({self.events_of(n)[0]["master_port"] for n in "abc"}), 1)
+        self.clear_ready()
+        os.kill(agents[order[0]].pid, signal.SIGKILL)
+        self.wait_all([agents[order[0]]])
+        self.wait_ready(range(4))
+        self.release()
+        for i, (n, res) in enumerate(zip(order[1:], self.wait_all([agents[n] for n in order[1:]]))):
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual(self.rounds(n), [first[n], (1, 2, 4, i, 2 * i)], n)
+            self.assertEqual([e["cause"] for e in self.of_event(n, "restarting")],
+                             [f"node 0 (host {socket.gethostname()}) lost: connection closed (end of stream)"])
+        masters = {n: [e["master_port"] for e in self.of_event(n, "rendezvous")] for n in order[1:]}
+        self.assertEqual(masters[order[1]], masters[order[2]])
+        # Each agent offers a free port of its own (bound and released at start: two agents get the same one with a
+        # chance of about 1 in 28000): the new master's, not the departed one's.
+        self.assertNotEqual(masters[order[1]][0], masters[order[1]][1])
+        res = self.wait_all([server])[0]
+        self.assertEqual(res.code, 0, res)
+
+    def test_a_node_stopped_during_a_reform_leaves_it(self):
+        # A worker is killed (the one restart); while the restart waits out --term-timeout (the workers ignore
+        # SIGTERM), a non-host agent gets SIGTERM: it exits 143, the other two go on without it.
+        steps = ["ignore=TERM", f"ready={self.ready}", f"waitfile={self.go}", "exit=0"]
+        agents = {"a": self.host_agent("1:3", *steps, name="a", max_restarts=1, term_timeout=3, log_file=True)}
+        for n in "bc":
+            agents[n] = self.agent("1:3", *steps, name=n, max_restarts=1, term_timeout=3)
+        self.wait_ready(range(6))
+        first = {n: self.rounds(n)[0] for n in "abc"}
+        leaving = "c" if first["c"][3] != 0 else "b"  # not node 0, whose rank 0 is killed
+        self.clear_ready()
+        os.kill(self.worker_pids([0])[0], signal.SIGKILL)
+        deadline = time.monotonic() + BOUND
+        while not self.of_event(leaving, "restarting"):
+            self.assertLess(time.monotonic(), deadline, "no re-form")
+            time.sleep(0.01)
+        os.kill(agents[leaving].pid, signal.SIGTERM)
+        res = self.wait_all([agents[leaving]])[0]
+        self.assertEqual(res.code, 128 + signal.SIGTERM, res)
+        self.assertEqual(len(self.rounds(leaving)), 1)
+        self.wait_ready(range(4))
+        self.release()
+        stay = [n for n in "abc" if n != leaving]
+        for n, r in zip(stay, self.wait_all([agents[n] for n in stay])):
+            self.assertEqual(r.code, 0, r)
+            self.assertEqual([x[:3] for x in self.rounds(n)], [(0, 3, 6), (1, 2, 4)], n)
+            self.assertEqual(len(self.of_event(n, "restarting")), 1)
+        self.assertIn(f"node {first[leaving][3]} (host \"{socket.gethostname()}\") left while the job re-formed "
+                      f"(ddprun on node {first[leaving][3]} (host {socket.gethostname()}) received SIGTERM); 2 nodes "
+                      "go on", self.log_of(agents["a"]))
+
+    def test_log_dirs_follow_the_restart_count(self):
+        # --log-dir keeps attempt_N per round, N the round's TORCHELASTIC_RESTART_COUNT: the joiner's only round
+        # is attempt_1, the others ran attempt_0 and attempt_1.
+        logs = {n: self.path(f"logs_{n}") for n in "abc"}
+        a = self.host_agent("1:3", "print=hello", *self.waiting(), name="a", last_call=LAST_CALL,
+                            extra=("--log-dir", logs["a"], "--tee", "3"))
+        b = self.agent("1:3", "print=hello", *self.waiting(), name="b", last_call=LAST_CALL,
+                       extra=("--log-dir", logs["b"], "--tee", "3"))
+        self.wait_ready(range(4))
+        self.clear_ready()
+        c = self.agent("1:3", "print=hello", *self.waiting(), name="c", extra=("--log-dir", logs["c"], "--tee", "3"))
+        self.wait_ready(range(6))
+        self.release()
+        for n, res in zip("abc", self.wait_all([a, b, c])):
+            self.assertEqual(res.code, 0, res)
+            runs = os.listdir(logs[n])
+            self.assertEqual(len(runs), 1, runs)
+            root = os.path.join(logs[n], runs[0])
+            self.assertEqual(sorted(os.listdir(root)), ["attempt_0", "attempt_1"], n)
+            if n == "c":  # the joiner ran no round 0: its attempt_0 (made at start) holds nothing
+                self.assertEqual([f for _, _, files in os.walk(os.path.join(root, "attempt_0")) for f in files], [])
+            for attempt in ["attempt_1"] if n == "c" else ["attempt_0", "attempt_1"]:
+                for lr in (0, 1):
+                    with open(os.path.join(root, attempt, str(lr), "stdout.log")) as f:
+                        text = f.read()
+                    self.assertIn(f"TORCHELASTIC_RESTART_COUNT={attempt[-1]}\n", text, (n, attempt, lr))
+                    self.assertIn("hello\n", text)
+
+    def test_a_failure_after_a_join_stops_the_job_when_no_restart_is_left(self):
+        # --max-restarts 0: the join re-forms for free; then the joiner's rank 5 exits 7: no restart, the job
+        # stops with exit 7 on every node, and the summaries name the round that the join ended.
+        steps = [f"ready={self.ready}", "@5:exit=7", f"waitfile={self.go}", "exit=0"]
+        a = self.host_agent("1:3", *steps, name="a", last_call=LAST_CALL)
+        b = self.agent("1:3", *steps, name="b", last_call=LAST_CALL)
+        self.wait_ready(range(4))
+        c = self.agent("1:3", *steps, name="c")
+        results = dict(zip("abc", self.wait_all([a, b, c])))
+        host = socket.gethostname()
+        for n, res in results.items():
+            self.assertEqual(res.code, 7, res)
+            err = res.stderr.decode()
+            self.assertRegex(err, rf"root cause: rank 5 \(local rank 1, node 2, host {host}, pid \d+\) exited with "
+                                  r"code 7", res)
+            self.assertEqual(self.of_event(n, "summary")[0]["exit_code"], 7)
+        for n in "ab":
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4), (1, 3, 6)], n)
+            err = results[n].stderr.decode()
+            self.assertIn("ddprun: earlier rounds (1), each ended by a re-form:\n", err, results[n])
+            self.assertIn("ddprun:   round 0 (2 nodes, world size 4): re-forming the job: host", err, results[n])
+        self.assertNotIn("earlier rounds", results["c"].stderr.decode())
+
+    def test_a_long_story_lists_the_last_20_rounds(self):
+        steps = ["@2:sleep=0.05", "@2:exit=3", "hang"]
+        a = self.host_agent("1:2", *steps, name="a", max_restarts=21, nproc=2)
+        b = self.agent("1:2", *steps, name="b", max_restarts=21, nproc=2)
+        for n, res in zip("ab", self.wait_all([a, b], timeout=60)):
+            self.assertEqual(res.code, 3, res)
+            self.assertEqual([r[0] for r in self.rounds(n)], list(range(22)), n)
+            lines = res.stderr.decode().splitlines()
+            at = lines.index("ddprun: earlier rounds (21), each ended by a re-form:")
+            self.assertEqual(lines[at + 1], "ddprun:   ... 1 earlier", res)
+            for i in range(20):
+                self.assertRegex(lines[at + 2 + i], rf"^ddprun:   round {i + 1} \(2 nodes, world size 4\): rank 2 ")
+            self.assertEqual(len(self.of_event(n, "summary")[0]["earlier_rounds"]), 21)
+
+    def test_the_first_round_waits_for_the_last_call_once_min_joined(self):
+        # 2:4, three nodes at once: MIN joined, the round waits out the last call (3 s) for more, and has all three.
+        t0 = time.time()
+        agents = {"a": self.host_agent("2:4", f"ready={self.ready}", "exit=0", name="a", last_call=LAST_CALL)}
+        for n in "bc":
+            agents[n] = self.agent("2:4", f"ready={self.ready}", "exit=0", name=n, last_call=LAST_CALL)
+        for n, res in zip("abc", self.wait_all([agents[n] for n in "abc"])):
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 3, 6)], n)
+            # the round began no earlier than the last call after the second node joined (after t0)
+            self.assertGreaterEqual(self.of_event(n, "rendezvous")[0]["time_ms"] / 1000, t0 + LAST_CALL - 0.1)
+
+    def test_fewer_than_min_never_start_and_time_out(self):
+        a = self.host_agent("2:3", "exit=0", name="a", last_call=0.5, rdzv_timeout=1)
+        res = self.wait_all([a])[0]
+        self.assertEqual(res.code, 75, res)
+        self.assertIn("1 of 3 nodes joined (need 2); joined hosts: " + socket.gethostname(), res.stderr.decode(), res)
+        self.assertEqual(res.stdout, b"", res)
+        self.assertEqual(self.rounds("a"), [])
