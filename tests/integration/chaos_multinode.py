@@ -341,6 +341,7 @@ class AgentRun:
         self.hung_info = []
         self.stdout = self.stderr = b""
         self.t0 = time.monotonic()
+        self.wall0_ms = time.time() * 1000
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                      env=env, start_new_session=True)
         self.elapsed = None
@@ -862,9 +863,12 @@ def _check_refusal(plan, o, node):
                   if e.get("event") == "rendezvous")
     before = [n for t, n in held if t <= start]
     during = ([before[-1]] if before else []) + [n for t, n in held if start < t <= end]
-    if plan.max_nodes not in during:
+    # Nodes that joined and wait for the next re-form count towards MAX too: the other agents alive then.
+    alive = [n for n, b in o.agents.items() if n != node and b.code != REFUSED and b.wall0_ms <= start and
+             b.wall0_ms + (b.elapsed or 0) * 1000 >= start]
+    if plan.max_nodes not in during and len(alive) < plan.max_nodes:
         return [f"joiner {node} was refused (exit {REFUSED}) while the job held {sorted(set(during))} of at most "
-                f"{plan.max_nodes} nodes"]
+                f"{plan.max_nodes} nodes, and {len(alive)} other agents ran ({', '.join(alive)})"]
     return []
 
 
