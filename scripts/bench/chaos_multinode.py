@@ -13,8 +13,9 @@ half the runs when the build has it: --elastic auto) nodes join and leave. Check
 rounds and restart counts consistent on every node, exit codes = the root cause's, no output line lost, every
 agent ended within 20 s (chaos_multinode.py's docstring has the details).
 
-Prints each defective run with its reproduction as it happens, then one line: runs, failures injected by
-kind, defects, seconds. Exits 1 when a run was defective. --jobs J runs J processes (run i in process
+Prints each defective run with its reproduction as it happens, then one line: runs (elastic ones), agents,
+rounds held, numbered lines checked, failures injected by kind (an agent stopped in an elastic run counts as
+a node leaving: leave_kill, leave_term...), joins (admitted, refused at MAX, too late), defects, seconds. Exits 1 when a run was defective. --jobs J runs J processes (run i in process
 i mod J), each a child subreaper of its own; on a busy 2-core machine keep J at 1.
 """
 import argparse
@@ -42,7 +43,7 @@ def run_shard(args, shard, jobs):
         elastic = cm.has_elastic(ddprun)
     root = tempfile.mkdtemp(prefix="ddprun_chaos_mn_")
     env = dict(os.environ)
-    kinds, defects, runs = {}, [], 0
+    kinds, stats, defects, runs = {}, {}, [], 0
     indices = [args.only] if args.only is not None else range(shard, args.runs, jobs)
     try:
         for index in indices:
@@ -53,6 +54,8 @@ def run_shard(args, shard, jobs):
             runs += 1
             for k in cm.injections_of(plan, o):
                 kinds[k] = kinds.get(k, 0) + 1
+            for k, v in cm.stats_of(plan, o).items():
+                stats[k] = stats.get(k, 0) + v
             if problems or args.verbose or args.only is not None:
                 report = (f"{cm.repro(plan, o)}\n" +
                           ("problems:\n  " + "\n  ".join(problems) if problems else "no problems") + "\n" +
@@ -68,13 +71,18 @@ def run_shard(args, shard, jobs):
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    return runs, kinds, defects, elastic
+    return runs, kinds, stats, defects, elastic
 
 
-def summary_line(seed, runs, kinds, ndefects, seconds, elastic):
-    injected = sum(v for k, v in kinds.items())
-    by_kind = ", ".join(f"{k} {kinds[k]}" for k in sorted(kinds, key=lambda k: -kinds[k]))
-    return (f"chaos_multinode: seed {seed}: runs {runs}, failures injected {injected} ({by_kind}), "
+def summary_line(seed, runs, kinds, stats, ndefects, seconds, elastic):
+    def group(names):
+        total = sum(kinds[k] for k in names)
+        return f"{total} ({', '.join(f'{k} {kinds[k]}' for k in sorted(names, key=lambda k: -kinds[k]))})"
+    joins = [k for k in kinds if k.startswith("join")]
+    failures = [k for k in kinds if k not in joins]
+    return (f"chaos_multinode: seed {seed}: runs {runs} ({stats.get('elastic', 0)} elastic), agents "
+            f"{stats.get('agents', 0)}, rounds {stats.get('rounds', 0)}, numbered lines checked {stats.get('lines', 0)}; "
+            f"injected {sum(kinds.values())}: failures {group(failures)}, joins {group(joins)}; "
             f"defects {ndefects}, seconds {seconds:.1f}{'' if elastic else ' (elastic membership off)'}")
 
 
@@ -93,20 +101,20 @@ def main():
     args.build = os.path.abspath(args.build)
 
     if args.shard is not None:
-        runs, kinds, defects, _ = run_shard(args, args.shard, args.jobs)
-        print(json.dumps({"runs": runs, "kinds": kinds, "defects": len(defects)}), flush=True)
+        runs, kinds, stats, defects, _ = run_shard(args, args.shard, args.jobs)
+        print(json.dumps({"runs": runs, "kinds": kinds, "stats": stats, "defects": len(defects)}), flush=True)
         return 0
 
     t0 = time.monotonic()
     if args.jobs <= 1 or args.only is not None:
-        runs, kinds, defects, elastic = run_shard(args, 0, 1)
+        runs, kinds, stats, defects, elastic = run_shard(args, 0, 1)
         ndefects = len(defects)
     else:
         base = [sys.executable, os.path.abspath(__file__), "--runs", str(args.runs), "--seed", str(args.seed),
                 "--jobs", str(args.jobs), "--build", args.build, "--elastic", args.elastic]
         shards = [subprocess.Popen(base + ["--shard", str(i)], stdout=subprocess.PIPE) for i in range(args.jobs)]
         runs = ndefects = 0
-        kinds = {}
+        kinds, stats = {}, {}
         for s in shards:
             out, _ = s.communicate()
             if s.returncode != 0:
@@ -118,12 +126,14 @@ def main():
             ndefects += result["defects"]
             for k, v in result["kinds"].items():
                 kinds[k] = kinds.get(k, 0) + v
+            for k, v in result["stats"].items():
+                stats[k] = stats.get(k, 0) + v
         sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
         import chaos_multinode as cm
         elastic = {"on": True, "off": False}.get(args.elastic)
         if elastic is None:
             elastic = cm.has_elastic(os.path.join(args.build, "launcher", "ddprun"))
-    print(summary_line(args.seed, runs, kinds, ndefects, time.monotonic() - t0, elastic), flush=True)
+    print(summary_line(args.seed, runs, kinds, stats, ndefects, time.monotonic() - t0, elastic), flush=True)
     return 1 if ndefects else 0
 
 

@@ -965,15 +965,28 @@ def _gaps(seq):
 
 def injections_of(plan, o):
     """Every failure injected into the run, by kind (the figure's count): external ones as sent, in-worker
-    ones as they happened, a join as admitted or refused."""
+    ones as they happened. An agent stopped in an elastic run is a node leaving ("leave_kill", ...); a join
+    is "join" (admitted to a round), "join_refused" (exit 77 at MAX nodes) or "join_late" (the job ended
+    before it got in)."""
     rounds = {node: rounds_of(o.events.get(node, [])) for node in o.agents}
     out = []
     for i in list(o.injections) + worker_fates(plan, o, rounds):
-        if i.kind == "join" and o.agents[i.node].code == REFUSED:
-            out.append("join_refused")
+        if i.kind == "join":
+            out.append("join" if rounds.get(i.node) else
+                       "join_refused" if o.agents[i.node].code == REFUSED else "join_late")
+        elif i.kind.startswith("agent_") and plan.elastic:
+            out.append("leave_" + i.kind[6:])
         else:
             out.append(i.kind)
     return out
+
+
+def stats_of(plan, o):
+    """What a run exercised: agents, rounds held, numbered lines checked on the agents' stdout."""
+    rcs = {e.get("restart_count") for evs in o.events.values() for e in evs if e.get("event") == "rendezvous"}
+    lines = sum(1 for a in o.agents.values() if not a.killed for line in a.stdout.splitlines()
+                if LINE_RE.match(line))
+    return {"elastic": int(plan.elastic), "agents": len(o.agents), "rounds": len(rcs), "lines": lines}
 
 
 def repro(plan, o, bench="scripts/bench/chaos_multinode.py"):
