@@ -175,7 +175,10 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
   } else if (policy.exit_code() != 0) {
     out << "ddprun: job stopped after " << elapsed << "\n";
   } else {
-    out << "ddprun: all " << policy.workers().size() << " workers succeeded in " << elapsed << "\n";
+    if (policy.workers().empty())  // an elastic job's late joiner: the job completed before its next round
+      out << "ddprun: the job completed after " << elapsed << "; no worker ran on this node\n";
+    else
+      out << "ddprun: all " << policy.workers().size() << " workers succeeded in " << elapsed << "\n";
     append_attempts(out, ctx.attempts);
     return out.str();
   }

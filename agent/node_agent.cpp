@@ -247,6 +247,7 @@ void NodeAgent::after_reap(bool has_children) {
 void NodeAgent::maybe_finish() {
   if (finished_ || !processes_gone_) return;
   if (!std::all_of(pumps_.begin(), pumps_.end(), [](const auto& p) { return p->finished(); })) return;
+  drain_timer_.cancel();  // every stream drained: none is left open, however long the job's outcome takes
   if (restarting_) {
     // Posted: this may run inside a pump's callback, and the next round destroys the pumps.
     restarting_ = false;

@@ -97,9 +97,13 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
     maybe_finish();
     return;
   }
-  // Said only when the news is from elsewhere: this node's own failure or signal was already logged.
+  // Said only when the news is from elsewhere: this node's own failure or signal was already logged. The
+  // server's reason goes with it: which rule ended the job ("1 node left, fewer than the 2 that --nnodes 2:3
+  // needs"), or, to a node that left an elastic job, that the others go on without it.
   const bool ours = order.root_cause.node_rank == world_.node_rank && (policy_.root_cause() || policy_.stop_signal());
-  if (!ours) log_.error("job stopped: ", cause.text);
+  if (!ours) log_.error("job stopped: ", cause.text, order.reason.empty() ? "" : " (" + order.reason + ")");
+  else if (!order.reason.empty() && config_.rdzv.min_nodes < config_.rdzv.nnodes)  // elastic: does the job go on?
+    log_.warning("the rendezvous says: ", order.reason);
   // Another node's ddprun got a signal inside a SLURM step (scancel, a time limit): slurmstepd is sending the
   // same signal to every process of the step here too. Tearing down at once would give each worker a second
   // copy (and some training scripts take a second SIGTERM as "exit now, no checkpoint"): wait briefly for it.

@@ -37,16 +37,23 @@ void start_next_round_if_stopped(RendezvousState& state, Actions& out) {
 }
 
 // A node gone after the first round started: lost (connection closed, heartbeats missed, a bad report) or
-// stopped (its ddprun got a signal; `failure` then carries it and the node is told so before it is closed).
-// It ends the job unless the job can re-form without it: dynamic node ranks, at least min_nodes left, and a
-// restart left (none more is used when the job was already re-forming).
+// stopped (its ddprun got a signal; `failure` then carries it). It ends the job unless the job can re-form
+// without it: dynamic node ranks, at least min_nodes left, and a restart left (none more is used when the job
+// was already re-forming). Either way the node itself is told why before its connection closes (a node whose
+// connection already closed hears nothing, harmlessly): a node dropped for silence may only have been paused.
 void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool stopped, Actions& out) {
   state.joined_procs -= node.nproc;
   const int left = static_cast<int>(state.nodes.size());
   const JobConfig& config = state.config;
   const std::string who = "node " + std::to_string(node.node_rank) + " (host \"" + node.host + "\")";
   const bool elastic = is_elastic(config);
+  auto tell = [&](const std::string& reason) {
+    out.push_back(Send{node.conn, StopMsg{failure, reason, false}});
+    out.push_back(Close{node.conn});
+  };
+  const std::string how = stopped ? "left" : "was dropped (" + failure.message + ")";
   if (node.node_rank < 0) {  // a late joiner that was never placed: its place is just free again
+    tell("this node " + how + " before it was placed in a round");
     out.push_back(Log{LogLevel::kWarning, "host \"" + node.host + "\" (" + node.address +
                                               ") left while waiting for the next round: " + describe(failure)});
     return;
@@ -62,7 +69,7 @@ void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool sto
                 std::to_string(config.max_nodes) + " needs";
     else if (elastic && !restart_left)
       reason += "; no restart left to re-form without it (--max-restarts " + std::to_string(config.max_restarts) + ")";
-    if (stopped) out.push_back(Send{node.conn, StopMsg{failure, reason, false}});
+    tell("this node " + how + "; the job stops: " + reason);
     return stop_job(state, std::move(failure), reason, out);
   }
   // Re-form without it: its slot empties now, the gap closes when the next round starts.
@@ -70,10 +77,7 @@ void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool sto
   --state.round_size;
   if (node.stopped) --state.stopped_count;
   if (node.done) --state.done_count;
-  if (stopped) {
-    out.push_back(Send{node.conn, StopMsg{failure, "this node left the job; it re-forms without it", false}});
-    out.push_back(Close{node.conn});
-  }
+  tell("this node " + how + "; the job re-forms without it");
   if (state.phase == Phase::kRestarting) {
     out.push_back(Log{LogLevel::kWarning, who + " left while the job re-formed (" + describe(failure) + "); " +
                                               std::to_string(left) + " nodes go on"});
@@ -92,8 +96,10 @@ void node_lost(RendezvousState& state, ConnId conn, const std::string& why, cons
   if (it == state.nodes.end()) return;
   NodeEntry node = std::move(it->second);
   state.nodes.erase(it);
-  out.push_back(Close{conn});
   if (state.phase == Phase::kJoining) {
+    // Its place is free for a replacement; a node that was only paused learns why when it wakes up.
+    out.push_back(Send{conn, ErrorMsg{ErrorKind::kLostServer, "the rendezvous server dropped this node: " + why}});
+    out.push_back(Close{conn});
     state.joined_procs -= node.nproc;
     if (state.config.static_node_ranks) state.by_rank[static_cast<std::size_t>(node.node_rank)] = 0;
     if (static_cast<int>(state.nodes.size()) < state.config.min_nodes) state.last_call_deadline.reset();
@@ -101,7 +107,7 @@ void node_lost(RendezvousState& state, ConnId conn, const std::string& why, cons
                                               ") left before the rendezvous completed: " + why});
     return;
   }
-  if (is_final(state.phase)) return;
+  if (is_final(state.phase)) return out.push_back(Close{conn});
   Failure failure;
   failure.node_rank = node.node_rank;
   failure.host = node.host;
@@ -200,10 +206,6 @@ void on_failure(RendezvousState& state, const FailureReport& event, const Now& n
     // fail): like a lost node, the job re-forms without it when it can.
     NodeEntry gone = std::move(node);
     state.nodes.erase(it);
-    if (gone.node_rank < 0) {
-      out.push_back(Send{event.conn, StopMsg{failure, "this node left before it was placed in a round", false}});
-      out.push_back(Close{event.conn});
-    }
     return node_gone(state, std::move(gone), std::move(failure), /*stopped=*/true, out);
   }
   if (state.phase == Phase::kRunning && state.failure_restarts < state.config.max_restarts && !failure.is_node_failure()) {

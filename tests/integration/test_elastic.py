@@ -388,14 +388,11 @@ class Elastic(ElasticCase):
     def test_node_stopped_by_sigquit_leaves_the_others_reform(self):
         self.leave_by_signal(signal.SIGQUIT)
 
-    # BUG (same root as test_fewer_than_min_reason_reaches_every_node: NodeAgent::on_stop drops StopMsg.reason):
-    # the server tells a node stopped by a signal "this node left the job; it re-forms without it", but its
-    # ddprun reports only "job FAILED ... root cause: ddprun on node 1 (host vm) received SIGTERM", so its user
-    # cannot tell that the rest of the job goes on.
-    @unittest.expectedFailure
+    # Found by this file: the agent dropped the stop's reason; a node stopped by a signal now hears that the rest
+    # of the job goes on without it.
     def test_a_node_that_leaves_is_told_the_job_goes_on(self):
         res = self.leave_by_signal(signal.SIGTERM)
-        self.assertIn("this node left the job; it re-forms without it", res.stderr.decode(), res)
+        self.assertIn("this node left; the job re-forms without it", res.stderr.decode(), res)
 
     def test_a_node_beyond_max_is_refused_job_undisturbed(self):
         a = self.host_agent("1:2", *self.waiting(), name="a")
@@ -440,12 +437,8 @@ class Elastic(ElasticCase):
         self.assertIn("stopping the job (a node was stopped; it hosts the rendezvous server, without which the job "
                       "cannot re-form)", results["a"].stderr.decode(), results["a"])
 
-    # BUG: the reason why the job could not re-form ("fewer than the MIN ...", "no restart left", "it hosts the
-    # rendezvous server") travels in the server's stop message (StopMsg.reason) but an agent that is told to stop
-    # (NodeAgent::on_stop, not restarting) logs only the root cause ("job stopped: node 2 (host vm) lost: ...") and
-    # neither its summary nor its events file carries the reason: only the hosting node's stderr (the server's own
-    # log) says it. docs/MULTINODE.md: "the job stops with that node as the root cause, and the reason says which".
-    @unittest.expectedFailure
+    # Found by this file: only the hosting node said why the job could not re-form; every node now logs the
+    # stop's reason with its root cause.
     def test_fewer_than_min_reason_reaches_every_node(self):
         steps = [f"ready={self.ready}", "hang"]
         a = self.host_agent("3:4", *steps, name="a", max_restarts=3, last_call=0.5)
@@ -555,6 +548,8 @@ class ElasticEdges(ElasticCase):
             self.assertEqual(res.code, 0, res)
         self.assertIn("the job completed before the rendezvous placed this node in a round: nothing ran here",
                       results["c"].stderr.decode(), results["c"])
+        self.assertIn("the job completed after", results["c"].stderr.decode(), results["c"])
+        self.assertIn("; no worker ran on this node", results["c"].stderr.decode(), results["c"])
         self.assertEqual(results["c"].stdout, b"")
         self.assertEqual(self.rounds("c"), [])
         self.assertEqual(self.rounds("a"), [first_a])
@@ -585,18 +580,14 @@ class ElasticEdges(ElasticCase):
         self.assertEqual(len(self.rounds("c")), 1)
         return res_c
 
-    def test_a_stopped_agent_is_dropped_after_its_heartbeats_and_ends_when_resumed(self):
+    # Found by this file: a node dropped for missed heartbeats heard nothing and took the closed connection for
+    # a lost server (exit 74); it now gets a stop saying why, and exits with its own loss as the root cause.
+    def test_a_stopped_agent_is_dropped_after_its_heartbeats_told_why_and_ends_when_resumed(self):
         res = self.stop_and_resume()
-        self.assertEqual(res.code, 74, res)  # the rendezvous closed its connection
-
-    # BUG: the server drops a node that missed its heartbeats by closing the connection without a word
-    # (rules::node_lost pushes Close only; a node stopped by a signal gets a StopMsg first), so the resumed
-    # ddprun says "lost the rendezvous server at 127.0.0.1:PORT: connection closed" (exit 74) although the
-    # server is alive and the job went on without it.
-    @unittest.expectedFailure
-    def test_a_dropped_agent_is_told_why(self):
-        res = self.stop_and_resume()
-        self.assertNotIn("lost the rendezvous server", res.stderr.decode(), res)
+        err = res.stderr.decode()
+        self.assertEqual(res.code, 1, res)  # the root cause: this node, lost
+        self.assertIn("this node was dropped (missed heartbeats for 1.0 s); the job re-forms without it", err, res)
+        self.assertNotIn("lost the rendezvous server", err, res)
 
     def test_a_joiner_with_another_worker_count_gets_the_prefix_sum_ranks(self):
         a = self.host_agent("1:3", *self.waiting(), name="a", last_call=LAST_CALL)
@@ -777,13 +768,8 @@ class ElasticEdges(ElasticCase):
             self.assertEqual(sorted((r["TORCHELASTIC_RESTART_COUNT"], r["WORLD_SIZE"])
                                     for r in worker_runs(res.stdout)), [(0, 4), (1, 2)], res)
 
-    # BUG (not elastic-specific, seen here first): a node whose workers all exited 0 while the other nodes still
-    # run logs "worker output still open 2 s after every process ended; closing it" although its workers' pipes
-    # are closed and drained. NodeAgent::after_reap arms drain_timer_ when the processes are gone; maybe_finish
-    # returns early (!outcome_known_: the job is not over) without cancelling it once every pump finished, so the
-    # timer fires 2 s later and warns (and abandons finished pumps). Every multi-node job where one node finishes
-    # 2 s before the others gets the false warning (static jobs too: the code is shared).
-    @unittest.expectedFailure
+    # Found by this file: a node whose workers all exited 0 while the others still ran warned "worker output still
+    # open" 2 s later, for pipes long drained (the drain timer was not cancelled once every stream finished).
     def test_a_node_that_finished_early_does_not_warn_about_open_output(self):
         a = self.host_agent("1:2", f"ready={self.ready}", "exit=0", name="a")
         b = self.agent("1:2", *self.waiting(), name="b")
@@ -952,3 +938,21 @@ class ElasticEdges(ElasticCase):
         self.assertIn("1 of 3 nodes joined (need 2); joined hosts: " + socket.gethostname(), res.stderr.decode(), res)
         self.assertEqual(res.stdout, b"", res)
         self.assertEqual(self.rounds("a"), [])
+
+    def test_the_host_agent_frozen_ends_the_others_after_the_heartbeat_timeout(self):
+        # SIGSTOP freezes the server with its agent: the other node hears nothing for --heartbeat-timeout (1 s)
+        # and ends (74); resumed, the host finds its own job over and ends too.
+        a = self.host_agent("1:2", f"ready={self.ready}", "hang", name="a", max_restarts=1)
+        b = self.agent("1:2", f"ready={self.ready}", "hang", name="b", max_restarts=1)
+        self.wait_ready(range(4))
+        os.kill(a.pid, signal.SIGSTOP)
+        try:
+            res_b = self.wait_all([b])[0]
+        finally:
+            os.kill(a.pid, signal.SIGCONT)
+        self.assertEqual(res_b.code, 74, res_b)
+        self.assertIn("lost the rendezvous server at 127.0.0.1:", res_b.stderr.decode(), res_b)
+        self.assertIn(": nothing heard for 1.0 s", res_b.stderr.decode(), res_b)
+        res_a = self.wait_all([a])[0]
+        # Whichever wakes first: its client (nothing heard: 74) or its server (its own node lost: 1).
+        self.assertIn(res_a.code, (1, 74), res_a)

@@ -224,3 +224,21 @@ TEST_CASE("elastic: the node that hosts the server, stopped by a signal, ends th
   CHECK(msg.reason == "a node was stopped; it hosts the rendezvous server, without which the job cannot re-form");
   CHECK(state.phase == Phase::kStopped);
 }
+
+TEST_CASE("a node dropped for silence is told why before its connection closes: it may only have been paused") {
+  auto state = elastic(1, 3, 2, 1);
+  step(state, Heartbeat{1}, at(300'000ms));
+  auto actions = step(state, Tick{}, at(600'000ms));  // node 1 (conn 2) silent past the 600 s timeout
+  std::string told;
+  for (const auto& send : find_all<Send>(actions))
+    if (auto* stop = std::get_if<StopMsg>(&send.message); stop && send.conn == 2 && !stop->restarting) told = stop->reason;
+  CHECK(told == "this node was dropped (missed heartbeats for 600.0 s); the job re-forms without it");
+  CHECK(closes(actions, 2));
+  CHECK(find_one<Broadcast>(actions).conns == std::vector<ConnId>{1});
+
+  RendezvousState joining(job(3, false), at(0ms).steady);
+  join_all(joining, 1, at(0ms));
+  auto dropped = step(joining, Tick{}, at(5'000ms));
+  CHECK(refusal(dropped, 1) == "the rendezvous server dropped this node: missed heartbeats for 5.0 s");
+  CHECK(closes(dropped, 1));
+}
