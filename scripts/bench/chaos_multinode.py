@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Many randomized multi-node runs, for the record (issue 10, figure 4): the generator, runner and checks of
-tests/integration/chaos_multinode.py (shared with test_chaos_multinode.py, so the two never drift apart).
+"""Many randomized multi-node runs, for the record (issue 10, figure 4): the generator and runner of
+tests/integration/chaos_multinode.py and the checks of chaos_multinode_check.py beside it (shared with
+test_chaos_multinode.py, so the two never drift apart).
 
   scripts/bench/chaos_multinode.py --runs 150 --seed S [--build DIR] [--elastic auto|on|off] [--jobs J]
   scripts/bench/chaos_multinode.py --seed S --only I [--keep]      # replay run I of seed S, show its files
@@ -11,12 +12,13 @@ a worker exits non-zero, raises a signal or hangs (--hang-timeout), a worker get
 outside, an agent is SIGKILLed or gets SIGTERM/SIGINT, and with elastic membership (--nnodes MIN:MAX, used in
 half the runs when the build has it: --elastic auto) nodes join and leave. Checked for every run: orphans 0,
 rounds and restart counts consistent on every node, exit codes = the root cause's, no output line lost, every
-agent ended within 20 s (chaos_multinode.py's docstring has the details).
+agent ended within 20 s (tests/integration/chaos_multinode.py's docstring has the details).
 
 Prints each defective run with its reproduction as it happens, then one line: runs (elastic ones), agents,
 rounds held, numbered lines checked, failures injected by kind (an agent stopped in an elastic run counts as
-a node leaving: leave_kill, leave_term...), joins (admitted, refused at MAX, too late), defects, seconds. Exits 1 when a run was defective. --jobs J runs J processes (run i in process
-i mod J), each a child subreaper of its own; on a busy 2-core machine keep J at 1.
+a node leaving: leave_kill, leave_term...), joins (admitted, refused at MAX, too late), defects, seconds.
+Exits 1 when a run was defective. --jobs J runs J processes (run i in process i mod J), each a child subreaper
+of its own; on a busy 2-core machine keep J at 1.
 """
 import argparse
 import json
@@ -34,6 +36,7 @@ def run_shard(args, shard, jobs):
     """Runs this process's share; returns (runs, {kind: count}, [defect reports])."""
     sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
     import chaos_multinode as cm  # also makes this process a child subreaper (harness)
+    import chaos_multinode_check as cc
 
     cm.limit_core_dumps()
     ddprun = os.path.join(args.build, "launcher", "ddprun")
@@ -50,11 +53,11 @@ def run_shard(args, shard, jobs):
             plan = cm.plan_run(args.seed, index, elastic)
             tmp = tempfile.mkdtemp(prefix=f"run{index}_", dir=root)
             o = cm.execute_run(plan, tmp, ddprun, worker, env)
-            problems = cm.check_run(plan, o)
+            problems = cc.check_run(plan, o)
             runs += 1
-            for k in cm.injections_of(plan, o):
+            for k in cc.injections_of(plan, o):
                 kinds[k] = kinds.get(k, 0) + 1
-            for k, v in cm.stats_of(plan, o).items():
+            for k, v in cc.stats_of(plan, o).items():
                 stats[k] = stats.get(k, 0) + v
             if problems or args.verbose or args.only is not None:
                 report = (f"{cm.repro(plan, o)}\n" +
@@ -81,7 +84,8 @@ def summary_line(seed, runs, kinds, stats, ndefects, seconds, elastic):
     joins = [k for k in kinds if k.startswith("join")]
     failures = [k for k in kinds if k not in joins]
     return (f"chaos_multinode: seed {seed}: runs {runs} ({stats.get('elastic', 0)} elastic), agents "
-            f"{stats.get('agents', 0)}, rounds {stats.get('rounds', 0)}, numbered lines checked {stats.get('lines', 0)}; "
+            f"{stats.get('agents', 0)}, rounds {stats.get('rounds', 0)}, "
+            f"numbered lines checked {stats.get('lines', 0)}; "
             f"injected {sum(kinds.values())}: failures {group(failures)}, joins {group(joins)}; "
             f"defects {ndefects}, seconds {seconds:.1f}{'' if elastic else ' (elastic membership off)'}")
 

@@ -1,7 +1,8 @@
 """Randomized multi-node runs, a CI-sized handful: 2-3 agents on loopback, failures in workers, from
 outside, of whole agents and (when the build has --nnodes MIN:MAX) nodes joining and leaving; no orphan,
 consistent rounds and restart counts, the root cause's exit code, no output line lost, bounded time.
-The generator, runner and checks are in chaos_multinode.py; scripts/bench/chaos_multinode.py runs hundreds.
+The generator and runner are in chaos_multinode.py, the checks in chaos_multinode_check.py;
+scripts/bench/chaos_multinode.py runs hundreds.
 
     CHAOS_MN_SEED=S   seed (default a fixed one, printed)      CHAOS_MN_RUNS=N   runs (default 8, ~20 s)
     CHAOS_MN_ONLY=I   only run I of the seed (a reproduction)  CHAOS_MN_ELASTIC=0  fixed node counts only
@@ -12,6 +13,7 @@ import tempfile
 import time
 
 import chaos_multinode as cm
+import chaos_multinode_check as cc
 import harness
 from harness import DdprunTestCase
 
@@ -41,9 +43,9 @@ class MultiNodeChaos(DdprunTestCase):
         for index in indices:
             plan = cm.plan_run(seed, index, self.elastic)
             o = self.run_plan(plan)
-            for k in cm.injections_of(plan, o):
+            for k in cc.injections_of(plan, o):
                 kinds[k] = kinds.get(k, 0) + 1
-            problems = cm.check_run(plan, o)
+            problems = cc.check_run(plan, o)
             if problems:
                 failures.append(f"{cm.repro(plan, o)}\nproblems:\n  " + "\n  ".join(problems))
                 print(failures[-1], file=sys.stderr, flush=True)
@@ -61,13 +63,13 @@ class MultiNodeChaos(DdprunTestCase):
                     if p.max_restarts >= 1 and not any(e.kind == "agent_signal" for e in p.events)
                     and any(pr.fate and pr.fate[0] == "exit" and rc == 0 for (n, rc, lr), pr in p.programs.items()))
         o = self.run_plan(plan)
-        self.assertEqual(cm.check_run(plan, o), [], cm.repro(plan, o))
+        self.assertEqual(cc.check_run(plan, o), [], cm.repro(plan, o))
         self.assertTrue(any(e.get("restart_count") == 1 for evs in o.events.values() for e in evs),
                         cm.repro(plan, o))
         node, a = next((n, a) for n, a in o.agents.items() if a.stdout.count(b"\n") > 3)
 
         def reported(what, words):
-            problems = cm.check_run(plan, o)
+            problems = cc.check_run(plan, o)
             self.assertTrue(any(words in p for p in problems), f"{what}: not reported in {problems}")
 
         lines = a.stdout.splitlines(keepends=True)
@@ -107,7 +109,7 @@ class MultiNodeChaos(DdprunTestCase):
         o.left, o.left_info = [1], ["1 [S] a process left behind"]
         reported("an orphan", "outlived every agent")
         o.left, o.left_info = [], []
-        self.assertEqual(cm.check_run(plan, o), [])
+        self.assertEqual(cc.check_run(plan, o), [])
 
 
 if __name__ == "__main__":
