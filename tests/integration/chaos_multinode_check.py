@@ -71,7 +71,20 @@ def check_run(plan, o):
         problems.append(f"agent {node}: events file unreadable: {err}")
 
     rounds = {node: rounds_of(o.events.get(node, [])) for node in agents}
-    injected = list(o.injections) + worker_fates(plan, o, rounds)
+    by_round = _injected_by_round(rounds, list(o.injections) + worker_fates(plan, o, rounds))
+    found, per_rc, restarts_used = _check_rounds(plan, o, rounds, by_round)
+    problems += found
+    final_rc = max(per_rc) if per_rc else None
+    final = {node for node, r in per_rc.get(final_rc, [])}
+    survivors = [n for n in final if agents[n].signalled is None and not agents[n].timed_out]
+    codes = {n: agents[n].code for n in survivors}
+    problems += _check_agents(plan, o, rounds, final, final_rc, codes)
+    problems += _check_outcome(plan, o, rounds, final, final_rc, survivors, codes, by_round, restarts_used)
+    return problems + check_output(plan, o, rounds)
+
+
+def _injected_by_round(rounds, injected):
+    """Round -> the injections that may have caused its end."""
     by_round = {}
     for i in injected:
         targets = {i.rc}
@@ -85,7 +98,14 @@ def check_run(plan, o):
         for rc in targets:
             by_round.setdefault(rc, []).append(i)
 
-    # -- rounds: consecutive per agent, the same picture on every node
+    return by_round
+
+
+def _check_rounds(plan, o, rounds, by_round):
+    """Rounds consecutive on every agent, the same picture on every node, each re-form explained; returns
+    (problems, round -> [(node, Round)], restarts charged)."""
+    problems = []
+    agents = o.agents
     first_round = {}
     per_rc = {}
     for node, rs in rounds.items():
@@ -154,10 +174,14 @@ def check_run(plan, o):
         problems.append(f"{restarts_used} restarts charged (last round {final_rc}, joins at {sorted(joins_at)}), "
                         f"--max-restarts {plan.max_restarts}")
 
-    # -- exit codes
-    final = {node for node, r in per_rc.get(final_rc, [])} if final_rc is not None else set()
-    survivors = [n for n in final if agents[n].signalled is None and not agents[n].timed_out]
-    codes = {n: agents[n].code for n in survivors}
+    return problems, per_rc, restarts_used
+
+
+def _check_agents(plan, o, rounds, final, final_rc, codes):
+    """Each agent's exit against its summary and its part in the job: the last round's, gone on a signal, a
+    joiner refused or too late."""
+    problems = []
+    agents = o.agents
     for node, a in agents.items():
         evs = o.events.get(node, [])
         summary = evs[-1] if evs and evs[-1].get("event") == "summary" else None
@@ -189,19 +213,26 @@ def check_run(plan, o):
             elif final_rc is not None:
                 problems.append(f"agent {node} left after round {rounds[node][-1].rc if rounds[node] else None} "
                                 f"(exit {a.code}) though nothing stopped it; the job went on to round {final_rc}")
+    return problems
+
+
+def _check_outcome(plan, o, rounds, final, final_rc, survivors, codes, by_round, restarts_used):
+    """The job's exit code, the same on every node of its last round, explained by what was injected."""
+    problems = []
+    agents = o.agents
     if len(set(codes.values())) > 1:
         problems.append(f"the agents of the last round exited differently: {codes}")
     if final_rc is None:
         if not any(i.kind.startswith("agent_") for i in o.injections):
             problems.append("no round was ever held")
-        return problems + check_output(plan, o, rounds)
+        return problems
     job_code = next(iter(codes.values()), None)
     for n in final:
         a = agents[n]
         if a.signalled and not a.killed and a.code not in (128 + signum(a.signalled), job_code):
             problems.append(f"agent {n} got SIG{a.signalled} and exited {a.code} (the job: {job_code})")
     if job_code is None:
-        return problems + check_output(plan, o, rounds)
+        return problems
     cause = None
     for n in survivors:
         s = o.events[n][-1] if o.events.get(n) else {}
@@ -216,10 +247,10 @@ def check_run(plan, o):
                 e = r.exited.get(lr)
                 if e is None or status_of(e) != ("exit", 0):
                     problems.append(f"exit 0, but worker {n}/{lr} of round {final_rc} ended {e}")
-        return problems + check_output(plan, o, rounds)
+        return problems
     if not cause:
         problems.append(f"exit {job_code} without a root cause in the summary")
-        return problems + check_output(plan, o, rounds)
+        return problems
     ok, restartable = _explain(plan, o, rounds, final_rc, cause, job_code, last)
     if not ok:
         problems.append(f"round {final_rc} ended with exit {job_code}, root cause {cause.get('description', cause)}; "
@@ -227,7 +258,7 @@ def check_run(plan, o):
     elif restartable and restarts_used < plan.max_restarts:
         problems.append(f"the job ended on a restartable failure with {plan.max_restarts - restarts_used} "
                         f"restart(s) left: {cause.get('description', cause)}")
-    return problems + check_output(plan, o, rounds)
+    return problems
 
 
 def _check_refusal(plan, o, node):
