@@ -69,6 +69,10 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
   world_.max_restarts = a.max_restarts;
   // One block per node and round, so a log shows at a glance where every node's ranks went.
   if (a.nnodes > 1) log_.info(rdzv::format_summary(a, config_.host));
+  // --stdin-rank names a global rank, which a multi-node job knows only now (one node: checked at start-up).
+  if (config_.stdin_rank >= a.world_size)
+    log_.warning("--stdin-rank ", config_.stdin_rank, ": this round's ranks are 0-", a.world_size - 1,
+                 ", so no worker reads ddprun's stdin");
   events_.write(json{{"event", "rendezvous"}, {"time_ms", unix_ms()}, {"node_rank", a.node_rank},
                      {"nnodes", a.nnodes}, {"rank_offset", a.rank_offset}, {"world_size", a.world_size},
                      {"master_addr", a.master_addr}, {"master_port", a.master_port},

@@ -171,6 +171,14 @@ class StaticJobs(MultiNodeCase):
         for res in self.wait_all(procs):
             self.assertEqual(res.code, 0, res)
 
+    def test_stdin_rank_beyond_the_world_is_said_once_the_world_is_known(self):
+        # Before the rendezvous no node knows the world size: the check waits for the assignment.
+        procs = [self.node(r, 2, "exit=0", extra=("--stdin-rank", 7)) for r in range(2)]
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 0, res)
+            self.assertIn("--stdin-rank 7: this round's ranks are 0-1, so no worker reads ddprun's stdin",
+                          res.stderr.decode(), res)
+
     def test_a_node_that_never_joins(self):
         procs = [self.node(r, 3, "exit=0", rdzv_timeout=1) for r in range(2)]
         for res in self.wait_all(procs):
