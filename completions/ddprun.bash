@@ -1,4 +1,5 @@
-# bash completion for ddprun (installed as share/bash-completion/completions/ddprun).
+# bash completion for ddprun and ddprun-rendezvous (installed as share/bash-completion/completions/ddprun and,
+# the same file, .../ddprun-rendezvous: bash-completion finds a completion by the command's name).
 #
 # The options come from `ddprun --help` itself, read once per shell and per ddprun binary, so an option
 # added to ddprun needs no edit here, and torchrun's spellings (--nproc_per_node) come along. What an
@@ -16,7 +17,8 @@ _ddprun_read_help() {
   while IFS= read -r line; do
     # "  -r,--redirects SPEC      Send ..." / "  --standalone     Single-node ...": names, one space, a
     # value name (a flag has none: its description follows after two or more spaces).
-    [[ $line =~ ^\ +(-[^\ ]+)(\ ([^\ ]+))?(\ \ |$) ]] || continue
+    # (ddprun-rendezvous, CLI11's default formatter, may add " REQUIRED" after the value name.)
+    [[ $line =~ ^\ +(-[^\ ]+)(\ ([^\ ]+))?(\ REQUIRED)?(\ \ |$) ]] || continue
     names=${BASH_REMATCH[1]} value=${BASH_REMATCH[3]}
     local IFS=,
     for name in $names; do
@@ -112,4 +114,4 @@ _ddprun() {
   fi
   return 0
 }
-complete -F _ddprun ddprun
+complete -F _ddprun ddprun ddprun-rendezvous

@@ -45,6 +45,9 @@ void parse_nnodes(const std::string& text, JobConfig& config) {
 int run(int argc, char** argv) {
   CLI::App app{"ddprun's rendezvous server, on its own"};
   app.set_version_flag("--version", std::string("ddprun-rendezvous ") + kVersion);
+  // Wide enough that every option's name and value stand two spaces clear of its text: the bash completion
+  // (completions/ddprun.bash) reads the options from --help by that gap.
+  app.get_formatter()->column_width(36);
   JobConfig config;
   std::string host = "0.0.0.0", nnodes = "1", token, token_file, port_file, log_level = "info";
   std::uint16_t port = 29400;

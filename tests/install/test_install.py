@@ -90,7 +90,7 @@ class InstalledPackage(unittest.TestCase):
 
     def test_layout(self):
         expected = ["bin/ddprun", "bin/ddprun-rendezvous",
-                    "share/bash-completion/completions/ddprun",
+                    "share/bash-completion/completions/ddprun", "share/bash-completion/completions/ddprun-rendezvous",
                     "lib/cmake/ddprun/ddprunConfig.cmake", "lib/cmake/ddprun/ddprunConfigVersion.cmake",
                     "lib/cmake/ddprun/ddprunTargets.cmake"]
         if HAS_SDK:
@@ -175,12 +175,12 @@ class InstalledPackage(unittest.TestCase):
         for expected in ("ddprun", "--nproc-per-node", "EXIT STATUS", "ENVIRONMENT"):
             self.assertIn(expected, text)
 
-    def complete(self, *words, cwd=None):
-        """COMPREPLY of the installed completion for `ddprun WORDS...` (the cursor on the last word)."""
+    def complete(self, *words, cwd=None, command="ddprun"):
+        """COMPREPLY of the installed completion for `COMMAND WORDS...` (the cursor on the last word)."""
         script = ('source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); '
                   '_ddprun; printf "%s\\n" "${COMPREPLY[@]}"')
         code, out, err = run(["bash", "--norc", "--noprofile", "-c", script, "bash",
-                              self.at("share", "bash-completion", "completions", "ddprun"), "ddprun",
+                              self.at("share", "bash-completion", "completions", command), command,
                               *words], env=self.env(), cwd=cwd, timeout=20)
         self.assertEqual(code, 0, err)
         self.assertEqual(err, "")
@@ -197,6 +197,11 @@ class InstalledPackage(unittest.TestCase):
         # Once the program has begun, its arguments are not ddprun's options.
         self.assertEqual(self.complete("--standalone", "train.py", "--nnod"), [])
         self.assertEqual(self.complete("--standalone", "--nnod"), ["--nnodes"])
+        # ddprun-rendezvous: its own options, from its own --help.
+        self.assertEqual(self.complete("--heartbeat-t", command="ddprun-rendezvous"), ["--heartbeat-timeout"])
+        self.assertEqual(self.complete("--static", command="ddprun-rendezvous"), ["--static-node-ranks"])
+        self.assertEqual(self.complete("--rdzv", command="ddprun-rendezvous"), ["--rdzv-id", "--rdzv-timeout"])
+        self.assertEqual(self.complete("--nproc", command="ddprun-rendezvous"), [])
 
 
 if __name__ == "__main__":
