@@ -59,12 +59,20 @@ def worker_runs(stdout):
             lines.setdefault(int(prefix[len("[rank"):]), []).append((name, value))
     runs = []
     for prefix, seq in lines.items():
-        if len(seq) % len(ENV_NAMES):
-            raise AssertionError(f"rank {prefix}: a worker printed part of its environment: {seq}")
-        for i in range(0, len(seq), len(ENV_NAMES)):
-            block = seq[i:i + len(ENV_NAMES)]
-            if [n for n, _ in block] != list(ENV_NAMES):
+        # One block per worker, each starting with ENV_NAMES[0]. A worker of a round that a quick second re-form
+        # stopped may have printed only the start of its block; any other block must be whole and in order.
+        starts = [i for i, (n, _) in enumerate(seq) if n == ENV_NAMES[0]] + [len(seq)]
+        if starts[0] != 0:
+            raise AssertionError(f"rank {prefix}: lines out of order: {seq}")
+        for k, (i, j) in enumerate(zip(starts, starts[1:])):
+            block = seq[i:j]
+            names = [n for n, _ in block]
+            if names != list(ENV_NAMES)[:len(names)]:
                 raise AssertionError(f"rank {prefix}: lines out of order: {seq}")
+            if len(names) < len(ENV_NAMES):
+                if k == len(starts) - 2:  # the last worker of this rank prefix ran to its end
+                    raise AssertionError(f"rank {prefix}: a worker printed part of its environment: {seq}")
+                continue  # stopped by the next re-form while it printed
             run = {n: int(v) for n, v in block}
             run["prefix"] = prefix
             runs.append(run)
