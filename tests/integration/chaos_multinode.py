@@ -53,7 +53,7 @@ import time
 import harness  # noqa: F401 (makes this process a child subreaper: whatever a run leaves is ours to find)
 import test_chaos
 from harness import descendants, kill_all, reap_zombies
-from test_chaos import _describe_pid, limit_core_dumps  # noqa: F401 (limit_core_dumps: for the callers)
+from test_chaos import _describe_pid, limit_core_dumps, sweep_leftovers  # noqa: F401 (limit_core_dumps: for the callers)
 from test_multinode import free_port
 
 TERM_TIMEOUT = 1.0
@@ -589,14 +589,7 @@ def execute_run(plan, tmp, ddprun, worker, env):
     while time.monotonic() < deadline and descendants():
         reap_zombies()
         time.sleep(0.01)
-    o.left = descendants()
-    o.left_info = [_describe_pid(p) for p in o.left]
-    kill_all(o.left)
-    deadline = time.monotonic() + 5
-    while descendants() and time.monotonic() < deadline:
-        reap_zombies()
-        time.sleep(0.01)
-    reap_zombies()
+    o.left, o.left_info = sweep_leftovers()
     for a in o.agents.values():
         a.thread.join(timeout=5)  # a pipe held open by a survivor is closed now
     o.elapsed = time.monotonic() - t0

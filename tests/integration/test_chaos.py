@@ -272,6 +272,20 @@ def _send_external(proc, events, external, o):
             proc.send_signal(_signal_number(name))
 
 
+def sweep_leftovers():
+    """Once every ddprun of a run has exited: the descendants still alive (this process is their subreaper), each
+    described, then killed and reaped so that the next run starts clean. Returns (pids, descriptions)."""
+    left = descendants()
+    info = [_describe_pid(p) for p in left]
+    kill_all(left)
+    deadline = time.monotonic() + 5
+    while descendants() and time.monotonic() < deadline:
+        reap_zombies()
+        time.sleep(0.01)
+    reap_zombies()
+    return left, info
+
+
 def execute_run(plan, tmp, ddprun, worker, env):
     """Runs ddprun for `plan` with its files in `tmp`; kills whatever is left afterwards (and notes it)."""
     o = RunOutcome()
@@ -315,14 +329,7 @@ def execute_run(plan, tmp, ddprun, worker, env):
         while time.monotonic() < deadline and descendants():
             reap_zombies()
             time.sleep(0.01)
-    o.left = descendants()
-    o.left_info = [_describe_pid(p) for p in o.left]
-    kill_all(o.left)
-    deadline = time.monotonic() + 5
-    while descendants() and time.monotonic() < deadline:
-        reap_zombies()
-        time.sleep(0.01)
-    reap_zombies()
+    o.left, o.left_info = sweep_leftovers()
     try:
         o.events = _read_events(events, strict=True)
     except (OSError, ValueError) as e:

@@ -16,6 +16,7 @@ import time
 import unittest
 
 from harness import DDPRUN, DdprunTestCase, Result, WORKER, pid_alive
+from test_multinode import free_port
 
 REFUSED = 77
 ENV_NAMES = ("TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE", "RANK", "TORCHELASTIC_MAX_RESTARTS")
@@ -24,12 +25,6 @@ RENDEZVOUS = os.environ.get("DDPRUN_RENDEZVOUS",
 BOUND = 20  # seconds: every "ends within" of these tests; each takes a few seconds on an idle machine
 # --rdzv-conf last_call_timeout of a job that starts below MAX: every node started at once joins within it.
 LAST_CALL = 3
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def listening(port):
@@ -89,6 +84,23 @@ class ElasticCase(DdprunTestCase):
         self.pids = self.path("pids")
         self.env["DDPRUN_TOKEN"] = "elastic-token"
         self.agents = []
+
+    def third_node_killed_ends_the_job(self, nnodes, steps, **options):
+        """Agents a (the host), b and c of an `nnodes` job, two workers each running `steps`; once all six are
+        ready c's ddprun is SIGKILLed, and a and b must both end with exit 1 and c's node as the root cause.
+        Returns {"a": result, "b": result}."""
+        a = self.host_agent(nnodes, *steps, name="a", **options)
+        b = self.agent(nnodes, *steps, name="b", **options)
+        c = self.agent(nnodes, *steps, name="c", **options)
+        self.wait_ready(range(6))
+        lost = self.rounds("c")[0][3]
+        os.kill(c.pid, signal.SIGKILL)
+        results = dict(zip("ab", self.wait_all([a, b])))
+        self.wait_all([c])
+        for res in results.values():
+            self.assertEqual(res.code, 1, res)
+            self.assertIn(f"root cause: node {lost} (host {socket.gethostname()}) lost", res.stderr.decode(), res)
+        return results
 
     def tearDown(self):
         # A test that failed half-way may leave agents running: kill them (their workers die with them: the job
@@ -448,21 +460,11 @@ class Elastic(ElasticCase):
     # Found by this file: only the hosting node said why the job could not re-form; every node now logs the
     # stop's reason with its root cause.
     def test_fewer_than_min_reason_reaches_every_node(self):
-        steps = [f"ready={self.ready}", "hang"]
-        a = self.host_agent("3:4", *steps, name="a", max_restarts=3, last_call=0.5)
-        b = self.agent("3:4", *steps, name="b", max_restarts=3, last_call=0.5)
-        c = self.agent("3:4", *steps, name="c", max_restarts=3, last_call=0.5)
-        self.wait_ready(range(6))
-        lost = self.rounds("c")[0][3]
-        os.kill(c.pid, signal.SIGKILL)
-        results = dict(zip("ab", self.wait_all([a, b])))
-        self.wait_all([c])
-        for n, res in results.items():
-            self.assertEqual(res.code, 1, res)
-            self.assertIn(f"root cause: node {lost} (host {socket.gethostname()}) lost", res.stderr.decode(), res)
+        results = self.third_node_killed_ends_the_job("3:4", [f"ready={self.ready}", "hang"], max_restarts=3,
+                                                      last_call=0.5)
         self.assertIn("2 nodes left, fewer than the 3 that --nnodes 3:4 needs", results["a"].stderr.decode())
         self.assertIn("2 nodes left, fewer than the 3 that --nnodes 3:4 needs", results["b"].stderr.decode(),
-                      results["b"])  # fails: the non-host node never says why
+                      results["b"])
 
 
 class ElasticEdges(ElasticCase):
@@ -470,17 +472,8 @@ class ElasticEdges(ElasticCase):
         return [f"ready={self.ready}", f"waitfile={self.go}", "exit=0"]
 
     def test_node_lost_with_no_restart_left_stops_the_job(self):
-        a = self.host_agent("1:3", *self.waiting(), name="a")
-        b = self.agent("1:3", *self.waiting(), name="b")
-        c = self.agent("1:3", *self.waiting(), name="c")
-        self.wait_ready(range(6))
-        lost = self.rounds("c")[0][3]
-        os.kill(c.pid, signal.SIGKILL)
-        results = dict(zip("ab", self.wait_all([a, b])))
-        self.wait_all([c])
-        for n, res in results.items():
-            self.assertEqual(res.code, 1, res)
-            self.assertIn(f"root cause: node {lost} (host {socket.gethostname()}) lost", res.stderr.decode(), res)
+        results = self.third_node_killed_ends_the_job("1:3", self.waiting())
+        for n in results:
             self.assertEqual(self.of_event(n, "restarting"), [])
         self.assertIn("a node was lost; no restart left to re-form without it (--max-restarts 0)",
                       results["a"].stderr.decode(), results["a"])

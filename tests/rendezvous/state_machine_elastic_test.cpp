@@ -96,10 +96,7 @@ TEST_CASE("elastic: a node lost with no restart left stops the job, saying so") 
 TEST_CASE("elastic: a node stopped by a signal leaves: it is told so and the job re-forms without it") {
   auto state = elastic(1, 3, 2, 1);
   auto actions = step(state, FailureReport{2, signalled(15)}, at(20'000ms));
-  bool told = false;
-  for (const auto& send : find_all<Send>(actions))
-    if (auto* stop = std::get_if<StopMsg>(&send.message); stop && send.conn == 2) told = !stop->restarting;
-  CHECK(told);
+  CHECK_FALSE(final_stop_to(actions, 2).empty());
   CHECK(closes(actions, 2));
   CHECK(find_one<Broadcast>(actions).conns == std::vector<ConnId>{1});
   CHECK(state.phase == Phase::kRestarting);
@@ -229,10 +226,7 @@ TEST_CASE("a node dropped for silence is told why before its connection closes: 
   auto state = elastic(1, 3, 2, 1);
   step(state, Heartbeat{1}, at(300'000ms));
   auto actions = step(state, Tick{}, at(600'000ms));  // node 1 (conn 2) silent past the 600 s timeout
-  std::string told;
-  for (const auto& send : find_all<Send>(actions))
-    if (auto* stop = std::get_if<StopMsg>(&send.message); stop && send.conn == 2 && !stop->restarting) told = stop->reason;
-  CHECK(told == "this node was dropped (missed heartbeats for 600.0 s); the job re-forms without it");
+  CHECK(final_stop_to(actions, 2) == "this node was dropped (missed heartbeats for 600.0 s); the job re-forms without it");
   CHECK(closes(actions, 2));
   CHECK(find_one<Broadcast>(actions).conns == std::vector<ConnId>{1});
 

@@ -81,6 +81,14 @@ inline std::string refusal(const std::vector<Action>& actions, ConnId conn) {
   return {};
 }
 
+// The reason of the final stop (not a restart's) sent to conn alone, or "" when none was.
+inline std::string final_stop_to(const std::vector<Action>& actions, ConnId conn) {
+  for (const auto& send : find_all<Send>(actions))
+    if (auto* stop = std::get_if<StopMsg>(&send.message); stop && send.conn == conn && !stop->restarting)
+      return stop->reason;
+  return {};
+}
+
 inline bool closes(const std::vector<Action>& actions, ConnId conn) {
   auto all = find_all<Close>(actions);
   return std::any_of(all.begin(), all.end(), [conn](const Close& c) { return c.conn == conn; });
