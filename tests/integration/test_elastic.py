@@ -528,12 +528,12 @@ class ElasticEdges(ElasticCase):
             self.assertEqual([e["membership"] for e in self.of_event(n, "restarting")], [False])
         self.assertEqual(self.rounds("c"), [(1, 3, 6, 2, 4)])
 
-    def test_a_node_joining_a_finishing_job_runs_nothing_and_exits_0(self):
-        # Node a's workers exit 0 at once; b's wait. A node starting now waits, and is told the job completed.
+    def joiner_waits_in_a_finishing_job(self):
+        """Node a's workers exit 0 at once, b's wait for `go`: the job is finishing. Node c then starts and must
+        be told to wait for a next round rather than re-form the job. Returns (a, b, c), all running."""
         a = self.host_agent("1:3", f"ready={self.ready}", "exit=0", name="a", last_call=LAST_CALL, log_file=True)
-        b = self.agent("1:3", f"ready={self.ready}", f"waitfile={self.go}", "exit=0", name="b", last_call=LAST_CALL)
+        b = self.agent("1:3", *self.waiting(), name="b", last_call=LAST_CALL)
         self.wait_ready(range(4))
-        first_a = self.rounds("a")[0]
         deadline = time.monotonic() + BOUND
         while len(self.of_event("a", "exited")) < 2:
             self.assertLess(time.monotonic(), deadline)
@@ -542,6 +542,12 @@ class ElasticEdges(ElasticCase):
         c = self.agent("1:3", "exit=5", name="c")
         finishing = "; it waits for the next round (the job is finishing)"
         self.assertEqual(self.wait_for_log(a, finishing, "re-forming the job: host"), finishing)
+        return a, b, c
+
+    def test_a_node_joining_a_finishing_job_runs_nothing_and_exits_0(self):
+        # A node starting in a finishing job waits, and is told the job completed.
+        a, b, c = self.joiner_waits_in_a_finishing_job()
+        first_a = self.rounds("a")[0]
         self.assertIsNone(c.poll())
         self.release()
         results = dict(zip("abc", self.wait_all([a, b, c])))
@@ -725,19 +731,8 @@ class ElasticEdges(ElasticCase):
         self.assertEqual(self.rounds(done)[1][3], 0)  # still node 0
 
     def test_a_waiting_joiner_that_is_stopped_leaves_the_job_alone(self):
-        # The job is finishing (a's workers exited 0), so a new node waits unplaced; SIGTERM ends it (143) and
-        # the job completes without it.
-        a = self.host_agent("1:3", f"ready={self.ready}", "exit=0", name="a", last_call=LAST_CALL, log_file=True)
-        b = self.agent("1:3", *self.waiting(), name="b", last_call=LAST_CALL)
-        self.wait_ready(range(4))
-        deadline = time.monotonic() + BOUND
-        while len(self.of_event("a", "exited")) < 2:
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.01)
-        time.sleep(1)  # a's "done" reaches the server (loopback, milliseconds)
-        c = self.agent("1:3", "exit=5", name="c")
-        finishing = "; it waits for the next round (the job is finishing)"
-        self.assertEqual(self.wait_for_log(a, finishing, "re-forming the job: host"), finishing)
+        # The job is finishing, so a new node waits unplaced; SIGTERM ends it (143) and the job completes without it.
+        a, b, c = self.joiner_waits_in_a_finishing_job()
         os.kill(c.pid, signal.SIGTERM)
         res_c = self.wait_all([c])[0]
         self.assertEqual(res_c.code, 128 + signal.SIGTERM, res_c)
