@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -13,20 +16,39 @@
 namespace ddprun::agent {
 
 EventLog::EventLog(const std::string& path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  // O_NONBLOCK: opening a FIFO without a reader must fail at once, not wait for one. Not O_TRUNC yet: a
+  // FIFO or device named by mistake is refused before anything is done to it.
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
   if (fd_ < 0) throw CantCreateError("cannot open events file " + path, errno);
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw CantCreateError("cannot use events file " + path + ": not a regular file (ddprun writes events to a "
+                          "file; follow it with tail -F)");
+  }
+  ::fcntl(fd_, F_SETFL, O_APPEND);  // back to blocking writes: a regular file
+  if (::ftruncate(fd_, 0) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw CantCreateError("cannot truncate events file " + path, err);
+  }
 }
 
 EventLog::~EventLog() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-EventLog::EventLog(EventLog&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+EventLog::EventLog(EventLog&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), failed_errno_(other.failed_errno_), bytes_(other.bytes_) {}
 
 EventLog& EventLog::operator=(EventLog&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
+    failed_errno_ = other.failed_errno_;
+    bytes_ = other.bytes_;
   }
   return *this;
 }
@@ -35,7 +57,27 @@ void EventLog::write(const nlohmann::json& event) const {
   if (fd_ < 0) return;
   std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';
-  write_all(fd_, line);
+  std::string_view rest(line);
+  while (!rest.empty()) {
+    const ssize_t n = ::write(fd_, rest.data(), rest.size());
+    if (n > 0) {
+      rest.remove_prefix(static_cast<std::size_t>(n));
+      bytes_ += static_cast<std::uint64_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    failed_errno_ = n < 0 ? errno : ENOSPC;
+    // A line cut short is taken back, so a reader never meets half a JSON object.
+    if (rest.size() < line.size()) {
+      bytes_ -= line.size() - rest.size();
+      [[maybe_unused]] const int r = ::ftruncate(fd_, static_cast<off_t>(bytes_));
+    }
+    ::close(fd_);
+    fd_ = -1;
+    Logger().error("cannot write the events file: ", std::strerror(failed_errno_), " after ", bytes_,
+                   " bytes; no more events are written (exit code 73 if the job succeeds)");
+    return;
+  }
 }
 
 }  // namespace ddprun::agent

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
+#include <cstdint>
 #include <string>
 
 namespace ddprun::agent {
@@ -14,17 +15,26 @@ namespace ddprun::agent {
 class EventLog {
  public:
   EventLog() = default;
-  // Opens (creating or truncating) `path`. Throws ddprun::SystemError naming the path when it cannot.
+  // Opens (creating or truncating) `path`. Throws ddprun::CantCreateError naming the path when it cannot,
+  // or when it is not a regular file (a FIFO's reader that stalls must never stall the agent; the open
+  // itself never blocks on one).
   explicit EventLog(const std::string& path);
   ~EventLog();
   EventLog(EventLog&& other) noexcept;
   EventLog& operator=(EventLog&& other) noexcept;
 
-  bool enabled() const { return fd_ >= 0; }
+  bool enabled() const { return fd_ >= 0 || failed_errno_ != 0; }
+  // A write that fails (disk full) closes the file: nothing more is written, so no line is ever half there
+  // after a later success; the caller asks `failed` at the end.
   void write(const nlohmann::json& event) const;
+  bool failed() const { return failed_errno_ != 0; }
+  int failed_errno() const { return failed_errno_; }
+  std::uint64_t bytes_written() const { return bytes_; }
 
  private:
-  int fd_ = -1;
+  mutable int fd_ = -1;
+  mutable int failed_errno_ = 0;
+  mutable std::uint64_t bytes_ = 0;
 };
 
 }  // namespace ddprun::agent

@@ -80,6 +80,10 @@ nlohmann::json traceback_json(const SupervisionPolicy& policy, const SummaryCont
 }
 
 // The rounds that ended in a re-form, each with its cause: after a budget spent, the whole story of the job.
+void append_output_losses(std::ostringstream& out, const std::vector<std::string>& losses) {
+  for (const std::string& loss : losses) out << "ddprun: warning: output lost: " << loss << "\n";
+}
+
 void append_attempts(std::ostringstream& out, const std::vector<Attempt>& attempts) {
   if (attempts.empty()) return;
   constexpr std::size_t kShown = 20;  // the most recent; a long elastic job may have had many rounds
@@ -143,6 +147,7 @@ nlohmann::json summary_json(const SupervisionPolicy& policy, const SummaryContex
       rounds.push_back({{"round", a.round}, {"nnodes", a.nnodes}, {"world_size", a.world_size}, {"cause", a.cause}});
     j["earlier_rounds"] = rounds;
   }
+  if (!ctx.output_losses.empty()) j["output_lost"] = ctx.output_losses;
   return j;
 }
 
@@ -180,6 +185,7 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
     else
       out << "ddprun: all " << policy.workers().size() << " workers succeeded in " << elapsed << "\n";
     append_attempts(out, ctx.attempts);
+    append_output_losses(out, ctx.output_losses);
     return out.str();
   }
   for (const auto& w : policy.workers()) {
@@ -192,6 +198,7 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
   }
   if (root) append_root_detail(out, *root, ctx);
   append_attempts(out, ctx.attempts);
+  append_output_losses(out, ctx.output_losses);
   if (!ctx.log_root.empty()) out << "ddprun: logs in " << ctx.log_root << "\n";
   out << "ddprun: exit code " << policy.exit_code() << "\n";
   return out.str();

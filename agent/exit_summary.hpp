@@ -37,6 +37,9 @@ struct SummaryContext {
   std::string python_origin;  // how it was chosen, e.g. "PYTHON_EXEC" or "python3 from PATH"
   // The rounds before the last that this node ran, oldest first; the summary lists each one's cause.
   std::vector<Attempt> attempts;
+  // Output that did not reach its place (a log file that could not be written, a console that closed),
+  // one sentence each: the summary says so, since a job that "succeeded" may still have lost its logs.
+  std::vector<std::string> output_losses;
 };
 
 nlohmann::json worker_json(const WorkerRecord& w);

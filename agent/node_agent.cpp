@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -20,6 +21,7 @@
 #include "agent/output_pump.hpp"
 #include "agent/run_layout.hpp"
 #include "agent/supervision_policy.hpp"
+#include "common/console.hpp"
 #include "common/error.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
@@ -33,6 +35,8 @@ using nlohmann::json;
 // After every process is gone the pipes reach end of file at once; this only bounds the wait for a
 // writer that escaped through fd passing to a process outside our tree.
 constexpr std::chrono::seconds kDrainLimit{2};
+// Console bytes queued beyond which the workers' pipes are no longer read (they back-pressure the workers).
+constexpr std::size_t kConsoleHighWater = 4 << 20;
 
 // The signals the agent answers on its loop: stop signals (teardown) and notices (forwarded).
 sigset_t job_signals() {
@@ -63,6 +67,9 @@ int NodeAgent::run() {
     guard_ = process::JobGuard::start();
     if (layout_.temporary()) guard_.remove_on_death(layout_.root());
     process::become_child_subreaper();
+    // From here on ddprun's console is a queue with writer threads of its own (after the guard's fork):
+    // the loop never waits on a terminal, a pipe or a file that stops draining (common/console.hpp).
+    console::start(kConsoleHighWater);
   } catch (...) {
     guard_.dismiss();
     layout_.cleanup();
@@ -74,6 +81,7 @@ int NodeAgent::run() {
   // Signals held since main (block_job_signals) stay blocked for good: the signalfd reads them on the loop,
   // those that came early first, each with its sender.
   signals_.start([this](const ReceivedSignal& r) { on_signal(r); });
+  console::set_on_room([this] { asio::post(io_, [this] { resume_console_waiters(); }); });
   policy_.set_preemption_exit(config_.preemption_exit);
   reaper_.start();
 
@@ -83,12 +91,15 @@ int NodeAgent::run() {
   try {
     link_.start();
   } catch (const rendezvous::RendezvousError& e) {
-    write_all(2, std::string("ddprun: error: ") + e.what() + "\n");
+    console::set_on_room(nullptr);
+    console::write(2, std::string("ddprun: error: ") + e.what() + "\n");
     layout_.cleanup();
     guard_.dismiss();
+    drain_console();
     return kExitRdzvUnavailable;
   }
   io_.run();
+  console::set_on_room(nullptr);  // the loop is done: nothing may be posted to it any more
   // The job signals are still blocked (the signalfd never unblocks them): a SIGUSR1 or SIGTERM arriving now
   // (a scheduler's notice racing the job's end) is held and discarded at exit, not the job's exit code.
 
@@ -108,16 +119,78 @@ int NodeAgent::run() {
   ctx.python = config_.python;
   ctx.python_origin = config_.python_origin;
   ctx.attempts = attempts_;
-  const int code = policy_.exit_code();
-  if (code != 0) {
-    write_all(2, summary_text(policy_, ctx));
+  ctx.output_losses = output_losses_;
+  note_console_losses(ctx.output_losses);
+  int code = policy_.exit_code();
+  if (code != 0 || !ctx.output_losses.empty()) {
+    console::write(2, summary_text(policy_, ctx));
   } else {
     log_.info(summary_text(policy_, ctx).substr(8));  // "ddprun: " is already in the log tag
   }
   events_.write(summary_json(policy_, ctx));
+  code = events_exit_code(code);
   layout_.cleanup();
   guard_.dismiss();
+  drain_console();
   return code;
+}
+
+// What ddprun writes last (the summary) reaches a console that stalls once it drains; a stop signal
+// (Ctrl-C, SIGTERM) gives up on it: the job is over and its exit code settled.
+void NodeAgent::drain_console() {
+  sigset_t stops;
+  sigemptyset(&stops);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stops, sig);
+  if (console::drain(stops)) return;
+  events_.write(json{{"event", "console_abandoned"}, {"time_ms", unix_ms()},
+                     {"lost_bytes", console::stats(1).lost_bytes + console::stats(2).lost_bytes}});
+}
+
+// An events file that could not be written all through is exit code 73 (README "Exit codes") when the job
+// itself succeeded; a failed job keeps its root cause's code, and the summary says what the file lacks.
+int NodeAgent::events_exit_code(int job_code) {
+  if (!events_.failed()) return job_code;
+  const std::string what = "the events file " + config_.events_file + " is incomplete: writing it failed (" +
+                           std::strerror(events_.failed_errno()) + ") after " +
+                           std::to_string(events_.bytes_written()) + " bytes";
+  if (job_code != 0) {
+    log_.error(what, "; the exit code stays the job's (", job_code, ")");
+    return job_code;
+  }
+  console::write(2, "ddprun: error: " + what + "; exit code " + std::to_string(kExitCantCreate) + "\n");
+  return kExitCantCreate;
+}
+
+void NodeAgent::on_log_file_failure(int rank, const FileWriteFailure& f) {
+  const std::string what = "rank " + std::to_string(rank) + "'s " + f.path + " stopped at " +
+                           std::to_string(f.bytes_written) + " bytes: " + std::strerror(f.error);
+  log_.error("cannot write a log file: ", what, "; the file is closed, the job goes on (the console still shows "
+             "what it was shown)");
+  events_.write(json{{"event", "log_write_failed"}, {"time_ms", unix_ms()}, {"rank", rank}, {"path", f.path},
+                     {"errno", f.error}, {"error", std::strerror(f.error)}, {"bytes_written", f.bytes_written}});
+  output_losses_.push_back(what);
+}
+
+void NodeAgent::resume_console_waiters() {
+  // Every pump that stopped reading because the console was congested reads again; one that finds it
+  // congested at once waits again (in this list).
+  std::vector<OutputPump*> waiting;
+  waiting.swap(pump_scratch_.waiting_for_console);
+  for (OutputPump* p : waiting) p->resume();
+}
+
+// A console that broke (its reader gone for good: EPIPE, EIO) lost what came after: the summary says how much.
+void NodeAgent::note_console_losses(std::vector<std::string>& losses) const {
+  for (int fd : {1, 2}) {
+    if (fd == 2 && console::channel_name(1) == "stdout and stderr") break;
+    const console::ChannelStats st = console::stats(fd);
+    if (st.lost_bytes == 0) continue;
+    losses.push_back("ddprun's " + console::channel_name(fd) + " " +
+                     (st.broken_errno != 0 ? "closed (" + std::string(std::strerror(st.broken_errno)) + ")"
+                                           : std::string("was abandoned")) +
+                     ": " + std::to_string(st.lost_lines) + " lines (" + std::to_string(st.lost_bytes) +
+                     " bytes) not shown" + (layout_.temporary() ? "" : "; files under --log-dir keep what was teed"));
+  }
 }
 
 void block_job_signals() {
@@ -127,6 +200,9 @@ void block_job_signals() {
 
 void NodeAgent::on_signal(const ReceivedSignal& received) {
   const int signal = received.signal;
+  // Every process is gone and only a stalled console holds the end back: a stop signal means "stop
+  // waiting for it" (the job's outcome stands; what was not shown is counted in the summary).
+  if (processes_gone_ && is_stop_signal(signal) && any_pump_waiting_for_console()) abandon_console_output(signal);
   // In a SLURM step whose proctrack plugin signals every process of the step (cgroup, linuxproc: scancel -s,
   // scancel's SIGTERM, --signal, srun's Ctrl-C), what slurmstepd sends has reached every worker too; sending
   // it again would give each worker two notices (docs/MULTINODE.md, "Signals under SLURM").
@@ -237,13 +313,41 @@ void NodeAgent::after_reap(bool has_children) {
   if (policy_.phase() == Phase::kRunning && (policy_.exit_code() == 0 || policy_.preempted()) && !outcome_known_)
     link_.client().report_node_done();
   grace_timer_.cancel();
+  arm_drain_limit();
+  maybe_finish();
+}
+
+// Bounds the wait for a stream whose writer escaped our tree (fd passing). A stream that waits for room on
+// the console is not stuck: its bytes are in the pipe and go out when the console drains; only a stop
+// signal gives up on those (on_signal).
+void NodeAgent::arm_drain_limit() {
   drain_timer_.expires_after(kDrainLimit);
   drain_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
-    log_.warning("worker output still open ", kDrainLimit.count(), " s after every process ended; closing it");
-    for (auto& p : pumps_) p->abandon();
+    bool console_waits = false;
+    for (auto& p : pumps_) {
+      if (p->finished()) continue;
+      if (p->waiting_for_console()) {
+        console_waits = true;
+        continue;
+      }
+      log_.warning("worker output still open ", kDrainLimit.count(), " s after every process ended; closing it");
+      p->abandon();
+    }
+    if (console_waits) arm_drain_limit();
   });
-  maybe_finish();
+}
+
+bool NodeAgent::any_pump_waiting_for_console() const {
+  return std::any_of(pumps_.begin(), pumps_.end(), [](const auto& p) { return p->waiting_for_console(); });
+}
+
+void NodeAgent::abandon_console_output(int signal) {
+  log_.warning(process::signal_name(signal), " while waiting for the console to drain: the rest of the "
+               "workers' output is not shown");
+  console::abandon_stalled();
+  for (auto& p : pumps_)
+    if (p->waiting_for_console()) p->abandon();
 }
 
 void NodeAgent::maybe_finish() {

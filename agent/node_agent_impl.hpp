@@ -70,6 +70,14 @@ class NodeAgent {
   void arm_grace();
   void on_grace_expired();
   void maybe_finish();
+  void arm_drain_limit();
+  bool any_pump_waiting_for_console() const;
+  void abandon_console_output(int signal);
+  void resume_console_waiters();
+  void drain_console();
+  void note_console_losses(std::vector<std::string>& losses) const;
+  void on_log_file_failure(int rank, const FileWriteFailure& f);
+  int events_exit_code(int job_code);
 
   const AgentConfig& config_;
   World world_;  // the launcher's, then the rendezvous' assignment
@@ -106,6 +114,7 @@ class NodeAgent {
   bool assigned_once_ = false;    // the server placed this node in a round: it waits for us between rounds
   std::int64_t start_ms_ = 0;
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary
+  std::vector<std::string> output_losses_;  // log files that could not be written, for the summary
 };
 
 }  // namespace ddprun::agent

@@ -1,37 +1,18 @@
 #include "agent/output_pump.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <system_error>
 
+#include "common/console.hpp"
 #include "common/log.hpp"
 
 namespace ddprun::agent {
 namespace {
 constexpr std::size_t kReadSize = 256 * 1024;
-
-// write_all, but tolerant of a console fd that someone left non-blocking: wait until it drains.
-bool write_blocking(int fd, const std::string& data) {
-  std::size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n >= 0) {
-      done += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, -1);
-      continue;
-    }
-    return false;
-  }
-  return true;
-}
 }  // namespace
 
 Pipe make_output_pipe() {
@@ -50,6 +31,8 @@ OutputPump::OutputPump(boost::asio::io_context& io, int pipe_fd, PumpTargets tar
 }
 
 OutputPump::~OutputPump() {
+  auto& waiting = scratch_.waiting_for_console;
+  waiting.erase(std::remove(waiting.begin(), waiting.end(), this), waiting.end());
   if (targets_.file_fd >= 0) ::close(targets_.file_fd);
 }
 
@@ -73,6 +56,12 @@ void OutputPump::read_ready() {
     const ssize_t n = ::read(pipe_.native_handle(), scratch_.read.data(), scratch_.read.size());
     if (n > 0) {
       deliver(scratch_.read.data(), static_cast<std::size_t>(n));
+      if (targets_.console_fd >= 0 && console::congested(targets_.console_fd)) {
+        // Back-pressure: the worker's pipe fills and the worker waits in its write, not the loop.
+        waiting_for_console_ = true;
+        scratch_.waiting_for_console.push_back(this);
+        return;
+      }
       return read_next();  // one read per wake-up: a flooding worker does not starve the others
     }
     if (n < 0 && errno == EINTR) continue;
@@ -83,25 +72,49 @@ void OutputPump::read_ready() {
 
 void OutputPump::deliver(const char* data, std::size_t n) {
   if (targets_.tail) targets_.tail->add(data, n);
-  if (targets_.file_fd >= 0 && !write_all(targets_.file_fd, std::string_view(data, n))) {
-    ::close(targets_.file_fd);  // disk full or similar: keep the job and the console going
-    targets_.file_fd = -1;
-  }
-  if (targets_.console_fd < 0 || console_broken_) return;
+  if (targets_.file_fd >= 0) write_file(data, n);
+  if (targets_.console_fd < 0) return;
   std::string& out = scratch_.out;
   out.clear();
   framer_.feed(data, n, out);
-  if (!out.empty() && !write_blocking(targets_.console_fd, out)) console_broken_ = true;
+  if (!out.empty()) console::write(targets_.console_fd, out);
+}
+
+void OutputPump::write_file(const char* data, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(targets_.file_fd, data, n);
+    if (w > 0) {
+      data += w;
+      n -= static_cast<std::size_t>(w);
+      file_bytes_ += static_cast<std::uint64_t>(w);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    // Disk full, quota, I/O error: the file is closed and the failure reported at once; the job and the
+    // console go on (a log file is a copy of the output, not a reason to kill a training run).
+    const int err = w < 0 ? errno : ENOSPC;
+    ::close(targets_.file_fd);
+    targets_.file_fd = -1;
+    if (targets_.on_file_failure) targets_.on_file_failure(FileWriteFailure{targets_.file_path, err, file_bytes_});
+    return;
+  }
+}
+
+void OutputPump::resume() {
+  if (!waiting_for_console_ || finished_) return;
+  waiting_for_console_ = false;
+  read_next();
 }
 
 void OutputPump::finish() {
   if (finished_) return;
   finished_ = true;
-  if (targets_.console_fd >= 0 && !console_broken_) {
+  waiting_for_console_ = false;
+  if (targets_.console_fd >= 0) {
     std::string& out = scratch_.out;
     out.clear();
     framer_.finish(out);
-    if (!out.empty()) write_blocking(targets_.console_fd, out);
+    if (!out.empty()) console::write(targets_.console_fd, out);
   }
   boost::system::error_code ignored;
   pipe_.close(ignored);
@@ -109,6 +122,11 @@ void OutputPump::finish() {
 }
 
 void OutputPump::abandon() {
+  if (waiting_for_console_) {  // no wait is pending to cancel
+    auto& waiting = scratch_.waiting_for_console;
+    waiting.erase(std::remove(waiting.begin(), waiting.end(), this), waiting.end());
+    return finish();
+  }
   boost::system::error_code ignored;
   pipe_.cancel(ignored);
 }

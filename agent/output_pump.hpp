@@ -1,10 +1,13 @@
 // Forwards one worker stream (stdout or stderr pipe) on the Asio loop: whole prefixed lines to the
-// console, raw bytes to a log file, until end of file. Writes are blocking and whole: a forwarded line
-// is never split, and a slow console slows the job down rather than losing output.
+// console, raw bytes to a log file, until end of file. The console is common/console.hpp's queue, which
+// never blocks the loop: while it is congested (a paused terminal, a full `| less`) the pump stops reading
+// its pipe, so the worker blocks in its own write, and reading resumes when the console has room. A line
+// is never split, never lost while the reader lives, and a slow console slows the workers, not supervision.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,9 +18,18 @@
 
 namespace ddprun::agent {
 
+// A log file's write failed (disk full, quota, I/O error): the file is closed, the job goes on.
+struct FileWriteFailure {
+  std::string path;
+  int error = 0;
+  std::uint64_t bytes_written = 0;  // what the file holds
+};
+
 struct PumpTargets {
   int console_fd = -1;  // -1: not shown on the console
   int file_fd = -1;     // -1: not kept in a file (owned by the pump once given)
+  std::string file_path;  // for the report when writing it fails
+  std::function<void(const FileWriteFailure&)> on_file_failure;
   std::string prefix;   // line prefix for the console
   std::shared_ptr<StreamTail> tail;  // also keeps the stream's last bytes here; null: not kept
 };
@@ -25,10 +37,13 @@ struct PumpTargets {
 // Buffers every pump of one agent shares. The loop is single-threaded and a pump reads and forwards in
 // one go, so one read buffer and one output buffer serve them all: per-pump buffers cost ~0.5 MiB of
 // resident memory per worker (256 KiB read buffer + its prefixed copy, for stdout and stderr each).
+class OutputPump;
 struct PumpScratch {
   std::vector<char> read;
   std::string out;
+  std::vector<OutputPump*> waiting_for_console;  // pumps paused by a congested console, in pause order
 };
+
 
 class OutputPump {
  public:
@@ -41,7 +56,13 @@ class OutputPump {
 
   void start();
   bool finished() const { return finished_; }
-  // Stops reading (used only if a stream never ends after every process is gone).
+  // Waiting for room on the console, not for the worker: the drain limit does not apply.
+  bool waiting_for_console() const { return waiting_for_console_; }
+  // Reads again after the console made room (the agent calls it for every pump in
+  // PumpScratch::waiting_for_console).
+  void resume();
+  // Stops reading and finishes (a stream that never ends after every process is gone, or output the
+  // user gave up waiting for).
   void abandon();
 
  private:
@@ -49,6 +70,7 @@ class OutputPump {
   void read_ready();
   void deliver(const char* data, std::size_t n);
   void finish();
+  void write_file(const char* data, std::size_t n);
 
   boost::asio::posix::stream_descriptor pipe_;
   PumpTargets targets_;
@@ -56,7 +78,8 @@ class OutputPump {
   PumpScratch& scratch_;
   std::function<void()> on_eof_;
   bool finished_ = false;
-  bool console_broken_ = false;
+  bool waiting_for_console_ = false;
+  std::uint64_t file_bytes_ = 0;
 };
 
 // Makes a pipe whose read end is close-on-exec and non-blocking-ready for Asio, and whose write end the

@@ -9,18 +9,13 @@
 #include <boost/asio/io_context.hpp>
 
 #include "agent/agent_config.hpp"
+#include "common/exit_codes.hpp"
 #include "rendezvous/client.hpp"
 #include "rendezvous/server.hpp"
 
 namespace ddprun::agent {
 
-// ddprun's exit codes for rendezvous outcomes (mirrored in launcher/exit_codes.hpp, README "Exit codes").
-inline constexpr int kExitRdzvUnavailable = 69;  // the rendezvous port to host cannot be bound
-inline constexpr int kExitRdzvLost = 74;     // lost the rendezvous server (connection closed, silent)
-inline constexpr int kExitRdzvTimeout = 75;  // not every node joined within --rdzv-timeout, or server unreachable
-inline constexpr int kExitRdzvProtocol = 76; // the server spoke nonsense
-inline constexpr int kExitRdzvRefused = 77;  // wrong token / run id, duplicate or out-of-range node rank
-
+// ddprun's exit code for a rendezvous outcome (common/exit_codes.hpp: kExitRdzv*).
 int exit_code_of(const rendezvous::ClientError& error);
 
 class RendezvousLink {

@@ -3,6 +3,8 @@
 // agent/node_agent.cpp applies the decisions to real processes; tests/agent/ checks every rule alone.
 #pragma once
 
+#include "common/exit_codes.hpp"
+
 #include <sys/types.h>
 
 #include <cstdint>
@@ -41,10 +43,8 @@ struct WorkerRecord {
 //   any ── every worker exited ──▶ the agent reaps stragglers and finishes (phase stays as it was)
 enum class Phase { kRunning, kStopping, kKilling };
 
-// In a SLURM job (set_preemption_exit), the job was preempted and stopped cleanly: a notice (SIGUSR1/SIGUSR2) or
-// SIGTERM reached ddprun, and then
-// every worker exited 0 (having saved a checkpoint): a batch script requeues on it (README "Exit codes").
-inline constexpr int kExitPreempted = 79;
+// In a SLURM job (set_preemption_exit), a job preempted and stopped cleanly exits kExitPreempted
+// (common/exit_codes.hpp, 79): a batch script requeues on it (README "Exit codes").
 
 // SIGINT, SIGTERM, SIGHUP, SIGQUIT: the signals that stop a job (others, like SIGUSR1, are only notices).
 bool is_stop_signal(int signal);

@@ -30,6 +30,7 @@ class UsageError : public Error {
 class SystemError : public Error {
  public:
   SystemError(const std::string& call, int err);
+  explicit SystemError(const std::string& message) : Error(message), err_(0) {}  // no errno to show
   int error_number() const noexcept { return err_; }
 
  private:

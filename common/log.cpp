@@ -1,5 +1,7 @@
 #include "common/log.hpp"
 
+#include "common/console.hpp"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -49,7 +51,7 @@ void Logger::write(LogLevel level, std::string_view message) const {
   line += ": ";
   line += message;
   if (line.back() != '\n') line += '\n';
-  write_all(fd_, line);
+  console::write(fd_, line);  // never blocks once the agent runs
 }
 
 }  // namespace ddprun

@@ -1,6 +1,6 @@
 // One logging facility: levels chosen at run time (--verbose, DDPRUN_LOG_LEVEL), every line tagged with
-// part, node and pid, written to stderr with a single write(2) so lines from ddprun never interleave
-// mid-line with each other or with forwarded worker output.
+// part, node and pid, written to stderr whole (through common/console.hpp once the agent runs: queued, never
+// blocking the loop) so lines from ddprun never interleave mid-line with each other or with worker output.
 //
 // A Logger is a small value: components get a copy (configuration passed by value, no mutable globals)
 // and derive a tagged child with `for_part("rendezvous")`.

@@ -7,6 +7,7 @@
 
 using namespace ddprun::agent;
 using ddprun::process::ExitStatus;
+using ddprun::kExitPreempted;
 
 namespace {
 ExitStatus exited(int code) { return {false, code, 0, false}; }

@@ -2,6 +2,8 @@
 // and salloc set (seen on the real test cluster of tests/slurm/).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "common/error.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/exit_codes.hpp"
