@@ -67,7 +67,7 @@ struct RendezvousConfig {
   int master_port = 0;           // MASTER_PORT offered if this node becomes node 0; 0: picked by the client
   std::chrono::milliseconds join_timeout{900'000};
   std::chrono::milliseconds heartbeat_interval{1000};
-  std::chrono::milliseconds heartbeat_timeout{5000};
+  std::chrono::milliseconds heartbeat_timeout{15000};
   int max_restarts = 0;
 };
 

@@ -38,11 +38,12 @@ constexpr std::chrono::seconds kDrainLimit{2};
 // Console bytes queued beyond which the workers' pipes are no longer read (they back-pressure the workers).
 constexpr std::size_t kConsoleHighWater = 4 << 20;
 
-// The signals the agent answers on its loop: stop signals (teardown) and notices (forwarded).
+// The signals the agent answers on its loop: stop signals (teardown), notices (forwarded) and job control
+// (Ctrl-Z pauses the whole job, fg resumes it: suspend_job, resume_job).
 sigset_t job_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&set, sig);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT}) sigaddset(&set, sig);
   return set;
 }
 }  // namespace
@@ -200,6 +201,8 @@ void block_job_signals() {
 
 void NodeAgent::on_signal(const ReceivedSignal& received) {
   const int signal = received.signal;
+  if (signal == SIGTSTP) return suspend_job();
+  if (signal == SIGCONT) return resume_job();
   // Every process is gone and only a stalled console holds the end back: a stop signal means "stop
   // waiting for it" (the job's outcome stands; what was not shown is counted in the summary).
   if (processes_gone_ && is_stop_signal(signal) && any_pump_waiting_for_console()) abandon_console_output(signal);
@@ -216,6 +219,26 @@ void NodeAgent::on_signal(const ReceivedSignal& received) {
   if (workers_have_it && d.signal_all == signal) d.signal_all = 0;
   apply(d, "signal");
   if (d.teardown_began) report_signal(signal);
+}
+
+// Ctrl-Z (SIGTSTP): the job pauses as a shell job would. The workers have their own process groups, so the
+// terminal's SIGTSTP reached only ddprun: it passes it to every worker's group (a worker that handles it,
+// like an editor, stops its own way), then stops itself. fg or SIGCONT wakes ddprun, which wakes the
+// workers. Time stopped is not counted as anyone's silence (common/stall_clock.hpp); other nodes, which
+// go on, see this node silent and end or re-form the job after --heartbeat-timeout.
+void NodeAgent::suspend_job() {
+  log_.info("received SIGTSTP: stopping the workers and ddprun (fg or SIGCONT resumes them)");
+  events_.write(json{{"event", "suspended"}, {"time_ms", unix_ms()}});
+  for (const WorkerRecord& w : policy_.workers())
+    if (w.state == WorkerState::kRunning && w.pid > 0) process::signal_group(w.pid, SIGTSTP);
+  ::raise(SIGSTOP);  // returns once continued; the SIGCONT stays pending for resume_job
+}
+
+void NodeAgent::resume_job() {
+  log_.info("continued: waking the workers");
+  events_.write(json{{"event", "resumed"}, {"time_ms", unix_ms()}});
+  for (const WorkerRecord& w : policy_.workers())
+    if (w.state == WorkerState::kRunning && w.pid > 0) process::signal_group(w.pid, SIGCONT);
 }
 
 void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
@@ -339,20 +362,28 @@ void NodeAgent::arm_drain_limit() {
 }
 
 bool NodeAgent::any_pump_waiting_for_console() const {
-  return std::any_of(pumps_.begin(), pumps_.end(), [](const auto& p) { return p->waiting_for_console(); });
+  auto waiting = [](const auto& p) { return p->waiting_for_console(); };
+  return std::any_of(pumps_.begin(), pumps_.end(), waiting) ||
+         std::any_of(retired_pumps_.begin(), retired_pumps_.end(), waiting);
 }
 
 void NodeAgent::abandon_console_output(int signal) {
   log_.warning(process::signal_name(signal), " while waiting for the console to drain: the rest of the "
                "workers' output is not shown");
   console::abandon_stalled();
-  for (auto& p : pumps_)
-    if (p->waiting_for_console()) p->abandon();
+  for (auto* list : {&pumps_, &retired_pumps_})
+    for (auto& p : *list)
+      if (p->waiting_for_console()) p->abandon();
 }
 
 void NodeAgent::maybe_finish() {
   if (finished_ || !processes_gone_) return;
-  if (!std::all_of(pumps_.begin(), pumps_.end(), [](const auto& p) { return p->finished(); })) return;
+  // A restart does not wait for a stalled console: the round's streams that wait for room there go on
+  // draining beside the next round (retired_pumps_), in order, and the end of the job waits for them all.
+  const bool restart = restarting_;
+  auto done = [restart](const auto& p) { return p->finished() || (restart && p->waiting_for_console()); };
+  if (!std::all_of(pumps_.begin(), pumps_.end(), done)) return;
+  if (!restart && !std::all_of(retired_pumps_.begin(), retired_pumps_.end(), done)) return;
   drain_timer_.cancel();  // every stream drained: none is left open, however long the job's outcome takes
   if (restarting_) {
     // Posted: this may run inside a pump's callback, and the next round destroys the pumps.

@@ -58,6 +58,7 @@ void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {
     targets.push_back({w.rank, lr, w.pid, stacks_file(lr)});
   }
   hang_stacks_path_ = hang_stacks_file();
+  layout_.keep(hang_stacks_path_);
   capture_.start(std::move(targets), hang_stacks_path_, env_value(config_.base_env, "PATH", "/usr/bin:/bin"),
                  config_.stack_capture_limit, [this] { on_stacks_captured(); });
 }
@@ -85,12 +86,11 @@ void NodeAgent::report_hang(const HungWorker& h) {
   link_.client().report_failure(f);
 }
 
-// In the kept run directory; without --log-dir beside the temporary one (in its parent), since that one is
-// removed when the agent ends and the stacks are what the user must read afterwards.
+// Always inside the run directory (mkdtemp's 0700): never a predictable name in a shared directory such as
+// /dev/shm, where another user could plant a symlink or a FIFO. Without --log-dir the temporary run
+// directory is removed at the end except for this file (RunLayout::keep), which the summary names.
 std::string NodeAgent::hang_stacks_file() const {
-  const std::string attempt = "attempt_" + std::to_string(world_.restart_count);
-  if (!layout_.temporary()) return layout_.root() + "/" + attempt + "/hang_stacks.txt";
-  return layout_.root() + "-" + attempt + "-hang_stacks.txt";
+  return layout_.root() + "/attempt_" + std::to_string(world_.restart_count) + "/hang_stacks.txt";
 }
 
 std::string NodeAgent::stacks_file(int local_rank) const {

@@ -64,6 +64,8 @@ class NodeAgent {
   std::string stacks_file(int local_rank) const;
   // node_agent.cpp
   void on_signal(const ReceivedSignal& received);
+  void suspend_job();
+  void resume_job();
   void on_child_exit(pid_t pid, const process::ExitStatus& status);
   void after_reap(bool has_children);
   void apply(const Decision& d, const char* reason);
@@ -83,7 +85,7 @@ class NodeAgent {
   World world_;  // the launcher's, then the rendezvous' assignment
   Logger log_;
   boost::asio::io_context io_;
-  SignalReader signals_;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT (stop), SIGUSR1, SIGUSR2 (notices)
+  SignalReader signals_;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT (stop), SIGUSR1, SIGUSR2 (notices), SIGTSTP, SIGCONT
   ChildReaper reaper_;
   boost::asio::steady_timer grace_timer_;
   boost::asio::steady_timer drain_timer_;
@@ -94,7 +96,8 @@ class NodeAgent {
   EventLog events_;
   std::unordered_map<pid_t, int> local_rank_of_;
   PumpScratch pump_scratch_;  // declared before pumps_: they hold a reference to it
-  std::vector<std::unique_ptr<OutputPump>> pumps_;
+  std::vector<std::unique_ptr<OutputPump>> pumps_;          // this round's streams
+  std::vector<std::unique_ptr<OutputPump>> retired_pumps_;  // earlier rounds' streams waiting for the console
   std::map<int, std::shared_ptr<StreamTail>> stderr_tails_;  // local rank → its stderr's end (Python workers)
   RendezvousLink link_;
   process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)

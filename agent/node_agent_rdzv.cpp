@@ -1,6 +1,7 @@
 // The agent's side of the rendezvous: the assignment starts the workers; a local failure is reported so
 // that every node stops; the server's stop order (or losing the server) tears this node down with the
 // job's root cause, the same on every node.
+#include <algorithm>
 #include <unistd.h>
 
 #include <csignal>
@@ -147,6 +148,12 @@ void NodeAgent::begin_next_round() {
   workers_started_ = false;
   grace_timer_.cancel();
   drain_timer_.cancel();
+  // Streams still waiting for room on the console keep draining beside the next round (maybe_finish).
+  retired_pumps_.erase(std::remove_if(retired_pumps_.begin(), retired_pumps_.end(),
+                                      [](const auto& p) { return p->finished(); }),
+                       retired_pumps_.end());
+  for (auto& p : pumps_)
+    if (!p->finished()) retired_pumps_.push_back(std::move(p));
   pumps_.clear();
   local_rank_of_.clear();
   // ddprun was told to stop while the round's workers went down: no next round, the job ends.

@@ -1,5 +1,6 @@
 #include "agent/run_layout.hpp"
 
+#include <algorithm>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,7 +64,20 @@ void RunLayout::prepare_attempt(int attempt, int local_world_size) const {
 void RunLayout::cleanup() const {
   if (!temporary_ || root_.empty()) return;
   std::error_code ec;
-  fs::remove_all(root_, ec);
+  if (kept_.empty()) {
+    fs::remove_all(root_, ec);
+    return;
+  }
+  std::vector<fs::path> dirs;
+  for (auto it = fs::recursive_directory_iterator(root_, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_directory(ec)) {
+      dirs.push_back(it->path());
+    } else if (std::find(kept_.begin(), kept_.end(), it->path().string()) == kept_.end()) {
+      fs::remove(it->path(), ec);
+    }
+  }
+  for (auto d = dirs.rbegin(); d != dirs.rend(); ++d) fs::remove(*d, ec);  // the empty ones only
 }
 
 std::string check_writable_dir(const std::string& dir) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace ddprun::agent {
 
@@ -26,12 +27,17 @@ class RunLayout {
   std::string stdout_file(int attempt, int local_rank) const { return worker_dir(attempt, local_rank) + "/stdout.log"; }
   std::string stderr_file(int attempt, int local_rank) const { return worker_dir(attempt, local_rank) + "/stderr.log"; }
 
-  // Removes the tree if it is temporary; keeps it otherwise.
+  // Removes the tree if it is temporary (but the files asked to `keep`, and the private directories that
+  // hold them); keeps it otherwise.
   void cleanup() const;
+  // A file of a temporary tree the user must read after the run (a hang's stacks): it stays, in its private
+  // (0700) directories, and nothing of it is ever made in the shared directory the tree lives in.
+  void keep(const std::string& path) { kept_.push_back(path); }
 
  private:
   std::string root_;
   bool temporary_ = false;
+  std::vector<std::string> kept_;
 };
 
 // Checks that `dir` exists (or can be created) and is writable, without leaving anything behind when it

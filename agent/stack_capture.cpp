@@ -9,12 +9,20 @@
 #include <sys/stat.h>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
 #include "common/process/wait_status.hpp"
 
 namespace ddprun::agent {
 namespace {
+// A new file only ours: never follows a planted link, never opens (or waits on) a planted FIFO, never
+// truncates something that was there. The caller removed any leftover of its own first.
+int open_private(const std::string& path) {
+  ::unlink(path.c_str());
+  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+}
+
 // After the native tools, how long Python gets to write its stacks (faulthandler writes from its signal
 // handler within milliseconds of running again; a process stuck in the kernel may never run it).
 constexpr std::chrono::milliseconds kPythonWait{1000};
@@ -90,7 +98,7 @@ void StackCapture::start(std::vector<CaptureTarget> targets, std::string out_pat
       continue;
     }
     tool_name_ = command->front();
-    const int out = ::open(part_path(i).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int out = open_private(part_path(i));
     if (out < 0) {
       notes_[i] += "(no native stacks: cannot create " + part_path(i) + ")\n";
       continue;
@@ -194,11 +202,13 @@ void StackCapture::finish() {
   }
   // Written whole, then renamed: a reader never sees half a file.
   const std::string tmp = out_path_ + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text.str();
+  const int fd = open_private(tmp);
+  if (fd >= 0) {
+    const bool ok = write_all(fd, text.str());
+    ::close(fd);
+    if (ok) ::rename(tmp.c_str(), out_path_.c_str());
+    else ::unlink(tmp.c_str());
   }
-  ::rename(tmp.c_str(), out_path_.c_str());
   if (done_) done_();
 }
 

@@ -28,7 +28,7 @@ struct TopologyOptions {
   std::string rdzv_auth = "auto";  // auto | munge | token (resolve_munge_use in topology.cpp)
   std::string rdzv_timeout = "900";
   std::string heartbeat_interval = "1";
-  std::string heartbeat_timeout = "5";
+  std::string heartbeat_timeout = "15";  // torchrun: keep-alive every 5 s, 3 attempts
   std::string local_addr;
   std::string max_restarts = "0";
   std::string last_call = "30";  // --rdzv-conf last_call_timeout: elastic jobs, seconds to wait after MIN joined

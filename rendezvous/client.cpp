@@ -7,6 +7,7 @@
 #include <boost/asio/write.hpp>
 #include <deque>
 
+#include "common/stall_clock.hpp"
 #include "rendezvous/auth.hpp"
 #include "rendezvous/munge_auth.hpp"
 #include "rendezvous/text.hpp"
@@ -127,7 +128,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       self->attempt_timer_.cancel();
       error_code opt_ec;
       self->socket_.set_option(tcp::no_delay(true), opt_ec);
-      self->last_heard_ = Clock::now();
+      self->last_heard_ = StallClock::now();
       self->connected_ = true;
       self->read_some();
       self->schedule_heartbeat();
@@ -166,7 +167,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
         return self->fail(ErrorKind::kLostServer, "lost the rendezvous server at " + self->where() + ": " +
                                                       (ec == asio::error::eof ? "connection closed" : ec.message()));
       }
-      self->last_heard_ = Clock::now();
+      self->last_heard_ = StallClock::now();
       try {
         self->decoder_.feed(std::string_view(self->read_buffer_.data(), n));
         while (auto payload = self->decoder_.next()) {
@@ -264,8 +265,15 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
         return self->fail(ErrorKind::kTimeout, "the rendezvous server at " + self->where() +
                                                    " accepted the connection but sent no challenge within " +
                                                    text::seconds(self->config_.connect_timeout));
+      // Late by a stop of this process (Ctrl-Z, SIGSTOP, a frozen VM): that time is not the server's
+      // silence. Its frames are waiting in the socket and are read before this timer's next turn.
+      const auto stall = StallClock::note_late(self->heartbeat_timer_.expiry(), Clock::now());
+      if (stall.count() > 0)
+        self->logger_.info("this process did not run for ",
+                           text::seconds(std::chrono::duration_cast<milliseconds>(stall)),
+                           " (stopped or frozen): that time is not counted as the server's silence");
       milliseconds timeout = self->hello_sent_ ? self->heartbeat_timeout_ : kHandshakeTimeout;
-      if (Clock::now() - self->last_heard_ > timeout)
+      if (StallClock::now() - self->last_heard_ > timeout)
         return self->fail(ErrorKind::kLostServer, "lost the rendezvous server at " + self->where() +
                                                       ": nothing heard for " + text::seconds(timeout));
       if (self->hello_sent_) self->send(HeartbeatMsg{});

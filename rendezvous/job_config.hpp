@@ -24,7 +24,7 @@ struct JobConfig {
   // machines gets the same ranks every time.
   bool static_node_ranks = false;
   std::chrono::milliseconds heartbeat_interval{1000};  // told to every client in the challenge
-  std::chrono::milliseconds heartbeat_timeout{5000};   // silence after which a node (or the server) is lost
+  std::chrono::milliseconds heartbeat_timeout{15000};   // silence after which a node (or the server) is lost
   std::chrono::milliseconds join_timeout{900'000};     // --rdzv-timeout: server start → all nodes joined
   std::chrono::milliseconds last_call{30'000};         // elastic only, see above
   int max_restarts = 0;                                // restart rounds after worker failures

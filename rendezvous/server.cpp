@@ -9,6 +9,8 @@
 #include <unordered_map>
 
 #include "common/error.hpp"
+#include "common/stall_clock.hpp"
+#include "rendezvous/text.hpp"
 #include "rendezvous/auth.hpp"
 #include "rendezvous/listener.hpp"
 #include "rendezvous/munge_auth.hpp"
@@ -23,7 +25,7 @@ using boost::system::error_code;
 class Server::Impl final : public ConnectionOwner, public std::enable_shared_from_this<Impl> {
  public:
   Impl(asio::io_context& io, JobConfig config, Logger logger)
-      : io_(io), logger_(logger.for_part("rendezvous")), state_(std::move(config), Clock::now()),
+      : io_(io), logger_(logger.for_part("rendezvous")), state_(std::move(config), StallClock::now()),
         acceptor_(io), tick_timer_(io), accept_retry_timer_(io), drain_timer_(io) {
     tick_period_ = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
                                   state_.config.heartbeat_interval / 4),
@@ -36,7 +38,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
 
   void start(const std::string& bind_address, std::uint16_t port) {
     acceptor_ = open_listener(io_, bind_address, port);
-    state_.started = Clock::now();  // the join timeout counts from here
+    state_.started = StallClock::now();  // the join timeout counts from here
     logger_.info("rendezvous server for run \"", state_.config.run_id, "\" listening on ", bind_address, ":",
                  this->port(), ", expecting ", expected_nodes(), " nodes",
                  state_.config.require_munge ? ", each with a MUNGE credential of uid " + std::to_string(::geteuid())
@@ -140,7 +142,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
  private:
   static Now now() {
     auto wall = std::chrono::system_clock::now().time_since_epoch();
-    return Now{Clock::now(), std::chrono::duration_cast<std::chrono::milliseconds>(wall).count()};
+    return Now{StallClock::now(), std::chrono::duration_cast<std::chrono::milliseconds>(wall).count()};
   }
 
   std::string expected_nodes() const {
@@ -289,6 +291,13 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     tick_timer_.expires_after(tick_period_);
     tick_timer_.async_wait([self = shared_from_this()](error_code ec) {
       if (ec == asio::error::operation_aborted || self->stopped_) return;
+      // A tick late by a stop of this process: the nodes' silence during it is ours, not theirs
+      // (common/stall_clock.hpp); the state machine's clock leaves it out.
+      const auto stall = StallClock::note_late(self->tick_timer_.expiry(), Clock::now());
+      if (stall.count() > 0)
+        self->logger_.info("this process did not run for ",
+                           text::seconds(std::chrono::duration_cast<std::chrono::milliseconds>(stall)),
+                           " (stopped or frozen): that time is not counted as any node's silence");
       self->run(Tick{});
       self->sweep(self->handshakes_, "no hello in time", [](const ServerConnection& c) { return !c.greeted; });
       self->sweep(self->lingering_, "peer did not hang up", [](const ServerConnection&) { return true; });

@@ -51,7 +51,7 @@ int run(int argc, char** argv) {
   JobConfig config;
   std::string host = "0.0.0.0", nnodes = "1", token, token_file, port_file, log_level = "info";
   std::uint16_t port = 29400;
-  double heartbeat_interval = 1.0, heartbeat_timeout = 5.0, join_timeout = 900.0, last_call = 30.0;
+  double heartbeat_interval = 1.0, heartbeat_timeout = 15.0, join_timeout = 900.0, last_call = 30.0;
   app.add_option("--rdzv-id", config.run_id, "run id the agents must present")->required();
   app.add_option("--nnodes", nnodes, "expected nodes: N, or MIN:MAX for an elastic job");
   app.add_option("--host", host, "address to listen on")->capture_default_str();

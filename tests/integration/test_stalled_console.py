@@ -1,0 +1,267 @@
+"""ddprun's own I/O never stalls supervision: a console that stops draining (a terminal paused with Ctrl-S,
+`| less` at its prompt, a stalled ssh), a console gone for good, and a ddprun that is itself paused
+(SIGSTOP, Ctrl-Z) - in each phase (running, tearing down, between restarts, waiting for another node), on
+one node and two. Each case checks the exit code and root cause, that every process is gone in time while
+the console is still stalled, and that no line the workers wrote is lost or cut (or that the loss is said).
+
+The stalled console is a pipe whose read end the test holds without reading; draining it later is the
+reader coming back."""
+import os
+import re
+import signal
+import threading
+import time
+
+from harness import WORKER, pid_alive
+from test_multinode import MultiNodeCase
+
+PROMPT = 5.0  # generous bound for "at once" (the figure, in docs/BENCHMARKS.md, is milliseconds)
+
+
+class StalledConsole:
+    """ddprun's stdout: a pipe nobody reads until drain() starts a reader that reads to the end."""
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        self.data = bytearray()
+        self.thread = None
+
+    def drain(self):
+        def reader():
+            while True:
+                chunk = os.read(self.read_fd, 1 << 20)
+                if not chunk:
+                    break
+                self.data += chunk
+            os.close(self.read_fd)
+        self.thread = threading.Thread(target=reader, daemon=True)
+        self.thread.start()
+
+    def close_reader(self):
+        os.close(self.read_fd)
+
+    def text(self):
+        self.thread.join(timeout=30)
+        return self.data.decode(errors="replace")
+
+
+def line_numbers(text, rank):
+    return [int(m) for m in re.findall(rf"^\[rank{rank}\]: rank {rank} line (\d+)$", text, re.M)]
+
+
+class ConsoleCase(MultiNodeCase):
+    def start_on(self, console, *args):
+        """ddprun with stdout on the stalled console, stderr to a file (read at the end)."""
+        import subprocess
+        from harness import DDPRUN
+        self.err_path = self.path(f"stderr.{len(os.listdir(self.tmp))}")
+        err = open(self.err_path, "wb")
+        proc = subprocess.Popen([DDPRUN, *map(str, args)], stdout=console.write_fd, stderr=err,
+                                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+        err.close()
+        os.close(console.write_fd)
+        return proc
+
+    def stderr_of(self):
+        with open(self.err_path, errors="replace") as f:
+            return f.read()
+
+    def pids(self, pidfile):
+        return [pid for pid, _ in self.read_pids(pidfile).values()]
+
+    def wait_gone(self, pids, timeout=PROMPT):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not any(pid_alive(p) for p in pids):
+                return time.monotonic()
+            time.sleep(0.01)
+        self.fail(f"workers {[p for p in pids if pid_alive(p)]} still alive {timeout}s later")
+
+    def finish(self, proc, timeout=60):
+        try:
+            return proc.wait(timeout=timeout)
+        except Exception:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+
+    def assert_contiguous(self, text, rank, at_least=1):
+        numbers = line_numbers(text, rank)
+        self.assertGreaterEqual(len(numbers), at_least, text[-2000:])
+        self.assertEqual(numbers, list(range(len(numbers))), f"rank {rank}'s lines have a gap or are out of order")
+
+
+class Running(ConsoleCase):
+    def test_a_failure_is_torn_down_while_the_console_is_stalled(self):
+        """The issue's reproduction: rank 1 fails while rank 0 floods a console nobody reads. Every worker
+        is gone within seconds, not when the reader comes back; once it does, nothing is missing."""
+        for nnodes in (1, 2):
+            with self.subTest(nodes=nnodes):
+                self.port = free_port_for(self)
+                pidfile = self.path(f"pids{nnodes}")
+                steps = (f"pidfile={pidfile}", "@0:lines=1500000", "@0:hang", "@1:sleep=1", "@1:exit=3")
+                console = StalledConsole()
+                if nnodes == 1:
+                    proc = self.start_on(console, "--nproc-per-node", 2, "--heartbeat-timeout", 2, WORKER, *steps)
+                    others = []
+                else:  # the stalled console is on the host; the failing rank on the other node
+                    proc = self.start_on(console, "--nnodes", 2, "--node-rank", 0, "--master-addr", "127.0.0.1",
+                                         "--rdzv-port", self.port, "--heartbeat-interval", 0.2,
+                                         "--heartbeat-timeout", 1, WORKER, *steps)
+                    others = [self.node(1, 2, *steps)]
+                self.wait_for_files([pidfile])
+                deadline = time.monotonic() + 10
+                while len(self.read_pids(pidfile)) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                pids = self.pids(pidfile)
+                failed_at = time.monotonic() + 1
+                gone_at = self.wait_gone(pids, timeout=1 + PROMPT)
+                self.assertLess(gone_at - failed_at, PROMPT)
+                self.assertIsNone(proc.poll(), "ddprun must wait for the console to take what the workers wrote")
+                results = self.wait_all(others)
+                for r in results:
+                    self.assertEqual(r.code, 3, r)
+                console.drain()
+                self.assertEqual(self.finish(proc), 3, self.stderr_of())
+                err = self.stderr_of()
+                self.assertIn("root cause: rank 1", err)
+                self.assertNotIn("lost the rendezvous server", err)
+                self.assert_contiguous(console.text(), 0, at_least=10000)
+
+    def test_a_stop_signal_is_answered_while_the_console_is_stalled(self):
+        pidfile = self.path("pids")
+        console = StalledConsole()
+        proc = self.start_on(console, "--nproc-per-node", 2, WORKER, f"pidfile={pidfile}", "lines=1500000", "hang")
+        self.wait_for_files([pidfile])
+        time.sleep(1)  # the console is congested by now: every pump waits for room
+        pids = self.pids(pidfile)
+        proc.send_signal(signal.SIGTERM)
+        self.wait_gone(pids)
+        console.drain()
+        self.assertEqual(self.finish(proc), 128 + signal.SIGTERM, self.stderr_of())
+        text = console.text()
+        for rank in (0, 1):
+            self.assert_contiguous(text, rank)
+
+    def test_a_healthy_job_outlives_a_console_paused_longer_than_the_heartbeat_timeout(self):
+        for nnodes in (1, 2):
+            with self.subTest(nodes=nnodes):
+                self.port = free_port_for(self)
+                steps = ("lines=400000",)
+                console = StalledConsole()
+                if nnodes == 1:
+                    proc = self.start_on(console, "--nproc-per-node", 2, "--heartbeat-interval", 0.2,
+                                         "--heartbeat-timeout", 1, WORKER, *steps)
+                    others = []
+                else:  # the paused console is on the node that does not host the rendezvous (whose own
+                    # console, the test's pipe, is read only at the end: its worker prints nothing)
+                    others = [self.node(0, 2, "sleep=1")]
+                    proc = self.start_on(console, "--nnodes", 2, "--node-rank", 1, "--master-addr", "127.0.0.1",
+                                         "--rdzv-port", self.port, "--heartbeat-interval", 0.2,
+                                         "--heartbeat-timeout", 1, WORKER, *steps)
+                time.sleep(4)  # four heartbeat timeouts with the console paused
+                self.assertIsNone(proc.poll(), self.stderr_of())
+                console.drain()
+                self.assertEqual(self.finish(proc), 0, self.stderr_of())
+                for r in self.wait_all(others):
+                    self.assertEqual(r.code, 0, r)
+                text = console.text()
+                ranks = (0, 1) if nnodes == 1 else (1,)
+                for rank in ranks:
+                    self.assertEqual(line_numbers(text, rank), list(range(400000)))
+
+    def test_a_console_gone_for_good_is_said_and_the_job_goes_on(self):
+        console = StalledConsole()
+        console.close_reader()
+        proc = self.start_on(console, "--nproc-per-node", 2, WORKER, "lines=20000")
+        self.assertEqual(self.finish(proc), 0, self.stderr_of())
+        err = self.stderr_of()
+        self.assertRegex(err, r"output lost: ddprun's stdout closed \(Broken pipe\): \d+ lines")
+
+
+class Restarts(ConsoleCase):
+    def test_a_restart_does_not_wait_for_a_stalled_console(self):
+        """Round 0: rank 0 floods the stalled console, rank 1 fails. Round 1 starts while the console is still
+        stalled (round 0's output waits for the reader beside it); then the reader comes back: exit 0, and
+        round 0's lines are all there, in order."""
+        events = self.path("events.jsonl")
+        console = StalledConsole()
+        proc = self.start_on(console, "--nproc-per-node", 2, "--max-restarts", 1, "--events-file", events, WORKER,
+                             f"ready={self.ready}", f"@1:?{self.ready}/ready.1:exit=3", "@0:lines=1500000",
+                             f"waitfile={self.go}")
+        deadline = time.monotonic() + 20
+        started = 0
+        while time.monotonic() < deadline and started < 4:
+            if os.path.exists(events):
+                started = sum(e["event"] == "started" for e in self.events(events))
+            time.sleep(0.05)
+        self.assertEqual(started, 4, "round 1 did not start while the console was stalled")
+        console.drain()
+        self.release()
+        self.assertEqual(self.finish(proc), 0, self.stderr_of())
+        numbers = line_numbers(console.text(), 0)
+        second = numbers.index(0, 1)  # round 1's first line, after round 0's part
+        self.assertEqual(numbers[:second], list(range(second)), "round 0's lines have a gap")
+        self.assertEqual(numbers[second:], list(range(1500000)), "round 1's lines are not all there")
+
+
+class Paused(ConsoleCase):
+    def test_a_stopped_ddprun_resumes_its_job(self):
+        """SIGSTOP (kill -STOP $DDPRUN_AGENT_PID, a debugger, a frozen VM) for 4 heartbeat timeouts, one
+        node: the in-process server and client must not take the pause for each other's silence."""
+        res_proc = self.start("-v", "--nproc-per-node", 2, "--heartbeat-interval", 0.2, "--heartbeat-timeout", 1,
+                              WORKER, f"ready={self.ready}", "sleep=6")
+        self.wait_ready(2)
+        os.kill(res_proc.pid, signal.SIGSTOP)
+        time.sleep(4)
+        os.kill(res_proc.pid, signal.SIGCONT)
+        out, err = res_proc.communicate(timeout=30)
+        self.assertEqual(res_proc.returncode, 0, err.decode())
+        self.assertIn(b"did not run for", err)
+
+    def test_ctrl_z_pauses_the_workers_and_fg_resumes_them(self):
+        pidfile = self.path("pids")
+        proc = self.start("--nproc-per-node", 2, WORKER, f"pidfile={pidfile}", f"ready={self.ready}", "sleep=3")
+        self.wait_ready(2)
+        pids = self.pids(pidfile)
+        os.kill(proc.pid, signal.SIGTSTP)
+        deadline = time.monotonic() + PROMPT
+        while time.monotonic() < deadline and not all(proc_state(p) == "T" for p in [proc.pid, *pids]):
+            time.sleep(0.01)
+        self.assertEqual([proc_state(p) for p in [proc.pid, *pids]], ["T"] * 3, "ddprun and its workers stopped")
+        time.sleep(5)  # longer than the workers' own sleep: stopped, they cannot finish
+        self.assertIsNone(proc.poll())
+        os.kill(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err.decode())
+        self.assertIn(b"received SIGTSTP", err)
+
+    def test_two_nodes_ride_out_a_pause_shorter_than_the_heartbeat_timeout(self):
+        for paused in (0, 1):
+            with self.subTest(paused_node=paused):
+                self.port = free_port_for(self)
+                procs = [self.start("--nnodes", 2, "--node-rank", r, "--master-addr", "127.0.0.1", "--rdzv-port",
+                                    self.port, "--heartbeat-interval", 0.2, "--heartbeat-timeout", 3,
+                                    "--nproc-per-node", 1, WORKER, f"ready={self.ready}{paused}", "sleep=4")
+                         for r in (0, 1)]
+                os.makedirs(f"{self.ready}{paused}", exist_ok=True)
+                self.wait_for_files([f"{self.ready}{paused}/ready.{r}" for r in (0, 1)], timeout=20)
+                os.kill(procs[paused].pid, signal.SIGSTOP)
+                time.sleep(1.5)
+                os.kill(procs[paused].pid, signal.SIGCONT)
+                for r in self.wait_all(procs):
+                    self.assertEqual(r.code, 0, r)
+
+
+def proc_state(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return data[data.rindex(b")") + 2:].split()[0].decode()
+    except OSError:
+        return "gone"
+
+
+def free_port_for(case):
+    from test_multinode import free_port
+    return free_port()
