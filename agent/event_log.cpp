@@ -16,6 +16,10 @@
 namespace ddprun::agent {
 
 EventLog::EventLog(const std::string& path) {
+  const std::string not_regular = "cannot use events file " + path +
+                                  ": not a regular file (ddprun writes its events to a file; follow it with tail -F)";
+  struct stat before {};
+  if (::stat(path.c_str(), &before) == 0 && !S_ISREG(before.st_mode)) throw CantCreateError(not_regular);
   // O_NONBLOCK: opening a FIFO without a reader must fail at once, not wait for one. Not O_TRUNC yet: a
   // FIFO or device named by mistake is refused before anything is done to it.
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
@@ -24,8 +28,7 @@ EventLog::EventLog(const std::string& path) {
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
     fd_ = -1;
-    throw CantCreateError("cannot use events file " + path + ": not a regular file (ddprun writes events to a "
-                          "file; follow it with tail -F)");
+    throw CantCreateError(not_regular);
   }
   ::fcntl(fd_, F_SETFL, O_APPEND);  // back to blocking writes: a regular file
   if (::ftruncate(fd_, 0) != 0) {

@@ -43,7 +43,10 @@ constexpr std::size_t kConsoleHighWater = 4 << 20;
 sigset_t job_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT}) sigaddset(&set, sig);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT})
+    // One ddprun inherited ignored (nohup, `trap '' HUP`) is left ignored and unblocked, so the kernel
+    // drops it (a blocked signal is queued even when ignored); its workers inherit it ignored (spawn).
+    if (!process::ignored_at_start(sig)) sigaddset(&set, sig);
   return set;
 }
 }  // namespace

@@ -1,9 +1,12 @@
 // Starting workers (env contract, output routing) and signalling them: the agent's hands on processes.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
+#include <system_error>
 #include <nlohmann/json.hpp>
 
 #include "agent/env_contract.hpp"
@@ -18,6 +21,27 @@ using nlohmann::json;
 namespace {
 // Enough for the last lines of a Python traceback; kept per Python worker only.
 constexpr std::size_t kStderrTailBytes = 1024;
+
+// What ran out, and what to do about it, in one line.
+std::string resource_advice(int err, const std::string& what) {
+  struct rlimit lim {};
+  switch (err) {
+    case EMFILE:
+      ::getrlimit(RLIMIT_NOFILE, &lim);
+      return what + ": this process may open only " + std::to_string(lim.rlim_cur) +
+             " files (ulimit -n); ddprun needs up to 4 per worker: raise it (ulimit -n 65536) or start fewer workers";
+    case ENFILE:
+      return what + ": the system's table of open files is full (fs.file-max): close files or raise the limit";
+    case EAGAIN:
+      ::getrlimit(RLIMIT_NPROC, &lim);
+      return what + ": no more processes for this user (ulimit -u is " + std::to_string(lim.rlim_cur) +
+             "): raise it or start fewer workers";
+    case ENOMEM:
+      return what + ": out of memory";
+    default:
+      return what;
+  }
+}
 }  // namespace
 
 void NodeAgent::start_workers() {
@@ -96,29 +120,44 @@ void NodeAgent::start_worker(int local_rank) {
   };
   Route routes[2] = {{kStdout, 1, {}}, {kStderr, 2, {}}};
   int null_fd = -1;
-  for (Route& r : routes) {
-    if (open_target(local_rank, r.bit, r.console, r.file_fd) == 0) {
-      r.pipe = make_output_pipe();
-    } else {
-      if (null_fd < 0) null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-      r.pipe.write_fd = null_fd;
-    }
-  }
-  opts.stdout_fd = routes[0].pipe.write_fd;
-  opts.stderr_fd = routes[1].pipe.write_fd;
-  // Only when stdout goes to the terminal alone: a bar's '\r' redraws have no place in a --tee file.
-  env_in.console_tty = routes[0].console && routes[0].file_fd < 0 && ::isatty(STDOUT_FILENO) == 1;
-  opts.env = worker_environment(config_.base_env, w, env_in);
-
   pid_t pid = 0;
   process::ExitStatus exec_failure;
   bool exec_failed = false;
   try {
+    for (Route& r : routes) {
+      if (open_target(local_rank, r.bit, r.console, r.file_fd) == 0) {
+        r.pipe = make_output_pipe();
+      } else {
+        if (null_fd < 0) null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+        r.pipe.write_fd = null_fd;
+      }
+    }
+    opts.stdout_fd = routes[0].pipe.write_fd;
+    opts.stderr_fd = routes[1].pipe.write_fd;
+    // Only when stdout goes to the terminal alone: a bar's '\r' redraws have no place in a --tee file.
+    env_in.console_tty = routes[0].console && routes[0].file_fd < 0 && ::isatty(STDOUT_FILENO) == 1;
+    opts.env = worker_environment(config_.base_env, w, env_in);
     pid = process::spawn(opts);
   } catch (const process::ExecError& e) {
     log_.error("rank ", rank, ": ", e.what());
     exec_failure.code = e.exit_code();
     exec_failed = true;
+  } catch (const std::exception& e) {
+    // Out of a resource (open files, processes, memory) or refused a log file: this rank fails to start
+    // with exit code 71, the job is torn down like after any failure, and the line says what ran out and
+    // what to do.
+    int err = 0;
+    if (const auto* se = dynamic_cast<const std::system_error*>(&e)) err = se->code().value();
+    if (const auto* de = dynamic_cast<const SystemError*>(&e)) err = de->error_number();
+    log_.error("rank ", rank, " cannot start: ", resource_advice(err, e.what()));
+    exec_failure.code = kExitOsError;
+    exec_failed = true;
+    for (Route& r : routes) {
+      if (r.pipe.read_fd >= 0) ::close(r.pipe.read_fd);
+      r.pipe.read_fd = -1;
+      if (r.file_fd >= 0) ::close(r.file_fd);
+      r.file_fd = -1;
+    }
   }
   // The child has its copies; ours must go, or the pipes would never reach end of file.
   for (Route& r : routes)

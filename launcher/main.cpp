@@ -7,6 +7,7 @@
 #include "agent/node_agent.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/process/spawn.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/exit_codes.hpp"
 
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   // A stop signal that arrives before the agent's handlers exist must not kill ddprun outright (the exit
   // would be a death by signal, not 128+N, and a guard or run directory could be left half made): it is
   // held here and delivered once the agent listens for it (agent::NodeAgent::run unblocks).
+  process::remember_inherited_ignores();  // before anything changes a disposition
   agent::block_job_signals();
   const std::vector<std::string> args(argv + 1, argv + argc);
   launcher::CommandLine cmd;

@@ -53,6 +53,9 @@ std::vector<std::string> path_candidates(const std::string& name, const std::str
   ::_exit(127);
 }
 
+sigset_t g_ignored_at_start;  // empty until remember_inherited_ignores()
+bool g_ignores_known = false;
+
 [[noreturn]] void run_child(const SpawnOptions& o, ChildPlan& plan, int report_fd, pid_t parent) {
   if (o.new_process_group && ::setpgid(0, 0) != 0) child_fail(report_fd, errno);
   if (o.parent_death_signal != 0) {
@@ -67,6 +70,7 @@ std::vector<std::string> path_candidates(const std::string& name, const std::str
   sigemptyset(&dfl.sa_mask);
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
+    if (g_ignores_known && sigismember(&g_ignored_at_start, sig) == 1) continue;  // nohup's SIGHUP stays ignored
     ::sigaction(sig, &dfl, nullptr);
   }
   // Still with every signal blocked (SIGTTOU included): a background group may take the terminal.
@@ -110,6 +114,18 @@ std::vector<std::string> path_candidates(const std::string& name, const std::str
 }
 
 }  // namespace
+
+void remember_inherited_ignores() {
+  sigemptyset(&g_ignored_at_start);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP || sig == SIGPIPE || sig == SIGCHLD) continue;
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) sigaddset(&g_ignored_at_start, sig);
+  }
+  g_ignores_known = true;
+}
+
+bool ignored_at_start(int signal) { return g_ignores_known && sigismember(&g_ignored_at_start, signal) == 1; }
 
 ExecError::ExecError(const std::string& program, int err)
     : std::runtime_error("cannot execute '" + program + "': " + std::strerror(err)), err_(err) {}

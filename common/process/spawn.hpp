@@ -51,6 +51,13 @@ class ExecError : public std::runtime_error {
   int err_;
 };
 
+// Notes which signals this process inherited ignored (nohup's SIGHUP, a script's `cmd &` SIGINT and SIGQUIT,
+// `trap '' TERM`): call first thing in main. Those stay ignored, as in any program: the caller leaves them
+// out of what it handles, and spawn keeps them ignored in every child (all other dispositions go back to
+// the default; SIGPIPE and SIGCHLD always do).
+void remember_inherited_ignores();
+bool ignored_at_start(int signal);
+
 // Starts the child. Throws ExecError when exec fails, std::system_error when fork/pipe fail.
 pid_t spawn(const SpawnOptions& options);
 
