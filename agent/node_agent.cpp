@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -58,7 +59,7 @@ NodeAgent::NodeAgent(const AgentConfig& config)
               [this](bool has_children) { after_reap(has_children); }),
       grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), peer_signal_timer_(io_),
       link_(io_, config, rendezvous_handlers()),
-      hang_timer_(io_), capture_(io_) {}
+      hang_timer_(io_), probe_timer_(io_), capture_(io_) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -89,6 +90,10 @@ int NodeAgent::run() {
   policy_.set_preemption_exit(config_.preemption_exit);
   reaper_.start();
 
+  if (const char* probe = std::getenv("DDPRUN_LOOP_PROBE_MS"); probe != nullptr && std::atoi(probe) > 0) {
+    probe_period_ = std::chrono::milliseconds(std::atoi(probe));
+    arm_loop_probe();
+  }
   // Workers start when the rendezvous assigns this node its place (on_assignment): for one node that is
   // an in-process server and client on loopback, about a millisecond.
   start_ms_ = unix_ms();
@@ -104,6 +109,9 @@ int NodeAgent::run() {
   }
   io_.run();
   console::set_on_room(nullptr);  // the loop is done: nothing may be posted to it any more
+  if (probe_period_.count() > 0)
+    log_.info("event loop probe: longest lateness ",
+              std::chrono::duration_cast<std::chrono::microseconds>(probe_max_late_).count(), " us");
   // The job signals are still blocked (the signalfd never unblocks them): a SIGUSR1 or SIGTERM arriving now
   // (a scheduler's notice racing the job's end) is held and discarded at exit, not the job's exit code.
 
@@ -173,6 +181,16 @@ void NodeAgent::on_log_file_failure(int rank, const FileWriteFailure& f) {
   events_.write(json{{"event", "log_write_failed"}, {"time_ms", unix_ms()}, {"rank", rank}, {"path", f.path},
                      {"errno", f.error}, {"error", std::strerror(f.error)}, {"bytes_written", f.bytes_written}});
   output_losses_.push_back(what);
+}
+
+void NodeAgent::arm_loop_probe() {
+  probe_timer_.expires_after(probe_period_);
+  probe_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || finished_) return;
+    probe_max_late_ = std::max<std::chrono::nanoseconds>(probe_max_late_,
+                                                         std::chrono::steady_clock::now() - probe_timer_.expiry());
+    arm_loop_probe();
+  });
 }
 
 void NodeAgent::resume_console_waiters() {
@@ -403,6 +421,7 @@ void NodeAgent::maybe_finish() {
   stop_reply_timer_.cancel();
   peer_signal_timer_.cancel();
   hang_timer_.cancel();
+  probe_timer_.cancel();
   capture_.abandon();
   link_.finish([] {});
 }

@@ -77,6 +77,7 @@ class NodeAgent {
   void abandon_console_output(int signal);
   void resume_console_waiters();
   void drain_console();
+  void arm_loop_probe();
   void note_console_losses(std::vector<std::string>& losses) const;
   void on_log_file_failure(int rank, const FileWriteFailure& f);
   int events_exit_code(int job_code);
@@ -103,6 +104,11 @@ class NodeAgent {
   process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)
   HeartbeatChannel heartbeats_;  // --hang-timeout only
   boost::asio::steady_timer hang_timer_;
+  // DDPRUN_LOOP_PROBE_MS (benchmarks): a timer every that many ms records how late it fires, i.e. the longest
+  // time the loop was busy or blocked; logged at the end (scripts/bench/console_stall.py reads it).
+  boost::asio::steady_timer probe_timer_;
+  std::chrono::milliseconds probe_period_{0};
+  std::chrono::nanoseconds probe_max_late_{0};
   StackCapture capture_;
   std::vector<HungWorker> hung_;  // of the capture under way, the root cause first
   std::string hang_stacks_path_;
