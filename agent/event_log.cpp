@@ -60,27 +60,21 @@ void EventLog::write(const nlohmann::json& event) const {
   if (fd_ < 0) return;
   std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';
-  std::string_view rest(line);
-  while (!rest.empty()) {
-    const ssize_t n = ::write(fd_, rest.data(), rest.size());
-    if (n > 0) {
-      rest.remove_prefix(static_cast<std::size_t>(n));
-      bytes_ += static_cast<std::uint64_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    failed_errno_ = n < 0 ? errno : ENOSPC;
-    // A line cut short is taken back, so a reader never meets half a JSON object.
-    if (rest.size() < line.size()) {
-      bytes_ -= line.size() - rest.size();
-      [[maybe_unused]] const int r = ::ftruncate(fd_, static_cast<off_t>(bytes_));
-    }
-    ::close(fd_);
-    fd_ = -1;
-    Logger().error("cannot write the events file: ", std::strerror(failed_errno_), " after ", bytes_,
-                   " bytes; no more events are written (exit code 73 if the job succeeds)");
+  std::uint64_t written = 0;
+  const int err = write_fully(fd_, line, written);
+  if (err == 0) {
+    bytes_ += written;
     return;
   }
+  failed_errno_ = err;
+  // A line cut short is taken back, so a reader never meets half a JSON object.
+  if (written > 0) {
+    [[maybe_unused]] const int r = ::ftruncate(fd_, static_cast<off_t>(bytes_));
+  }
+  ::close(fd_);
+  fd_ = -1;
+  Logger().error("cannot write the events file: ", std::strerror(failed_errno_), " after ", bytes_,
+                 " bytes; no more events are written (exit code 73 if the job succeeds)");
 }
 
 }  // namespace ddprun::agent

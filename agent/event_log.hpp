@@ -23,7 +23,7 @@ class EventLog {
   EventLog(EventLog&& other) noexcept;
   EventLog& operator=(EventLog&& other) noexcept;
 
-  bool enabled() const { return fd_ >= 0 || failed_errno_ != 0; }
+  bool enabled() const { return fd_ >= 0; }
   // A write that fails (disk full) closes the file: nothing more is written, so no line is ever half there
   // after a later success; the caller asks `failed` at the end.
   void write(const nlohmann::json& event) const;

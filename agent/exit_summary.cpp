@@ -79,11 +79,11 @@ nlohmann::json traceback_json(const SupervisionPolicy& policy, const SummaryCont
   return j;
 }
 
-// The rounds that ended in a re-form, each with its cause: after a budget spent, the whole story of the job.
 void append_output_losses(std::ostringstream& out, const std::vector<std::string>& losses) {
   for (const std::string& loss : losses) out << "ddprun: warning: output lost: " << loss << "\n";
 }
 
+// The rounds that ended in a re-form, each with its cause: after a budget spent, the whole story of the job.
 void append_attempts(std::ostringstream& out, const std::vector<Attempt>& attempts) {
   if (attempts.empty()) return;
   constexpr std::size_t kShown = 20;  // the most recent; a long elastic job may have had many rounds

@@ -1,6 +1,8 @@
-// The agent's executor, shared by its three source files: node_agent.cpp (set-up, reaping, teardown,
-// finishing), node_agent_workers.cpp (starting workers and routing their output) and node_agent_rdzv.cpp
-// (what the rendezvous says, and what this node tells it). Rules live in supervision_policy.hpp.
+// The agent's executor, shared by its source files: node_agent.cpp (set-up, reaping, teardown,
+// finishing), node_agent_workers.cpp (starting workers and routing their output), node_agent_rdzv.cpp
+// (what the rendezvous says, and what this node tells it), node_agent_hang.cpp (hung workers) and
+// node_agent_output.cpp (the console, files that cannot be written, lost output). Rules live in
+// supervision_policy.hpp.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -72,6 +74,7 @@ class NodeAgent {
   void arm_grace();
   void on_grace_expired();
   void maybe_finish();
+  // node_agent_output.cpp
   void arm_drain_limit();
   bool any_pump_waiting_for_console() const;
   void abandon_console_output(int signal);

@@ -81,23 +81,13 @@ void OutputPump::deliver(const char* data, std::size_t n) {
 }
 
 void OutputPump::write_file(const char* data, std::size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(targets_.file_fd, data, n);
-    if (w > 0) {
-      data += w;
-      n -= static_cast<std::size_t>(w);
-      file_bytes_ += static_cast<std::uint64_t>(w);
-      continue;
-    }
-    if (w < 0 && errno == EINTR) continue;
-    // Disk full, quota, I/O error: the file is closed and the failure reported at once; the job and the
-    // console go on (a log file is a copy of the output, not a reason to kill a training run).
-    const int err = w < 0 ? errno : ENOSPC;
-    ::close(targets_.file_fd);
-    targets_.file_fd = -1;
-    if (targets_.on_file_failure) targets_.on_file_failure(FileWriteFailure{targets_.file_path, err, file_bytes_});
-    return;
-  }
+  const int err = write_fully(targets_.file_fd, std::string_view(data, n), file_bytes_);
+  if (err == 0) return;
+  // Disk full, quota, I/O error: the file is closed and the failure reported at once; the job and the
+  // console go on (a log file is a copy of the output, not a reason to kill a training run).
+  ::close(targets_.file_fd);
+  targets_.file_fd = -1;
+  if (targets_.on_file_failure) targets_.on_file_failure(FileWriteFailure{targets_.file_path, err, file_bytes_});
 }
 
 void OutputPump::resume() {

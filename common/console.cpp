@@ -27,26 +27,6 @@ std::uint64_t count_lines(std::string_view s) {
   return static_cast<std::uint64_t>(std::count(s.begin(), s.end(), '\n')) + (s.empty() || s.back() == '\n' ? 0 : 1);
 }
 
-// Writes all of `data`; a fd someone left non-blocking is waited on. Returns 0 or the errno that ended it.
-int write_fully(int fd, std::string_view data, std::uint64_t& written) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n >= 0) {
-      data.remove_prefix(static_cast<std::size_t>(n));
-      written += static_cast<std::uint64_t>(n);
-      continue;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, -1);
-      continue;
-    }
-    return errno;
-  }
-  return 0;
-}
-
 class Channel {
  public:
   Channel(int fd, std::size_t high_water, int drained_fd, std::function<void()>* on_room, std::mutex* room_mu)
@@ -267,8 +247,10 @@ ChannelStats stats(int fd) {
   return ch != nullptr ? ch->stats() : ChannelStats{};
 }
 
+bool shared_channel() { return g_console != nullptr && g_console->out == g_console->err; }
+
 std::string channel_name(int fd) {
-  if (g_console != nullptr && g_console->out == g_console->err) return "stdout and stderr";
+  if (shared_channel()) return "stdout and stderr";
   return fd == 1 ? "stdout" : "stderr";
 }
 

@@ -56,6 +56,8 @@ void abandon_stalled();
 
 // fd 1's or fd 2's channel (the same one when they share a file).
 ChannelStats stats(int fd);
+// stdout and stderr are one file (a terminal), hence one channel.
+bool shared_channel();
 // "stdout" / "stderr" / "stdout and stderr": how the user knows fd's channel.
 std::string channel_name(int fd);
 

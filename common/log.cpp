@@ -2,6 +2,7 @@
 
 #include "common/console.hpp"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,16 +22,29 @@ bool parse_log_level(std::string_view text, LogLevel& out) {
   return true;
 }
 
-bool write_all(int fd, std::string_view data) {
+int write_fully(int fd, std::string_view data, std::uint64_t& written) {
   while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n > 0) {
+      data.remove_prefix(static_cast<std::size_t>(n));
+      written += static_cast<std::uint64_t>(n);
+      continue;
     }
-    data.remove_prefix(static_cast<size_t>(n));
+    if (n == 0) return ENOSPC;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, -1);
+      continue;
+    }
+    return errno;
   }
-  return true;
+  return 0;
+}
+
+bool write_all(int fd, std::string_view data) {
+  std::uint64_t written = 0;
+  return write_fully(fd, data, written) == 0;
 }
 
 void Logger::write(LogLevel level, std::string_view message) const {

@@ -6,6 +6,7 @@
 // and derive a tagged child with `for_part("rendezvous")`.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -51,7 +52,11 @@ class Logger {
   int fd_ = 2;
 };
 
-// Writes all of `data` to fd, retrying on EINTR and short writes. Returns false on a hard error (EPIPE...).
+// Writes all of `data` to fd, retrying on EINTR and short writes and waiting (poll) on a fd someone left
+// non-blocking. Returns 0, or the errno that stopped it (ENOSPC for a write that took nothing); `written`
+// grows by what went out, so a caller can say how much a file holds.
+int write_fully(int fd, std::string_view data, std::uint64_t& written);
+// write_fully without the details: false on a hard error (EPIPE, ENOSPC...).
 bool write_all(int fd, std::string_view data);
 
 }  // namespace ddprun
