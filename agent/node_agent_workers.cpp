@@ -123,6 +123,19 @@ void NodeAgent::start_worker(int local_rank) {
   pid_t pid = 0;
   process::ExitStatus exec_failure;
   bool exec_failed = false;
+  // Out of a resource (open files, processes, memory) or refused a log file: this rank fails to start with
+  // exit code 71, the job is torn down like after any failure, and the line says what ran out and what to do.
+  auto cannot_start = [&](int err, const char* what) {
+    log_.error("rank ", rank, " cannot start: ", resource_advice(err, what));
+    exec_failure.code = kExitOsError;
+    exec_failed = true;
+    for (Route& r : routes) {
+      if (r.pipe.read_fd >= 0) ::close(r.pipe.read_fd);
+      r.pipe.read_fd = -1;
+      if (r.file_fd >= 0) ::close(r.file_fd);
+      r.file_fd = -1;
+    }
+  };
   try {
     for (Route& r : routes) {
       if (open_target(local_rank, r.bit, r.console, r.file_fd) == 0) {
@@ -142,22 +155,10 @@ void NodeAgent::start_worker(int local_rank) {
     log_.error("rank ", rank, ": ", e.what());
     exec_failure.code = e.exit_code();
     exec_failed = true;
-  } catch (const std::exception& e) {
-    // Out of a resource (open files, processes, memory) or refused a log file: this rank fails to start
-    // with exit code 71, the job is torn down like after any failure, and the line says what ran out and
-    // what to do.
-    int err = 0;
-    if (const auto* se = dynamic_cast<const std::system_error*>(&e)) err = se->code().value();
-    if (const auto* de = dynamic_cast<const SystemError*>(&e)) err = de->error_number();
-    log_.error("rank ", rank, " cannot start: ", resource_advice(err, e.what()));
-    exec_failure.code = kExitOsError;
-    exec_failed = true;
-    for (Route& r : routes) {
-      if (r.pipe.read_fd >= 0) ::close(r.pipe.read_fd);
-      r.pipe.read_fd = -1;
-      if (r.file_fd >= 0) ::close(r.file_fd);
-      r.file_fd = -1;
-    }
+  } catch (const SystemError& e) {  // our pipes and log files
+    cannot_start(e.error_number(), e.what());
+  } catch (const std::system_error& e) {  // spawn's fork (ddprun_process throws the standard type)
+    cannot_start(e.code().value(), e.what());
   }
   // The child has its copies; ours must go, or the pipes would never reach end of file.
   for (Route& r : routes)

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <system_error>
 
 #include "common/console.hpp"
+#include "common/error.hpp"
 #include "common/log.hpp"
 
 namespace ddprun::agent {
@@ -17,7 +17,7 @@ constexpr std::size_t kReadSize = 256 * 1024;
 
 Pipe make_output_pipe() {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe2");
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw SystemError("pipe2", errno);  // the agent's errors are ddprun's
   ::fcntl(fds[0], F_SETPIPE_SZ, 1 << 20);  // best effort: may exceed /proc/sys/fs/pipe-max-size
   return {fds[0], fds[1]};
 }

@@ -92,6 +92,9 @@ class Files(DdprunTestCase):
 
 class Environment(DdprunTestCase):
     def test_too_few_file_descriptors_is_71_naming_the_limit(self):
+        if "ASAN_OPTIONS" in os.environ:  # scripts/test --sanitize
+            self.skipTest("UBSan's vptr check probes memory through a pipe of its own: with every descriptor "
+                          "used up it reports a false 'invalid vptr' and exits 1 (seen in scripts/test --sanitize)")
         def low_limit():
             import resource
             resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
