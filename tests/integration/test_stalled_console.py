@@ -45,6 +45,15 @@ class StalledConsole:
         return self.data.decode(errors="replace")
 
 
+def without_cut_last_line(numbers):
+    """A worker killed in the middle of its write(2) leaves its last line cut short ("rank 0 line 16" for line
+    167568), which ddprun ends with a newline at end of file: that line is the worker's loss, not ddprun's."""
+    expected = len(numbers) - 1
+    if numbers and numbers[-1] != expected and str(expected).startswith(str(numbers[-1])):
+        return numbers[:-1]
+    return numbers
+
+
 def line_numbers(text, rank):
     return [int(m) for m in re.findall(rf"^\[rank{rank}\]: rank {rank} line (\d+)$", text, re.M)]
 
@@ -85,8 +94,10 @@ class ConsoleCase(MultiNodeCase):
             proc.wait()
             raise
 
-    def assert_contiguous(self, text, rank, at_least=1):
+    def assert_contiguous(self, text, rank, at_least=1, killed=False):
         numbers = line_numbers(text, rank)
+        if killed:
+            numbers = without_cut_last_line(numbers)
         self.assertGreaterEqual(len(numbers), at_least, text[-2000:])
         self.assertEqual(numbers, list(range(len(numbers))), f"rank {rank}'s lines have a gap or are out of order")
 
@@ -126,7 +137,7 @@ class Running(ConsoleCase):
                 err = self.stderr_of()
                 self.assertIn("root cause: rank 1", err)
                 self.assertNotIn("lost the rendezvous server", err)
-                self.assert_contiguous(console.text(), 0, at_least=10000)
+                self.assert_contiguous(console.text(), 0, at_least=10000, killed=True)
 
     def test_a_stop_signal_is_answered_while_the_console_is_stalled(self):
         pidfile = self.path("pids")
@@ -141,7 +152,7 @@ class Running(ConsoleCase):
         self.assertEqual(self.finish(proc), 128 + signal.SIGTERM, self.stderr_of())
         text = console.text()
         for rank in (0, 1):
-            self.assert_contiguous(text, rank)
+            self.assert_contiguous(text, rank, killed=True)
 
     def test_a_healthy_job_outlives_a_console_paused_longer_than_the_heartbeat_timeout(self):
         for nnodes in (1, 2):
@@ -201,7 +212,8 @@ class Restarts(ConsoleCase):
         self.assertEqual(self.finish(proc), 0, self.stderr_of())
         numbers = line_numbers(console.text(), 0)
         second = numbers.index(0, 1)  # round 1's first line, after round 0's part
-        self.assertEqual(numbers[:second], list(range(second)), "round 0's lines have a gap")
+        first = without_cut_last_line(numbers[:second])  # round 0's rank 0 was killed by the teardown
+        self.assertEqual(first, list(range(len(first))), "round 0's lines have a gap")
         self.assertEqual(numbers[second:], list(range(1500000)), "round 1's lines are not all there")
 
 
