@@ -67,7 +67,14 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   set_default("NCCL_ASYNC_ERROR_HANDLING", nccl_handling);
   set("DDPRUN_AGENT_PID", std::to_string(in.agent_pid));
   set("DDPRUN_VERSION", kVersion);
-  if (!in.job_tag.empty()) set("DDPRUN_JOB_TAG", in.job_tag);
+  if (!in.job_tag.empty()) {
+    // The list carries every enclosing job's tag too (a ddprun run by a worker of another): the outer
+    // job's guard then finds the inner job's processes (common/process/job_guard.hpp).
+    const std::string* outer = given("DDPRUN_JOB_TAGS");
+    if (!outer) outer = given("DDPRUN_JOB_TAG");
+    set("DDPRUN_JOB_TAGS", outer && !outer->empty() ? *outer + "," + in.job_tag : in.job_tag);
+    set("DDPRUN_JOB_TAG", in.job_tag);
+  }
   // Set or removed, never inherited: a nested ddprun's console is its parent's pipe, not a terminal.
   if (in.console_tty) set("DDPRUN_CONSOLE_TTY", "1");
   else vars.erase("DDPRUN_CONSOLE_TTY");

@@ -56,7 +56,7 @@ NodeAgent::NodeAgent(const AgentConfig& config)
               [this](bool has_children) { after_reap(has_children); }),
       grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), peer_signal_timer_(io_),
       link_(io_, config, rendezvous_handlers()),
-      hang_timer_(io_), probe_timer_(io_), capture_(io_) {}
+      guard_watch_(io_), hang_timer_(io_), probe_timer_(io_), capture_(io_) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -65,15 +65,14 @@ int NodeAgent::run() {
     layout_.prepare_attempt(world_.restart_count, config_.world.local_world_size);
     if (!config_.events_file.empty()) events_ = EventLog(config_.events_file);
     if (config_.hang_timeout.count() > 0) heartbeats_ = HeartbeatChannel(config_.world.local_world_size);
-    // Before any worker exists, and while this process is still single-threaded (it forks).
-    guard_ = process::JobGuard::start();
-    if (layout_.temporary()) guard_.remove_on_death(layout_.root());
+    start_job_guard();
     process::become_child_subreaper();
     // From here on ddprun's console is a queue with writer threads of its own (after the guard's fork):
     // the loop never waits on a terminal, a pipe or a file that stops draining (common/console.hpp).
     console::start(kConsoleHighWater);
   } catch (...) {
     guard_.dismiss();
+    cgroup_.end();
     layout_.cleanup();
     throw;
   }
@@ -86,6 +85,7 @@ int NodeAgent::run() {
   console::set_on_room([this] { asio::post(io_, [this] { resume_console_waiters(); }); });
   policy_.set_preemption_exit(config_.preemption_exit);
   reaper_.start();
+  watch_guard();
 
   if (const char* probe = std::getenv("DDPRUN_LOOP_PROBE_MS"); probe != nullptr && std::atoi(probe) > 0) {
     probe_period_ = std::chrono::milliseconds(std::atoi(probe));
@@ -99,6 +99,8 @@ int NodeAgent::run() {
   } catch (const rendezvous::RendezvousError& e) {
     console::set_on_room(nullptr);
     console::write(2, std::string("ddprun: error: ") + e.what() + "\n");
+    guard_watch_.close();
+    cgroup_.end();
     layout_.cleanup();
     guard_.dismiss();
     drain_console();
@@ -138,6 +140,10 @@ int NodeAgent::run() {
   }
   events_.write(summary_json(policy_, ctx));
   code = events_exit_code(code);
+  // Every worker and descendant is gone by now (ddprun's sweep): anything the cgroup still holds escaped
+  // the sweep, and would otherwise run on after the job.
+  if (const int left = cgroup_.end(); left > 0)
+    log_.warning("killed ", left, " process", left == 1 ? "" : "es", " left in the job's cgroup after the job ended");
   layout_.cleanup();
   guard_.dismiss();
   drain_console();
@@ -155,7 +161,7 @@ void NodeAgent::on_signal(const ReceivedSignal& received) {
   if (signal == SIGCONT) return resume_job();
   // Every process is gone and only a stalled console holds the end back: a stop signal means "stop
   // waiting for it" (the job's outcome stands; what was not shown is counted in the summary).
-  if (processes_gone_ && is_stop_signal(signal) && any_pump_waiting_for_console()) abandon_console_output(signal);
+  if (lifecycle_.processes_gone() && is_stop_signal(signal) && any_pump_waiting_for_console()) abandon_console_output(signal);
   // In a SLURM step whose proctrack plugin signals every process of the step (cgroup, linuxproc: scancel -s,
   // scancel's SIGTERM, --signal, srun's Ctrl-C), what slurmstepd sends has reached every worker too; sending
   // it again would give each worker two notices (docs/MULTINODE.md, "Signals under SLURM").
@@ -200,6 +206,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
   }
   const int lr = it->second;
   local_rank_of_.erase(it);
+  guard_.forget_empty_groups();  // an empty group's id may be reused: the guard must not kill it then
   // --stdin-rank's worker held the terminal: ddprun's group takes it back, so Ctrl-C reaches ddprun again.
   if (policy_.worker(lr).rank == config_.stdin_rank && ::tcgetpgrp(STDIN_FILENO) == pid)
     process::reclaim_terminal(STDIN_FILENO);
@@ -240,8 +247,7 @@ void NodeAgent::apply(const Decision& d, const char* reason) {
 }
 
 void NodeAgent::arm_grace() {
-  if (grace_armed_) return;
-  grace_armed_ = true;
+  if (!lifecycle_.arm_grace()) return;
   grace_timer_.expires_after(config_.term_timeout);
   grace_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) on_grace_expired();
@@ -250,7 +256,7 @@ void NodeAgent::arm_grace() {
 
 void NodeAgent::on_grace_expired() {
   log_.warning("grace period of ", config_.term_timeout.count(), " ms over: sending SIGKILL");
-  killing_stragglers_ = true;
+  lifecycle_.on_grace_expired();
   apply(policy_.on_grace_expired(unix_ms()), "grace_expired");
   process::signal_each(process::descendants_of(::getpid()), SIGKILL);
 }
@@ -258,7 +264,7 @@ void NodeAgent::on_grace_expired() {
 void NodeAgent::after_reap(bool has_children) {
   // Between rounds (a restart's stragglers reaped before the next assignment) no worker is running, yet
   // the job is not done: only a started round can end.
-  if (!workers_started_) return;
+  if (!lifecycle_.workers_started()) return;
   if (!policy_.all_exited()) {
     // While killing, anything a dying worker forked meanwhile is killed too.
     if (policy_.phase() == Phase::kKilling) process::signal_each(process::descendants_of(::getpid()), SIGKILL);
@@ -269,21 +275,21 @@ void NodeAgent::after_reap(bool has_children) {
     // SIGKILL after the grace period, so no process of the job outlives ddprun. SIGTERM goes out once:
     // after a teardown the stragglers already had the teardown's signal, and after success they get it
     // with the first batch that finds them (later batches only see who is left of the same stragglers).
-    const bool killing = killing_stragglers_ || policy_.phase() == Phase::kKilling;
-    const bool terminate = !killing && policy_.phase() == Phase::kRunning && !stragglers_terminated_;
+    const bool killing = lifecycle_.cleanup() == AgentLifecycle::Cleanup::kKilling || policy_.phase() == Phase::kKilling;
+    const bool terminate =
+        !killing && policy_.phase() == Phase::kRunning && lifecycle_.cleanup() == AgentLifecycle::Cleanup::kNone;
     if (killing || terminate) {
       const auto stragglers = process::descendants_of(::getpid());
       log_.debug(stragglers.size(), " leftover descendant(s): ", killing ? "SIGKILL" : "SIGTERM");
       process::signal_each(stragglers, killing ? SIGKILL : SIGTERM);
-      stragglers_terminated_ = true;
     }
-    arm_grace();
+    arm_grace();  // also marks the leftovers' one SIGTERM as sent
     return;
   }
-  if (processes_gone_) return;
-  processes_gone_ = true;
+  if (!lifecycle_.on_processes_gone()) return;
   // Every local worker exited 0 and nothing stopped the job: the job ends when every node did the same.
-  if (policy_.phase() == Phase::kRunning && (policy_.exit_code() == 0 || policy_.preempted()) && !outcome_known_)
+  if (policy_.phase() == Phase::kRunning && (policy_.exit_code() == 0 || policy_.preempted()) &&
+      !lifecycle_.outcome_known())
     link_.client().report_node_done();
   grace_timer_.cancel();
   arm_drain_limit();
@@ -291,22 +297,24 @@ void NodeAgent::after_reap(bool has_children) {
 }
 
 void NodeAgent::maybe_finish() {
-  if (finished_ || !processes_gone_) return;
+  if (lifecycle_.finished() || !lifecycle_.processes_gone()) return;
   // A restart does not wait for a stalled console: the round's streams that wait for room there go on
   // draining beside the next round (retired_pumps_), in order, and the end of the job waits for them all.
-  const bool restart = restarting_;
+  const bool restart = lifecycle_.restarting();
   auto done = [restart](const auto& p) { return p->finished() || (restart && p->waiting_for_console()); };
   if (!std::all_of(pumps_.begin(), pumps_.end(), done)) return;
   if (!restart && !std::all_of(retired_pumps_.begin(), retired_pumps_.end(), done)) return;
   drain_timer_.cancel();  // every stream drained: none is left open, however long the job's outcome takes
-  if (restarting_) {
-    // Posted: this may run inside a pump's callback, and the next round destroys the pumps.
-    restarting_ = false;
-    asio::post(io_, [this] { begin_next_round(); });
-    return;
+  switch (lifecycle_.after_drained()) {
+    case AgentLifecycle::Next::kWait:
+      return;
+    case AgentLifecycle::Next::kBeginNextRound:
+      // Posted: this may run inside a pump's callback, and the next round destroys the pumps.
+      asio::post(io_, [this] { begin_next_round(); });
+      return;
+    case AgentLifecycle::Next::kFinish:
+      break;
   }
-  if (!outcome_known_) return;
-  finished_ = true;
   reaper_.stop();
   signals_.cancel();
   drain_timer_.cancel();
@@ -316,7 +324,52 @@ void NodeAgent::maybe_finish() {
   hang_timer_.cancel();
   probe_timer_.cancel();
   capture_.abandon();
+  guard_watch_.close();
   link_.finish([] {});
+}
+
+void NodeAgent::start_job_guard() {
+  // Forks: before the console's threads start. The cgroup is named after the guard's tag and told to it
+  // before any worker exists; the guard itself stays outside it, beside ddprun.
+  guard_ = process::JobGuard::start();
+  if (layout_.temporary()) guard_.remove_on_death(layout_.root());
+  cgroup_ = process::JobCgroup::create(guard_.tag());
+  if (cgroup_.active()) {
+    guard_.kill_cgroup_on_death(cgroup_.path());
+    log_.debug("job cgroup: ", cgroup_.path());
+  } else {
+    log_.debug("no job cgroup (", cgroup_.why_not(), "): the job guard's tag scan and group kill cover the job");
+  }
+}
+
+void NodeAgent::watch_guard() {
+  const int fd = ::dup(guard_.watch_fd());
+  if (fd < 0) return;
+  guard_watch_.assign(fd);
+  guard_watch_.async_wait(asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
+    if (ec || lifecycle_.finished()) return;
+    if (guard_.on_watch_readable()) {
+      guard_watch_.close();
+      watch_guard();  // its pid came: wait for its end
+      return;
+    }
+    on_guard_gone();
+  });
+}
+
+// The guard was killed (by hand, `pkill -9 -f ddprun`, the OOM killer): the job runs on, but a SIGKILL of
+// ddprun now would leave it behind. Another guard with the same tag takes over at once.
+void NodeAgent::on_guard_gone() {
+  guard_watch_.close();
+  const pid_t old = guard_.pid();
+  try {
+    guard_.restart();
+    log_.warning("the job guard (pid ", old, ") is gone: started a new one");
+    watch_guard();
+  } catch (const std::system_error& e) {
+    log_.warning("the job guard (pid ", old, ") is gone and no new one could be started (", e.what(),
+              "): if ddprun is SIGKILLed now, the job's processes are left behind");
+  }
 }
 
 int run_node_agent(const AgentConfig& config) {

@@ -29,7 +29,7 @@ void NodeAgent::arm_hang_watch() {
   // steady_clock is CLOCK_MONOTONIC, the clock the workers write.
   hang_timer_.expires_at(std::chrono::steady_clock::time_point(std::chrono::nanoseconds(*check.next_check_ns)));
   hang_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec || !workers_started_ || policy_.phase() != Phase::kRunning || capture_.active()) return;
+    if (ec || !lifecycle_.workers_started() || policy_.phase() != Phase::kRunning || capture_.active()) return;
     arm_hang_watch();
   });
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <map>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "agent/agent_config.hpp"
+#include "agent/agent_lifecycle.hpp"
 #include "agent/child_reaper.hpp"
 #include "agent/event_log.hpp"
 #include "agent/exit_summary.hpp"
@@ -25,6 +27,7 @@
 #include "agent/signal_reader.hpp"
 #include "agent/stack_capture.hpp"
 #include "agent/supervision_policy.hpp"
+#include "common/process/job_cgroup.hpp"
 #include "common/process/job_guard.hpp"
 
 namespace ddprun::agent {
@@ -81,6 +84,10 @@ class NodeAgent {
   void resume_console_waiters();
   void drain_console();
   void arm_loop_probe();
+  // The job guard's liveness (node_agent.cpp): a guard that is gone is said at once and replaced.
+  void start_job_guard();
+  void watch_guard();
+  void on_guard_gone();
   void note_console_losses(std::vector<std::string>& losses) const;
   void on_log_file_failure(int rank, const FileWriteFailure& f);
   int events_exit_code(int job_code);
@@ -105,6 +112,8 @@ class NodeAgent {
   std::map<int, std::shared_ptr<StreamTail>> stderr_tails_;  // local rank → its stderr's end (Python workers)
   RendezvousLink link_;
   process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)
+  process::JobCgroup cgroup_;  // the workers' cgroup, where one can be made (common/process/job_cgroup.hpp)
+  boost::asio::posix::stream_descriptor guard_watch_;  // says when the guard is gone (watch_guard)
   HeartbeatChannel heartbeats_;  // --hang-timeout only
   boost::asio::steady_timer hang_timer_;
   // DDPRUN_LOOP_PROBE_MS (benchmarks): a timer every that many ms records how late it fires, i.e. the longest
@@ -115,15 +124,7 @@ class NodeAgent {
   StackCapture capture_;
   std::vector<HungWorker> hung_;  // of the capture under way, the root cause first
   std::string hang_stacks_path_;
-  bool grace_armed_ = false;
-  bool killing_stragglers_ = false;
-  bool stragglers_terminated_ = false;  // leftovers of a successful round had their one SIGTERM
-  bool processes_gone_ = false;
-  bool finished_ = false;
-  bool workers_started_ = false;  // the assignment came and workers were started
-  bool outcome_known_ = false;    // the rendezvous said how the job ended (or that it is lost to us)
-  bool restarting_ = false;       // a restart round: once every local process is gone, say so and wait
-  bool assigned_once_ = false;    // the server placed this node in a round: it waits for us between rounds
+  AgentLifecycle lifecycle_;  // round stage, what the round leads to, clean-up (agent/agent_lifecycle.hpp)
   std::int64_t start_ms_ = 0;
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary
   std::vector<std::string> output_losses_;  // log files that could not be written, for the summary

@@ -59,7 +59,7 @@ void NodeAgent::on_log_file_failure(int rank, const FileWriteFailure& f) {
 void NodeAgent::arm_loop_probe() {
   probe_timer_.expires_after(probe_period_);
   probe_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec || finished_) return;
+    if (ec || lifecycle_.finished()) return;
     probe_max_late_ = std::max<std::chrono::nanoseconds>(probe_max_late_,
                                                          std::chrono::steady_clock::now() - probe_timer_.expiry());
     arm_loop_probe();

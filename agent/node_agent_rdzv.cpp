@@ -41,7 +41,7 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
       [this](const rdzv::Assignment& a) { on_assignment(a); },
       [this](const rdzv::StopOrder& s) { on_stop(s); },
       [this] {
-        if (!assigned_once_)
+        if (!lifecycle_.placed_once())
           log_.info("the job completed before the rendezvous placed this node in a round: nothing ran here");
         on_outcome(nullptr, "complete");
       },
@@ -78,10 +78,10 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
                      {"nnodes", a.nnodes}, {"rank_offset", a.rank_offset}, {"world_size", a.world_size},
                      {"master_addr", a.master_addr}, {"master_port", a.master_port},
                      {"restart_count", a.restart_count}});
-  assigned_once_ = true;
+  lifecycle_.on_placed();
   if (policy_.phase() != Phase::kRunning) return;  // a signal came first: on_signal already reported it
   if (a.restart_count > 0) layout_.prepare_attempt(a.restart_count, world_.local_world_size);
-  workers_started_ = true;
+  lifecycle_.on_workers_started();
   start_workers();
 }
 
@@ -96,9 +96,8 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
                        {"reason", order.reason}, {"membership", order.membership}});
     attempts_.push_back(Attempt{world_.restart_count, world_.nnodes, world_.world_size,
                                 order.membership ? order.reason : cause.text});
-    restarting_ = true;
+    lifecycle_.on_restart_ordered();
     apply(policy_.on_external_stop(unix_ms()), "restart");
-    if (!workers_started_) processes_gone_ = true;
     maybe_finish();
     return;
   }
@@ -114,7 +113,7 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   // copy (and some training scripts take a second SIGTERM as "exit now, no checkpoint"): wait briefly for it.
   // It comes through on_signal, which tears down without forwarding; the outcome is recorded when this fires.
   if (!ours && config_.step_signals_reach_workers && order.root_cause.is_node_failure() && order.root_cause.signal &&
-      workers_started_ && policy_.phase() == Phase::kRunning) {
+      lifecycle_.workers_started() && policy_.phase() == Phase::kRunning) {
     log_.debug("waiting up to ", kPeerSignalWait.count(), " ms for this node's slurmstepd to deliver the signal");
     peer_signal_timer_.expires_after(kPeerSignalWait);
     peer_signal_timer_.async_wait([this, cause](const boost::system::error_code& ec) {
@@ -127,25 +126,20 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
 
 // The job's end as the rendezvous tells it (cause == nullptr: every node succeeded). Always terminal.
 void NodeAgent::on_outcome(const JobCause* cause, const char* reason) {
-  outcome_known_ = true;
-  restarting_ = false;  // a restart round's teardown may be under way: it now ends the job instead
+  // Nothing was started (refused, timed out, stopped before the assignment): nothing to wait for.
+  lifecycle_.on_job_over();
   if (cause) {
     const Decision d = policy_.on_job_cause(*cause, unix_ms());
-    if (workers_started_) apply(d, reason);  // else nothing to tear down, and nothing to say about it
+    if (lifecycle_.workers_started()) apply(d, reason);  // else nothing to tear down, and nothing to say about it
   }
-  // Nothing was started (refused, timed out, stopped before the assignment): nothing to wait for.
-  if (!workers_started_) processes_gone_ = true;
   maybe_finish();
 }
 
 // Every process of the stopped attempt is gone and its output drained: tell the rendezvous, and start
 // over when the next assignment comes (on_assignment).
 void NodeAgent::begin_next_round() {
-  processes_gone_ = false;
-  grace_armed_ = false;
-  killing_stragglers_ = false;
-  stragglers_terminated_ = false;
-  workers_started_ = false;
+  if (lifecycle_.finished()) return;  // the job's end came while this was posted: no next round
+  lifecycle_.on_next_round();
   grace_timer_.cancel();
   drain_timer_.cancel();
   // Streams still waiting for room on the console keep draining beside the next round (maybe_finish).
@@ -184,7 +178,7 @@ void NodeAgent::report_worker_failure(int local_rank) {
 }
 
 void NodeAgent::report_signal(int signal) {
-  if (!workers_started_) return leave_after_signal(signal);
+  if (!lifecycle_.workers_started()) return leave_after_signal(signal);
   report_agent_signal(signal, unix_ms());
 }
 
@@ -208,15 +202,15 @@ void NodeAgent::report_agent_signal(int signal, std::int64_t time_ms) {
 void NodeAgent::leave_after_signal(int signal) {
   JobCause c;
   c.text = std::string("ddprun on node ") + std::to_string(world_.node_rank) + " (" + config_.host + ") received " +
-           process::signal_name(signal) + (assigned_once_ ? " between restart rounds" : " before the rendezvous completed");
+           process::signal_name(signal) + (lifecycle_.placed_once() ? " between restart rounds" : " before the rendezvous completed");
   c.exit_code = 128 + signal;
   c.node_rank = world_.node_rank;
   c.time_ms = unix_ms();
-  if (!link_.hosting() && !assigned_once_) return on_outcome(&c, "signal");
+  if (!link_.hosting() && !lifecycle_.placed_once()) return on_outcome(&c, "signal");
   report_agent_signal(signal, c.time_ms);
   stop_reply_timer_.expires_after(kStopReplyLimit);
   stop_reply_timer_.async_wait([this, c](const boost::system::error_code& ec) {
-    if (ec || outcome_known_) return;
+    if (ec || lifecycle_.outcome_known()) return;
     log_.debug("no stop order from the rendezvous ", kStopReplyLimit.count(), " ms after reporting the signal");
     on_outcome(&c, "signal");
   });

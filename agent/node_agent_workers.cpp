@@ -100,6 +100,7 @@ void NodeAgent::start_worker(int local_rank) {
   env_in.error_file = layout_.error_file(w.restart_count, local_rank);
   env_in.agent_pid = ::getpid();
   env_in.job_tag = guard_.tag();
+  opts.cgroup_procs_fd = cgroup_.procs_fd();
   if (heartbeats_.enabled()) {
     env_in.heartbeat_fd = heartbeats_.fd();
     env_in.heartbeat_offset = HeartbeatChannel::offset_of(local_rank);

@@ -1,6 +1,7 @@
 #include "common/process/process_tree.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -71,6 +72,21 @@ bool signal_group(pid_t pgid, int signal) {
 void signal_each(const std::vector<pid_t>& pids, int signal) {
   for (pid_t p : pids)
     if (p > 1) ::kill(p, signal);
+}
+
+std::string read_file(const std::string& path, std::size_t limit) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[16384];
+  while (out.size() < limit) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
 }
 
 }  // namespace ddprun::process

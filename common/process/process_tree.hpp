@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
+#include <string>
 #include <vector>
 
 namespace ddprun::process {
@@ -29,5 +31,8 @@ bool signal_group(pid_t pgid, int signal);
 
 // Sends `signal` to each pid, ignoring those already gone.
 void signal_each(const std::vector<pid_t>& pids, int signal);
+
+// The contents of a small file (a /proc or cgroup file), at most `limit` bytes; "" when it cannot be read.
+std::string read_file(const std::string& path, std::size_t limit = 1 << 20);
 
 }  // namespace ddprun::process

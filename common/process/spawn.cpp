@@ -57,6 +57,10 @@ sigset_t g_ignored_at_start;  // empty until remember_inherited_ignores()
 bool g_ignores_known = false;
 
 [[noreturn]] void run_child(const SpawnOptions& o, ChildPlan& plan, int report_fd, pid_t parent) {
+  if (o.cgroup_procs_fd >= 0) {
+    const ssize_t ignored = ::write(o.cgroup_procs_fd, "0", 1);  // "0": the writing process itself
+    (void)ignored;
+  }
   if (o.new_process_group && ::setpgid(0, 0) != 0) child_fail(report_fd, errno);
   if (o.parent_death_signal != 0) {
     if (::prctl(PR_SET_PDEATHSIG, o.parent_death_signal) != 0) child_fail(report_fd, errno);

@@ -2,6 +2,7 @@
 //
 // Used by the agent (on its Asio loop) and by the worker SDK's embedded spawn, so it must not depend on
 // Boost or LibTorch. What `spawn` guarantees about the child, in the order it happens between fork and exec:
+//   0. into the job's cgroup when given one (before anything else runs, so every descendant is inside);
 //   1. its own process group (setpgid in child *and* parent: whichever runs first wins the race for kill);
 //   2. PR_SET_PDEATHSIG(parent_death_signal), then a getppid() check: if the parent already died between
 //      fork and prctl, the child exits instead of running unsupervised;
@@ -37,6 +38,9 @@ struct SpawnOptions {
   bool new_process_group = true;
   int parent_death_signal = SIGKILL;   // 0: none
   std::string working_dir;             // empty: the parent's
+  // cgroup.procs of the job's cgroup (common/process/job_cgroup.hpp), -1: none. Best effort: a child
+  // that cannot move in still runs, covered by the job guard's other means.
+  int cgroup_procs_fd = -1;
 };
 
 // exec failed in the child (the child has already exited; it is reaped before this is thrown).

@@ -76,6 +76,17 @@ TEST_CASE("the job tag is set and the rendezvous token is not passed on") {
   CHECK(env_value(worker_environment({}, w, {}), "DDPRUN_JOB_TAG", "unset") == "unset");  // no guard, no tag
 }
 
+TEST_CASE("a nested job's workers carry the enclosing jobs' tags in DDPRUN_JOB_TAGS, their own last") {
+  World w;
+  const WorkerEnvInputs own{0, "/tmp/e.json", 1, "inner"};
+  CHECK(env_value(worker_environment({}, w, own), "DDPRUN_JOB_TAGS") == "inner");
+  // An enclosing ddprun's worker has both variables; an older one only DDPRUN_JOB_TAG.
+  const auto nested = worker_environment({"DDPRUN_JOB_TAG=mid", "DDPRUN_JOB_TAGS=outer,mid"}, w, own);
+  CHECK(env_value(nested, "DDPRUN_JOB_TAGS") == "outer,mid,inner");
+  CHECK(env_value(nested, "DDPRUN_JOB_TAG") == "inner");
+  CHECK(env_value(worker_environment({"DDPRUN_JOB_TAG=old"}, w, own), "DDPRUN_JOB_TAGS") == "old,inner");
+}
+
 TEST_CASE("each variable appears once") {
   World w;
   const auto env = worker_environment({"A=1", "A=2", "RANK=5"}, w, {});

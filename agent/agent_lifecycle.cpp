@@ -1,0 +1,61 @@
+#include "agent/agent_lifecycle.hpp"
+
+namespace ddprun::agent {
+
+void AgentLifecycle::on_workers_started() {
+  if (stage_ == Stage::kAwaitingRound) stage_ = Stage::kRunning;
+}
+
+void AgentLifecycle::on_restart_ordered() {
+  if (ending_ == Ending::kJobOver || stage_ == Stage::kFinished) return;  // the end is final
+  ending_ = Ending::kRestart;
+  if (stage_ == Stage::kAwaitingRound) stage_ = Stage::kNothingRan;
+}
+
+void AgentLifecycle::on_job_over() {
+  // A restart's teardown may be under way: it now ends the job instead.
+  ending_ = Ending::kJobOver;
+  if (stage_ == Stage::kAwaitingRound) stage_ = Stage::kNothingRan;
+}
+
+bool AgentLifecycle::on_processes_gone() {
+  if (stage_ != Stage::kRunning) return false;
+  stage_ = Stage::kRoundOver;
+  return true;
+}
+
+AgentLifecycle::Next AgentLifecycle::after_drained() {
+  if (stage_ != Stage::kRoundOver && stage_ != Stage::kNothingRan) return Next::kWait;
+  if (ending_ == Ending::kRestart) {
+    ending_ = Ending::kOpen;  // once: the next round's begin is under way
+    return Next::kBeginNextRound;
+  }
+  if (ending_ != Ending::kJobOver) return Next::kWait;  // e.g. every worker succeeded: the other nodes?
+  stage_ = Stage::kFinished;
+  return Next::kFinish;
+}
+
+void AgentLifecycle::on_next_round() {
+  if (stage_ == Stage::kFinished) return;
+  stage_ = Stage::kAwaitingRound;
+  cleanup_ = Cleanup::kNone;
+}
+
+bool AgentLifecycle::arm_grace() {
+  if (cleanup_ != Cleanup::kNone) return false;
+  cleanup_ = Cleanup::kGracePeriod;
+  return true;
+}
+
+const char* to_string(AgentLifecycle::Stage stage) {
+  switch (stage) {
+    case AgentLifecycle::Stage::kAwaitingRound: return "awaiting a round";
+    case AgentLifecycle::Stage::kRunning: return "running";
+    case AgentLifecycle::Stage::kRoundOver: return "round over";
+    case AgentLifecycle::Stage::kNothingRan: return "round over before anything ran";
+    case AgentLifecycle::Stage::kFinished: return "finished";
+  }
+  return "?";
+}
+
+}  // namespace ddprun::agent

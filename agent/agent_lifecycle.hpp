@@ -1,0 +1,79 @@
+// Where a node's agent is in its job, as one value: which round stage it is in, what the rendezvous said the
+// round leads to, and how far the clean-up of leftovers has gone. Pure (no I/O, no clock): NodeAgent reports
+// each event here and does what the answer says, so every transition is in this file and tested on its own
+// (tests/agent/agent_lifecycle_test.cpp), like SupervisionPolicy's for the workers.
+//
+//   kAwaitingRound --assignment--> kRunning --every process gone--> kRoundOver --drained, restart--> kAwaitingRound
+//         |                                                              \--drained, job over--> kFinished
+//         \--restart or job end before any worker ran--> kNothingRan --drained--> (as kRoundOver)
+//
+// The ending (what the rendezvous said) is independent of the stage: a job can be known to be over while its
+// workers are still being torn down, and a restart can be ordered before this node was placed at all.
+#pragma once
+
+namespace ddprun::agent {
+
+class AgentLifecycle {
+ public:
+  enum class Stage {
+    kAwaitingRound,  // no worker of this node runs: before the first assignment, or between restart rounds
+    kRunning,        // this round's workers were started and some process of the round lives
+    kRoundOver,      // every process of the round is gone; its output may still be draining
+    kNothingRan,     // the round ended (restart ordered, job over) before this node started anything
+    kFinished,       // the job is over here: every process gone, every stream drained; the loop stops
+  };
+  enum class Ending {
+    kOpen,     // nothing said yet
+    kRestart,  // the rendezvous re-forms the job: this round's processes go, then the next assignment
+    kJobOver,  // the rendezvous said how the job ended (or this node lost it): always final
+  };
+  // Clean-up of a round's processes after a teardown began or its workers all exited, leaving descendants.
+  enum class Cleanup {
+    kNone,
+    kGracePeriod,  // the teardown's signal (or, after success, one SIGTERM to leftovers) went out; timer runs
+    kKilling,      // the grace period is over: SIGKILL to anything left, until nothing is
+  };
+  // What to do once every process is gone and every stream drained (after_drained).
+  enum class Next { kWait, kBeginNextRound, kFinish };
+
+  Stage stage() const { return stage_; }
+  Ending ending() const { return ending_; }
+  Cleanup cleanup() const { return cleanup_; }
+
+  bool placed_once() const { return placed_once_; }  // the server put this node in a round: it waits for it
+  bool workers_started() const { return stage_ == Stage::kRunning || stage_ == Stage::kRoundOver; }
+  bool processes_gone() const {
+    return stage_ == Stage::kRoundOver || stage_ == Stage::kNothingRan || stage_ == Stage::kFinished;
+  }
+  bool restarting() const { return ending_ == Ending::kRestart; }
+  bool outcome_known() const { return ending_ == Ending::kJobOver; }
+  bool finished() const { return stage_ == Stage::kFinished; }
+
+  // The rendezvous placed this node in a round (whether or not it starts workers: a signal may have come).
+  void on_placed() { placed_once_ = true; }
+  // This round's workers are being started.
+  void on_workers_started();
+  // The rendezvous ordered a restart / said the job is over. Before any worker ran, nothing is left to go.
+  void on_restart_ordered();
+  void on_job_over();
+  // Every process of the round is gone (workers and descendants reaped). False if that was already known.
+  bool on_processes_gone();
+  // Every stream of the round drained (or, for a restart, waits for the console beside the next round).
+  Next after_drained();
+  // The previous round is cleaned up and the next assignment is awaited.
+  void on_next_round();
+
+  // A grace period starts (false: one is already running or over, nothing to arm).
+  bool arm_grace();
+  void on_grace_expired() { cleanup_ = Cleanup::kKilling; }
+
+ private:
+  Stage stage_ = Stage::kAwaitingRound;
+  Ending ending_ = Ending::kOpen;
+  Cleanup cleanup_ = Cleanup::kNone;
+  bool placed_once_ = false;  // once true, for good: it is a fact about the job, not about a round
+};
+
+const char* to_string(AgentLifecycle::Stage stage);
+
+}  // namespace ddprun::agent

@@ -1,0 +1,109 @@
+// The node agent's lifecycle (agent/agent_lifecycle.hpp): every transition NodeAgent relies on, without a
+// process, a socket or a clock.
+#include "agent/agent_lifecycle.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+using ddprun::agent::AgentLifecycle;
+using Stage = AgentLifecycle::Stage;
+using Next = AgentLifecycle::Next;
+using Cleanup = AgentLifecycle::Cleanup;
+
+TEST_CASE("a one-round job: placed, running, every process gone, drained, then the outcome finishes it") {
+  AgentLifecycle l;
+  CHECK(l.stage() == Stage::kAwaitingRound);
+  CHECK_FALSE(l.workers_started());
+  CHECK_FALSE(l.processes_gone());
+  l.on_placed();
+  l.on_workers_started();
+  CHECK(l.stage() == Stage::kRunning);
+  CHECK(l.workers_started());
+  CHECK(l.on_processes_gone());
+  CHECK_FALSE(l.on_processes_gone());  // said once
+  CHECK(l.processes_gone());
+  CHECK(l.workers_started());  // a fact about the round, still true while it drains
+  CHECK(l.after_drained() == Next::kWait);  // every worker here succeeded: the other nodes decide
+  l.on_job_over();
+  CHECK(l.after_drained() == Next::kFinish);
+  CHECK(l.finished());
+  CHECK(l.after_drained() == Next::kWait);  // finishing happens once
+}
+
+TEST_CASE("the outcome before the processes are gone: the job finishes only once they are") {
+  AgentLifecycle l;
+  l.on_placed();
+  l.on_workers_started();
+  l.on_job_over();
+  CHECK(l.outcome_known());
+  CHECK(l.after_drained() == Next::kWait);  // still running: tearing down
+  CHECK(l.on_processes_gone());
+  CHECK(l.after_drained() == Next::kFinish);
+}
+
+TEST_CASE("a restart: the round ends, the next begins once, and the clean-up starts over") {
+  AgentLifecycle l;
+  l.on_placed();
+  l.on_workers_started();
+  CHECK(l.arm_grace());
+  l.on_grace_expired();
+  CHECK(l.cleanup() == Cleanup::kKilling);
+  l.on_restart_ordered();
+  CHECK(l.restarting());
+  CHECK(l.after_drained() == Next::kWait);  // processes not gone yet
+  CHECK(l.on_processes_gone());
+  CHECK(l.after_drained() == Next::kBeginNextRound);
+  CHECK(l.after_drained() == Next::kWait);  // not twice while the next round's begin is posted
+  l.on_next_round();
+  CHECK(l.stage() == Stage::kAwaitingRound);
+  CHECK(l.cleanup() == Cleanup::kNone);
+  CHECK(l.placed_once());  // kept across rounds: the server waits for this node
+  CHECK_FALSE(l.workers_started());
+  l.on_workers_started();
+  CHECK(l.stage() == Stage::kRunning);
+}
+
+TEST_CASE("a restart or the job's end before anything ran here leaves nothing to wait for") {
+  AgentLifecycle l;
+  l.on_restart_ordered();
+  CHECK(l.stage() == Stage::kNothingRan);
+  CHECK(l.processes_gone());
+  CHECK_FALSE(l.workers_started());
+  CHECK(l.after_drained() == Next::kBeginNextRound);
+  l.on_next_round();
+  l.on_job_over();
+  CHECK(l.stage() == Stage::kNothingRan);
+  CHECK(l.after_drained() == Next::kFinish);
+  CHECK_FALSE(l.placed_once());
+}
+
+TEST_CASE("the job's end replaces a restart under way, and no restart follows the end") {
+  AgentLifecycle l;
+  l.on_workers_started();
+  l.on_restart_ordered();
+  l.on_job_over();
+  CHECK_FALSE(l.restarting());
+  l.on_restart_ordered();  // a late restart order cannot reopen a finished job
+  CHECK(l.outcome_known());
+  CHECK(l.on_processes_gone());
+  CHECK(l.after_drained() == Next::kFinish);
+  l.on_next_round();
+  CHECK(l.finished());
+}
+
+TEST_CASE("the grace period is armed once per round") {
+  AgentLifecycle l;
+  l.on_workers_started();
+  CHECK(l.arm_grace());
+  CHECK(l.cleanup() == Cleanup::kGracePeriod);
+  CHECK_FALSE(l.arm_grace());
+  l.on_grace_expired();
+  CHECK_FALSE(l.arm_grace());
+  CHECK(l.cleanup() == Cleanup::kKilling);
+}
+
+TEST_CASE("every stage has a name") {
+  for (Stage s : {Stage::kAwaitingRound, Stage::kRunning, Stage::kRoundOver, Stage::kNothingRan, Stage::kFinished})
+    CHECK(std::string(ddprun::agent::to_string(s)) != "?");
+}
