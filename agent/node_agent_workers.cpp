@@ -11,6 +11,8 @@
 
 #include "agent/env_contract.hpp"
 #include "agent/node_agent_impl.hpp"
+
+#include <boost/asio/post.hpp>
 #include "common/error.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
@@ -54,9 +56,16 @@ void NodeAgent::start_workers() {
     if (policy_.phase() != Phase::kRunning) break;  // a signal or an early failure already stopped the job
     start_worker(lr);
   }
-  log_.info("started ", w.local_world_size, w.local_world_size == 1 ? " worker" : " workers", ": ranks ", w.rank_offset, "-",
+  const std::size_t started = local_rank_of_.size();
+  const std::string how_many = started == static_cast<std::size_t>(w.local_world_size)
+                                   ? std::to_string(started)
+                                   : std::to_string(started) + " of " + std::to_string(w.local_world_size);
+  log_.info("started ", how_many, w.local_world_size == 1 ? " worker" : " workers", ": ranks ", w.rank_offset, "-",
             w.rank_offset + w.local_world_size - 1, " of ", w.world_size, " (node ", w.node_rank, " of ", w.nnodes,
             "), master ", w.master_addr, ":", w.master_port, ", run id ", w.run_id, ", attempt ", w.restart_count);
+  // Not one worker could start (out of descriptors, processes, memory): no exit will ever be reaped, so the
+  // round's end is looked for now, once this handler is done.
+  if (started == 0) boost::asio::post(io_, [this] { reaper_.reap_now(); });
   arm_hang_watch();
 }
 

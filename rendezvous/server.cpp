@@ -169,14 +169,25 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     acceptor_.async_accept([self = shared_from_this()](error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || self->stopped_) return;
       if (ec) {
-        // Out of descriptors: back off instead of spinning; a few clients will retry their connect.
-        self->logger_.warning("accept failed: ", ec.message());
+        // Out of descriptors: back off instead of spinning; the waiting nodes stay in the listen queue and are
+        // admitted once a descriptor is free (else --rdzv-timeout ends the wait). Said once, then every 10 s.
+        const auto now = std::chrono::steady_clock::now();
+        if (self->accept_failures_++ == 0 || now - self->accept_failure_said_ > std::chrono::seconds(10)) {
+          self->accept_failure_said_ = now;
+          const bool descriptors = ec == asio::error::no_descriptors || ec.value() == ENFILE;
+          self->logger_.warning("cannot accept a node's connection: ", ec.message(),
+                                descriptors ? " (ulimit -n is too low for this rendezvous server: raise it)" : "",
+                                self->accept_failures_ > 1 ? "; failed " + std::to_string(self->accept_failures_) +
+                                                                 " times so far, retrying every 50 ms"
+                                                           : "; retrying every 50 ms");
+        }
         self->accept_retry_timer_.expires_after(std::chrono::milliseconds(50));
         self->accept_retry_timer_.async_wait([self](error_code wait_ec) {
           if (!wait_ec && !self->stopped_) self->accept();
         });
         return;
       }
+      self->accept_failures_ = 0;
       self->on_accept(std::move(socket));
       self->accept();
     });
@@ -339,6 +350,8 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   tcp::acceptor acceptor_;
   asio::steady_timer tick_timer_;
   asio::steady_timer accept_retry_timer_;
+  std::uint64_t accept_failures_ = 0;  // in a row: a starved accept is said once, then every 10 s
+  std::chrono::steady_clock::time_point accept_failure_said_{};
   asio::steady_timer drain_timer_;
   std::chrono::milliseconds tick_period_{100};
   std::unordered_map<ConnId, std::shared_ptr<ServerConnection>> conns_;
