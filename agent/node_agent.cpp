@@ -195,6 +195,7 @@ void NodeAgent::resume_job() {
   events_.write(json{{"event", "resumed"}, {"time_ms", unix_ms()}});
   for (const WorkerRecord& w : policy_.workers())
     if (w.state == WorkerState::kRunning && w.pid > 0) process::signal_group(w.pid, SIGCONT);
+  restart_hang_watch_after_pause();
 }
 
 void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {

@@ -12,6 +12,7 @@
 #include "agent/hang_watch.hpp"
 #include "agent/node_agent_impl.hpp"
 #include "common/process/process_tree.hpp"
+#include "common/stall_clock.hpp"
 #include "common/time.hpp"
 
 namespace ddprun::agent {
@@ -21,7 +22,11 @@ void NodeAgent::arm_hang_watch() {
   if (!heartbeats_.enabled()) return;
   std::vector<WatchedWorker> running;
   for (const WorkerRecord& w : policy_.workers())
-    if (w.state == WorkerState::kRunning && w.pid > 0) running.push_back({w.local_rank, heartbeats_.read(w.local_rank)});
+    if (w.state == WorkerState::kRunning && w.pid > 0) {
+      Beat beat = heartbeats_.read(w.local_rank);
+      if (beat.ever()) beat.time_ns = std::max(beat.time_ns, hang_pause_end_ns_);
+      running.push_back({w.local_rank, beat});
+    }
   const std::int64_t now = monotonic_ns();
   const HangCheck check = check_hangs(running, config_.hang_timeout.count() * 1'000'000, now);
   if (!check.hung.empty()) return on_hung(check.hung, now);
@@ -30,8 +35,22 @@ void NodeAgent::arm_hang_watch() {
   hang_timer_.expires_at(std::chrono::steady_clock::time_point(std::chrono::nanoseconds(*check.next_check_ns)));
   hang_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || !lifecycle_.workers_started() || policy_.phase() != Phase::kRunning || capture_.active()) return;
+    // Late by more than a loaded loop ever is: this process did not run, and the workers may not have
+    // either (a frozen machine); each gets a full timeout from now before it is judged.
+    if (std::chrono::steady_clock::now() - hang_timer_.expiry() > StallClock::kStallThreshold)
+      hang_pause_end_ns_ = monotonic_ns();
     arm_hang_watch();
   });
+}
+
+// fg after Ctrl-Z: the workers were stopped too, so their last beats are as old as the pause.
+void NodeAgent::restart_hang_watch_after_pause() {
+  hang_pause_end_ns_ = monotonic_ns();
+  if (!heartbeats_.enabled() || !lifecycle_.workers_started() || policy_.phase() != Phase::kRunning ||
+      capture_.active())
+    return;
+  hang_timer_.cancel();
+  arm_hang_watch();
 }
 
 void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {

@@ -71,6 +71,7 @@ class NodeAgent {
   void on_signal(const ReceivedSignal& received);
   void suspend_job();
   void resume_job();
+  void restart_hang_watch_after_pause();
   void on_child_exit(pid_t pid, const process::ExitStatus& status);
   void after_reap(bool has_children);
   void apply(const Decision& d, const char* reason);
@@ -116,6 +117,9 @@ class NodeAgent {
   boost::asio::posix::stream_descriptor guard_watch_;  // says when the guard is gone (watch_guard)
   HeartbeatChannel heartbeats_;  // --hang-timeout only
   boost::asio::steady_timer hang_timer_;
+  // Beats older than this count as made at this time: a pause of the whole job (Ctrl-Z, a frozen machine)
+  // is nobody's silence. Set on SIGCONT and when the hang timer fires late (StallClock's threshold).
+  std::int64_t hang_pause_end_ns_ = 0;
   // DDPRUN_LOOP_PROBE_MS (benchmarks): a timer every that many ms records how late it fires, i.e. the longest
   // time the loop was busy or blocked; logged at the end (scripts/bench/console_stall.py reads it).
   boost::asio::steady_timer probe_timer_;

@@ -248,6 +248,30 @@ class Paused(ConsoleCase):
         self.assertEqual(proc.returncode, 0, err.decode())
         self.assertIn(b"received SIGTSTP", err)
 
+    def test_a_ctrl_z_longer_than_the_hang_timeout_is_no_ones_hang(self):
+        """The workers beat (--hang-timeout 1) and are stopped with ddprun for 3 s: on fg their last beats are
+        old, but the pause was the user's, not a hang; a worker that stays silent after it still is one."""
+        proc = self.start("--nproc-per-node", 2, "--hang-timeout", 1, WORKER, f"ready={self.ready}", "beatfor=4:50")
+        self.wait_ready(2)
+        os.kill(proc.pid, signal.SIGTSTP)
+        time.sleep(3)
+        os.kill(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err.decode())
+        self.assertNotIn(b"hung", err)
+
+    def test_a_hang_after_a_ctrl_z_is_still_found(self):
+        proc = self.start("--nproc-per-node", 2, "--hang-timeout", 1, WORKER, f"ready={self.ready}", "beat=1",
+                          "@1:hang", "@0:beatfor=6:50")
+        self.wait_ready(2)
+        os.kill(proc.pid, signal.SIGTSTP)
+        time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=30)
+        self.assertNotEqual(proc.returncode, 0, err.decode())
+        self.assertIn(b"root cause: rank 1", err)
+        self.assertIn(b"hung", err)
+
     def test_two_nodes_ride_out_a_pause_shorter_than_the_heartbeat_timeout(self):
         for paused in (0, 1):
             with self.subTest(paused_node=paused):
