@@ -1,6 +1,8 @@
 """The supervisor's own resources, stalled in every phase of a job: one test per cell of
 {console stalled, console gone, ddprun paused 8 s, log disk full, descriptor limit reached}
-x {before the rendezvous (two nodes), running, tearing down, between restarts}.
+x {before the rendezvous, running, tearing down, between restarts} x {one node, two nodes} (one node has no
+"before the rendezvous": its rendezvous is in-process and takes a millisecond). On two nodes the stalled resource
+is the host's, which also runs the rendezvous server, and the failing rank is on the other node.
 
 Every cell drives the same job shape through a failure (rank 1, or rank 2 on the second node, exits 3) or a
 restart, and checks: the exit code and the root cause; every worker gone within PROMPT of the failure while the
@@ -17,7 +19,7 @@ import subprocess
 import time
 import unittest
 
-from harness import DDPRUN, WORKER, pid_alive, reap_zombies
+from harness import DDPRUN, WORKER, pid_alive
 from test_stalled_console import PROMPT, ConsoleCase, StalledConsole, line_numbers, without_cut_last_line
 
 PAUSE = 8.0
@@ -86,10 +88,9 @@ class Matrix(ConsoleCase):
             if time.monotonic() > deadline:
                 self.fail(f"workers {[p for p in pids if pid_alive(p)]} alive {timeout} s after the failure\n"
                           f"{self.stderr_of()[-3000:]}")
-            reap_zombies()
-            time.sleep(0.01)
+            time.sleep(0.01)  # (no reaping here: a ddprun that ended is the test's child, whose code Popen reads)
 
-    def run_cell(self, resource_name, phase):
+    def run_cell(self, resource_name, phase, nodes):
         self.console = StalledConsole()
         if resource_name not in ("console_stalled", "console_gone"):
             self.console.drain()  # a reader from the start (console_gone: none, and the pipe closes at the stall)
@@ -97,36 +98,38 @@ class Matrix(ConsoleCase):
         extra = self.small_disk() if resource_name == "disk_full" else ()
         first = f"?{flag}:"  # steps only the first attempt's workers run
         steps = [f"pidfile={pidfile}", f"ready={self.ready}", f"@0:{first}lines={LINES}", f"@0:{first}hang"]
-        failing = 2 if phase == "before_rendezvous" else 1
+        # On two nodes the stalled resource is the host's (node 0: the rendezvous server's too) and the
+        # failing rank is on node 1.
+        failing = 2 if nodes == 2 else 1
         steps += [f"@{failing}:{first}waitfile={self.go}", f"@{failing}:{first}exit=3"]
+        steps += [f"@{r}:{first}hang" for r in range(1, 2 * nodes) if r != failing]
+        both = ()  # options both nodes get
         if phase == "tearing_down":
             steps.insert(2, "@0:termexit=2")  # rank 0 takes 2 s to go after SIGTERM: the teardown lasts
             extra += ("--term-timeout", 30)
         if phase == "between_restarts":
-            extra += ("--max-restarts", 1)
+            both += ("--max-restarts", 1)
             steps.append("print=second attempt")
-        if phase == "before_rendezvous":
-            steps += ["@1:hang", "@3:hang"]
-            wait = 6 if resource_name == "fd_limit" else 30  # fd_limit: the timeout is that cell's expected end
-            extra += ("--rdzv-timeout", wait)
-            host = self.start_on(self.console, "--nnodes", 2, "--node-rank", 0, "--master-addr", "127.0.0.1",
-                                 "--rdzv-port", self.port, "--nproc-per-node", 2, *extra, WORKER, *steps)
-            self.wait_stderr("listening on")  # and the other node is not there yet
-            self.stall(resource_name, host)
-            other = subprocess.Popen([DDPRUN, "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
-                                      "--rdzv-port", str(self.port), "--nproc-per-node", "2", "--rdzv-timeout", str(wait),
-                                      WORKER, *steps],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                     env=self.env, start_new_session=True)
-            procs, world = [host, other], 4
-        else:
-            host = self.start_on(self.console, "--nproc-per-node", 2, *extra, WORKER, *steps)
-            procs, world = [host], 2
+        if nodes == 2:
+            # fd_limit before the rendezvous: the timeout is that cell's expected end
+            wait = 6 if (resource_name, phase) == ("fd_limit", "before_rendezvous") else 30
+            both += ("--nnodes", 2, "--master-addr", "127.0.0.1", "--rdzv-port", self.port, "--rdzv-timeout", wait)
+        host = self.start_on(self.console, *both, *(("--node-rank", 0) if nodes == 2 else ()), "--nproc-per-node", 2,
+                             *extra, WORKER, *steps)
+        procs = [host]
+        if nodes == 2:
+            if phase == "before_rendezvous":
+                self.wait_stderr("listening on")  # and the other node is not there yet
+                self.stall(resource_name, host)
+            procs.append(subprocess.Popen([DDPRUN, *map(str, both), "--node-rank", "1", "--nproc-per-node", "2",
+                                           WORKER, *steps],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                          env=self.env, start_new_session=True))
         if resource_name == "fd_limit" and phase in ("before_rendezvous", "between_restarts"):
             return self.cell_without_descriptors(resource_name, phase, procs, flag)
         if resource_name == "paused" and phase == "before_rendezvous":
             self.release(resource_name, host)  # the other node waited for the paused one: now the job runs
-        self.wait_ready(world)
+        self.wait_ready(2 * nodes)
         pids = [pid for pid, _ in self.read_pids(pidfile).values()]
         if phase == "running" or (phase == "between_restarts" and resource_name != "paused"):
             self.stall(resource_name, host)
@@ -137,7 +140,7 @@ class Matrix(ConsoleCase):
             self.wait_stderr("tearing down")
             self.stall(resource_name, host)
         if phase == "between_restarts":
-            self.check_restart(resource_name, host, pids)
+            self.check_restart(resource_name, host, pids, procs)
             return
         if resource_name == "paused" and phase != "before_rendezvous":
             self.release(resource_name, host)
@@ -159,7 +162,7 @@ class Matrix(ConsoleCase):
         with open(self.go, "w"):
             pass
 
-    def check_restart(self, resource_name, host, pids):
+    def check_restart(self, resource_name, host, pids, procs):
         if resource_name == "paused":  # paused the moment the restart begins
             self.wait_stderr("restarting the job")
             self.stall(resource_name, host)
@@ -168,10 +171,10 @@ class Matrix(ConsoleCase):
         self.wait_gone(pids)  # the first attempt's workers, while the resource is still stalled
         if resource_name != "paused":
             self.release(resource_name, host)
-        code = self.finish(host)
-        self.check_end(resource_name, [code], 0, None, [host])
+        codes = [self.finish(p) for p in procs]
+        self.check_end(resource_name, codes, 0, None, procs)
         if resource_name in ("console_stalled", "paused"):
-            self.assertEqual(self.console.text().count("second attempt"), 2)
+            self.assertEqual(self.console.text().count("second attempt"), 2)  # the host's two ranks
 
     def cell_without_descriptors(self, resource_name, phase, procs, flag):
         if phase == "before_rendezvous":
@@ -194,14 +197,16 @@ class Matrix(ConsoleCase):
         self.assertEqual(codes[0], 71, err[-3000:])
         self.assertIn("ulimit -n", err)
         if len(procs) == 2:
-            self.assertEqual(codes[1], 71, procs[1].stderr.read().decode()[-3000:])
+            self.assertEqual(codes[1], 71, procs[1].stderr.read().decode()[-3000:])  # the root cause is everyone's
             procs[1].stderr.close()
 
     def check_end(self, resource_name, codes, expected, root_cause, procs):
         err = self.stderr_of()
+        others = ""
         for p in procs[1:]:
+            others += p.stderr.read().decode(errors="replace")[-3000:]
             p.stderr.close()
-        self.assertEqual(codes, [expected] * len(codes), err[-3000:])
+        self.assertEqual(codes, [expected] * len(codes), f"{err[-3000:]}\n--- the other node\n{others}")
         if root_cause:
             self.assertIn(root_cause, err)
         if resource_name == "console_gone":
@@ -215,13 +220,14 @@ class Matrix(ConsoleCase):
             self.assertEqual(numbers, list(range(len(numbers))), "rank 0's lines have a gap or are out of order")
 
 
-def make_cell(resource_name, phase):
+def make_cell(resource_name, phase, nodes):
     def test(self):
-        self.run_cell(resource_name, phase)
-    test.__doc__ = f"{resource_name} x {phase}"
+        self.run_cell(resource_name, phase, nodes)
+    test.__doc__ = f"{resource_name} x {phase} x {nodes} node{'s' if nodes > 1 else ''}"
     return test
 
 
 for _resource in RESOURCES:
     for _phase in PHASES:
-        setattr(Matrix, f"test_{_resource}_{_phase}", make_cell(_resource, _phase))
+        for _nodes in ((2,) if _phase == "before_rendezvous" else (1, 2)):  # one node has no "before"
+            setattr(Matrix, f"test_{_resource}_{_phase}_{_nodes}node", make_cell(_resource, _phase, _nodes))
