@@ -19,16 +19,11 @@
 #include <string>
 #include <string_view>
 
+#include "common/write_queue.hpp"
+
 namespace ddprun::console {
 
-struct ChannelStats {
-  std::uint64_t written_bytes = 0;
-  std::uint64_t lost_bytes = 0;  // dropped: the channel broke, or the output was abandoned at exit
-  std::uint64_t lost_lines = 0;
-  std::uint64_t queued_bytes = 0;
-  int broken_errno = 0;  // 0: healthy
-  bool abandoned = false;
-};
+using ChannelStats = WriteQueueStats;  // common/write_queue.hpp: each channel is one WriteQueue
 
 // Starts the writer threads for fds 1 and 2. `high_water`: queued bytes above which `congested` says so.
 // Call once, after every fork of a single-threaded process is done (the job guard); all signals are

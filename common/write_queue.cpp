@@ -1,0 +1,180 @@
+#include "common/write_queue.hpp"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <thread>
+
+#include "common/log.hpp"
+
+namespace ddprun {
+namespace {
+// Coalesced writes: fewer system calls for a chatty job, still whole pieces (whole lines) per write.
+constexpr std::size_t kMaxBatch = 256 * 1024;
+}  // namespace
+
+std::uint64_t count_lines(std::string_view s) {
+  return static_cast<std::uint64_t>(std::count(s.begin(), s.end(), '\n')) + (s.empty() || s.back() == '\n' ? 0 : 1);
+}
+
+std::shared_ptr<WriteQueue> WriteQueue::create(int fd, Options options) {
+  return std::shared_ptr<WriteQueue>(new WriteQueue(fd, std::move(options)));
+}
+
+void WriteQueue::start() {
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, &old);
+  // The thread holds the queue until it is finished and written: a producer may drop it at any time.
+  std::thread([self = shared_from_this()] { self->loop(); }).detach();
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+void WriteQueue::write(std::string_view data) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stats_.broken_errno != 0 || stats_.abandoned || finishing_) {
+      stats_.lost_bytes += data.size();
+      stats_.lost_lines += count_lines(data);
+      return;
+    }
+    queue_.emplace_back(data);
+    stats_.queued_bytes += data.size();
+    if (stats_.queued_bytes > options_.high_water) congested_ = true;
+  }
+  cv_.notify_one();
+}
+
+void WriteQueue::finish() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finishing_ = true;
+  }
+  cv_.notify_one();
+}
+
+bool WriteQueue::congested() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return congested_;
+}
+
+bool WriteQueue::idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.empty() && (!writing_ || stats_.abandoned);
+}
+
+void WriteQueue::abandon() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.abandoned = true;
+    drop_queue_locked();
+  }
+  cv_.notify_one();
+}
+
+bool WriteQueue::stalled() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return congested_ || (writing_ && std::chrono::steady_clock::now() - write_started_ > std::chrono::milliseconds(100));
+}
+
+WriteQueueStats WriteQueue::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void WriteQueue::set_on_room(std::function<void()> on_room) {
+  std::lock_guard<std::mutex> lock(room_mu_);
+  on_room_ = std::move(on_room);
+}
+
+void WriteQueue::drop_queue_locked() {
+  for (const std::string& piece : queue_) {
+    stats_.lost_bytes += piece.size();
+    stats_.lost_lines += count_lines(piece);
+  }
+  queue_.clear();
+  stats_.queued_bytes = 0;
+}
+
+void WriteQueue::loop() {
+  std::string batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      writing_ = false;
+      if (queue_.empty()) notify_drained();
+      cv_.wait(lock, [this] { return !queue_.empty() || finishing_; });
+      if (queue_.empty()) break;  // finished, and everything written (or dropped)
+      batch.clear();
+      while (!queue_.empty() && (batch.empty() || batch.size() + queue_.front().size() <= kMaxBatch)) {
+        batch += queue_.front();
+        queue_.pop_front();
+      }
+      writing_ = true;
+      write_started_ = std::chrono::steady_clock::now();
+    }
+    std::uint64_t written = 0;
+    const int err = write_fully(fd_, batch, written);
+    bool room = false;
+    bool broke = false;
+    std::uint64_t total = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.written_bytes += written;
+      stats_.queued_bytes -= std::min<std::uint64_t>(stats_.queued_bytes, batch.size());
+      if (err != 0 && stats_.broken_errno == 0) {
+        const std::string_view rest = std::string_view(batch).substr(written);
+        stats_.lost_bytes += rest.size();
+        stats_.lost_lines += count_lines(rest);
+        stats_.broken_errno = err;
+        drop_queue_locked();
+        broke = true;
+      }
+      total = stats_.written_bytes;
+      if (congested_ && stats_.queued_bytes <= options_.high_water / 2) {
+        congested_ = false;
+        room = true;
+      }
+    }
+    // Outside the lock: the callbacks may call back into write() (they post to the agent's loop).
+    if (broke && options_.on_break) options_.on_break(err, total);
+    if (room) {
+      std::lock_guard<std::mutex> room_lock(room_mu_);
+      if (on_room_) on_room_();
+    }
+  }
+  if (options_.owns_fd) ::close(fd_);
+  notify_drained();
+}
+
+bool wait_until_idle(const std::vector<WriteQueue*>& queues, int drained_fd, const sigset_t& interrupt) {
+  const int sfd = ::signalfd(-1, &interrupt, SFD_CLOEXEC | SFD_NONBLOCK);
+  bool idle = false;
+  for (;;) {
+    if (std::all_of(queues.begin(), queues.end(), [](WriteQueue* q) { return q->idle(); })) {
+      idle = true;
+      break;
+    }
+    pollfd fds[2] = {{drained_fd, POLLIN, 0}, {sfd, POLLIN, 0}};
+    const int n = ::poll(fds, sfd >= 0 ? 2 : 1, -1);
+    if (n < 0 && errno != EINTR) break;
+    std::uint64_t count = 0;
+    [[maybe_unused]] ssize_t r = ::read(drained_fd, &count, sizeof count);
+    if (sfd >= 0 && (fds[1].revents & POLLIN) != 0) break;  // the signal stays pending: the caller decides
+  }
+  if (sfd >= 0) ::close(sfd);
+  return idle;
+}
+
+void WriteQueue::notify_drained() {
+  if (options_.drained_fd < 0) return;
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(options_.drained_fd, &one, sizeof one);
+}
+
+}  // namespace ddprun

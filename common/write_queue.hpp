@@ -1,0 +1,90 @@
+// A queue of whole pieces (lines) written to one file descriptor by a thread of its own, so that the
+// thread that queues (the agent's event loop) never waits on the reader or the file system: a terminal
+// paused with Ctrl-S, a stalled ssh, a hard-mounted NFS server that stopped answering. Used for ddprun's
+// console (common/console.hpp) and for the workers' log files (agent/output_pump.hpp).
+//
+// - Every piece is written whole and in order; pieces given together may be coalesced into one write.
+// - Above `high_water` queued bytes the queue is congested: the producer should stop feeding it until
+//   `on_room` (called from the writer thread once below half of it).
+// - A failed write (EPIPE, EIO, ENOSPC, ...) breaks the queue: what is queued and what comes later is dropped
+//   and counted; `on_break` is called once (from the writer thread) with the errno and the bytes written.
+// - `finish()`: nothing more will come; once the rest is written the fd is closed (if owned) and the thread
+//   ends. A queue that is never finished (the console) lives, with its thread, as long as the process.
+#pragma once
+
+#include <chrono>
+#include <csignal>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun {
+
+struct WriteQueueStats {
+  std::uint64_t written_bytes = 0;
+  std::uint64_t lost_bytes = 0;  // dropped: the queue broke, or its output was abandoned
+  std::uint64_t lost_lines = 0;
+  std::uint64_t queued_bytes = 0;
+  int broken_errno = 0;  // 0: healthy
+  bool abandoned = false;
+};
+
+class WriteQueue : public std::enable_shared_from_this<WriteQueue> {
+ public:
+  struct Options {
+    std::size_t high_water = 4 << 20;
+    int drained_fd = -1;      // an eventfd poked each time the queue becomes empty (-1: none)
+    bool owns_fd = false;     // close the fd once finished and written
+    std::function<void(int err, std::uint64_t written_bytes)> on_break;
+  };
+
+  static std::shared_ptr<WriteQueue> create(int fd, Options options);
+  // Starts the writer thread, with every signal blocked in it (the agent's signalfd sees them all).
+  void start();
+
+  void write(std::string_view data);
+  void finish();  // no more writes
+  bool congested();
+  // Nothing left to wait for: all written, or given up (a write blocked on a stalled reader is abandoned).
+  bool idle();
+  void abandon();  // drop what is queued and everything later (counted lost)
+  // Congested, or one write waiting on the reader for a while (a healthy reader takes a batch far sooner).
+  bool stalled();
+  WriteQueueStats stats();
+  // Replacing it (with nullptr too) waits for a call under way: after it returns, the old one is never called.
+  void set_on_room(std::function<void()> on_room);
+
+ private:
+  WriteQueue(int fd, Options options) : fd_(fd), options_(std::move(options)) {}
+  void loop();
+  void drop_queue_locked();
+  void notify_drained();
+
+  const int fd_;
+  const Options options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> queue_;
+  WriteQueueStats stats_;
+  bool congested_ = false;
+  bool writing_ = false;
+  bool finishing_ = false;
+  std::chrono::steady_clock::time_point write_started_;
+  std::mutex room_mu_;
+  std::function<void()> on_room_;
+};
+
+// Waits until every queue is idle (true), or until one of `interrupt`'s signals (blocked by the caller)
+// arrives (false; the signal stays pending). `drained_fd`: the eventfd the queues poke.
+bool wait_until_idle(const std::vector<WriteQueue*>& queues, int drained_fd, const sigset_t& interrupt);
+
+// Lines in a piece (a last line without its newline counts).
+std::uint64_t count_lines(std::string_view s);
+
+}  // namespace ddprun
