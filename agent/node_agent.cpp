@@ -33,9 +33,6 @@ namespace {
 namespace asio = boost::asio;
 using nlohmann::json;
 
-// Console bytes queued beyond which the workers' pipes are no longer read (they back-pressure the workers).
-constexpr std::size_t kConsoleHighWater = 4 << 20;
-
 // The signals the agent answers on its loop: stop signals (teardown), notices (forwarded) and job control
 // (Ctrl-Z pauses the whole job, fg resumes it: suspend_job, resume_job).
 sigset_t job_signals() {
@@ -69,7 +66,7 @@ int NodeAgent::run() {
     process::become_child_subreaper();
     // From here on ddprun's console is a queue with writer threads of its own (after the guard's fork):
     // the loop never waits on a terminal, a pipe or a file that stops draining (common/console.hpp).
-    console::start(kConsoleHighWater);
+    start_console();  // (main started it already; a library caller may not have)
   } catch (...) {
     guard_.dismiss();
     cgroup_.end();
@@ -82,7 +79,8 @@ int NodeAgent::run() {
   // Signals held since main (block_job_signals) stay blocked for good: the signalfd reads them on the loop,
   // those that came early first, each with its sender.
   signals_.start([this](const ReceivedSignal& r) { on_signal(r); });
-  console::set_on_room([this] { asio::post(io_, [this] { resume_console_waiters(); }); });
+  console::set_on_room([this] { asio::post(io_, [this] { resume_waiting_pumps(); }); });
+  log_failures_->wake = [this] { asio::post(io_, [this] { report_log_failures(); }); };
   policy_.set_preemption_exit(config_.preemption_exit);
   reaper_.start();
   watch_guard();
@@ -108,6 +106,7 @@ int NodeAgent::run() {
   }
   io_.run();
   console::set_on_room(nullptr);  // the loop is done: nothing may be posted to it any more
+  drain_log_files();
   if (probe_period_.count() > 0)
     log_.info("event loop probe: longest lateness ",
               std::chrono::duration_cast<std::chrono::microseconds>(probe_max_late_).count(), " us");
@@ -150,6 +149,14 @@ int NodeAgent::run() {
   return code;
 }
 
+void start_console() { console::start(kOutputHighWater); }
+
+void say_and_drain(const std::string& line) {
+  console::write(2, "ddprun: " + line + "\n");
+  sigset_t stops = job_signals();
+  console::drain(stops);
+}
+
 void block_job_signals() {
   const sigset_t set = job_signals();
   ::sigprocmask(SIG_BLOCK, &set, nullptr);
@@ -161,7 +168,7 @@ void NodeAgent::on_signal(const ReceivedSignal& received) {
   if (signal == SIGCONT) return resume_job();
   // Every process is gone and only a stalled console holds the end back: a stop signal means "stop
   // waiting for it" (the job's outcome stands; what was not shown is counted in the summary).
-  if (lifecycle_.processes_gone() && is_stop_signal(signal) && any_pump_waiting_for_console()) abandon_console_output(signal);
+  if (lifecycle_.processes_gone() && is_stop_signal(signal) && output_stalled()) abandon_stalled_output(signal);
   // In a SLURM step whose proctrack plugin signals every process of the step (cgroup, linuxproc: scancel -s,
   // scancel's SIGTERM, --signal, srun's Ctrl-C), what slurmstepd sends has reached every worker too; sending
   // it again would give each worker two notices (docs/MULTINODE.md, "Signals under SLURM").
@@ -302,7 +309,7 @@ void NodeAgent::maybe_finish() {
   // A restart does not wait for a stalled console: the round's streams that wait for room there go on
   // draining beside the next round (retired_pumps_), in order, and the end of the job waits for them all.
   const bool restart = lifecycle_.restarting();
-  auto done = [restart](const auto& p) { return p->finished() || (restart && p->waiting_for_console()); };
+  auto done = [restart](const auto& p) { return p->finished() || (restart && p->waiting_for_room()); };
   if (!std::all_of(pumps_.begin(), pumps_.end(), done)) return;
   if (!restart && !std::all_of(retired_pumps_.begin(), retired_pumps_.end(), done)) return;
   drain_timer_.cancel();  // every stream drained: none is left open, however long the job's outcome takes

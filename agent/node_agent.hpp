@@ -2,6 +2,8 @@
 // failure or stop signal, forwards output, and reports. Applies agent/supervision_policy.hpp's decisions.
 #pragma once
 
+#include <string>
+
 #include "agent/agent_config.hpp"
 
 namespace ddprun::agent {
@@ -10,6 +12,14 @@ namespace ddprun::agent {
 // Throws ddprun::SystemError when the run cannot be set up (run directory, events file) — before any
 // worker is started.
 int run_node_agent(const AgentConfig& config);
+
+// Starts ddprun's console (common/console.hpp) with the agent's high water: call as soon as the command
+// line is read, so that nothing ddprun says (start-up notes included) ever blocks on a stalled reader while
+// the job signals are held. Idempotent; run_node_agent starts it too.
+void start_console();
+
+// Writes "ddprun: <line>" through the console and waits for it to be shown (a stop signal gives up).
+void say_and_drain(const std::string& line);
 
 // Blocks the signals the agent answers (stop signals and notices) until run_node_agent listens for them:
 // call first thing in main, so that a signal during start-up is answered, not fatal.

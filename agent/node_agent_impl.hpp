@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -31,6 +32,10 @@
 #include "common/process/job_guard.hpp"
 
 namespace ddprun::agent {
+
+// Bytes queued for the console or a log file beyond which the workers' pipes are no longer read (they
+// back-pressure the workers).
+inline constexpr std::size_t kOutputHighWater = 4 << 20;
 
 class NodeAgent {
  public:
@@ -80,9 +85,14 @@ class NodeAgent {
   void maybe_finish();
   // node_agent_output.cpp
   void arm_drain_limit();
-  bool any_pump_waiting_for_console() const;
-  void abandon_console_output(int signal);
-  void resume_console_waiters();
+  bool any_pump_waiting_for_room() const;
+  void abandon_stalled_output(int signal);
+  bool output_stalled() const;
+  // The workers' log files: each a WriteQueue with a thread of its own (node_agent_output.cpp).
+  std::shared_ptr<WriteQueue> open_log_queue(int rank, int fd, const std::string& path);
+  void report_log_failures();
+  void drain_log_files();
+  void resume_waiting_pumps();
   void drain_console();
   void arm_loop_probe();
   // The job guard's liveness (node_agent.cpp): a guard that is gone is said at once and replaced.
@@ -132,6 +142,20 @@ class NodeAgent {
   std::int64_t start_ms_ = 0;
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary
   std::vector<std::string> output_losses_;  // log files that could not be written, for the summary
+  struct LogFile {
+    int rank;
+    std::string path;
+    std::shared_ptr<WriteQueue> queue;
+  };
+  std::vector<LogFile> log_files_;  // every round's, until the end (their last bytes may still be on the way)
+  // Failures of log file writes, reported by the writer threads and taken on the loop (report_log_failures).
+  struct LogFailures {
+    std::mutex mu;
+    std::vector<std::pair<int, FileWriteFailure>> pending;
+    std::function<void()> wake;  // posts report_log_failures to the loop; cleared when the loop ends
+  };
+  std::shared_ptr<LogFailures> log_failures_ = std::make_shared<LogFailures>();
+  int log_drained_fd_ = -1;  // an eventfd the log queues poke when empty (never closed: see drain_log_files)
 };
 
 }  // namespace ddprun::agent

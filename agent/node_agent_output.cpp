@@ -1,12 +1,16 @@
-// The agent's output side: ddprun's console (common/console.hpp) and the workers' streams waiting for it,
-// log and events files that cannot be written, and what of the output was lost, for the summary.
+// The agent's output side: ddprun's console (common/console.hpp), the workers' log files (a WriteQueue
+// each, common/write_queue.hpp) and the streams waiting for room in either, log and events files that
+// cannot be written, and what of the output was lost, for the summary.
 #include <signal.h>
+#include <sys/eventfd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "agent/node_agent_impl.hpp"
+
+#include <boost/asio/post.hpp>
 #include "common/console.hpp"
 #include "common/process/wait_status.hpp"
 #include "common/time.hpp"
@@ -16,17 +20,22 @@ namespace {
 // After every process is gone the pipes reach end of file at once; this only bounds the wait for a
 // writer that escaped through fd passing to a process outside our tree.
 constexpr std::chrono::seconds kDrainLimit{2};
+
+sigset_t stop_signals() {
+  sigset_t stops;
+  sigemptyset(&stops);
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (is_stop_signal(sig)) sigaddset(&stops, sig);
+  return stops;
+}
 }  // namespace
+namespace asio = boost::asio;
 using nlohmann::json;
 
 // What ddprun writes last (the summary) reaches a console that stalls once it drains; a stop signal
 // (Ctrl-C, SIGTERM) gives up on it: the job is over and its exit code settled.
 void NodeAgent::drain_console() {
-  sigset_t stops;
-  sigemptyset(&stops);
-  for (int sig = 1; sig < NSIG; ++sig)
-    if (is_stop_signal(sig)) sigaddset(&stops, sig);
-  if (console::drain(stops)) return;
+  if (console::drain(stop_signals())) return;
   events_.write(json{{"event", "console_abandoned"}, {"time_ms", unix_ms()},
                      {"lost_bytes", console::stats(1).lost_bytes + console::stats(2).lost_bytes}});
 }
@@ -44,6 +53,61 @@ int NodeAgent::events_exit_code(int job_code) {
   }
   console::write(2, "ddprun: error: " + what + "; exit code " + std::to_string(kExitCantCreate) + "\n");
   return kExitCantCreate;
+}
+
+// A log file is written by a thread of its own: a file system that stops answering (a hard-mounted NFS
+// server gone) holds that thread, and through the queue's high water the worker, never the loop.
+std::shared_ptr<WriteQueue> NodeAgent::open_log_queue(int rank, int fd, const std::string& path) {
+  if (log_drained_fd_ < 0) log_drained_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  WriteQueue::Options options;
+  options.high_water = kOutputHighWater;
+  options.drained_fd = log_drained_fd_;
+  options.owns_fd = true;
+  options.on_break = [failures = log_failures_, rank, path](int err, std::uint64_t written) {
+    std::lock_guard<std::mutex> lock(failures->mu);
+    failures->pending.emplace_back(rank, FileWriteFailure{path, err, written});
+    if (failures->wake) failures->wake();
+  };
+  auto queue = WriteQueue::create(fd, std::move(options));
+  queue->set_on_room([this] { asio::post(io_, [this] { resume_waiting_pumps(); }); });
+  queue->start();
+  log_files_.push_back(LogFile{rank, path, queue});
+  return queue;
+}
+
+void NodeAgent::report_log_failures() {
+  std::vector<std::pair<int, FileWriteFailure>> failures;
+  {
+    std::lock_guard<std::mutex> lock(log_failures_->mu);
+    failures.swap(log_failures_->pending);
+  }
+  for (const auto& [rank, f] : failures) on_log_file_failure(rank, f);
+}
+
+// At the end, after the loop: the log files get what is queued for them (a stop signal gives up on it;
+// the summary says what was not written). The eventfd stays open: a write abandoned here may still return
+// later in a writer thread, which then pokes it.
+void NodeAgent::drain_log_files() {
+  {
+    std::lock_guard<std::mutex> lock(log_failures_->mu);
+    log_failures_->wake = nullptr;  // the loop is done: failures are taken below
+  }
+  for (LogFile& f : log_files_) f.queue->set_on_room(nullptr);
+  std::vector<WriteQueue*> queues;
+  for (LogFile& f : log_files_) queues.push_back(f.queue.get());
+  if (!queues.empty() && !wait_until_idle(queues, log_drained_fd_, stop_signals())) {
+    log_.warning("stopped while waiting for the log files' file system: the rest of the workers' output is not "
+                 "written to them");
+    for (WriteQueue* q : queues) q->abandon();
+  }
+  report_log_failures();
+  for (LogFile& f : log_files_) {
+    const WriteQueueStats st = f.queue->stats();
+    if (st.abandoned && st.broken_errno == 0 && st.lost_bytes > 0)
+      output_losses_.push_back("rank " + std::to_string(f.rank) + "'s " + f.path + ": " + std::to_string(st.lost_lines) +
+                               " lines (" + std::to_string(st.lost_bytes) + " bytes) not written (given up on the "
+                               "file system)");
+  }
 }
 
 void NodeAgent::on_log_file_failure(int rank, const FileWriteFailure& f) {
@@ -66,11 +130,11 @@ void NodeAgent::arm_loop_probe() {
   });
 }
 
-void NodeAgent::resume_console_waiters() {
+void NodeAgent::resume_waiting_pumps() {
   // Every pump that stopped reading because the console was congested reads again; one that finds it
   // congested at once waits again (in this list).
   std::vector<OutputPump*> waiting;
-  waiting.swap(pump_scratch_.waiting_for_console);
+  waiting.swap(pump_scratch_.waiting_for_room);
   for (OutputPump* p : waiting) p->resume();
 }
 
@@ -98,7 +162,7 @@ void NodeAgent::arm_drain_limit() {
     bool console_waits = false;
     for (auto& p : pumps_) {
       if (p->finished()) continue;
-      if (p->waiting_for_console()) {
+      if (p->waiting_for_room()) {
         console_waits = true;
         continue;
       }
@@ -109,19 +173,27 @@ void NodeAgent::arm_drain_limit() {
   });
 }
 
-bool NodeAgent::any_pump_waiting_for_console() const {
-  auto waiting = [](const auto& p) { return p->waiting_for_console(); };
+// Something the end waits for does not move: a stream waiting for room, a log file's write that hangs.
+bool NodeAgent::output_stalled() const {
+  return any_pump_waiting_for_room() ||
+         std::any_of(log_files_.begin(), log_files_.end(), [](const LogFile& f) { return f.queue->stalled(); });
+}
+
+bool NodeAgent::any_pump_waiting_for_room() const {
+  auto waiting = [](const auto& p) { return p->waiting_for_room(); };
   return std::any_of(pumps_.begin(), pumps_.end(), waiting) ||
          std::any_of(retired_pumps_.begin(), retired_pumps_.end(), waiting);
 }
 
-void NodeAgent::abandon_console_output(int signal) {
-  log_.warning(process::signal_name(signal), " while waiting for the console to drain: the rest of the "
-               "workers' output is not shown");
+void NodeAgent::abandon_stalled_output(int signal) {
+  log_.warning(process::signal_name(signal), " while waiting for the console or a log file to take the output: "
+               "the rest of what waits for them is given up");
   console::abandon_stalled();
+  for (LogFile& f : log_files_)
+    if (f.queue->stalled()) f.queue->abandon();
   for (auto* list : {&pumps_, &retired_pumps_})
     for (auto& p : *list)
-      if (p->waiting_for_console()) p->abandon();
+      if (p->waiting_for_room()) p->abandon();
 }
 
 }  // namespace ddprun::agent

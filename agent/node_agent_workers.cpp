@@ -179,12 +179,10 @@ void NodeAgent::start_worker(int local_rank) {
     if (r.pipe.read_fd < 0) continue;
     PumpTargets t;
     t.console_fd = r.console ? r.console_fd : -1;
-    t.file_fd = r.file_fd;
-    if (r.file_fd >= 0) {
-      t.file_path = r.bit == kStdout ? layout_.stdout_file(w.restart_count, local_rank)
-                                     : layout_.stderr_file(w.restart_count, local_rank);
-      t.on_file_failure = [this, rank](const FileWriteFailure& f) { on_log_file_failure(rank, f); };
-    }
+    if (r.file_fd >= 0)
+      t.file = open_log_queue(rank, r.file_fd,
+                              r.bit == kStdout ? layout_.stdout_file(w.restart_count, local_rank)
+                                               : layout_.stderr_file(w.restart_count, local_rank));
     t.prefix = prefix;
     if (r.bit == kStderr && !config_.python.empty()) {  // for the summary's import-error note
       t.tail = std::make_shared<StreamTail>(kStderrTailBytes);

@@ -31,9 +31,9 @@ OutputPump::OutputPump(boost::asio::io_context& io, int pipe_fd, PumpTargets tar
 }
 
 OutputPump::~OutputPump() {
-  auto& waiting = scratch_.waiting_for_console;
+  auto& waiting = scratch_.waiting_for_room;
   waiting.erase(std::remove(waiting.begin(), waiting.end(), this), waiting.end());
-  if (targets_.file_fd >= 0) ::close(targets_.file_fd);
+  if (targets_.file) targets_.file->finish();
 }
 
 void OutputPump::start() { read_next(); }
@@ -56,10 +56,11 @@ void OutputPump::read_ready() {
     const ssize_t n = ::read(pipe_.native_handle(), scratch_.read.data(), scratch_.read.size());
     if (n > 0) {
       deliver(scratch_.read.data(), static_cast<std::size_t>(n));
-      if (targets_.console_fd >= 0 && console::congested(targets_.console_fd)) {
+      if ((targets_.console_fd >= 0 && console::congested(targets_.console_fd)) ||
+          (targets_.file && targets_.file->congested())) {
         // Back-pressure: the worker's pipe fills and the worker waits in its write, not the loop.
-        waiting_for_console_ = true;
-        scratch_.waiting_for_console.push_back(this);
+        waiting_for_room_ = true;
+        scratch_.waiting_for_room.push_back(this);
         return;
       }
       return read_next();  // one read per wake-up: a flooding worker does not starve the others
@@ -72,7 +73,7 @@ void OutputPump::read_ready() {
 
 void OutputPump::deliver(const char* data, std::size_t n) {
   if (targets_.tail) targets_.tail->add(data, n);
-  if (targets_.file_fd >= 0) write_file(data, n);
+  if (targets_.file) targets_.file->write(std::string_view(data, n));
   if (targets_.console_fd < 0) return;
   std::string& out = scratch_.out;
   out.clear();
@@ -80,40 +81,31 @@ void OutputPump::deliver(const char* data, std::size_t n) {
   if (!out.empty()) console::write(targets_.console_fd, out);
 }
 
-void OutputPump::write_file(const char* data, std::size_t n) {
-  const int err = write_fully(targets_.file_fd, std::string_view(data, n), file_bytes_);
-  if (err == 0) return;
-  // Disk full, quota, I/O error: the file is closed and the failure reported at once; the job and the
-  // console go on (a log file is a copy of the output, not a reason to kill a training run).
-  ::close(targets_.file_fd);
-  targets_.file_fd = -1;
-  if (targets_.on_file_failure) targets_.on_file_failure(FileWriteFailure{targets_.file_path, err, file_bytes_});
-}
-
 void OutputPump::resume() {
-  if (!waiting_for_console_ || finished_) return;
-  waiting_for_console_ = false;
+  if (!waiting_for_room_ || finished_) return;
+  waiting_for_room_ = false;
   read_next();
 }
 
 void OutputPump::finish() {
   if (finished_) return;
   finished_ = true;
-  waiting_for_console_ = false;
+  waiting_for_room_ = false;
   if (targets_.console_fd >= 0) {
     std::string& out = scratch_.out;
     out.clear();
     framer_.finish(out);
     if (!out.empty()) console::write(targets_.console_fd, out);
   }
+  if (targets_.file) targets_.file->finish();  // closed once what is queued is written
   boost::system::error_code ignored;
   pipe_.close(ignored);
   if (on_eof_) on_eof_();
 }
 
 void OutputPump::abandon() {
-  if (waiting_for_console_) {  // no wait is pending to cancel
-    auto& waiting = scratch_.waiting_for_console;
+  if (waiting_for_room_) {  // no wait is pending to cancel
+    auto& waiting = scratch_.waiting_for_room;
     waiting.erase(std::remove(waiting.begin(), waiting.end(), this), waiting.end());
     return finish();
   }

@@ -1,8 +1,9 @@
 // Forwards one worker stream (stdout or stderr pipe) on the Asio loop: whole prefixed lines to the
-// console, raw bytes to a log file, until end of file. The console is common/console.hpp's queue, which
-// never blocks the loop: while it is congested (a paused terminal, a full `| less`) the pump stops reading
-// its pipe, so the worker blocks in its own write, and reading resumes when the console has room. A line
-// is never split, never lost while the reader lives, and a slow console slows the workers, not supervision.
+// console, raw bytes to a log file, until end of file. Both are queues written by threads of their own
+// (common/console.hpp, common/write_queue.hpp), which never block the loop: while one is congested (a
+// paused terminal, a full `| less`, a log file system that stopped answering) the pump stops reading its
+// pipe, so the worker blocks in its own write, and reading resumes when there is room. A line is never
+// split, never lost while the reader lives, and a slow console or disk slows the workers, not supervision.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -15,10 +16,11 @@
 
 #include "agent/line_framer.hpp"
 #include "agent/stream_tail.hpp"
+#include "common/write_queue.hpp"
 
 namespace ddprun::agent {
 
-// A log file's write failed (disk full, quota, I/O error): the file is closed, the job goes on.
+// A log file's write failed (disk full, quota, I/O error): the rest is dropped, the job goes on.
 struct FileWriteFailure {
   std::string path;
   int error = 0;
@@ -27,9 +29,7 @@ struct FileWriteFailure {
 
 struct PumpTargets {
   int console_fd = -1;  // -1: not shown on the console
-  int file_fd = -1;     // -1: not kept in a file (owned by the pump once given)
-  std::string file_path;  // for the report when writing it fails
-  std::function<void(const FileWriteFailure&)> on_file_failure;
+  std::shared_ptr<WriteQueue> file;  // null: not kept in a file; finished by the pump at end of file
   std::string prefix;   // line prefix for the console
   std::shared_ptr<StreamTail> tail;  // also keeps the stream's last bytes here; null: not kept
 };
@@ -41,13 +41,13 @@ class OutputPump;
 struct PumpScratch {
   std::vector<char> read;
   std::string out;
-  std::vector<OutputPump*> waiting_for_console;  // pumps paused by a congested console, in pause order
+  std::vector<OutputPump*> waiting_for_room;  // pumps paused by a congested console or file, in pause order
 };
 
 
 class OutputPump {
  public:
-  // Takes ownership of `pipe_fd` (the read end) and of targets.file_fd; `scratch` outlives the pump.
+  // Takes ownership of `pipe_fd` (the read end); `scratch` outlives the pump.
   OutputPump(boost::asio::io_context& io, int pipe_fd, PumpTargets targets, PumpScratch& scratch,
              std::function<void()> on_eof);
   ~OutputPump();
@@ -56,10 +56,11 @@ class OutputPump {
 
   void start();
   bool finished() const { return finished_; }
-  // Waiting for room on the console, not for the worker: the drain limit does not apply.
-  bool waiting_for_console() const { return waiting_for_console_; }
-  // Reads again after the console made room (the agent calls it for every pump in
-  // PumpScratch::waiting_for_console).
+  // Waiting for room on the console or in its log file's queue, not for the worker: the drain limit does
+  // not apply.
+  bool waiting_for_room() const { return waiting_for_room_; }
+  // Reads again after the console or a file made room (the agent calls it for every pump in
+  // PumpScratch::waiting_for_room).
   void resume();
   // Stops reading and finishes (a stream that never ends after every process is gone, or output the
   // user gave up waiting for).
@@ -70,7 +71,6 @@ class OutputPump {
   void read_ready();
   void deliver(const char* data, std::size_t n);
   void finish();
-  void write_file(const char* data, std::size_t n);
 
   boost::asio::posix::stream_descriptor pipe_;
   PumpTargets targets_;
@@ -78,8 +78,7 @@ class OutputPump {
   PumpScratch& scratch_;
   std::function<void()> on_eof_;
   bool finished_ = false;
-  bool waiting_for_console_ = false;
-  std::uint64_t file_bytes_ = 0;
+  bool waiting_for_room_ = false;
 };
 
 // Makes a pipe whose read end is close-on-exec and non-blocking-ready for Asio, and whose write end the

@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
     std::cout << cmd.text << std::flush;
     return 0;
   }
+  // From here on nothing ddprun says waits on a stalled reader (a paused terminal, a full pipe).
+  agent::start_console();
   for (const auto& note : cmd.notes) {
     const std::string warning = "warning: ", debug = "debug: ";
     if (note.rfind(warning, 0) == 0) cmd.agent.log.warning(note.substr(warning.size()));
@@ -39,13 +41,13 @@ int main(int argc, char** argv) {
   try {
     return agent::run_node_agent(cmd.agent);
   } catch (const CantCreateError& e) {
-    write_all(2, std::string("ddprun: error: ") + e.what() + "\n");
+    agent::say_and_drain(std::string("error: ") + e.what());
     return launcher::kExitCantCreate;
   } catch (const SystemError& e) {
-    write_all(2, std::string("ddprun: error: ") + e.what() + "\n");
+    agent::say_and_drain(std::string("error: ") + e.what());
     return launcher::kExitOsError;
   } catch (const std::exception& e) {
-    write_all(2, std::string("ddprun: internal error: ") + e.what() + "\n");
+    agent::say_and_drain(std::string("internal error: ") + e.what());
     return launcher::kExitSoftware;
   }
 }

@@ -44,8 +44,8 @@ class JobGuard {
   JobGuard& operator=(const JobGuard&) = delete;
   ~JobGuard();  // without dismiss(): the guard ends the job, as if this process had been SIGKILLed
 
-  // Starts a guard with a fresh random tag. Call before any worker starts and while single-threaded (it
-  // forks), and before the caller becomes a child subreaper (the guard must be re-parented away from it).
+  // Starts a guard with a fresh random tag. Call before any worker starts. It forks: other threads may run
+  // (ddprun's console writers), since the guard calls nothing but glibc's fork-safe malloc and system calls.
   // Throws std::system_error when fork or pipe fails.
   static JobGuard start();
 

@@ -190,6 +190,41 @@ class Running(ConsoleCase):
         self.assertRegex(err, r"output lost: ddprun's stdout closed \(Broken pipe\): \d+ lines")
 
 
+class BeforeTheAgent(ConsoleCase):
+    def test_a_console_full_before_ddprun_starts_does_not_hold_its_signals(self):
+        """ddprun's very first lines (start-up notes) meet a console that is already full: they wait in ddprun's
+        queue, not in a write(2) made while the job signals are held. SIGTERM ends the waiting host at once (143);
+        a second one gives up on the console."""
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        try:
+            while True:
+                os.write(w, b"x" * 65536)
+        except BlockingIOError:
+            pass
+        os.set_blocking(w, True)
+        import subprocess
+        from harness import DDPRUN
+        self.env.pop("DDPRUN_TOKEN", None)  # no token: a start-up note says so
+        proc = subprocess.Popen([DDPRUN, "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                                 "--rdzv-port", str(self.port), WORKER, "exit=0"],
+                                stdout=w, stderr=w, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+        os.close(w)
+        time.sleep(0.5)
+        for _ in range(2):
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+        try:
+            code = proc.wait(timeout=PROMPT)
+        except Exception:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            os.close(r)
+            self.fail("ddprun did not end: a write to the full console held it with its signals blocked")
+        os.close(r)
+        self.assertEqual(code, 143)
+
+
 class Restarts(ConsoleCase):
     def test_a_restart_does_not_wait_for_a_stalled_console(self):
         """Round 0: rank 0 floods the stalled console, rank 1 fails. Round 1 starts while the console is still

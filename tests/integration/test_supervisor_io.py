@@ -6,9 +6,10 @@ import os
 import signal
 import stat
 import subprocess
+import time
 import unittest
 
-from harness import DDPRUN, DdprunTestCase, WORKER
+from harness import DDPRUN, DdprunTestCase, WORKER, pid_alive
 
 OS_ERROR, CANT_CREATE = 71, 73
 
@@ -123,3 +124,99 @@ class Environment(DdprunTestCase):
         os.killpg(proc.pid, signal.SIGHUP)  # ddprun's group: as a closing terminal does
         out, err = proc.communicate(timeout=30)
         self.assertEqual(proc.returncode, 0, err.decode())
+
+
+class HungFileSystem(DdprunTestCase):
+    """--log-dir on a file system that stops answering (tests/integration/slow_fs.py: writes wait while a gate
+    file exists, as on a hard-mounted NFS whose server is gone). Needs /dev/fuse, root and python3-fusepy."""
+
+    def setUp(self):
+        super().setUp()
+        self.mnt, self.back, self.gate = self.path("mnt"), self.path("back"), self.path("gate")
+        os.mkdir(self.mnt)
+        os.mkdir(self.back)
+        if not os.path.exists("/dev/fuse"):
+            raise unittest.SkipTest("no /dev/fuse here: cannot make a file system that hangs")
+        if subprocess.run(["/usr/bin/python3", "-c", "import fusepy"], capture_output=True).returncode != 0:
+            raise unittest.SkipTest("python3-fusepy is not installed (scripts/setup installs it)")
+        self.fs = subprocess.Popen(["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "slow_fs.py"),
+                                    self.mnt, self.back, self.gate], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 10
+        while not os.path.ismount(self.mnt):
+            if self.fs.poll() is not None or time.monotonic() > deadline:
+                err = self.fs.stderr.read().decode() if self.fs.poll() is not None else "no mount after 10 s"
+                self.fs.kill()
+                self.fs.wait()
+                self.fs.stderr.close()
+                raise unittest.SkipTest(f"cannot mount a FUSE file system here: {err.strip()[-300:]}")
+            time.sleep(0.02)
+
+    def tearDown(self):
+        if os.path.exists(self.gate):
+            os.remove(self.gate)
+        subprocess.run(["umount", "-l", self.mnt], capture_output=True)
+        try:
+            self.fs.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.fs.kill()
+            self.fs.wait()
+        self.fs.stderr.close()
+        super().tearDown()
+
+    def start_failing_job(self):
+        ready = self.path("ready")
+        os.mkdir(ready)
+        go = self.path("go")
+        proc = subprocess.Popen([DDPRUN, "--nproc-per-node", "2", "--log-dir", self.mnt, "--tee", "3", WORKER,
+                                 f"pidfile={self.path('pids')}", f"ready={ready}", "@0:lines=500000", "@0:hang",
+                                 f"@1:waitfile={go}", "@1:exit=3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=self.env, start_new_session=True)
+        self.wait_for_files([os.path.join(ready, "ready.0"), os.path.join(ready, "ready.1")])
+        pids = [pid for pid, _ in self.read_pids(self.path("pids")).values()]
+        with open(self.gate, "w"):
+            pass  # from now on every write to the log directory hangs
+        time.sleep(0.3)
+        with open(go, "w"):
+            pass
+        deadline = time.monotonic() + 5
+        while any(pid_alive(p) for p in pids):
+            self.assertLess(time.monotonic(), deadline, "the teardown waited for the hung file system")
+            time.sleep(0.01)
+        return proc
+
+    def test_a_failure_is_torn_down_while_the_log_disk_hangs_and_the_logs_are_whole_after(self):
+        proc = self.start_failing_job()
+        time.sleep(0.5)
+        self.assertIsNone(proc.poll(), "ddprun must wait for the log files, not drop them")
+        os.remove(self.gate)
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 3, err.decode())
+        self.assertIn(b"root cause: rank 1", err)
+        shown = out.decode().count("[rank0]: rank 0 line ")
+        logs = [os.path.join(d, "stdout.log") for d, _, files in os.walk(self.mnt) if d.endswith("/0")]
+        with open(logs[0]) as f:
+            numbers = [int(l.split()[-1]) for l in f if l.startswith("rank 0 line ")]
+        self.assertEqual(numbers, list(range(len(numbers))), "the log has a gap")
+        self.assertEqual(len(numbers), shown, "the log and the console must hold the same lines")
+
+    def test_a_stop_signal_gives_up_on_a_hung_log_disk_and_says_what_was_not_written(self):
+        """The summary and the exit code come at once. The process itself can only be reaped once its writer
+        thread's write(2) returns: the kernel holds a thread in a request to a hung FUSE or hard NFS mount
+        (D state), SIGKILL or not; so the gate opens only after the summary was read."""
+        proc = self.start_failing_job()
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        os.set_blocking(proc.stderr.fileno(), False)
+        err, deadline = b"", time.monotonic() + 5
+        while b"ddprun: exit code 3" not in err:
+            self.assertLess(time.monotonic(), deadline, f"no summary 5 s after SIGTERM:\n{err[-2000:]!r}")
+            chunk = proc.stderr.read()
+            err += chunk or b""
+            time.sleep(0.01)
+        self.assertIn(b"given up on the file system", err)
+        self.assertIn(b"output lost: rank 0's", err)
+        os.remove(self.gate)
+        proc.stdout.close()
+        proc.stderr.close()
+        self.assertEqual(proc.wait(timeout=30), 3)  # the job's outcome stands
