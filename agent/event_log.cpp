@@ -1,11 +1,14 @@
 #include "agent/event_log.hpp"
 
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <mutex>
+#include <vector>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -22,59 +25,108 @@ EventLog::EventLog(const std::string& path) {
   if (::stat(path.c_str(), &before) == 0 && !S_ISREG(before.st_mode)) throw CantCreateError(not_regular);
   // O_NONBLOCK: opening a FIFO without a reader must fail at once, not wait for one. Not O_TRUNC yet: a
   // FIFO or device named by mistake is refused before anything is done to it.
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
-  if (fd_ < 0) throw CantCreateError("cannot open events file " + path, errno);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd < 0) throw CantCreateError("cannot open events file " + path, errno);
   struct stat st {};
-  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd_);
-    fd_ = -1;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
     throw CantCreateError(not_regular);
   }
-  ::fcntl(fd_, F_SETFL, O_APPEND);  // back to blocking writes: a regular file
-  if (::ftruncate(fd_, 0) != 0) {
+  ::fcntl(fd, F_SETFL, O_APPEND);  // back to blocking writes: a regular file
+  if (::ftruncate(fd, 0) != 0) {
     const int err = errno;
-    ::close(fd_);
-    fd_ = -1;
+    ::close(fd);
     throw CantCreateError("cannot truncate events file " + path, err);
   }
+  start_queue(fd);
 }
 
+struct EventLog::State {
+  std::mutex mu;
+  std::vector<std::uint64_t> line_ends;  // where each queued line ends in the file
+  std::uint64_t queued = 0;
+  int failed_errno = 0;
+  std::uint64_t whole_bytes = 0;  // set on failure: what the file keeps
+};
+
 EventLog::~EventLog() {
-  if (fd_ >= 0) ::close(fd_);
+  if (queue_) queue_->finish();  // closed once written
 }
 
 EventLog::EventLog(EventLog&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), failed_errno_(other.failed_errno_), bytes_(other.bytes_) {}
+    : state_(std::move(other.state_)), queue_(std::move(other.queue_)),
+      drained_fd_(std::exchange(other.drained_fd_, -1)) {}
 
 EventLog& EventLog::operator=(EventLog&& other) noexcept {
   if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-    failed_errno_ = other.failed_errno_;
-    bytes_ = other.bytes_;
+    if (queue_) queue_->finish();
+    state_ = std::move(other.state_);
+    queue_ = std::move(other.queue_);
+    drained_fd_ = std::exchange(other.drained_fd_, -1);
   }
   return *this;
 }
 
+void EventLog::start_queue(int fd) {
+  state_ = std::make_shared<State>();
+  drained_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  WriteQueue::Options options;
+  options.high_water = ~std::size_t{0};  // events are small and few: never back-pressure the loop
+  options.drained_fd = drained_fd_;
+  options.owns_fd = true;
+  // In the writer thread: the fd is still open (the queue closes it only once finished).
+  options.on_break = [state = state_, fd](int err, std::uint64_t written) {
+    std::lock_guard<std::mutex> lock(state->mu);
+    std::uint64_t whole = 0;
+    for (std::uint64_t end : state->line_ends)
+      if (end <= written) whole = end;
+    if (whole < written) {
+      [[maybe_unused]] const int r = ::ftruncate(fd, static_cast<off_t>(whole));  // a reader never meets half a line
+    }
+    state->failed_errno = err;
+    state->whole_bytes = whole;
+    Logger().error("cannot write the events file: ", std::strerror(err), " after ", whole,
+                   " bytes; no more events are written (exit code 73 if the job succeeds)");
+  };
+  queue_ = WriteQueue::create(fd, std::move(options));
+  queue_->start();
+}
+
 void EventLog::write(const nlohmann::json& event) const {
-  if (fd_ < 0) return;
+  if (!queue_) return;
   std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';
-  std::uint64_t written = 0;
-  const int err = write_fully(fd_, line, written);
-  if (err == 0) {
-    bytes_ += written;
-    return;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->failed_errno != 0) return;
+    state_->queued += line.size();
+    state_->line_ends.push_back(state_->queued);
   }
-  failed_errno_ = err;
-  // A line cut short is taken back, so a reader never meets half a JSON object.
-  if (written > 0) {
-    [[maybe_unused]] const int r = ::ftruncate(fd_, static_cast<off_t>(bytes_));
+  queue_->write(line);
+}
+
+void EventLog::drain(const sigset_t& interrupt) {
+  if (!queue_ || wait_until_idle({queue_.get()}, drained_fd_, interrupt)) return;
+  queue_->abandon();
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->failed_errno == 0) {
+    state_->failed_errno = EINTR;  // given up while the file system did not take it
+    state_->whole_bytes = queue_->stats().written_bytes;
   }
-  ::close(fd_);
-  fd_ = -1;
-  Logger().error("cannot write the events file: ", std::strerror(failed_errno_), " after ", bytes_,
-                 " bytes; no more events are written (exit code 73 if the job succeeds)");
+}
+
+bool EventLog::failed() const { return failed_errno() != 0; }
+
+int EventLog::failed_errno() const {
+  if (!state_) return 0;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->failed_errno;
+}
+
+std::uint64_t EventLog::bytes_written() const {
+  if (!state_) return 0;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->failed_errno != 0 ? state_->whole_bytes : queue_->stats().written_bytes;
 }
 
 }  // namespace ddprun::agent

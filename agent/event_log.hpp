@@ -3,12 +3,19 @@
 //   {"event":"exited", ... ,"state":"failed","exit_code":3}        (or "signal":9,"signal_name":"SIGKILL")
 //   {"event":"teardown","time_ms":...,"reason":"worker_failed","signal":15}
 //   {"event":"summary","time_ms":...,"exit_code":3,"root_cause":{...},"workers":[...]}
-// Each line goes out in one write(2) on an O_APPEND descriptor: a reader never sees half a line.
+// Lines are written by a thread of their own (common/write_queue.hpp), whole, on an O_APPEND descriptor:
+// a file system that stops answering holds that thread, never the agent's loop; a reader never sees half
+// a line (one cut by a failed write is truncated away).
 #pragma once
+
+#include <signal.h>
 
 #include <nlohmann/json_fwd.hpp>
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "common/write_queue.hpp"
 
 namespace ddprun::agent {
 
@@ -23,18 +30,23 @@ class EventLog {
   EventLog(EventLog&& other) noexcept;
   EventLog& operator=(EventLog&& other) noexcept;
 
-  bool enabled() const { return fd_ >= 0; }
-  // A write that fails (disk full) closes the file: nothing more is written, so no line is ever half there
-  // after a later success; the caller asks `failed` at the end.
+  bool enabled() const { return queue_ != nullptr; }
+  // A write that fails (disk full) ends the file: nothing more is written, so no line is ever half there
+  // after a later success; the caller asks `failed` at the end, after `drain`.
   void write(const nlohmann::json& event) const;
-  bool failed() const { return failed_errno_ != 0; }
-  int failed_errno() const { return failed_errno_; }
-  std::uint64_t bytes_written() const { return bytes_; }
+  // Waits until every event is written, or one of `interrupt`'s signals comes (then the rest is given up,
+  // and the file counts as failed).
+  void drain(const sigset_t& interrupt);
+  bool failed() const;
+  int failed_errno() const;
+  std::uint64_t bytes_written() const;  // whole lines only
 
  private:
-  mutable int fd_ = -1;
-  mutable int failed_errno_ = 0;
-  mutable std::uint64_t bytes_ = 0;
+  void start_queue(int fd);
+  struct State;  // shared with the writer thread's failure callback
+  std::shared_ptr<State> state_;
+  std::shared_ptr<WriteQueue> queue_;
+  int drained_fd_ = -1;
 };
 
 }  // namespace ddprun::agent

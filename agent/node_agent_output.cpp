@@ -42,10 +42,14 @@ void NodeAgent::drain_console() {
 
 // An events file that could not be written all through is exit code 73 (README "Exit codes") when the job
 // itself succeeded; a failed job keeps its root cause's code, and the summary says what the file lacks.
+// Waits for the events file's last lines first (a stop signal gives up on a file system that does not answer).
 int NodeAgent::events_exit_code(int job_code) {
+  events_.drain(stop_signals());
   if (!events_.failed()) return job_code;
-  const std::string what = "the events file " + config_.events_file + " is incomplete: writing it failed (" +
-                           std::strerror(events_.failed_errno()) + ") after " +
+  const std::string why = events_.failed_errno() == EINTR ? std::string("given up: its file system did not answer")
+                                                          : "writing it failed (" +
+                                                                std::string(std::strerror(events_.failed_errno())) + ")";
+  const std::string what = "the events file " + config_.events_file + " is incomplete: " + why + " after " +
                            std::to_string(events_.bytes_written()) + " bytes";
   if (job_code != 0) {
     log_.error(what, "; the exit code stays the job's (", job_code, ")");

@@ -164,11 +164,12 @@ class HungFileSystem(DdprunTestCase):
         self.fs.stderr.close()
         super().tearDown()
 
-    def start_failing_job(self):
+    def start_failing_job(self, *where):
         ready = self.path("ready")
         os.mkdir(ready)
         go = self.path("go")
-        proc = subprocess.Popen([DDPRUN, "--nproc-per-node", "2", "--log-dir", self.mnt, "--tee", "3", WORKER,
+        where = where or ("--log-dir", self.mnt, "--tee", "3")
+        proc = subprocess.Popen([DDPRUN, "--nproc-per-node", "2", *where, WORKER,
                                  f"pidfile={self.path('pids')}", f"ready={ready}", "@0:lines=500000", "@0:hang",
                                  f"@1:waitfile={go}", "@1:exit=3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=self.env, start_new_session=True)
@@ -220,3 +221,14 @@ class HungFileSystem(DdprunTestCase):
         proc.stdout.close()
         proc.stderr.close()
         self.assertEqual(proc.wait(timeout=30), 3)  # the job's outcome stands
+
+    def test_an_events_file_on_a_hung_disk_does_not_hold_the_teardown_and_is_whole_after(self):
+        events = os.path.join(self.mnt, "events.jsonl")
+        proc = self.start_failing_job("--events-file", events)
+        os.remove(self.gate)
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 3, err.decode())
+        with open(events) as f:
+            lines = [json.loads(line) for line in f]
+        self.assertEqual(lines[-1]["event"], "summary")
+        self.assertIn("teardown", [e["event"] for e in lines])
