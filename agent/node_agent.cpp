@@ -109,7 +109,9 @@ int NodeAgent::run() {
   drain_log_files();
   if (probe_period_.count() > 0)
     log_.info("event loop probe: longest lateness ",
-              std::chrono::duration_cast<std::chrono::microseconds>(probe_max_late_).count(), " us");
+              std::chrono::duration_cast<std::chrono::microseconds>(probe_max_late_).count(), " us (the loop "
+              "thread's CPU time in that period: ",
+              std::chrono::duration_cast<std::chrono::microseconds>(probe_cpu_at_max_).count(), " us)");
   // The job signals are still blocked (the signalfd never unblocks them): a SIGUSR1 or SIGTERM arriving now
   // (a scheduler's notice racing the job's end) is held and discarded at exit, not the job's exit code.
 

@@ -135,6 +135,10 @@ class NodeAgent {
   boost::asio::steady_timer probe_timer_;
   std::chrono::milliseconds probe_period_{0};
   std::chrono::nanoseconds probe_max_late_{0};
+  // The loop thread's CPU time over the period that ended in the longest lateness: close to the lateness,
+  // a handler ran that long; far below it, the thread waited for a CPU (or in a system call).
+  std::chrono::nanoseconds probe_cpu_at_max_{0};
+  std::int64_t probe_last_cpu_ns_ = -1;
   StackCapture capture_;
   std::vector<HungWorker> hung_;  // of the capture under way, the root cause first
   std::string hang_stacks_path_;

@@ -3,6 +3,7 @@
 // cannot be written, and what of the output was lost, for the summary.
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstring>
@@ -128,8 +129,15 @@ void NodeAgent::arm_loop_probe() {
   probe_timer_.expires_after(probe_period_);
   probe_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || lifecycle_.finished()) return;
-    probe_max_late_ = std::max<std::chrono::nanoseconds>(probe_max_late_,
-                                                         std::chrono::steady_clock::now() - probe_timer_.expiry());
+    const auto late = std::chrono::steady_clock::now() - probe_timer_.expiry();
+    timespec cpu {};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    const std::int64_t cpu_ns = std::int64_t{cpu.tv_sec} * 1'000'000'000 + cpu.tv_nsec;
+    if (late > probe_max_late_) {
+      probe_max_late_ = late;
+      probe_cpu_at_max_ = std::chrono::nanoseconds(probe_last_cpu_ns_ < 0 ? 0 : cpu_ns - probe_last_cpu_ns_);
+    }
+    probe_last_cpu_ns_ = cpu_ns;
     arm_loop_probe();
   });
 }

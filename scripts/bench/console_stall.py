@@ -89,7 +89,8 @@ def loop_lateness(mb):
     _, err = proc.communicate(timeout=3600)
     t.join()
     m = re.search(rb"longest lateness (\d+) us", err)
-    return int(m.group(1)) / 1000.0, sink[0] / 1e6, time.monotonic() - t0
+    cpu = re.search(rb"CPU time in that period: (\d+) us", err)
+    return int(m.group(1)) / 1000.0, sink[0] / 1e6, time.monotonic() - t0, int(cpu.group(1)) / 1000.0 if cpu else -1
 
 
 def main():
@@ -103,8 +104,9 @@ def main():
             print(f"failure -> every worker gone, console {'stalled ' if stalled else 'draining'}: median "
                   f"{statistics.median(xs):.1f} ms (runs: {', '.join(f'{x:.1f}' for x in xs)})")
     xs = [loop_lateness(a.mb) for _ in range(max(1, a.runs // 2))]
-    for late, got, secs in xs:
-        print(f"{a.mb} MB to a slow reader: {got:.0f} MB read in {secs:.1f} s, longest loop lateness {late:.2f} ms")
+    for late, got, secs, cpu in xs:
+        print(f"{a.mb} MB to a slow reader: {got:.0f} MB read in {secs:.1f} s, longest loop lateness {late:.2f} ms "
+              f"(the loop thread's CPU time in that period: {cpu:.2f} ms)")
     print(f"median longest lateness {statistics.median(x[0] for x in xs):.2f} ms (goal <= 10 ms)")
 
 
