@@ -1,4 +1,4 @@
-// The environment every worker gets (DESIGN.md "Worker environment"): torchrun's variables, plus ddprun's
+// The environment every worker gets (README "Worker environment"): torchrun's variables, plus ddprun's
 // own DDPRUN_* additions. Pure: computes a new environment from the agent's and the world assignment.
 #pragma once
 

@@ -1,4 +1,4 @@
-"""The worker environment, as real workers see it (DESIGN.md, README "Worker environment")."""
+"""The worker environment, as real workers see it (README "Worker environment")."""
 import os
 import sys
 
