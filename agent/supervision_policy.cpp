@@ -151,6 +151,7 @@ int SupervisionPolicy::exit_code() const {
   if (preempted()) return kExitPreempted;
   if (job_cause_) return job_cause_->exit_code == 0 ? 1 : job_cause_->exit_code;
   if (const WorkerRecord* root = root_cause()) {
+    if (root->hung) return kExitHung;
     const int code = root->status.shell_code();
     return code == 0 ? 1 : code;
   }

@@ -23,6 +23,9 @@ inline constexpr int kExitRdzvRefused = 77;   // refused: wrong token or run id,
 // Preempted and stopped cleanly (agent/supervision_policy.hpp decides it): a notice (SIGUSR1/SIGUSR2) or
 // SIGTERM reached ddprun and every worker then exited 0. A batch script requeues on it (examples/slurm/).
 inline constexpr int kExitPreempted = 79;
+// The root cause hung: it stopped beating for --hang-timeout, its stacks were saved and ddprun killed it. Not
+// 128+SIGKILL, so that a batch script tells a hang from an OOM kill (137).
+inline constexpr int kExitHung = 78;
 inline constexpr int kExitNotExecutable = 126;
 inline constexpr int kExitNotFound = 127;
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "common/exit_codes.hpp"
 #include "rendezvous/json_fields.hpp"
 
 namespace ddprun::rendezvous {
@@ -41,7 +42,7 @@ std::string describe(const Failure& failure) {
   out << "rank " << failure.rank << " (local rank " << failure.local_rank << ", node " << failure.node_rank
       << ", host " << (failure.host.empty() ? "?" : failure.host) << ", pid " << failure.pid << ")";
   // A hung worker (ddprun --hang-timeout) was killed by its agent: the reason, not the signal, comes first.
-  if (failure.signal && failure.message.rfind("hung:", 0) == 0) {
+  if (is_hang(failure)) {
     out << " " << failure.message;
     return out.str();
   }
@@ -52,7 +53,10 @@ std::string describe(const Failure& failure) {
   return out.str();
 }
 
+bool is_hang(const Failure& failure) { return failure.signal && failure.message.rfind("hung:", 0) == 0; }
+
 int exit_status_of(const Failure& failure) {
+  if (is_hang(failure)) return kExitHung;  // not 137: a batch script must tell a hang from an OOM kill
   // Belt and braces behind the decoder's checks: an exit status is 8 bits, so 256 would leave as 0 and a
   // huge signal would overflow. Whatever a Failure holds, a failed job never exits 0.
   if (failure.signal && *failure.signal >= 1 && *failure.signal <= kMaxSignal) return 128 + *failure.signal;

@@ -47,6 +47,8 @@ std::string describe(const Failure& failure);
 // The exit code ddprun leaves with for this root cause: the worker's code, 128+signal, or 1 for a lost node.
 // Always 1..255: a "failure" whose exit code is 0 or out of range, or whose signal is not 1..64, maps to 1.
 int exit_status_of(const Failure& failure);
+// A worker its agent killed for hanging (--hang-timeout): the message starts with "hung:".
+bool is_hang(const Failure& failure);
 
 // JSON (de)serialisation; from_json throws ddprun::rendezvous::ProtocolError on missing, mistyped or
 // out-of-range fields (exit code 0..255, signal 1..64, ranks >= -1 and both or neither -1, bounded strings).

@@ -66,7 +66,7 @@ STEP_S = 0.02
 LAST_CALL_S = 0.5
 JOINER_RDZV_TIMEOUT_S = 5
 LOST_NODE, LOST_SERVER, RDZV_TIMEOUT, REFUSED = 1, 74, 75, 77
-HUNG_CODE = 128 + signal.SIGKILL
+HUNG_CODE = 78  # README "Exit codes"
 UNPLANNED_ROUND_CODE = 86  # the wrapper's answer for a (round, local rank) no plan has: a round too many
 
 SELF_SIGNALS = ["SEGV", "ABRT", "KILL", "HUP", "QUIT", "USR1", "PIPE", "FPE", "BUS"]

@@ -104,6 +104,8 @@ TEST_CASE("a failure describes itself for people") {
   f.signal = 9;
   CHECK(describe(f) == "rank 5 (local rank 1, node 1, host gpu7, pid 4242) was killed by signal 9 (SIGKILL)");
   CHECK(exit_status_of(f) == 137);
+  f.message = "hung: no heartbeat for 5.0 s";
+  CHECK(exit_status_of(f) == 78);  // a hang, not an OOM kill
   Failure node;
   node.node_rank = 2;
   node.host = "gpu9";
