@@ -30,7 +30,7 @@ Checks (chaos_multinode_check.py), all of them, for every run:
     one (an injected failure or a join); a restartable failure ends the job only when no restart is left;
   - exit codes: every agent of the last round that was not stopped from outside exits the same code, its
     events summary's; 0 only when every worker of the last round exited 0; else the root cause is one of
-    the failures injected into that round, with its code (the worker's N, 128+signal, 137 for hung, 1 for a
+    the failures injected into that round, with its code (the worker's N, 128+signal, 78 for hung, 1 for a
     lost node, 74 for a lost server, 128+N for an agent's signal);
   - output: on every agent that was not SIGKILLed, each stdout line is "[rankR]: c NODE ROUND LR I" whole,
     R is the rank that worker had in that round, and each worker's lines are 0..m-1 in order with m at
