@@ -73,6 +73,9 @@ struct RendezvousConfig {
 
 struct AgentConfig {
   World world;  // what is known before the rendezvous; node rank, offsets and master come from it
+  // The launcher's notes on the command line ("warning: ..."/"debug: ..." at that level), logged once the
+  // console runs: never a blocking write to a stalled reader while the job signals are held.
+  std::vector<std::string> startup_notes;
   RendezvousConfig rdzv;
   std::string program;              // what to execute: a path, or a name looked up in PATH
   std::vector<std::string> argv;    // the worker's argv, argv[0] included

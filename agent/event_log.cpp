@@ -38,7 +38,12 @@ EventLog::EventLog(const std::string& path) {
     ::close(fd);
     throw CantCreateError("cannot truncate events file " + path, err);
   }
-  start_queue(fd);
+  pending_fd_ = fd;
+}
+
+void EventLog::start() {
+  if (pending_fd_ < 0) return;
+  start_queue(std::exchange(pending_fd_, -1));
 }
 
 struct EventLog::State {
@@ -51,17 +56,20 @@ struct EventLog::State {
 
 EventLog::~EventLog() {
   if (queue_) queue_->finish();  // closed once written
+  if (pending_fd_ >= 0) ::close(pending_fd_);
 }
 
 EventLog::EventLog(EventLog&& other) noexcept
     : state_(std::move(other.state_)), queue_(std::move(other.queue_)),
-      drained_fd_(std::exchange(other.drained_fd_, -1)) {}
+      pending_fd_(std::exchange(other.pending_fd_, -1)), drained_fd_(std::exchange(other.drained_fd_, -1)) {}
 
 EventLog& EventLog::operator=(EventLog&& other) noexcept {
   if (this != &other) {
     if (queue_) queue_->finish();
+    if (pending_fd_ >= 0) ::close(pending_fd_);
     state_ = std::move(other.state_);
     queue_ = std::move(other.queue_);
+    pending_fd_ = std::exchange(other.pending_fd_, -1);
     drained_fd_ = std::exchange(other.drained_fd_, -1);
   }
   return *this;

@@ -30,7 +30,9 @@ class EventLog {
   EventLog(EventLog&& other) noexcept;
   EventLog& operator=(EventLog&& other) noexcept;
 
-  bool enabled() const { return queue_ != nullptr; }
+  // Starts the writer thread: after every fork of a single-threaded process (the job guard's).
+  void start();
+  bool enabled() const { return queue_ != nullptr || pending_fd_ >= 0; }
   // A write that fails (disk full) ends the file: nothing more is written, so no line is ever half there
   // after a later success; the caller asks `failed` at the end, after `drain`.
   void write(const nlohmann::json& event) const;
@@ -46,6 +48,7 @@ class EventLog {
   struct State;  // shared with the writer thread's failure callback
   std::shared_ptr<State> state_;
   std::shared_ptr<WriteQueue> queue_;
+  int pending_fd_ = -1;  // opened and checked, its thread not started yet
   int drained_fd_ = -1;
 };
 

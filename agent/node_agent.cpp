@@ -64,9 +64,18 @@ int NodeAgent::run() {
     if (config_.hang_timeout.count() > 0) heartbeats_ = HeartbeatChannel(config_.world.local_world_size);
     start_job_guard();
     process::become_child_subreaper();
-    // From here on ddprun's console is a queue with writer threads of its own (after the guard's fork):
-    // the loop never waits on a terminal, a pipe or a file that stops draining (common/console.hpp).
-    start_console();  // (main started it already; a library caller may not have)
+    // From here on ddprun's console and its files are queues with writer threads of their own, so the loop
+    // never waits on a terminal, a pipe or a file system that stops draining (common/write_queue.hpp). Only
+    // now: the guard (which allocates) must be forked from a single-threaded process (ASan's allocator is
+    // not fork-safe with other threads running; glibc's is).
+    start_console();
+    events_.start();
+    for (const auto& note : config_.startup_notes) {
+      const std::string warning = "warning: ", debug = "debug: ";
+      if (note.rfind(warning, 0) == 0) config_.log.warning(note.substr(warning.size()));
+      else if (note.rfind(debug, 0) == 0) config_.log.debug(note.substr(debug.size()));
+      else config_.log.info(note);
+    }
   } catch (...) {
     guard_.dismiss();
     cgroup_.end();

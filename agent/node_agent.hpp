@@ -13,9 +13,8 @@ namespace ddprun::agent {
 // worker is started.
 int run_node_agent(const AgentConfig& config);
 
-// Starts ddprun's console (common/console.hpp) with the agent's high water: call as soon as the command
-// line is read, so that nothing ddprun says (start-up notes included) ever blocks on a stalled reader while
-// the job signals are held. Idempotent; run_node_agent starts it too.
+// Starts ddprun's console (common/console.hpp) with the agent's high water; run_node_agent does, after the
+// job guard's fork. Idempotent.
 void start_console();
 
 // Writes "ddprun: <line>" through the console and waits for it to be shown (a stop signal gives up).

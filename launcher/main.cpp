@@ -30,14 +30,7 @@ int main(int argc, char** argv) {
     std::cout << cmd.text << std::flush;
     return 0;
   }
-  // From here on nothing ddprun says waits on a stalled reader (a paused terminal, a full pipe).
-  agent::start_console();
-  for (const auto& note : cmd.notes) {
-    const std::string warning = "warning: ", debug = "debug: ";
-    if (note.rfind(warning, 0) == 0) cmd.agent.log.warning(note.substr(warning.size()));
-    else if (note.rfind(debug, 0) == 0) cmd.agent.log.debug(note.substr(debug.size()));
-    else cmd.agent.log.info(note);
-  }
+  cmd.agent.startup_notes = cmd.notes;  // said once ddprun's console runs (agent/node_agent.cpp)
   try {
     return agent::run_node_agent(cmd.agent);
   } catch (const CantCreateError& e) {

@@ -44,8 +44,9 @@ class JobGuard {
   JobGuard& operator=(const JobGuard&) = delete;
   ~JobGuard();  // without dismiss(): the guard ends the job, as if this process had been SIGKILLed
 
-  // Starts a guard with a fresh random tag. Call before any worker starts. It forks: other threads may run
-  // (ddprun's console writers), since the guard calls nothing but glibc's fork-safe malloc and system calls.
+  // Starts a guard with a fresh random tag. Call before any worker starts and before other threads exist:
+  // the guard allocates after the fork (glibc's malloc is fork-safe, ASan's is not). restart() forks with
+  // ddprun's console threads running, which is safe with glibc.
   // Throws std::system_error when fork or pipe fails.
   static JobGuard start();
 
