@@ -54,12 +54,12 @@ class Matrix(ConsoleCase):
         elif resource_name == "paused":
             os.kill(proc.pid, signal.SIGSTOP)
         elif resource_name == "disk_full":
-            with open(os.path.join(self.disk, "filler"), "wb") as f:
-                try:
+            try:  # the workers' logs may have filled it already: then even the filler cannot be made
+                with open(os.path.join(self.disk, "filler"), "wb") as f:
                     while True:
                         f.write(b"x" * 65536)
-                except OSError:
-                    pass
+            except OSError:
+                pass
         elif resource_name == "fd_limit":
             # No descriptor left: every open ddprun tries from now on fails with EMFILE.
             used = len(os.listdir(f"/proc/{proc.pid}/fd"))
@@ -71,7 +71,7 @@ class Matrix(ConsoleCase):
         elif resource_name == "paused":
             time.sleep(PAUSE)
             os.kill(proc.pid, signal.SIGCONT)
-        elif resource_name == "disk_full":
+        elif resource_name == "disk_full" and os.path.exists(os.path.join(self.disk, "filler")):
             os.remove(os.path.join(self.disk, "filler"))
 
     # --- the job -------------------------------------------------------------------------------------
