@@ -7,11 +7,11 @@
 #include <sys/stat.h>
 
 #include <cerrno>
-#include <mutex>
-#include <vector>
 #include <cstring>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <utility>
+#include <vector>
 
 #include "common/error.hpp"
 #include "common/log.hpp"

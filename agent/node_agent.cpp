@@ -88,7 +88,7 @@ int NodeAgent::run() {
   // Signals held since main (block_job_signals) stay blocked for good: the signalfd reads them on the loop,
   // those that came early first, each with its sender.
   signals_.start([this](const ReceivedSignal& r) { on_signal(r); });
-  console::set_on_room([this] { asio::post(io_, [this] { resume_waiting_pumps(); }); });
+  console::set_on_room(room_callback());
   log_failures_->wake = [this] { asio::post(io_, [this] { report_log_failures(); }); };
   policy_.set_preemption_exit(config_.preemption_exit);
   reaper_.start();
@@ -164,8 +164,7 @@ void start_console() { console::start(kOutputHighWater); }
 
 void say_and_drain(const std::string& line) {
   console::write(2, "ddprun: " + line + "\n");
-  sigset_t stops = job_signals();
-  console::drain(stops);
+  console::drain(stop_signals());
 }
 
 void block_job_signals() {

@@ -34,7 +34,7 @@ void NodeAgent::arm_hang_watch() {
   // steady_clock is CLOCK_MONOTONIC, the clock the workers write.
   hang_timer_.expires_at(std::chrono::steady_clock::time_point(std::chrono::nanoseconds(*check.next_check_ns)));
   hang_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec || !lifecycle_.workers_started() || policy_.phase() != Phase::kRunning || capture_.active()) return;
+    if (ec || !hang_watch_applies()) return;
     // Late by more than a loaded loop ever is: this process did not run, and the workers may not have
     // either (a frozen machine); each gets a full timeout from now before it is judged.
     if (std::chrono::steady_clock::now() - hang_timer_.expiry() > StallClock::kStallThreshold)
@@ -43,12 +43,15 @@ void NodeAgent::arm_hang_watch() {
   });
 }
 
+// Workers are being judged: the round runs, nothing stopped it, no capture is under way.
+bool NodeAgent::hang_watch_applies() const {
+  return lifecycle_.workers_started() && policy_.phase() == Phase::kRunning && !capture_.active();
+}
+
 // fg after Ctrl-Z: the workers were stopped too, so their last beats are as old as the pause.
 void NodeAgent::restart_hang_watch_after_pause() {
   hang_pause_end_ns_ = monotonic_ns();
-  if (!heartbeats_.enabled() || !lifecycle_.workers_started() || policy_.phase() != Phase::kRunning ||
-      capture_.active())
-    return;
+  if (!heartbeats_.enabled() || !hang_watch_applies()) return;
   hang_timer_.cancel();
   arm_hang_watch();
 }

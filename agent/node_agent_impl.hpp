@@ -8,7 +8,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <csignal>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +38,9 @@ namespace ddprun::agent {
 // Bytes queued for the console or a log file beyond which the workers' pipes are no longer read (they
 // back-pressure the workers).
 inline constexpr std::size_t kOutputHighWater = 4 << 20;
+
+// The signals that, at the end, give up waiting for output a console or a file system does not take.
+sigset_t stop_signals();
 
 class NodeAgent {
  public:
@@ -77,6 +82,7 @@ class NodeAgent {
   void suspend_job();
   void resume_job();
   void restart_hang_watch_after_pause();
+  bool hang_watch_applies() const;
   void on_child_exit(pid_t pid, const process::ExitStatus& status);
   void after_reap(bool has_children);
   void apply(const Decision& d, const char* reason);
@@ -93,6 +99,7 @@ class NodeAgent {
   void report_log_failures();
   void drain_log_files();
   void resume_waiting_pumps();
+  std::function<void()> room_callback();
   void drain_console();
   void arm_loop_probe();
   // The job guard's liveness (node_agent.cpp): a guard that is gone is said at once and replaced.

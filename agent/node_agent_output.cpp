@@ -21,6 +21,7 @@ namespace {
 // After every process is gone the pipes reach end of file at once; this only bounds the wait for a
 // writer that escaped through fd passing to a process outside our tree.
 constexpr std::chrono::seconds kDrainLimit{2};
+}  // namespace
 
 sigset_t stop_signals() {
   sigset_t stops;
@@ -29,7 +30,6 @@ sigset_t stop_signals() {
     if (is_stop_signal(sig)) sigaddset(&stops, sig);
   return stops;
 }
-}  // namespace
 namespace asio = boost::asio;
 using nlohmann::json;
 
@@ -74,7 +74,7 @@ std::shared_ptr<WriteQueue> NodeAgent::open_log_queue(int rank, int fd, const st
     if (failures->wake) failures->wake();
   };
   auto queue = WriteQueue::create(fd, std::move(options));
-  queue->set_on_room([this] { asio::post(io_, [this] { resume_waiting_pumps(); }); });
+  queue->set_on_room(room_callback());
   queue->start();
   log_files_.push_back(LogFile{rank, path, queue});
   return queue;
@@ -140,6 +140,11 @@ void NodeAgent::arm_loop_probe() {
     probe_last_cpu_ns_ = cpu_ns;
     arm_loop_probe();
   });
+}
+
+// Called from a writer thread once a congested queue (the console's, a log file's) has room again.
+std::function<void()> NodeAgent::room_callback() {
+  return [this] { asio::post(io_, [this] { resume_waiting_pumps(); }); };
 }
 
 void NodeAgent::resume_waiting_pumps() {

@@ -6,13 +6,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
-#include <system_error>
+#include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "agent/env_contract.hpp"
 #include "agent/node_agent_impl.hpp"
-
-#include <boost/asio/post.hpp>
 #include "common/error.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"

@@ -71,7 +71,6 @@ bool has_entry(const std::string& block, const std::string& needle) {
   return false;
 }
 
-
 // Whether the environment block carries the job: DDPRUN_JOB_TAG=<tag>, or <tag> in DDPRUN_JOB_TAGS' list.
 bool carries_tag(const std::string& block, const std::string& tag) {
   if (has_entry(block, std::string(kJobTagVariable) + "=" + tag)) return true;
@@ -157,24 +156,10 @@ int kill_job(const std::string& tag, const std::set<pid_t>& groups, const std::s
 // job that ddprun runs in: the enclosing job's guard would kill it at once. The block is this process's
 // own memory (what /proc/PID/environ shows): the tag variables are renamed in place.
 void wipe_inherited_tags() {
-  const std::string stat = read_file("/proc/self/stat", 4096);
-  const std::size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return;
-  // The fields after the command name, from field 3 (state) on; env_start and env_end are fields 50, 51.
-  std::vector<std::string> fields;
-  std::size_t at = paren + 1;
-  while (at < stat.size()) {
-    const std::size_t begin = stat.find_first_not_of(" \n", at);
-    if (begin == std::string::npos) break;
-    at = std::min(stat.find_first_of(" \n", begin), stat.size());
-    fields.push_back(stat.substr(begin, at - begin));
-  }
-  if (fields.size() < 51 - 2) return;  // a kernel before 3.5
-  const unsigned long long env_start = std::strtoull(fields[50 - 3].c_str(), nullptr, 10);
-  const unsigned long long env_end = std::strtoull(fields[51 - 3].c_str(), nullptr, 10);
-  if (env_start == 0 || env_end <= env_start) return;
-  char* block = reinterpret_cast<char*>(static_cast<std::uintptr_t>(env_start));
-  const std::size_t size = static_cast<std::size_t>(env_end - env_start);
+  std::uintptr_t env_start = 0, env_end = 0;
+  if (!own_environment_block(env_start, env_end)) return;
+  char* block = reinterpret_cast<char*>(env_start);
+  const std::size_t size = env_end - env_start;
   const std::string prefix = "DDPRUN_JOB_TAG";  // both variables
   for (std::size_t i = 0; i + prefix.size() <= size; ++i)
     if ((i == 0 || block[i - 1] == '\0') && std::memcmp(block + i, prefix.data(), prefix.size()) == 0) block[i] = 'x';

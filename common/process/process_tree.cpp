@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <unordered_map>
@@ -21,7 +22,15 @@ void become_child_subreaper() {
     throw std::system_error(errno, std::generic_category(), "prctl(PR_SET_CHILD_SUBREAPER)");
 }
 
-// The command name (field 2) may contain spaces and ')' so the fields are read after the *last* ')'.
+namespace {
+// The command name (field 2) may contain spaces and ')' so the fields are read after the *last* ')':
+// what follows starts with field 3 (state). nullptr when the text is no stat line.
+const char* fields_after_command_name(const char* stat_text) {
+  const char* close = std::strrchr(stat_text, ')');
+  return close ? close + 1 : nullptr;
+}
+}  // namespace
+
 bool read_proc_stat(const char* pid_dir, ProcStat& out) {
   const std::string path = std::string("/proc/") + pid_dir + "/stat";
   FILE* f = std::fopen(path.c_str(), "re");
@@ -30,10 +39,10 @@ bool read_proc_stat(const char* pid_dir, ProcStat& out) {
   size_t n = std::fread(buf, 1, sizeof buf - 1, f);
   std::fclose(f);
   buf[n] = '\0';
-  const char* close = std::strrchr(buf, ')');
+  const char* close = fields_after_command_name(buf);
   if (!close) return false;
   int ppid = 0, pgid = 0;
-  if (std::sscanf(close + 1, " %c %d %d", &out.state, &ppid, &pgid) != 3) return false;
+  if (std::sscanf(close, " %c %d %d", &out.state, &ppid, &pgid) != 3) return false;
   out.ppid = ppid;
   out.pgid = pgid;
   return true;
@@ -87,6 +96,23 @@ std::string read_file(const std::string& path, std::size_t limit) {
   }
   ::close(fd);
   return out;
+}
+
+bool own_environment_block(std::uintptr_t& start, std::uintptr_t& end) {
+  const std::string stat = read_file("/proc/self/stat", 4096);
+  const char* after_name = fields_after_command_name(stat.c_str());
+  if (!after_name) return false;
+  // env_start and env_end are fields 50 and 51 (Linux 3.5 and later).
+  std::istringstream fields(after_name);
+  std::string field;
+  for (int n = 3; n <= 51 && (fields >> field); ++n) {
+    if (n == 50) start = static_cast<std::uintptr_t>(std::strtoull(field.c_str(), nullptr, 10));
+    if (n == 51) {
+      end = static_cast<std::uintptr_t>(std::strtoull(field.c_str(), nullptr, 10));
+      return start != 0 && end > start;
+    }
+  }
+  return false;
 }
 
 }  // namespace ddprun::process

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ bool signal_group(pid_t pgid, int signal);
 
 // Sends `signal` to each pid, ignoring those already gone.
 void signal_each(const std::vector<pid_t>& pids, int signal);
+
+// Where this process's environment block lies in its memory (what /proc/self/environ shows: env_start
+// and env_end of /proc/self/stat). False when the kernel does not say (before Linux 3.5).
+bool own_environment_block(std::uintptr_t& start, std::uintptr_t& end);
 
 // The contents of a small file (a /proc or cgroup file), at most `limit` bytes; "" when it cannot be read.
 std::string read_file(const std::string& path, std::size_t limit = 1 << 20);

@@ -253,17 +253,23 @@ class Restarts(ConsoleCase):
 
 
 class Paused(ConsoleCase):
+    def stop_for(self, proc, stop_signal, seconds):
+        """Stops ddprun with `stop_signal` (SIGSTOP, or SIGTSTP: Ctrl-Z), continues it `seconds` later, and
+        returns its exit code and stderr."""
+        os.kill(proc.pid, stop_signal)
+        time.sleep(seconds)
+        os.kill(proc.pid, signal.SIGCONT)
+        _, err = proc.communicate(timeout=30)
+        return proc.returncode, err
+
     def test_a_stopped_ddprun_resumes_its_job(self):
         """SIGSTOP (kill -STOP $DDPRUN_AGENT_PID, a debugger, a frozen VM) for 4 heartbeat timeouts, one
         node: the in-process server and client must not take the pause for each other's silence."""
         res_proc = self.start("-v", "--nproc-per-node", 2, "--heartbeat-interval", 0.2, "--heartbeat-timeout", 1,
                               WORKER, f"ready={self.ready}", "sleep=6")
         self.wait_ready(2)
-        os.kill(res_proc.pid, signal.SIGSTOP)
-        time.sleep(4)
-        os.kill(res_proc.pid, signal.SIGCONT)
-        out, err = res_proc.communicate(timeout=30)
-        self.assertEqual(res_proc.returncode, 0, err.decode())
+        code, err = self.stop_for(res_proc, signal.SIGSTOP, 4)
+        self.assertEqual(code, 0, err.decode())
         self.assertIn(b"did not run for", err)
 
     def test_ctrl_z_pauses_the_workers_and_fg_resumes_them(self):
@@ -288,22 +294,16 @@ class Paused(ConsoleCase):
         old, but the pause was the user's, not a hang; a worker that stays silent after it still is one."""
         proc = self.start("--nproc-per-node", 2, "--hang-timeout", 1, WORKER, f"ready={self.ready}", "beatfor=4:50")
         self.wait_ready(2)
-        os.kill(proc.pid, signal.SIGTSTP)
-        time.sleep(3)
-        os.kill(proc.pid, signal.SIGCONT)
-        out, err = proc.communicate(timeout=30)
-        self.assertEqual(proc.returncode, 0, err.decode())
+        code, err = self.stop_for(proc, signal.SIGTSTP, 3)
+        self.assertEqual(code, 0, err.decode())
         self.assertNotIn(b"hung", err)
 
     def test_a_hang_after_a_ctrl_z_is_still_found(self):
         proc = self.start("--nproc-per-node", 2, "--hang-timeout", 1, WORKER, f"ready={self.ready}", "beat=1",
                           "@1:hang", "@0:beatfor=6:50")
         self.wait_ready(2)
-        os.kill(proc.pid, signal.SIGTSTP)
-        time.sleep(0.5)
-        os.kill(proc.pid, signal.SIGCONT)
-        out, err = proc.communicate(timeout=30)
-        self.assertNotEqual(proc.returncode, 0, err.decode())
+        code, err = self.stop_for(proc, signal.SIGTSTP, 0.5)
+        self.assertNotEqual(code, 0, err.decode())
         self.assertIn(b"root cause: rank 1", err)
         self.assertIn(b"hung", err)
 
