@@ -83,7 +83,7 @@ void EventLog::start_queue(int fd) {
   options.drained_fd = drained_fd_;
   options.owns_fd = true;
   // In the writer thread: the fd is still open (the queue closes it only once finished).
-  options.on_break = [state = state_, fd](int err, std::uint64_t written) {
+  options.on_break = [state = state_, fd](int err, std::uint64_t written, bool) {
     std::lock_guard<std::mutex> lock(state->mu);
     std::uint64_t whole = 0;
     for (std::uint64_t end : state->line_ends)

@@ -120,7 +120,9 @@ int NodeAgent::run() {
     log_.info("event loop probe: longest lateness ",
               std::chrono::duration_cast<std::chrono::microseconds>(probe_max_late_).count(), " us (the loop "
               "thread's CPU time in that period: ",
-              std::chrono::duration_cast<std::chrono::microseconds>(probe_cpu_at_max_).count(), " us)");
+              std::chrono::duration_cast<std::chrono::microseconds>(probe_cpu_at_max_).count(), " us); longest "
+              "stretch of loop work: ", std::chrono::duration_cast<std::chrono::microseconds>(probe_max_cpu_).count(),
+              " us of CPU between two ticks");
   // The job signals are still blocked (the signalfd never unblocks them): a SIGUSR1 or SIGTERM arriving now
   // (a scheduler's notice racing the job's end) is held and discarded at exit, not the job's exit code.
 
@@ -350,7 +352,7 @@ void NodeAgent::start_job_guard() {
   // Forks: before the console's threads start. The cgroup is named after the guard's tag and told to it
   // before any worker exists; the guard itself stays outside it, beside ddprun.
   guard_ = process::JobGuard::start();
-  if (layout_.temporary()) guard_.remove_on_death(layout_.root());
+  guard_.remove_on_death(layout_.work_root());  // the whole tree without --log-dir
   cgroup_ = process::JobCgroup::create(guard_.tag());
   if (cgroup_.active()) {
     guard_.kill_cgroup_on_death(cgroup_.path());

@@ -86,8 +86,8 @@ void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {
 }
 
 void NodeAgent::on_stacks_captured() {
-  log_.warning("stacks of the hung worker(s) in ", hang_stacks_path_);
-  events_.write(json{{"event", "stacks"}, {"time_ms", unix_ms()}, {"file", hang_stacks_path_}});
+  log_.warning("stacks of the hung worker(s) in ", layout_.published(hang_stacks_path_));
+  events_.write(json{{"event", "stacks"}, {"time_ms", unix_ms()}, {"file", layout_.published(hang_stacks_path_)}});
   if (policy_.phase() != Phase::kRunning) return;  // stopped meanwhile: the teardown took them
   Decision d;
   for (const HungWorker& h : hung_) {
@@ -104,19 +104,18 @@ void NodeAgent::report_hang(const HungWorker& h) {
   rendezvous::Failure f = failure_of(policy_.worker(h.local_rank));
   f.signal = SIGKILL;
   f.time_unix_ms = unix_ms();
-  f.message = hang_message(h.silent_ms, h.step, h.last_beat_ms, hang_stacks_path_);
+  f.message = hang_message(h.silent_ms, h.step, h.last_beat_ms, layout_.published(hang_stacks_path_));
   link_.client().report_failure(f);
 }
 
-// Always inside the run directory (mkdtemp's 0700): never a predictable name in a shared directory such as
-// /dev/shm, where another user could plant a symlink or a FIFO. Without --log-dir the temporary run
-// directory is removed at the end except for this file (RunLayout::keep), which the summary names.
-std::string NodeAgent::hang_stacks_file() const {
-  return layout_.root() + "/attempt_" + std::to_string(world_.restart_count) + "/hang_stacks.txt";
-}
+// Always inside the private work tree (mkdtemp's 0700, on a local file system: agent/run_layout.hpp):
+// never a predictable name in a shared directory such as /dev/shm, where another user could plant a
+// symlink or a FIFO, and never on a --log-dir that may hang the loop. Without --log-dir the temporary
+// tree is removed at the end except for this file (RunLayout::keep); with it, the file is copied there.
+std::string NodeAgent::hang_stacks_file() const { return layout_.attempt_work_file(world_.restart_count, "hang_stacks.txt"); }
 
 std::string NodeAgent::stacks_file(int local_rank) const {
-  return layout_.worker_dir(world_.restart_count, local_rank) + "/python_stacks.txt";
+  return layout_.work_dir(world_.restart_count, local_rank) + "/python_stacks.txt";
 }
 
 }  // namespace ddprun::agent

@@ -51,7 +51,7 @@ class NodeAgent {
   // node_agent_workers.cpp
   void start_workers();
   void start_worker(int local_rank);
-  int open_target(int local_rank, int stream_bit, bool& console, int& file_fd);
+  int open_target(int local_rank, int stream_bit, bool& console, bool& file);
   void signal_everything(int signal, bool include_descendants);
   // node_agent_rdzv.cpp
   rendezvous::ClientHandlers rendezvous_handlers();
@@ -95,7 +95,7 @@ class NodeAgent {
   void abandon_stalled_output(int signal);
   bool output_stalled() const;
   // The workers' log files: each a WriteQueue with a thread of its own (node_agent_output.cpp).
-  std::shared_ptr<WriteQueue> open_log_queue(int rank, int fd, const std::string& path);
+  std::shared_ptr<WriteQueue> open_log_queue(int rank, const std::string& path);
   void report_log_failures();
   void drain_log_files();
   void resume_waiting_pumps();
@@ -146,6 +146,9 @@ class NodeAgent {
   // a handler ran that long; far below it, the thread waited for a CPU (or in a system call).
   std::chrono::nanoseconds probe_cpu_at_max_{0};
   std::int64_t probe_last_cpu_ns_ = -1;
+  // The most CPU time the loop thread used between two ticks: the longest stretch of the loop's own work
+  // (handlers, system calls), whatever the scheduler did. The part of the lateness ddprun controls.
+  std::chrono::nanoseconds probe_max_cpu_{0};
   StackCapture capture_;
   std::vector<HungWorker> hung_;  // of the capture under way, the root cause first
   std::string hang_stacks_path_;

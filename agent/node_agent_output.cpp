@@ -60,20 +60,20 @@ int NodeAgent::events_exit_code(int job_code) {
   return kExitCantCreate;
 }
 
-// A log file is written by a thread of its own: a file system that stops answering (a hard-mounted NFS
-// server gone) holds that thread, and through the queue's high water the worker, never the loop.
-std::shared_ptr<WriteQueue> NodeAgent::open_log_queue(int rank, int fd, const std::string& path) {
+// A log file is created and written by a thread of its own: a file system that stops answering (a
+// hard-mounted NFS server gone) holds that thread, and through the queue's high water the worker, never
+// the loop. One that cannot be created is reported like a failed write: the job goes on.
+std::shared_ptr<WriteQueue> NodeAgent::open_log_queue(int rank, const std::string& path) {
   if (log_drained_fd_ < 0) log_drained_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   WriteQueue::Options options;
   options.high_water = kOutputHighWater;
   options.drained_fd = log_drained_fd_;
-  options.owns_fd = true;
-  options.on_break = [failures = log_failures_, rank, path](int err, std::uint64_t written) {
+  options.on_break = [failures = log_failures_, rank, path](int err, std::uint64_t written, bool opened) {
     std::lock_guard<std::mutex> lock(failures->mu);
-    failures->pending.emplace_back(rank, FileWriteFailure{path, err, written});
+    failures->pending.emplace_back(rank, FileWriteFailure{path, err, written, !opened});
     if (failures->wake) failures->wake();
   };
-  auto queue = WriteQueue::create(fd, std::move(options));
+  auto queue = WriteQueue::create_file(path, std::move(options));
   queue->set_on_room(room_callback());
   queue->start();
   log_files_.push_back(LogFile{rank, path, queue});
@@ -98,6 +98,11 @@ void NodeAgent::drain_log_files() {
     log_failures_->wake = nullptr;  // the loop is done: failures are taken below
   }
   for (LogFile& f : log_files_) f.queue->set_on_room(nullptr);
+  // A job stopped by a signal (SIGTERM, Ctrl-C) is not held by a file system that stopped answering: what a
+  // stalled file still waits for is given up, as when the signal comes during this wait.
+  if (policy_.stop_signal() != 0)
+    for (LogFile& f : log_files_)
+      if (f.queue->stalled()) f.queue->abandon();
   std::vector<WriteQueue*> queues;
   for (LogFile& f : log_files_) queues.push_back(f.queue.get());
   if (!queues.empty() && !wait_until_idle(queues, log_drained_fd_, stop_signals())) {
@@ -116,12 +121,15 @@ void NodeAgent::drain_log_files() {
 }
 
 void NodeAgent::on_log_file_failure(int rank, const FileWriteFailure& f) {
-  const std::string what = "rank " + std::to_string(rank) + "'s " + f.path + " stopped at " +
-                           std::to_string(f.bytes_written) + " bytes: " + std::strerror(f.error);
+  const std::string what = "rank " + std::to_string(rank) + "'s " + f.path +
+                           (f.never_opened ? " could not be created"
+                                           : " stopped at " + std::to_string(f.bytes_written) + " bytes") +
+                           ": " + std::strerror(f.error);
   log_.error("cannot write a log file: ", what, "; the file is closed, the job goes on (the console still shows "
              "what it was shown)");
   events_.write(json{{"event", "log_write_failed"}, {"time_ms", unix_ms()}, {"rank", rank}, {"path", f.path},
-                     {"errno", f.error}, {"error", std::strerror(f.error)}, {"bytes_written", f.bytes_written}});
+                     {"errno", f.error}, {"error", std::strerror(f.error)}, {"bytes_written", f.bytes_written},
+                     {"created", !f.never_opened}});
   output_losses_.push_back(what);
 }
 
@@ -133,10 +141,12 @@ void NodeAgent::arm_loop_probe() {
     timespec cpu {};
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
     const std::int64_t cpu_ns = std::int64_t{cpu.tv_sec} * 1'000'000'000 + cpu.tv_nsec;
+    const std::chrono::nanoseconds cpu_in_period(probe_last_cpu_ns_ < 0 ? 0 : cpu_ns - probe_last_cpu_ns_);
     if (late > probe_max_late_) {
       probe_max_late_ = late;
-      probe_cpu_at_max_ = std::chrono::nanoseconds(probe_last_cpu_ns_ < 0 ? 0 : cpu_ns - probe_last_cpu_ns_);
+      probe_cpu_at_max_ = cpu_in_period;
     }
+    probe_max_cpu_ = std::max(probe_max_cpu_, cpu_in_period);
     probe_last_cpu_ns_ = cpu_ns;
     arm_loop_probe();
   });

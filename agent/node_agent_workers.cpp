@@ -68,23 +68,16 @@ void NodeAgent::start_workers() {
   arm_hang_watch();
 }
 
-// Decides where one stream of a worker goes. Returns the fd the child writes to (a pipe's write end, or
-// /dev/null); fills `console` and `file_fd` for the pump. -1 when no pump is needed.
-int NodeAgent::open_target(int local_rank, int stream_bit, bool& console, int& file_fd) {
+// Decides where one stream of a worker goes: to the console, to a log file (created by its queue's writer
+// thread, never on the loop), both, or nowhere (-1: no pump needed, the child writes to /dev/null).
+int NodeAgent::open_target(int local_rank, int stream_bit, bool& console, bool& file) {
   const OutputConfig& out = config_.output;
   const bool redirected = (out.redirects.mask_for(local_rank) & stream_bit) != 0;
   const bool teed = (out.tee.mask_for(local_rank) & stream_bit) != 0;
   const auto& filter = out.console_local_ranks;
   console = !redirected && (filter.empty() || std::count(filter.begin(), filter.end(), local_rank) > 0);
-  file_fd = -1;
-  if (redirected || teed) {
-    const int attempt = world_.restart_count;
-    const std::string path = stream_bit == kStdout ? layout_.stdout_file(attempt, local_rank)
-                                                   : layout_.stderr_file(attempt, local_rank);
-    file_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (file_fd < 0) throw SystemError("cannot create " + path, errno);
-  }
-  return (console || file_fd >= 0) ? 0 : -1;
+  file = redirected || teed;
+  return (console || file) ? 0 : -1;
 }
 
 void NodeAgent::start_worker(int local_rank) {
@@ -116,7 +109,6 @@ void NodeAgent::start_worker(int local_rank) {
     env_in.stacks_signal = python_stacks_signal();
     opts.inherit_fds.push_back(heartbeats_.fd());
   }
-  ::unlink(layout_.error_file(w.restart_count, local_rank).c_str());
 
   std::string prefix;
   expand_prefix(config_.output.prefix_format, rank, local_rank, w.node_rank, w.role, prefix);
@@ -125,14 +117,14 @@ void NodeAgent::start_worker(int local_rank) {
     int console_fd;
     Pipe pipe;
     bool console = false;
-    int file_fd = -1;
+    bool file = false;
   };
   Route routes[2] = {{kStdout, 1, {}}, {kStderr, 2, {}}};
   int null_fd = -1;
   pid_t pid = 0;
   process::ExitStatus exec_failure;
   bool exec_failed = false;
-  // Out of a resource (open files, processes, memory) or refused a log file: this rank fails to start with
+  // Out of a resource (open files, processes, memory): this rank fails to start with
   // exit code 71, the job is torn down like after any failure, and the line says what ran out and what to do.
   auto cannot_start = [&](int err, const char* what) {
     log_.error("rank ", rank, " cannot start: ", resource_advice(err, what));
@@ -141,13 +133,11 @@ void NodeAgent::start_worker(int local_rank) {
     for (Route& r : routes) {
       if (r.pipe.read_fd >= 0) ::close(r.pipe.read_fd);
       r.pipe.read_fd = -1;
-      if (r.file_fd >= 0) ::close(r.file_fd);
-      r.file_fd = -1;
     }
   };
   try {
     for (Route& r : routes) {
-      if (open_target(local_rank, r.bit, r.console, r.file_fd) == 0) {
+      if (open_target(local_rank, r.bit, r.console, r.file) == 0) {
         r.pipe = make_output_pipe();
       } else {
         if (null_fd < 0) null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -157,14 +147,14 @@ void NodeAgent::start_worker(int local_rank) {
     opts.stdout_fd = routes[0].pipe.write_fd;
     opts.stderr_fd = routes[1].pipe.write_fd;
     // Only when stdout goes to the terminal alone: a bar's '\r' redraws have no place in a --tee file.
-    env_in.console_tty = routes[0].console && routes[0].file_fd < 0 && ::isatty(STDOUT_FILENO) == 1;
+    env_in.console_tty = routes[0].console && !routes[0].file && ::isatty(STDOUT_FILENO) == 1;
     opts.env = worker_environment(config_.base_env, w, env_in);
     pid = process::spawn(opts);
   } catch (const process::ExecError& e) {
     log_.error("rank ", rank, ": ", e.what());
     exec_failure.code = e.exit_code();
     exec_failed = true;
-  } catch (const SystemError& e) {  // our pipes and log files
+  } catch (const SystemError& e) {  // our pipes
     cannot_start(e.error_number(), e.what());
   } catch (const std::system_error& e) {  // spawn's fork (ddprun_process throws the standard type)
     cannot_start(e.code().value(), e.what());
@@ -178,9 +168,8 @@ void NodeAgent::start_worker(int local_rank) {
     if (r.pipe.read_fd < 0) continue;
     PumpTargets t;
     t.console_fd = r.console ? r.console_fd : -1;
-    if (r.file_fd >= 0)
-      t.file = open_log_queue(rank, r.file_fd,
-                              r.bit == kStdout ? layout_.stdout_file(w.restart_count, local_rank)
+    if (r.file)
+      t.file = open_log_queue(rank, r.bit == kStdout ? layout_.stdout_file(w.restart_count, local_rank)
                                                : layout_.stderr_file(w.restart_count, local_rank));
     t.prefix = prefix;
     if (r.bit == kStderr && !config_.python.empty()) {  // for the summary's import-error note

@@ -25,6 +25,7 @@ struct FileWriteFailure {
   std::string path;
   int error = 0;
   std::uint64_t bytes_written = 0;  // what the file holds
+  bool never_opened = false;        // it could not even be created
 };
 
 struct PumpTargets {

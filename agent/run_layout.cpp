@@ -29,23 +29,47 @@ std::string temporary_base() {
 }
 }  // namespace
 
-RunLayout RunLayout::create(const std::string& log_dir, const std::string& run_id) {
-  RunLayout layout;
-  std::string base;
-  if (log_dir.empty()) {
-    base = temporary_base();
-    layout.temporary_ = true;
-  } else {
-    base = log_dir;
-    std::error_code ec;
-    fs::create_directories(base, ec);
-    if (ec) throw CantCreateError("cannot create log directory " + base, ec.value());
-  }
-  std::string name = base + "/" + (layout.temporary_ ? "ddprun-" : "") + run_id + "_XXXXXX";
-  std::vector<char> buf(name.begin(), name.end());
+namespace {
+std::string make_private_dir(const std::string& base, const std::string& name) {
+  std::string path = base + "/" + name + "_XXXXXX";
+  std::vector<char> buf(path.begin(), path.end());
   buf.push_back('\0');
   if (!::mkdtemp(buf.data())) throw CantCreateError("cannot create run directory in " + base, errno);
-  layout.root_ = buf.data();
+  return buf.data();
+}
+
+// With --log-dir, at the end: the work tree's files (error files, stacks) go where torchrun's layout has
+// them. Best effort: the log tree's file system may be full; what could not be copied stays unnamed.
+void copy_tree(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const fs::path target = to / fs::relative(it->path(), from, ec);
+    fs::create_directories(target.parent_path(), ec);
+    fs::copy_file(it->path(), target, fs::copy_options::overwrite_existing, ec);
+  }
+}
+}  // namespace
+
+RunLayout RunLayout::create(const std::string& log_dir, const std::string& run_id) {
+  RunLayout layout;
+  if (log_dir.empty()) {
+    layout.temporary_ = true;
+    layout.root_ = make_private_dir(temporary_base(), "ddprun-" + run_id);
+    layout.work_root_ = layout.root_;
+    return layout;
+  }
+  std::error_code ec;
+  fs::create_directories(log_dir, ec);
+  if (ec) throw CantCreateError("cannot create log directory " + log_dir, ec.value());
+  layout.root_ = make_private_dir(log_dir, run_id);
+  try {
+    layout.work_root_ = make_private_dir(temporary_base(), "ddprun-" + run_id);
+  } catch (...) {
+    ::rmdir(layout.root_.c_str());
+    throw;
+  }
   return layout;
 }
 
@@ -53,17 +77,37 @@ std::string RunLayout::worker_dir(int attempt, int local_rank) const {
   return root_ + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(local_rank);
 }
 
+std::string RunLayout::work_dir(int attempt, int local_rank) const {
+  return work_root_ + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(local_rank);
+}
+
+std::string RunLayout::attempt_work_file(int attempt, const std::string& name) const {
+  return work_root_ + "/attempt_" + std::to_string(attempt) + "/" + name;
+}
+
+std::string RunLayout::published(const std::string& work_path) const {
+  if (work_root_ == root_ || work_path.rfind(work_root_, 0) != 0) return work_path;
+  return root_ + work_path.substr(work_root_.size());
+}
+
 void RunLayout::prepare_attempt(int attempt, int local_world_size) const {
   for (int lr = 0; lr < local_world_size; ++lr) {
     std::error_code ec;
-    fs::create_directories(worker_dir(attempt, lr), ec);
-    if (ec) throw CantCreateError("cannot create " + worker_dir(attempt, lr), ec.value());
+    fs::create_directories(work_dir(attempt, lr), ec);
+    if (ec) throw CantCreateError("cannot create " + work_dir(attempt, lr), ec.value());
+    ::unlink(error_file(attempt, lr).c_str());
   }
 }
 
 void RunLayout::cleanup() const {
-  if (!temporary_ || root_.empty()) return;
+  if (root_.empty()) return;
   std::error_code ec;
+  if (!temporary_) {
+    if (work_root_.empty() || work_root_ == root_) return;
+    copy_tree(work_root_, root_);
+    fs::remove_all(work_root_, ec);
+    return;
+  }
   if (kept_.empty()) {
     fs::remove_all(root_, ec);
     return;

@@ -1,5 +1,6 @@
 #include "common/write_queue.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/signalfd.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <filesystem>
 #include <thread>
 
 #include "common/log.hpp"
@@ -24,6 +26,41 @@ std::uint64_t count_lines(std::string_view s) {
 
 std::shared_ptr<WriteQueue> WriteQueue::create(int fd, Options options) {
   return std::shared_ptr<WriteQueue>(new WriteQueue(fd, std::move(options)));
+}
+
+std::shared_ptr<WriteQueue> WriteQueue::create_file(std::string path, Options options) {
+  options.owns_fd = true;
+  auto queue = create(-1, std::move(options));
+  queue->path_ = std::move(path);
+  return queue;
+}
+
+// In the writer thread, its directories first. O_NONBLOCK: a FIFO planted at the path without a reader fails (ENXIO) instead of
+// holding the thread; the flag is then cleared, so a full pipe or a slow disk is waited on as usual.
+bool WriteQueue::open_file() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // a create that hangs counts as a write that hangs (stalled())
+    writing_ = true;
+    write_started_ = std::chrono::steady_clock::now();
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);  // ENOSPC etc.: open says
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  const int err = errno;
+  if (fd >= 0) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    std::lock_guard<std::mutex> lock(mu_);
+    fd_ = fd;
+    return true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.broken_errno = err;
+    stats_.never_opened = true;
+    drop_queue_locked();
+  }
+  if (options_.on_break) options_.on_break(err, 0, false);
+  return false;
 }
 
 void WriteQueue::start() {
@@ -103,6 +140,7 @@ void WriteQueue::drop_queue_locked() {
 
 void WriteQueue::loop() {
   std::string batch;
+  const bool opened = fd_ >= 0 || open_file();
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -119,7 +157,7 @@ void WriteQueue::loop() {
       write_started_ = std::chrono::steady_clock::now();
     }
     std::uint64_t written = 0;
-    const int err = write_fully(fd_, batch, written);
+    const int err = opened ? write_fully(fd_, batch, written) : 0;  // never opened: every piece was dropped
     bool room = false;
     bool broke = false;
     std::uint64_t total = 0;
@@ -142,13 +180,13 @@ void WriteQueue::loop() {
       }
     }
     // Outside the lock: the callbacks may call back into write() (they post to the agent's loop).
-    if (broke && options_.on_break) options_.on_break(err, total);
+    if (broke && options_.on_break) options_.on_break(err, total, true);
     if (room) {
       std::lock_guard<std::mutex> room_lock(room_mu_);
       if (on_room_) on_room_();
     }
   }
-  if (options_.owns_fd) ::close(fd_);
+  if (options_.owns_fd && fd_ >= 0) ::close(fd_);
   notify_drained();
 }
 

@@ -8,6 +8,10 @@
 //   `on_room` (called from the writer thread once below half of it).
 // - A failed write (EPIPE, EIO, ENOSPC, ...) breaks the queue: what is queued and what comes later is dropped
 //   and counted; `on_break` is called once (from the writer thread) with the errno and the bytes written.
+// - `create_file(path, ...)`: the writer thread itself creates the file before its first write, so that a
+//   file system that hangs or is full never holds the caller in open(2) or mkdir(2) (it makes the
+//   directories too); a file that cannot be created
+//   breaks the queue like a failed write (`on_break` with 0 bytes written, and `stats().never_opened`).
 // - `finish()`: nothing more will come; once the rest is written the fd is closed (if owned) and the thread
 //   ends. A queue that is never finished (the console) lives, with its thread, as long as the process.
 #pragma once
@@ -33,6 +37,7 @@ struct WriteQueueStats {
   std::uint64_t queued_bytes = 0;
   int broken_errno = 0;  // 0: healthy
   bool abandoned = false;
+  bool never_opened = false;  // create_file: the file could not be created (broken_errno says why)
 };
 
 class WriteQueue : public std::enable_shared_from_this<WriteQueue> {
@@ -41,10 +46,14 @@ class WriteQueue : public std::enable_shared_from_this<WriteQueue> {
     std::size_t high_water = 4 << 20;
     int drained_fd = -1;      // an eventfd poked each time the queue becomes empty (-1: none)
     bool owns_fd = false;     // close the fd once finished and written
-    std::function<void(int err, std::uint64_t written_bytes)> on_break;
+    // `opened`: false when create_file's file could not be created at all.
+    std::function<void(int err, std::uint64_t written_bytes, bool opened)> on_break;
   };
 
   static std::shared_ptr<WriteQueue> create(int fd, Options options);
+  // A new file at `path` (O_TRUNC, mode 0644, never following a symbolic link, never waiting for a FIFO's
+  // reader), created by the writer thread; owned and closed by the queue.
+  static std::shared_ptr<WriteQueue> create_file(std::string path, Options options);
   // Starts the writer thread, with every signal blocked in it (the agent's signalfd sees them all).
   void start();
 
@@ -63,10 +72,12 @@ class WriteQueue : public std::enable_shared_from_this<WriteQueue> {
  private:
   WriteQueue(int fd, Options options) : fd_(fd), options_(std::move(options)) {}
   void loop();
+  bool open_file();
   void drop_queue_locked();
   void notify_drained();
 
-  const int fd_;
+  int fd_;  // -1 until the writer thread created `path_`
+  std::string path_;
   const Options options_;
   std::mutex mu_;
   std::condition_variable cv_;

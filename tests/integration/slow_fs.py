@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""A file system whose writes hang while a gate file exists: a hard-mounted NFS whose server stopped answering,
-for tests. A pass-through of BACKING at MOUNTPOINT (FUSE, Debian's python3-fusepy); every write() waits until GATE
-is gone. Runs in the foreground until unmounted (`fusermount3 -u MOUNTPOINT` or `umount -l`).
+"""A file system that hangs while a gate file exists: a hard-mounted NFS whose server stopped answering, for
+tests. A pass-through of BACKING at MOUNTPOINT (FUSE, Debian's python3-fusepy); every write(), mkdir() and
+create() waits until GATE is gone. Runs in the foreground until unmounted (`fusermount3 -u MOUNTPOINT` or
+`umount -l`).
 
     slow_fs.py MOUNTPOINT BACKING GATE
 """
@@ -31,7 +32,12 @@ class Gated(Operations):
     def readdir(self, path, fh):
         return [".", "..", *os.listdir(self.real(path))]
 
+    def wait_for_gate(self):
+        while os.path.exists(self.gate):
+            time.sleep(0.01)
+
     def mkdir(self, path, mode):
+        self.wait_for_gate()
         os.mkdir(self.real(path), mode)
 
     def rmdir(self, path):
@@ -41,6 +47,7 @@ class Gated(Operations):
         os.unlink(self.real(path))
 
     def create(self, path, mode, fi=None):
+        self.wait_for_gate()
         return os.open(self.real(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
 
     def open(self, path, flags):
@@ -53,8 +60,7 @@ class Gated(Operations):
         return os.pread(fh, size, offset)
 
     def write(self, path, data, offset, fh):
-        while os.path.exists(self.gate):
-            time.sleep(0.01)
+        self.wait_for_gate()
         return os.pwrite(fh, data, offset)
 
     def release(self, path, fh):

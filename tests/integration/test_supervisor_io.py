@@ -222,6 +222,41 @@ class HungFileSystem(DdprunTestCase):
         proc.stderr.close()
         self.assertEqual(proc.wait(timeout=30), 3)  # the job's outcome stands
 
+    def test_a_restart_while_the_log_disk_hangs_still_answers_a_signal(self):
+        """The next attempt's log directories and files are made by the files' own threads, the error files
+        live on a local private tree: while mkdir(2) and open(2) hang on the log file system, the restart
+        runs and a SIGTERM still ends the job with its summary at once."""
+        ready, go = self.path("ready"), self.path("go")
+        os.mkdir(ready)
+        proc = subprocess.Popen([DDPRUN, "--nproc-per-node", "2", "--log-dir", self.mnt, "--tee", "3",
+                                 "--max-restarts", "1", WORKER, f"ready={ready}", f"@1:?{go}:waitfile={go}",
+                                 f"@1:?{go}:exit=3", "hang"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=self.env, start_new_session=True)
+        self.wait_for_files([os.path.join(ready, "ready.0"), os.path.join(ready, "ready.1")])
+        with open(self.gate, "w"):
+            pass  # from now on every mkdir, create and write on the log file system hangs
+        with open(go, "w"):
+            pass  # rank 1 exits 3: the job restarts, and attempt_1's log directories cannot be made
+        os.set_blocking(proc.stderr.fileno(), False)
+        err, deadline = b"", time.monotonic() + 10
+        while b"restart" not in err:
+            self.assertLess(time.monotonic(), deadline, f"no restart:\n{err[-2000:]!r}")
+            err += proc.stderr.read() or b""
+            time.sleep(0.01)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while b"ddprun: exit code" not in err:
+            self.assertLess(time.monotonic(), deadline,
+                            f"no summary 5 s after SIGTERM: the loop waits on the hung file system\n{err[-2000:]!r}")
+            err += proc.stderr.read() or b""
+            time.sleep(0.01)
+        self.assertIn(b"SIGTERM", err)
+        os.remove(self.gate)
+        proc.stdout.close()
+        proc.stderr.close()
+        self.assertNotEqual(proc.wait(timeout=30), 0)
+
     def test_an_events_file_on_a_hung_disk_does_not_hold_the_teardown_and_is_whole_after(self):
         events = os.path.join(self.mnt, "events.jsonl")
         proc = self.start_failing_job("--events-file", events)
