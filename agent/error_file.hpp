@@ -1,23 +1,17 @@
-// Reading what a failed worker wrote to TORCHELASTIC_ERROR_FILE. The format is torchelastic's:
-//   {"message": {"message": "ValueError: ...", "extraInfo": {"py_callstack": "...", "timestamp": "..."}}}
-// (or "message" as a plain string). Anything else is shown raw, cut to a readable size.
+// What a failed worker wrote to TORCHELASTIC_ERROR_FILE, shown in the summary: the reader is the one every
+// supervisor shares (common/supervision/error_file.hpp); here, how its Python call stack is cut to size.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
+#include "common/supervision/error_file.hpp"
+
 namespace ddprun::agent {
 
-struct ErrorFileContents {
-  bool present = false;
-  std::string message;    // one line, the exception
-  std::string where;      // call stack or location, may be empty
-  std::string timestamp;  // as written, may be empty
-  std::string raw;        // the file's text (at most 64 KiB)
-};
-
-ErrorFileContents read_error_file(const std::string& path);
+using supervision::ErrorFileContents;
+using supervision::read_error_file;
 
 // The end of a Python traceback (py_callstack): the header, the last `max_frames` frames (each "File ...,
 // line N, in f" with its source line) and the exception, which is what explains a failure; earlier frames

@@ -37,7 +37,7 @@ void append_root_detail(std::ostringstream& out, const WorkerRecord& root, const
             << (t.frames_total == 1 ? " frame" : " frames") << "):\n";
         for (const std::string& line : t.lines) out << "ddprun: | " << line << "\n";
       }
-      if (kept) out << "ddprun: full error file: " << path << "\n";
+      if (kept) out << "ddprun: full error file: " << ctx.shown_path(path) << "\n";
     }
   }
   // No error file: a failure before any handler could write one (an import at start-up) shows on stderr.
@@ -75,7 +75,7 @@ nlohmann::json traceback_json(const SupervisionPolicy& policy, const SummaryCont
   if (!ef.present || ef.where.empty()) return nullptr;
   const TracebackTail t = traceback_tail(ef.where);
   nlohmann::json j{{"frames_total", t.frames_total}, {"frames_shown", t.frames_shown}, {"lines", t.lines}};
-  if (!ctx.log_root.empty()) j["error_file"] = ctx.error_file_of(root->local_rank);
+  if (!ctx.log_root.empty()) j["error_file"] = ctx.shown_path(ctx.error_file_of(root->local_rank));
   return j;
 }
 

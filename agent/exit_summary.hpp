@@ -29,6 +29,8 @@ struct SummaryContext {
   // The last attempt's files of a local rank, to show the root cause's traceback (from its error file) and
   // where the full text is. Unset: no files to read.
   std::function<std::string(int local_rank)> error_file_of;
+  // Where that file is for the user once ddprun ends (with --log-dir: copied into the log tree).
+  std::function<std::string(const std::string& path)> shown_path = [](const std::string& p) { return p; };
   std::function<std::string(int local_rank)> worker_dir_of;
   // The last lines a local rank wrote on stderr (bounded), for failures before any error file could be
   // written (an import at start-up). Unset or empty: none kept.

@@ -134,6 +134,7 @@ int NodeAgent::run() {
   ctx.end_ms = end_ms;
   ctx.log_root = layout_.temporary() ? std::string() : layout_.root();
   ctx.error_file_of = [this](int lr) { return layout_.error_file(world_.restart_count, lr); };
+  ctx.shown_path = [this](const std::string& p) { return layout_.published(p); };
   ctx.worker_dir_of = [this](int lr) { return layout_.worker_dir(world_.restart_count, lr); };
   ctx.stderr_tail_of = [this](int lr) {
     auto it = stderr_tails_.find(lr);

@@ -38,16 +38,17 @@ std::string make_private_dir(const std::string& base, const std::string& name) {
   return buf.data();
 }
 
-// With --log-dir, at the end: the work tree's files (error files, stacks) go where torchrun's layout has
-// them. Best effort: the log tree's file system may be full; what could not be copied stays unnamed.
+// With --log-dir, at the end: the work tree's directories (attempt_N/<local_rank>, as torchrun makes them)
+// and files (error files, stacks) go where torchrun's layout has them. Best effort: the log tree's file
+// system may be full; what could not be copied stays unnamed.
 void copy_tree(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
-    const fs::path target = to / fs::relative(it->path(), from, ec);
-    fs::create_directories(target.parent_path(), ec);
-    fs::copy_file(it->path(), target, fs::copy_options::overwrite_existing, ec);
+    std::error_code one;
+    const fs::path target = to / fs::relative(it->path(), from, one);
+    if (it->is_directory(one)) fs::create_directories(target, one);
+    else if (it->is_regular_file(one)) fs::copy_file(it->path(), target, fs::copy_options::overwrite_existing, one);
   }
 }
 }  // namespace

@@ -10,15 +10,16 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <map>
-#include <sstream>
 
 #include "common/process/ports.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
 #include "common/process/wait_status.hpp"
+#include "common/supervision/error_file.hpp"
+#include "common/supervision/supervision_policy.hpp"
+#include "common/time.hpp"
 #include "worker_sdk/error.hpp"
 #include "worker_sdk/error_file.hpp"
 
@@ -48,29 +49,7 @@ std::vector<std::string> worker_env(const std::map<std::string, std::string>& co
   return env;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Pulls "message" out of torchelastic's error file without a JSON library: the first "message" value
-// that is a string, unescaped enough for a one-line report.
-std::string error_message(const std::string& json) {
-  auto key = json.find("\"message\": \"");
-  if (key == std::string::npos) return {};
-  std::string out;
-  for (size_t i = key + 12; i < json.size() && json[i] != '"'; ++i) {
-    if (json[i] == '\\' && i + 1 < json.size()) {
-      char c = json[++i];
-      out += c == 'n' ? ' ' : c;
-    } else {
-      out += json[i];
-    }
-  }
-  return out;
-}
+namespace sv = ddprun::supervision;
 
 struct Worker {
   int rank = 0;
@@ -79,6 +58,9 @@ struct Worker {
   int pidfd = -1;  // readable once the worker has ended
   std::string error_file;
 };
+
+// The decisions (who is the root cause, which signal, when SIGKILL) are the node agent's own
+// (common/supervision/supervision_policy.hpp); this class only applies them to its processes.
 
 class Supervisor {
  public:
@@ -89,6 +71,7 @@ class Supervisor {
  private:
   void start_all();
   void stop_all(int signal);
+  void apply(const sv::Decision& d);
   void on_exit(pid_t pid, int status);
 
   std::vector<std::string> argv_;
@@ -98,8 +81,8 @@ class Supervisor {
   sigset_t handled_{};
   sigset_t previous_mask_{};
   int signal_fd_ = -1;
-  bool stopping_ = false;
-  int exit_code_ = 0;
+  sv::SupervisionPolicy policy_;
+  bool grace_armed_ = false;
   Clock::time_point kill_at_{};
 };
 
@@ -116,7 +99,7 @@ Supervisor::Supervisor(const std::vector<std::string>& argv, const SpawnOptions&
   // in a multithreaded program (LibTorch starts threads) a process-directed SIGCHLD may be delivered to
   // another thread, where it is discarded, and the supervisor would wait forever.
   sigemptyset(&handled_);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled_, sig);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&handled_, sig);
   ::pthread_sigmask(SIG_BLOCK, &handled_, &previous_mask_);
   signal_fd_ = ::signalfd(-1, &handled_, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd_ < 0) throw Error(std::string("signalfd: ") + std::strerror(errno));
@@ -168,6 +151,7 @@ void Supervisor::start_all() {
       throw Error("spawn: cannot start rank " + std::to_string(rank) + ": " + e.what());
     }
     w.running = true;
+    policy_.add_worker(rank, rank, w.pid, unix_ms());
     w.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, w.pid, 0));
     if (w.pidfd < 0) {
       workers_.push_back(w);
@@ -184,19 +168,30 @@ void Supervisor::stop_all(int signal) {
   }
 }
 
+void Supervisor::apply(const sv::Decision& d) {
+  if (d.signal_all != 0) stop_all(d.signal_all);
+  if (d.arm_grace && !grace_armed_) {
+    grace_armed_ = true;
+    kill_at_ = Clock::now() + options_.term_timeout;
+  }
+}
+
 void Supervisor::on_exit(pid_t pid, int status) {
   for (auto& w : workers_) {
     if (w.pid != pid || !w.running) continue;
     w.running = false;
-    auto st = proc::decode_wait_status(status);
-    if (st.success() || stopping_) return;  // a victim of the teardown is not a root cause
-    exit_code_ = st.shell_code();
-    std::string message = error_message(read_file(w.error_file));
-    std::cerr << "ddprun spawn: rank " << w.rank << " (pid " << pid << ") failed with " << st.describe()
-              << (message.empty() ? "" : ": " + message) << "; stopping the other workers" << std::endl;
-    stopping_ = true;
-    kill_at_ = Clock::now() + options_.term_timeout;
-    stop_all(SIGTERM);
+    const auto st = proc::decode_wait_status(status);
+    if (!st.success()) {
+      const sv::ErrorFileContents ef = sv::read_error_file(w.error_file);
+      if (ef.present) policy_.worker(w.rank).error_message = ef.message;
+    }
+    const sv::Decision d = policy_.on_exit(w.rank, st, unix_ms());
+    const sv::WorkerRecord& r = policy_.worker(w.rank);
+    if (d.teardown_began && r.state == sv::WorkerState::kFailed)
+      std::cerr << "ddprun spawn: rank " << w.rank << " (pid " << pid << ") failed with " << st.describe()
+                << (r.error_message.empty() ? "" : ": " + r.error_message) << "; stopping the other workers"
+                << std::endl;
+    apply(d);
     return;
   }
 }
@@ -211,7 +206,7 @@ int Supervisor::run() {
   };
   while (live()) {
     int timeout_ms = -1;
-    if (stopping_) {
+    if (grace_armed_) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now()).count();
       timeout_ms = left > 0 ? static_cast<int>(left) : 0;
     }
@@ -222,26 +217,20 @@ int Supervisor::run() {
     int rc = ::poll(fds.data(), fds.size(), timeout_ms);
     if (rc < 0 && errno != EINTR) throw Error(std::string("poll: ") + std::strerror(errno));
     if (rc == 0) {  // grace period over
-      stop_all(SIGKILL);
+      apply(policy_.on_grace_expired(unix_ms()));
+      grace_armed_ = false;
       kill_at_ = Clock::now() + std::chrono::hours(1);
       continue;
     }
     signalfd_siginfo info{};
-    while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
-      int sig = static_cast<int>(info.ssi_signo);
-      if (!stopping_) {
-        exit_code_ = 128 + sig;
-        stopping_ = true;
-        kill_at_ = Clock::now() + options_.term_timeout;
-      }
-      stop_all(SIGTERM);
-    }
+    while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info))
+      apply(policy_.on_signal(static_cast<int>(info.ssi_signo), unix_ms()));
     // Reap every child that has ended (escaped orphans re-parented to us included).
     int status = 0;
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) on_exit(pid, status);
   }
-  return exit_code_;
+  return policy_.exit_code();
 }
 
 }  // namespace

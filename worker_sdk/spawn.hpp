@@ -23,8 +23,10 @@ struct SpawnOptions {
 };
 
 // Starts options.nproc copies of `argv` (argv[0] included) as ranks 0..nproc-1 of one job and waits.
-// Returns the job's exit code: 0 when all exit 0, else the first failure's shell code. SIGINT, SIGTERM
-// and SIGHUP received meanwhile are passed on as SIGTERM to every worker. Throws sdk::Error when a worker
+// Returns the job's exit code: 0 when all exit 0, else the first failure's shell code. SIGINT, SIGTERM,
+// SIGHUP and SIGQUIT received meanwhile are passed on to every worker's group as they came (as ddprun and
+// torchrun do), then 128+N; a second SIGINT or SIGQUIT SIGKILLs at once. The rules are ddprun's own
+// (common/supervision/supervision_policy.hpp), and so is the error file's reader. Throws sdk::Error when a worker
 // cannot be started (the ones already started are stopped first).
 int spawn_workers(const std::vector<std::string>& argv, const SpawnOptions& options);
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "agent/error_file.hpp"
+#include "common/supervision/error_file.hpp"
 
 using ddprun::agent::read_error_file;
 
@@ -39,6 +40,24 @@ TEST_CASE("a plain string message and a non-JSON file are both shown") {
   const auto b = write_temp("not json at all");
   CHECK(read_error_file(b).message == "not json at all");
   std::remove(b.c_str());
+}
+
+TEST_CASE("the one reader decodes JSON's escapes and takes torch's other shapes") {
+  using ddprun::supervision::parse_error_file;
+  // torch's @record: a Python traceback with escaped newlines and quotes, a number for the time, other
+  // members (errorTraits) the reader skips.
+  const auto e = parse_error_file(
+      R"({"message": {"message": "RuntimeError: caf\u00e9 \"x\"", "extraInfo": {"py_callstack": "Traceback:\n  File \"t.py\"", )"
+      R"("timestamp": 1700000000}, "errorTraits": {"category": "system_error", "retryability": [1, 2.5, true, null]}}})");
+  CHECK(e.message == "RuntimeError: caf\xc3\xa9 \"x\"");
+  CHECK(e.where == "Traceback:\n  File \"t.py\"");
+  CHECK(e.timestamp == "1700000000");
+  CHECK(parse_error_file(R"({"message": "a \ud83d\ude00 b"})").message == "a \xf0\x9f\x98\x80 b");
+  CHECK(parse_error_file(R"({"message": {"message": "cut)").message == R"({"message": {"message": "cut)");  // raw
+  CHECK(parse_error_file(R"({"message": {"message": "x"}} trailing)").message ==
+        R"({"message": {"message": "x"}} trailing)");
+  const std::string deep(100, '[');
+  CHECK(parse_error_file(deep).message == deep);  // bounded depth: shown raw, never a crash
 }
 
 TEST_CASE("a missing or empty error file is absent") {

@@ -1,6 +1,8 @@
 // Embedded spawn and the error file across processes, and the Fashion-MNIST example as a smoke test.
 // No LibTorch here: the roles only need processes.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -82,6 +84,48 @@ TEST_SUITE("spawn") {
     auto took = since_failure(dir.path());
     CHECK(took >= std::chrono::milliseconds(300));  // the grace was granted
     CHECK(took < std::chrono::seconds(3));
+    for (int pid : pids(dir.path(), 2)) CHECK_FALSE(sdk::test::process_alive(pid));
+  }
+}
+
+namespace {
+char g_signal_note[512];  // where the handler writes the signal's number (set before it is installed)
+
+extern "C" void note_signal(int sig) {
+  const int fd = ::open(g_signal_note, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const char digits[2] = {static_cast<char>('0' + sig / 10), static_cast<char>('0' + sig % 10)};
+  if (fd >= 0) {
+    [[maybe_unused]] const ssize_t n = ::write(fd, digits, 2);
+    ::close(fd);
+  }
+  ::_exit(128 + sig);
+}
+}  // namespace
+
+SDK_TEST_ROLE("note_signal") {
+  std::snprintf(g_signal_note, sizeof g_signal_note, "%s/signal-%s", dir.c_str(), sdk::env_or("RANK", "x").c_str());
+  for (int sig : {SIGINT, SIGTERM}) std::signal(sig, note_signal);
+  write_pid(dir);
+  for (;;) ::pause();
+}
+
+TEST_SUITE("spawn") {
+  TEST_CASE("a signal to the supervisor reaches every worker as it came, and the job exits 128+N") {
+    TempDir dir;
+    std::thread sender([&] {
+      sigset_t all;  // this thread must never take the signal itself: the supervisor's signalfd does
+      sigfillset(&all);
+      ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+      for (int r = 0; r < 2; ++r)
+        for (int i = 0; i < 1000 && ::access((dir.path() + "/pid-" + std::to_string(r)).c_str(), F_OK) != 0; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      ::kill(::getpid(), SIGINT);
+    });
+    const int code = sdk::test::run_ranks("note_signal", 2, dir.path());
+    sender.join();
+    CHECK(code == 128 + SIGINT);
+    for (int r = 0; r < 2; ++r)  // SIGINT, as ddprun and torchrun pass it on (this supervisor once sent SIGTERM)
+      CHECK(sdk::test::read_text(dir.path() + "/signal-" + std::to_string(r)) == "02");
     for (int pid : pids(dir.path(), 2)) CHECK_FALSE(sdk::test::process_alive(pid));
   }
 }

@@ -1,11 +1,19 @@
-#include "agent/supervision_policy.hpp"
+#include "common/supervision/supervision_policy.hpp"
 
 #include <algorithm>
 #include <csignal>
 
-#include "common/error.hpp"
+#include <stdexcept>
+#include <string>
 
-namespace ddprun::agent {
+namespace ddprun::supervision {
+namespace {
+// A caller's bug (a local rank out of order, an exit reported twice): libc-only, so no DDPRUN_CHECK here.
+void require(bool ok, const char* what) {
+  if (!ok) throw std::logic_error(std::string("supervision policy: ") + what);
+}
+}  // namespace
+
 
 const char* to_string(WorkerState state) {
   switch (state) {
@@ -22,7 +30,7 @@ bool is_stop_signal(int signal) {
 }
 
 void SupervisionPolicy::add_worker(int rank, int local_rank, pid_t pid, std::int64_t now_ms) {
-  DDPRUN_CHECK_EQ(static_cast<std::size_t>(local_rank), workers_.size());
+  require(static_cast<std::size_t>(local_rank) == workers_.size(), "workers must be added in local rank order");
   WorkerRecord r;
   r.rank = rank;
   r.local_rank = local_rank;
@@ -32,7 +40,7 @@ void SupervisionPolicy::add_worker(int rank, int local_rank, pid_t pid, std::int
 }
 
 WorkerRecord& SupervisionPolicy::worker(int local_rank) {
-  DDPRUN_CHECK_LT(static_cast<std::size_t>(local_rank), workers_.size());
+  require(local_rank >= 0 && static_cast<std::size_t>(local_rank) < workers_.size(), "no such local rank");
   return workers_[static_cast<std::size_t>(local_rank)];
 }
 
@@ -48,7 +56,7 @@ Decision SupervisionPolicy::begin_teardown(int signal, std::int64_t now_ms) {
 
 Decision SupervisionPolicy::on_exit(int local_rank, const process::ExitStatus& status, std::int64_t now_ms) {
   WorkerRecord& w = worker(local_rank);
-  DDPRUN_CHECK(w.state == WorkerState::kRunning);
+  require(w.state == WorkerState::kRunning, "a worker exited twice");
   w.status = status;
   w.end_ms = now_ms;
   if (status.success()) {
@@ -160,4 +168,4 @@ int SupervisionPolicy::exit_code() const {
   return 0;
 }
 
-}  // namespace ddprun::agent
+}  // namespace ddprun::supervision
