@@ -1,5 +1,6 @@
 // The environment every worker gets (README "Worker environment"): torchrun's variables, plus ddprun's
-// own DDPRUN_* additions. Pure: computes a new environment from the agent's and the world assignment.
+// own DDPRUN_* additions, named in common/contract/worker_contract.hpp. Pure: computes a new environment
+// from the agent's and the world assignment.
 #pragma once
 
 #include <cstddef>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "agent/world.hpp"
+#include "common/contract/worker_contract.hpp"
 
 namespace ddprun::agent {
 
@@ -32,11 +34,7 @@ struct WorkerEnvInputs {
 std::vector<std::string> worker_environment(const std::vector<std::string>& base, const World& world,
                                             const WorkerEnvInputs& inputs);
 
-// The current process's environment as a vector.
-std::vector<std::string> current_environment();
-
-// The value of NAME in an "NAME=value" vector, or `fallback`.
-std::string env_value(const std::vector<std::string>& env, const std::string& name,
-                      const std::string& fallback = "");
+using contract::current_environment;
+using contract::env_value;
 
 }  // namespace ddprun::agent

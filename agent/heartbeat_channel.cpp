@@ -67,18 +67,18 @@ void HeartbeatChannel::clear() {
 }
 
 Beat HeartbeatChannel::read(int local_rank) const {
-  auto* words = reinterpret_cast<std::int64_t*>(base_ + offset_of(local_rank));
+  unsigned char* slot = base_ + offset_of(local_rank);
   Beat b;
   // The time first (acquire pairs with the writer's release): a step read after it is at least as new.
-  b.time_ns = __atomic_load_n(&words[1], __ATOMIC_ACQUIRE);
-  b.step = __atomic_load_n(&words[0], __ATOMIC_RELAXED);
+  b.time_ns = __atomic_load_n(reinterpret_cast<std::int64_t*>(slot + contract::kBeatTimeOffset), __ATOMIC_ACQUIRE);
+  b.step = __atomic_load_n(reinterpret_cast<std::int64_t*>(slot + contract::kBeatStepOffset), __ATOMIC_RELAXED);
   return b;
 }
 
 void HeartbeatChannel::write(void* slot, std::int64_t step, std::int64_t time_ns) {
-  auto* words = static_cast<std::int64_t*>(slot);
-  __atomic_store_n(&words[0], step, __ATOMIC_RELAXED);
-  __atomic_store_n(&words[1], time_ns, __ATOMIC_RELEASE);
+  auto* bytes = static_cast<unsigned char*>(slot);
+  __atomic_store_n(reinterpret_cast<std::int64_t*>(bytes + contract::kBeatStepOffset), step, __ATOMIC_RELAXED);
+  __atomic_store_n(reinterpret_cast<std::int64_t*>(bytes + contract::kBeatTimeOffset), time_ns, __ATOMIC_RELEASE);
 }
 
 }  // namespace ddprun::agent

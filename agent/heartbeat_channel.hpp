@@ -5,7 +5,7 @@
 // Each worker inherits the memfd and finds its slot through two variables (README "Hang detection"):
 //   DDPRUN_HEARTBEAT_FD      the descriptor to mmap (MAP_SHARED, read-write)
 //   DDPRUN_HEARTBEAT_OFFSET  the byte offset of its slot (64 * LOCAL_RANK)
-// Slot layout, little-endian on every Linux ddprun supports, each field 8-byte aligned:
+// Slot layout (common/contract/worker_contract.hpp, the one definition), native-endian, 8-byte aligned:
 //   +0  int64 step      the training step of the last beat (-1: none given)
 //   +8  int64 time_ns   CLOCK_MONOTONIC in nanoseconds at the last beat; 0: never beat. Written last.
 // Why shared memory and not a socket: docs/DESIGN-NOTES.md "Hang detection".
@@ -14,9 +14,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/contract/worker_contract.hpp"
+
 namespace ddprun::agent {
 
-inline constexpr std::size_t kHeartbeatSlotBytes = 64;  // one cache line: workers never share a line
+using contract::kHeartbeatSlotBytes;
 
 struct Beat {
   std::int64_t step = -1;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "agent/env_contract.hpp"
+#include "common/contract/worker_contract.hpp"
 #include "agent/line_framer.hpp"
 #include "agent/run_layout.hpp"
 #include "common/error.hpp"
@@ -161,8 +162,8 @@ std::vector<OptionNames> option_table(const CLI::App& app) {
 
 int resolve_nproc(const std::string& text, const std::vector<std::string>& env, std::vector<std::string>& notes) {
   if (text == "auto" || text == "gpu" || text == "cpu") {
-    const std::string cvd = agent::env_value(env, "CUDA_VISIBLE_DEVICES", "");
-    const bool cvd_set = agent::env_value(env, "CUDA_VISIBLE_DEVICES", "\x01") != "\x01";
+    const std::string cvd = contract::env_value(env, "CUDA_VISIBLE_DEVICES", "");
+    const bool cvd_set = contract::env_value(env, "CUDA_VISIBLE_DEVICES", "\x01") != "\x01";
     const int gpus = text == "cpu" ? 0 : visible_gpu_count(cvd, cvd_set);
     if (gpus > 0) return gpus;
     // As torchrun: gpu asks for GPUs, so none is an error; auto settles for the CPUs.
@@ -184,7 +185,7 @@ int resolve_nproc(const std::string& text, const std::vector<std::string>& env, 
 
 LogLevel resolve_log_level(const RawOptions& o, const std::vector<std::string>& env) {
   LogLevel level = LogLevel::kInfo;
-  const std::string from_env = agent::env_value(env, "DDPRUN_LOG_LEVEL", "");
+  const std::string from_env = contract::env_value(env, "DDPRUN_LOG_LEVEL", "");
   if (!from_env.empty() && !parse_log_level(from_env, level))
     throw UsageError("DDPRUN_LOG_LEVEL must be debug, info, warning, error or off, got '" + from_env + "'",
                      kExitUsage);
@@ -301,7 +302,7 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   }
   apply_slurm_topology(o.topo, app.count("--nnodes") > 0, app.count("--rdzv-port") > 0, env, result.notes);
   cfg.step_signals_reach_workers = slurm_signals_reach_workers(env);
-  cfg.preemption_exit = !agent::env_value(env, "SLURM_JOB_ID", "").empty();
+  cfg.preemption_exit = !contract::env_value(env, "SLURM_JOB_ID", "").empty();
   // Ports last (below): picking a MASTER_PORT touches the system.
   w.role = o.role;
   if (!valid_name(w.role))

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "agent/env_contract.hpp"
+#include "common/contract/worker_contract.hpp"
 #include "agent/node_agent.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -21,7 +22,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   launcher::CommandLine cmd;
   try {
-    cmd = launcher::parse_command_line(args, agent::current_environment());
+    cmd = launcher::parse_command_line(args, contract::current_environment());
   } catch (const UsageError& e) {
     write_all(2, std::string("ddprun: error: ") + e.what() + "\n");
     return e.exit_code();

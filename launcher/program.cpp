@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "agent/env_contract.hpp"
+#include "common/contract/worker_contract.hpp"
 #include "common/error.hpp"
 #include "common/process/spawn.hpp"
 #include "launcher/exit_codes.hpp"
@@ -58,7 +59,7 @@ void resolve_worker_command(const std::vector<std::string>& command, bool module
   }
   // torchrun runs sys.executable, the Python that runs torchrun (and so has torch); ddprun has no such
   // Python of its own and runs python3 from PATH, which may be a shim without torch: say which one.
-  const std::string exec = agent::env_value(env, "PYTHON_EXEC", "");
+  const std::string exec = contract::env_value(env, "PYTHON_EXEC", "");
   const std::string interpreter = exec.empty() ? "python3" : exec;
   cfg.program = checked_executable(interpreter, "Python interpreter (PYTHON_EXEC)", env);
   cfg.python = describe_interpreter(cfg.program);

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <fstream>
 
-#include "agent/env_contract.hpp"
+#include "common/contract/worker_contract.hpp"
 #include "common/error.hpp"
 #include "launcher/exit_codes.hpp"
 #include "launcher/hostlist.hpp"
@@ -20,7 +20,7 @@ constexpr const char* kOneTaskAdvice = "start one ddprun per node: srun --ntasks
 }
 
 int int_variable(const std::vector<std::string>& env, const std::string& name, int lo) {
-  const std::string value = agent::env_value(env, name, "");
+  const std::string value = contract::env_value(env, name, "");
   int n = 0;
   if (!parse_int_strict(value, n) || n < lo) bad_variable(name, value, "expected an integer >= " + std::to_string(lo));
   return n;
@@ -42,9 +42,9 @@ int most_tasks_on_a_node(const std::string& text) {
 }
 
 void refuse_several_tasks_per_node(const std::vector<std::string>& env, int nnodes) {
-  const std::string localid = agent::env_value(env, "SLURM_LOCALID", "0");
-  const std::string per_node = agent::env_value(env, "SLURM_STEP_TASKS_PER_NODE", "");
-  const std::string ntasks = agent::env_value(env, "SLURM_STEP_NUM_TASKS", agent::env_value(env, "SLURM_NTASKS", ""));
+  const std::string localid = contract::env_value(env, "SLURM_LOCALID", "0");
+  const std::string per_node = contract::env_value(env, "SLURM_STEP_TASKS_PER_NODE", "");
+  const std::string ntasks = contract::env_value(env, "SLURM_STEP_NUM_TASKS", contract::env_value(env, "SLURM_NTASKS", ""));
   int tasks = 0;
   const bool several = localid != "0" || most_tasks_on_a_node(per_node) > 1 ||
                        (parse_int_strict(ntasks, tasks) && tasks > nnodes);
@@ -60,7 +60,7 @@ void refuse_several_tasks_per_node(const std::vector<std::string>& env, int nnod
 int step_node_index(const std::vector<std::string>& env, const std::vector<std::string>& hosts,
                     const std::string& list_var, const std::string& list) {
   const int node_id = int_variable(env, "SLURM_NODEID", 0);
-  const std::string name = agent::env_value(env, "SLURMD_NODENAME", "");
+  const std::string name = contract::env_value(env, "SLURMD_NODENAME", "");
   if (name.empty()) {
     if (node_id >= static_cast<int>(hosts.size()))
       bad_variable("SLURM_NODEID", std::to_string(node_id), "beyond " + list_var + "='" + list + "'");
@@ -92,23 +92,23 @@ std::string proctrack_type(const std::string& conf_path) {
 }  // namespace
 
 bool slurm_signals_reach_workers(const std::vector<std::string>& env) {
-  if (agent::env_value(env, "SLURM_STEP_ID", "").empty()) return false;
-  const std::string type = proctrack_type(agent::env_value(env, "SLURM_CONF", "/etc/slurm/slurm.conf"));
+  if (contract::env_value(env, "SLURM_STEP_ID", "").empty()) return false;
+  const std::string type = proctrack_type(contract::env_value(env, "SLURM_CONF", "/etc/slurm/slurm.conf"));
   return type != "proctrack/pgid";  // unknown: SLURM's default, cgroup
 }
 
 bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_given,
                           const std::vector<std::string>& env, std::vector<std::string>& notes) {
-  const std::string job_text = agent::env_value(env, "SLURM_JOB_ID", "");
+  const std::string job_text = contract::env_value(env, "SLURM_JOB_ID", "");
   if (job_text.empty()) return false;
   if (nnodes_given || o.node_rank_given || !o.master_addr.empty() || !o.rdzv_endpoint.empty() || o.standalone)
     return false;  // the user said where this node stands: SLURM's view is not needed
   const int job = int_variable(env, "SLURM_JOB_ID", 0);
   int step = 0;
-  if (!parse_int_strict(agent::env_value(env, "SLURM_STEP_ID", ""), step) || step < 0) {
+  if (!parse_int_strict(contract::env_value(env, "SLURM_STEP_ID", ""), step) || step < 0) {
     // The batch script or an salloc shell (no SLURM_STEP_ID in 22.05), or one of SLURM's special steps (batch,
     // extern: ids near 2^32, or names): one process on one node of the allocation.
-    const std::string job_nodes = agent::env_value(env, "SLURM_JOB_NUM_NODES", agent::env_value(env, "SLURM_NNODES", "1"));
+    const std::string job_nodes = contract::env_value(env, "SLURM_JOB_NUM_NODES", contract::env_value(env, "SLURM_NNODES", "1"));
     int n = 1;
     if (parse_int_strict(job_nodes, n) && n <= 1) return false;  // a one-node job: a local run is all there is
     throw UsageError("ddprun runs in SLURM job " + job_text + " of " + job_nodes + " nodes but outside a job step "
@@ -116,14 +116,14 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
                          "workers on this node only; " + kOneTaskAdvice + " (or --standalone for one node)",
                      kExitUsage);
   }
-  const std::string count_var = agent::env_value(env, "SLURM_STEP_NUM_NODES", "").empty() ? "SLURM_NNODES"
+  const std::string count_var = contract::env_value(env, "SLURM_STEP_NUM_NODES", "").empty() ? "SLURM_NNODES"
                                                                                           : "SLURM_STEP_NUM_NODES";
   const int nnodes = int_variable(env, count_var, 1);
   refuse_several_tasks_per_node(env, nnodes);
   if (nnodes == 1) return false;
 
   const std::string list_var = "SLURM_STEP_NODELIST";
-  const std::string list = agent::env_value(env, list_var, "");
+  const std::string list = contract::env_value(env, list_var, "");
   std::vector<std::string> hosts;
   try {
     hosts = expand_hostlist(list);
@@ -147,7 +147,7 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
   o.master_addr = host0;
   if (o.run_id == "none" && o.rdzv_id.empty()) o.run_id = "slurm-" + job_text;
   if (!rdzv_port_given) o.rdzv_port = std::to_string(29400 + job % 1000);
-  notes.push_back("SLURM job " + job_text + " step " + agent::env_value(env, "SLURM_STEP_ID", "") + ": node " +
+  notes.push_back("SLURM job " + job_text + " step " + contract::env_value(env, "SLURM_STEP_ID", "") + ": node " +
                   o.node_rank + " of " + o.nnodes + " (" + list + "), rendezvous at " + host0 + ":" + o.rdzv_port);
   return true;
 }

@@ -1,6 +1,7 @@
 #include "launcher/topology.hpp"
 
 #include "agent/env_contract.hpp"
+#include "common/contract/worker_contract.hpp"
 #include "common/error.hpp"
 #include "launcher/exit_codes.hpp"
 #include "launcher/option_values.hpp"
@@ -31,7 +32,7 @@ std::string resolve_token(const TopologyOptions& o, const std::vector<std::strin
       throw UsageError(std::string("--rdzv-token-file: ") + e.what(), kExitNoInput);
     }
   }
-  const std::string from_env = agent::env_value(env, "DDPRUN_TOKEN", "");
+  const std::string from_env = contract::env_value(env, "DDPRUN_TOKEN", "");
   if (!from_env.empty()) return from_env;
   // One node: nobody else needs to know the token, so it is a fresh random one.
   if (local_only) return rendezvous::generate_token();
@@ -48,8 +49,8 @@ agent::MungeUse resolve_munge_use(const std::string& mode, const std::vector<std
   if (mode == "munge") return agent::MungeUse::kYes;
   if (mode != "auto")
     throw UsageError("--rdzv-auth must be auto, munge or token, got '" + mode + "'", kExitUsage);
-  const bool in_slurm_step = !agent::env_value(env, "SLURM_JOB_ID", "").empty() &&
-                             !agent::env_value(env, "SLURM_STEP_ID", "").empty();
+  const bool in_slurm_step = !contract::env_value(env, "SLURM_JOB_ID", "").empty() &&
+                             !contract::env_value(env, "SLURM_STEP_ID", "").empty();
   return in_slurm_step && !local_only ? agent::MungeUse::kIfAvailable : agent::MungeUse::kNo;
 }
 
@@ -161,7 +162,7 @@ void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& 
   const bool local_only = nnodes == 1 && !dynamic;
   r.munge = resolve_munge_use(o.rdzv_auth, env, local_only);
   r.token = resolve_token(o, env, local_only, w.run_id, r.munge != agent::MungeUse::kNo, notes);
-  r.munge_socket = agent::env_value(env, "DDPRUN_MUNGE_SOCKET", "");
+  r.munge_socket = contract::env_value(env, "DDPRUN_MUNGE_SOCKET", "");
   if (local_only) {
     // One node: an in-process server on loopback, a free port, ranks as given.
     r.hosting = agent::Hosting::kYes;

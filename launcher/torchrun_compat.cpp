@@ -2,7 +2,7 @@
 
 #include <cctype>
 
-#include "agent/env_contract.hpp"
+#include "common/contract/worker_contract.hpp"
 #include "common/error.hpp"
 #include "launcher/exit_codes.hpp"
 #include "launcher/option_values.hpp"
@@ -90,7 +90,7 @@ std::vector<std::string> options_from_pet_env(const std::vector<std::string>& en
   std::vector<std::string> words;
   for (const PetOption& p : kPetOptions) {
     const std::string var = pet_name(p.torchrun);
-    const std::string value = agent::env_value(env, var, "");
+    const std::string value = contract::env_value(env, var, "");
     if (value.empty() || given.count(p.ddprun)) continue;  // unset, or the command line wins
     int on = 0;
     if (p.flag && !parse_int_strict(value, on))

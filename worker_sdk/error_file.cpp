@@ -11,6 +11,7 @@
 #include <iostream>
 #include <memory>
 
+#include "common/contract/worker_contract.hpp"
 #include "worker_sdk/error.hpp"
 #include "worker_sdk/world.hpp"
 
@@ -81,8 +82,11 @@ ErrorRecord describe_exception(const std::exception_ptr& error) {
 }
 
 std::string error_json(const ErrorRecord& record) {
-  return "{\"message\": {\"message\": \"" + json_escape(record.type + ": " + record.message) +
-         "\", \"extraInfo\": {\"py_callstack\": \"" + json_escape(record.where) + "\", \"timestamp\": \"" +
+  namespace c = ddprun::contract;
+  const auto key = [](const char* name) { return std::string("\"") + name + "\": "; };
+  return "{" + key(c::kErrorMessageKey) + "{" + key(c::kErrorMessageKey) + "\"" +
+         json_escape(record.type + ": " + record.message) + "\", " + key(c::kErrorExtraInfoKey) + "{" +
+         key(c::kErrorCallstackKey) + "\"" + json_escape(record.where) + "\", " + key(c::kErrorTimestampKey) + "\"" +
          std::to_string(record.timestamp) + "\"}}}\n";
 }
 

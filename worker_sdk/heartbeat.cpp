@@ -6,15 +6,18 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "common/contract/worker_contract.hpp"
+
 namespace ddprun::sdk {
 namespace {
-// The worker's slot: int64 step at +0, int64 CLOCK_MONOTONIC nanoseconds at +8, written last. Mapped once,
+// The worker's slot (common/contract/worker_contract.hpp): int64 step, then int64 CLOCK_MONOTONIC nanoseconds,
+// written last. Mapped once,
 // on the first beat (a function-local static: thread-safe), never unmapped: a beat may come from any
 // thread until the process ends.
 std::int64_t* slot() {
   static std::int64_t* const mapped = []() -> std::int64_t* {
-    const char* fd = std::getenv("DDPRUN_HEARTBEAT_FD");
-    const char* off = std::getenv("DDPRUN_HEARTBEAT_OFFSET");
+    const char* fd = std::getenv(contract::kHeartbeatFd);
+    const char* off = std::getenv(contract::kHeartbeatOffset);
     if (!fd || !off) return nullptr;
     const long offset = std::atol(off);
     const long page = ::sysconf(_SC_PAGESIZE);
@@ -30,14 +33,15 @@ std::int64_t* slot() {
 void store_time(std::int64_t* s) {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  __atomic_store_n(&s[1], static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec, __ATOMIC_RELEASE);
+  __atomic_store_n(&s[contract::kBeatTimeOffset / 8], static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec,
+                   __ATOMIC_RELEASE);
 }
 }  // namespace
 
 void heartbeat(std::int64_t step) {
   std::int64_t* s = slot();
   if (!s) return;
-  __atomic_store_n(&s[0], step, __ATOMIC_RELAXED);
+  __atomic_store_n(&s[contract::kBeatStepOffset / 8], step, __ATOMIC_RELAXED);
   store_time(s);
 }
 

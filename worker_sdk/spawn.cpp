@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 
+#include "common/contract/worker_contract.hpp"
 #include "common/process/ports.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
@@ -130,14 +131,14 @@ void Supervisor::start_all() {
     Worker w;
     w.rank = rank;
     w.error_file = tmp_dir_ + "/error-" + std::to_string(rank) + ".json";
+    namespace c = ddprun::contract;
     std::map<std::string, std::string> contract = {
-        {"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(rank)}, {"WORLD_SIZE", n},
-        {"LOCAL_WORLD_SIZE", n}, {"GROUP_RANK", "0"}, {"GROUP_WORLD_SIZE", "1"},
-        {"ROLE_RANK", std::to_string(rank)}, {"ROLE_NAME", "default"}, {"ROLE_WORLD_SIZE", n},
-        {"MASTER_ADDR", options_.master_addr}, {"MASTER_PORT", std::to_string(options_.master_port)},
-        {"TORCHELASTIC_RESTART_COUNT", "0"}, {"TORCHELASTIC_MAX_RESTARTS", "0"},
-        {"TORCHELASTIC_RUN_ID", "embedded-" + std::to_string(::getpid())},
-        {"TORCHELASTIC_ERROR_FILE", w.error_file}, {"DDPRUN_EMBEDDED", "1"}};
+        {c::kRank, std::to_string(rank)}, {c::kLocalRank, std::to_string(rank)}, {c::kWorldSize, n},
+        {c::kLocalWorldSize, n}, {c::kGroupRank, "0"}, {c::kGroupWorldSize, "1"},
+        {c::kRoleRank, std::to_string(rank)}, {c::kRoleName, "default"}, {c::kRoleWorldSize, n},
+        {c::kMasterAddr, options_.master_addr}, {c::kMasterPort, std::to_string(options_.master_port)},
+        {c::kRestartCount, "0"}, {c::kMaxRestarts, "0"}, {c::kRunId, "embedded-" + std::to_string(::getpid())},
+        {c::kErrorFile, w.error_file}, {c::kEmbedded, "1"}};
     if (options_.nproc > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) contract["OMP_NUM_THREADS"] = "1";
     proc::SpawnOptions so;
     so.program = options_.program;

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "common/contract/worker_contract.hpp"
 #include "worker_sdk/error.hpp"
 
 namespace ddprun::sdk {
@@ -50,20 +51,20 @@ std::string env_or(const char* name, const std::string& fallback) {
 }
 
 bool WorldInfo::present_in_env() {
-  return std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr;
+  return std::getenv(contract::kRank) != nullptr && std::getenv(contract::kWorldSize) != nullptr;
 }
 
 WorldInfo WorldInfo::from_env() {
   WorldInfo w;
-  w.rank = to_int("RANK", require("RANK"), 0);
-  w.world_size = to_int("WORLD_SIZE", require("WORLD_SIZE"), 1);
-  w.local_rank = to_int("LOCAL_RANK", require("LOCAL_RANK"), 0);
-  w.local_world_size = to_int("LOCAL_WORLD_SIZE", require("LOCAL_WORLD_SIZE"), 1);
-  w.master_addr = require("MASTER_ADDR");
-  w.master_port = to_int("MASTER_PORT", require("MASTER_PORT"), 1);
-  w.node_rank = int_or("GROUP_RANK", 0, 0);
-  w.restart_count = int_or("TORCHELASTIC_RESTART_COUNT", 0, 0);
-  w.error_file = env_or("TORCHELASTIC_ERROR_FILE", "");
+  w.rank = to_int(contract::kRank, require(contract::kRank), 0);
+  w.world_size = to_int(contract::kWorldSize, require(contract::kWorldSize), 1);
+  w.local_rank = to_int(contract::kLocalRank, require(contract::kLocalRank), 0);
+  w.local_world_size = to_int(contract::kLocalWorldSize, require(contract::kLocalWorldSize), 1);
+  w.master_addr = require(contract::kMasterAddr);
+  w.master_port = to_int(contract::kMasterPort, require(contract::kMasterPort), 1);
+  w.node_rank = int_or(contract::kGroupRank, 0, 0);
+  w.restart_count = int_or(contract::kRestartCount, 0, 0);
+  w.error_file = env_or(contract::kErrorFile, "");
   if (w.rank >= w.world_size) {
     throw Error("RANK=" + std::to_string(w.rank) + " is not below WORLD_SIZE=" + std::to_string(w.world_size));
   }

@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 
+#include "common/contract/worker_contract.hpp"
+
 namespace ddprun::supervision {
 namespace {
 constexpr std::size_t kMaxBytes = 64 * 1024;
@@ -175,13 +177,13 @@ ErrorFileContents parse_error_file(std::string text) {
   out.present = true;
   Value root;
   if (Parser(out.raw).document(root) && root.kind == Value::Kind::kObject) {
-    if (const Value* m = root.member("message")) {
+    if (const Value* m = root.member(contract::kErrorMessageKey)) {
       if (m->kind == Value::Kind::kObject) {
-        if (const Value* text_of = m->member("message")) out.message = text_of->text;
-        const Value* extra = m->member("extraInfo");
+        if (const Value* text_of = m->member(contract::kErrorMessageKey)) out.message = text_of->text;
+        const Value* extra = m->member(contract::kErrorExtraInfoKey);
         if (extra != nullptr && extra->kind == Value::Kind::kObject) {
-          if (const Value* stack = extra->member("py_callstack")) out.where = stack->text;
-          if (const Value* ts = extra->member("timestamp")) out.timestamp = ts->text;
+          if (const Value* stack = extra->member(contract::kErrorCallstackKey)) out.where = stack->text;
+          if (const Value* ts = extra->member(contract::kErrorTimestampKey)) out.timestamp = ts->text;
         }
       } else {
         out.message = m->text;

@@ -1,0 +1,79 @@
+// The job's contract with its workers, in one place: every side includes this header (the agent that sets
+// it up, the worker SDK and the embedded spawn that read it, the launcher, the tests) and the Python helper
+// (python/ddprun_heartbeat.py) is checked against it (tests/integration/test_contract.py, through
+// tests/bin/contract_dump). Header-only, no dependency but the C++ library. README "Worker environment",
+// "Hang detection" and "Exit codes" (common/exit_codes.hpp) say the same for users.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+extern "C" char** environ;  // as <unistd.h> declares it (with _GNU_SOURCE)
+
+namespace ddprun::contract {
+
+// torchrun's variables, the same names and meanings.
+inline constexpr const char* kRank = "RANK";
+inline constexpr const char* kLocalRank = "LOCAL_RANK";
+inline constexpr const char* kWorldSize = "WORLD_SIZE";
+inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE";
+inline constexpr const char* kGroupRank = "GROUP_RANK";
+inline constexpr const char* kGroupWorldSize = "GROUP_WORLD_SIZE";
+inline constexpr const char* kRoleRank = "ROLE_RANK";
+inline constexpr const char* kRoleName = "ROLE_NAME";
+inline constexpr const char* kRoleWorldSize = "ROLE_WORLD_SIZE";
+inline constexpr const char* kMasterAddr = "MASTER_ADDR";
+inline constexpr const char* kMasterPort = "MASTER_PORT";
+inline constexpr const char* kRestartCount = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr const char* kMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr const char* kRunId = "TORCHELASTIC_RUN_ID";
+inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
+inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
+
+// ddprun's additions.
+inline constexpr const char* kAgentPid = "DDPRUN_AGENT_PID";
+inline constexpr const char* kVersion = "DDPRUN_VERSION";
+inline constexpr const char* kJobTag = "DDPRUN_JOB_TAG";    // the job guard's mark (common/process/job_guard.hpp)
+inline constexpr const char* kJobTags = "DDPRUN_JOB_TAGS";  // enclosing jobs' tags, then this one's
+inline constexpr const char* kConsoleTty = "DDPRUN_CONSOLE_TTY";
+inline constexpr const char* kHeartbeatFd = "DDPRUN_HEARTBEAT_FD";          // --hang-timeout only
+inline constexpr const char* kHeartbeatOffset = "DDPRUN_HEARTBEAT_OFFSET";  // the worker's slot, in bytes
+inline constexpr const char* kStacksFile = "DDPRUN_STACKS_FILE";            // faulthandler writes here
+inline constexpr const char* kStacksSignal = "DDPRUN_STACKS_SIGNAL";        // ... on this signal
+inline constexpr const char* kEmbedded = "DDPRUN_EMBEDDED";  // started by the SDK's embedded spawn
+// Never in a worker's environment: the rendezvous secret stays with ddprun.
+inline constexpr const char* kToken = "DDPRUN_TOKEN";
+
+// The heartbeat channel: one shared page, a slot per local rank at kHeartbeatSlotBytes * LOCAL_RANK. In a
+// slot, native-endian int64s: the step at +0 (-1: none given), CLOCK_MONOTONIC nanoseconds at +8 (0: never
+// beat), the time written last.
+inline constexpr std::size_t kHeartbeatSlotBytes = 64;  // one cache line: workers never share a line
+inline constexpr std::size_t kBeatStepOffset = 0;
+inline constexpr std::size_t kBeatTimeOffset = 8;
+
+// The error file (torchelastic's format; common/supervision/error_file.hpp reads it):
+//   {"message": {"message": "<Type>: <text>", "extraInfo": {"py_callstack": "...", "timestamp": "<unix s>"}}}
+inline constexpr const char* kErrorMessageKey = "message";
+inline constexpr const char* kErrorExtraInfoKey = "extraInfo";
+inline constexpr const char* kErrorCallstackKey = "py_callstack";
+inline constexpr const char* kErrorTimestampKey = "timestamp";
+
+// This process's environment as "NAME=value" entries (what env_value reads; main passes it on explicitly,
+// so that parsing and the worker environment stay pure functions of their inputs).
+inline std::vector<std::string> current_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
+  return env;
+}
+
+// The value of NAME in an environment given as "NAME=value" entries, or `fallback`.
+inline std::string env_value(const std::vector<std::string>& env, std::string_view name, const std::string& fallback = "") {
+  for (const auto& e : env)
+    if (e.size() > name.size() && e[name.size()] == '=' && std::string_view(e).substr(0, name.size()) == name)
+      return e.substr(name.size() + 1);
+  return fallback;
+}
+
+}  // namespace ddprun::contract

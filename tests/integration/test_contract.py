@@ -1,0 +1,80 @@
+"""The job's contract (common/contract/worker_contract.hpp, dumped as JSON by tests/bin/contract_dump) against the
+sides that cannot include it: the Python helper (python/ddprun_heartbeat.py) and a real worker's environment."""
+import json
+import mmap
+import os
+import re
+import subprocess
+import sys
+import time
+import unittest
+
+from harness import DdprunTestCase, WORKER
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HELPER = os.path.join(HERE, "../../python/ddprun_heartbeat.py")
+CONTRACT_DUMP = os.environ.get("CONTRACT_DUMP", os.path.join(HERE, "../../build/tests/bin/contract_dump"))
+
+
+def contract():
+    return json.loads(subprocess.run([CONTRACT_DUMP], check=True, capture_output=True).stdout)
+
+
+class Contract(DdprunTestCase):
+    def setUp(self):
+        super().setUp()
+        self.c = contract()
+
+    def test_every_variable_the_python_helper_reads_is_in_the_contract(self):
+        with open(HELPER) as f:
+            source = f.read()
+        read = set(re.findall(r'os\.environ(?:\.get\(|\[)"([A-Z_]+)"', source))
+        self.assertTrue(read, "the helper reads no variable: the pattern is out of date")
+        self.assertEqual(read - set(self.c["worker_env"]), set())
+
+    def test_the_python_helper_beats_into_the_contract_slot_layout(self):
+        hb = self.c["heartbeat"]
+        fd = os.memfd_create("contract-test")
+        try:
+            os.ftruncate(fd, 4096)
+            slot = 3 * hb["slot_bytes"]  # local rank 3's slot
+            code = (f"import sys; sys.path.insert(0, {os.path.dirname(HELPER)!r}); import ddprun_heartbeat; "
+                    "ddprun_heartbeat.beat(41)")
+            env = dict(os.environ, DDPRUN_HEARTBEAT_FD=str(fd), DDPRUN_HEARTBEAT_OFFSET=str(slot))
+            before = time.monotonic_ns()
+            subprocess.run([sys.executable, "-c", code], env=env, check=True, pass_fds=(fd,))
+            after = time.monotonic_ns()
+            page = mmap.mmap(fd, 4096)
+            step = int.from_bytes(page[slot + hb["step_offset"]:slot + hb["step_offset"] + 8], sys.byteorder, signed=True)
+            stamp = int.from_bytes(page[slot + hb["time_offset"]:slot + hb["time_offset"] + 8], sys.byteorder, signed=True)
+            page.close()
+        finally:
+            os.close(fd)
+        self.assertEqual(step, 41)
+        self.assertTrue(before <= stamp <= after, (before, stamp, after))
+
+    def test_a_worker_under_ddprun_gets_exactly_the_contract(self):
+        names = self.c["worker_env"] + self.c["never_in_worker_env"] + self.c["embedded_only"]
+        r = self.worker(*[f"env={n}" for n in names], nproc=2, extra=("--hang-timeout", "30"))
+        self.assertEqual(r.code, 0, r)
+        seen = {}
+        for line in r.stdout.decode().splitlines():
+            prefix, _, kv = line.partition(": ")
+            seen.setdefault(prefix, []).append(kv)
+        self.assertEqual(len(seen), 2, r)
+        absent = set(self.c["never_in_worker_env"] + self.c["embedded_only"] + ["DDPRUN_CONSOLE_TTY"])  # not a tty here
+        for lines in seen.values():
+            for n, kv in zip(names, lines):
+                if n in absent:
+                    self.assertEqual(kv, f"{n} unset")
+                else:
+                    self.assertTrue(kv.startswith(f"{n}="), kv)
+
+    def test_the_error_file_keys_are_torchelastics(self):
+        # What torch's @record writes (torch/distributed/elastic/multiprocessing/errors): the contract must not drift.
+        self.assertEqual(self.c["error_file"], {"message": "message", "extra_info": "extraInfo",
+                                                "callstack": "py_callstack", "timestamp": "timestamp"})
+
+
+if __name__ == "__main__":
+    unittest.main()
