@@ -9,6 +9,7 @@
 
 #include "agent/world.hpp"
 #include "common/log.hpp"
+#include "rendezvous/job_config.hpp"
 
 namespace ddprun::agent {
 
@@ -51,24 +52,18 @@ enum class MungeUse {
 };
 
 struct RendezvousConfig {
+  // The job-wide settings (run id, token, node counts, timeouts, restarts): one value from the command line
+  // to the server, checked once by rendezvous::validate (rendezvous/job_config.cpp). The rest is how this
+  // node takes part.
+  rendezvous::JobConfig job;
   Hosting hosting = Hosting::kYes;
   std::string bind_address = "127.0.0.1";  // where a hosted server listens
   std::string server_host = "127.0.0.1";   // where this node's client connects
   int server_port = 0;                      // 0: a free port (hosted server only)
-  std::string token;
-  MungeUse munge = MungeUse::kNo;
-  std::string munge_socket;  // DDPRUN_MUNGE_SOCKET; "" = libmunge's default
-  bool static_node_ranks = true;
+  MungeUse munge = MungeUse::kNo;           // job.require_munge follows from it where this node hosts
   std::optional<int> node_rank;  // static mode only
-  int nnodes = 1;                // the most nodes (--nnodes N, or MAX of an elastic MIN:MAX)
-  int min_nodes = 1;             // MIN of an elastic MIN:MAX; else nnodes
-  std::chrono::milliseconds last_call{30'000};  // elastic: how long to wait for more nodes once MIN joined
   std::string local_addr;        // how the other nodes reach this one (join.address); empty: as the server sees it
   int master_port = 0;           // MASTER_PORT offered if this node becomes node 0; 0: picked by the client
-  std::chrono::milliseconds join_timeout{900'000};
-  std::chrono::milliseconds heartbeat_interval{1000};
-  std::chrono::milliseconds heartbeat_timeout{15000};
-  int max_restarts = 0;
 };
 
 struct AgentConfig {

@@ -106,7 +106,7 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   // needs"), or, to a node that left an elastic job, that the others go on without it.
   const bool ours = order.root_cause.node_rank == world_.node_rank && (policy_.root_cause() || policy_.stop_signal());
   if (!ours) log_.error("job stopped: ", cause.text, order.reason.empty() ? "" : " (" + order.reason + ")");
-  else if (!order.reason.empty() && config_.rdzv.min_nodes < config_.rdzv.nnodes)  // elastic: does the job go on?
+  else if (!order.reason.empty() && config_.rdzv.job.min_nodes < config_.rdzv.job.max_nodes)  // elastic: does the job go on?
     log_.warning("the rendezvous says: ", order.reason);
   // Another node's ddprun got a signal inside a SLURM step (scancel, a time limit): slurmstepd is sending the
   // same signal to every process of the step here too. Tearing down at once would give each worker a second

@@ -41,7 +41,7 @@ RendezvousLink::RendezvousLink(boost::asio::io_context& io, const AgentConfig& c
                                rdzv::ClientHandlers handlers)
     : io_(io), config_(config), handlers_(std::move(handlers)), log_(config.log.for_part("rendezvous")) {
   // One node talking to itself: the rendezvous' lines would only repeat the agent's (--verbose shows them).
-  if (config.rdzv.nnodes == 1 && config.rdzv.hosting == Hosting::kYes && !log_.enabled(LogLevel::kDebug))
+  if (config.rdzv.job.max_nodes == 1 && config.rdzv.hosting == Hosting::kYes && !log_.enabled(LogLevel::kDebug))
     log_ = Logger(LogLevel::kOff, "rendezvous", "");
 }
 
@@ -60,7 +60,7 @@ std::uint16_t RendezvousLink::server_port() const {
 // when one node's munged restarts, and a stranger cannot silence our munged to force it without root.
 bool RendezvousLink::wants_munge(const RendezvousConfig& r) {
   if (r.munge == MungeUse::kNo) return false;
-  const std::string why = rdzv::munge_unavailable_reason(r.munge_socket);
+  const std::string why = rdzv::munge_unavailable_reason(r.job.munge_socket);
   if (why.empty()) return true;
   if (r.munge == MungeUse::kYes)
     throw rdzv::MungeError("--rdzv-auth munge: " + why + " (start munged, or set DDPRUN_MUNGE_SOCKET to its socket)");
@@ -72,25 +72,14 @@ bool RendezvousLink::wants_munge(const RendezvousConfig& r) {
 void RendezvousLink::start() {
   const RendezvousConfig& r = config_.rdzv;
   if (r.hosting != Hosting::kNo) {
-    rdzv::JobConfig job;
-    job.run_id = config_.world.run_id;
-    job.token = r.token;
-    job.min_nodes = r.min_nodes;
-    job.max_nodes = r.nnodes;
-    job.last_call = r.last_call;
-    job.static_node_ranks = r.static_node_ranks;
-    job.heartbeat_interval = r.heartbeat_interval;
-    job.heartbeat_timeout = r.heartbeat_timeout;
-    job.join_timeout = r.join_timeout;
-    job.max_restarts = r.max_restarts;
-    job.munge_socket = r.munge_socket;
+    rdzv::JobConfig job = r.job;  // validated by the launcher (rendezvous/job_config.cpp)
     // Dynamic mode hosts on every interface once the endpoint is known to be this machine: a host name
     // that resolves to 127.0.1.1 here (Debian's /etc/hosts) must still be reachable from the other nodes.
     // A one-node job has no other nodes: it binds exactly the endpoint, never beyond.
     std::string bind_address = r.bind_address;
     if (r.hosting == Hosting::kIfLocal) {
       if (!is_local_address(io_, r.server_host)) bind_address.clear();
-      else if (r.nnodes > 1 && bind_address != "127.0.0.1" && bind_address != "::1" && bind_address != "localhost")
+      else if (r.job.max_nodes > 1 && bind_address != "127.0.0.1" && bind_address != "::1" && bind_address != "localhost")
         bind_address = "0.0.0.0";
     }
     // Only a node that can host asks munged: a joiner's munged matters when the challenge asks for it.
@@ -110,16 +99,16 @@ void RendezvousLink::start() {
   rdzv::ClientConfig c;
   c.server_host = r.server_host;
   c.server_port = server_port();
-  c.run_id = config_.world.run_id;
-  c.token = r.token;
-  c.munge_socket = r.munge_socket;
+  c.run_id = r.job.run_id;
+  c.token = r.job.token;
+  c.munge_socket = r.job.munge_socket;
   c.join.node_rank = r.node_rank;
   c.join.nproc = config_.world.local_world_size;
   c.join.host = config_.host;
   c.join.address = r.local_addr;
   c.join.master_port = r.master_port;
   c.join.hosts_server = server_ != nullptr;
-  c.connect_timeout = r.join_timeout;
+  c.connect_timeout = r.job.join_timeout;
   client_ = std::make_unique<rdzv::Client>(io_, c, handlers_, log_);
   client_->start();
 }

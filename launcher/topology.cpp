@@ -88,8 +88,9 @@ void parse_endpoint(const std::string& text, std::string& host, int& port) {
   if (!port_text.empty()) port = parse_int_in("--rdzv-endpoint port", port_text, 0, 65535);  // 0: one node
 }
 
-void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& env, agent::AgentConfig& cfg,
-                      std::vector<std::string>& notes) {
+namespace {
+void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env, agent::AgentConfig& cfg,
+                   std::vector<std::string>& notes) {
   const NodeRange range = parse_nnodes(o.nnodes);
   const int nnodes = range.max;
   // torchrun's one-node recipe `--rdzv-endpoint localhost:0 --nnodes 1`: port 0 is a free port on this machine,
@@ -129,9 +130,10 @@ void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& 
 
   agent::World& w = cfg.world;
   agent::RendezvousConfig& r = cfg.rdzv;
-  w.nnodes = r.nnodes = nnodes;  // elastic: the most it can be, until the rendezvous says
-  r.min_nodes = range.min;
-  r.last_call = parse_duration("--rdzv-conf last_call_timeout", o.last_call);
+  rendezvous::JobConfig& job = r.job;
+  w.nnodes = job.max_nodes = nnodes;  // elastic: the most it can be, until the rendezvous says
+  job.min_nodes = range.min;
+  job.last_call = parse_duration("--rdzv-conf last_call_timeout", o.last_call);
   w.node_rank = node_rank;
   w.rank_offset = 0;
   w.world_size = w.local_world_size;
@@ -148,27 +150,24 @@ void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& 
   if (dynamic && o.rdzv_id.empty() && o.run_id == "none")
     throw UsageError("--rdzv-endpoint needs --rdzv-id ID: the same job id on every node", kExitUsage);
 
-  r.join_timeout = parse_duration("--rdzv-timeout", o.rdzv_timeout);
-  r.heartbeat_interval = parse_duration("--heartbeat-interval", o.heartbeat_interval);
-  r.heartbeat_timeout = parse_duration("--heartbeat-timeout", o.heartbeat_timeout);
-  if (r.join_timeout.count() <= 0) throw UsageError("--rdzv-timeout must be positive", kExitUsage);
-  if (r.heartbeat_interval.count() <= 0 || r.heartbeat_timeout <= r.heartbeat_interval)
-    throw UsageError("--heartbeat-timeout must be longer than --heartbeat-interval, which must be positive",
-                     kExitUsage);
-  r.max_restarts = parse_int_in("--max-restarts", o.max_restarts, 0, 1000000);
-  w.max_restarts = r.max_restarts;
+  job.run_id = w.run_id;
+  job.join_timeout = parse_duration("--rdzv-timeout", o.rdzv_timeout);
+  job.heartbeat_interval = parse_duration("--heartbeat-interval", o.heartbeat_interval);
+  job.heartbeat_timeout = parse_duration("--heartbeat-timeout", o.heartbeat_timeout);
+  job.max_restarts = parse_int_in("--max-restarts", o.max_restarts, 0, 1000000);
+  w.max_restarts = job.max_restarts;
   r.local_addr = o.local_addr;
 
   const bool local_only = nnodes == 1 && !dynamic;
   r.munge = resolve_munge_use(o.rdzv_auth, env, local_only);
-  r.token = resolve_token(o, env, local_only, w.run_id, r.munge != agent::MungeUse::kNo, notes);
-  r.munge_socket = contract::env_value(env, "DDPRUN_MUNGE_SOCKET", "");
+  job.token = resolve_token(o, env, local_only, w.run_id, r.munge != agent::MungeUse::kNo, notes);
+  job.munge_socket = contract::env_value(env, "DDPRUN_MUNGE_SOCKET", "");
   if (local_only) {
     // One node: an in-process server on loopback, a free port, ranks as given.
     r.hosting = agent::Hosting::kYes;
     r.bind_address = r.server_host = "127.0.0.1";
     r.server_port = 0;
-    r.static_node_ranks = true;
+    job.static_node_ranks = true;
     r.node_rank = 0;
     if (r.local_addr.empty()) r.local_addr = w.master_addr;  // MASTER_ADDR as given (default 127.0.0.1)
     w.master_port = r.master_port = master_port_here(o);
@@ -181,7 +180,7 @@ void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& 
     r.hosting = agent::Hosting::kIfLocal;
     if (o.is_host) r.hosting = *o.is_host ? agent::Hosting::kYes : agent::Hosting::kNo;
     r.bind_address = r.server_host;
-    r.static_node_ranks = false;
+    job.static_node_ranks = false;
     w.master_port = r.master_port =
         o.master_port.empty() ? 0 : parse_int_in("--master-port", o.master_port, 0, 65535);
     return;
@@ -190,7 +189,7 @@ void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& 
   // --master-addr, which is also node 0's MASTER_ADDR unless --local-addr says otherwise.
   r.server_port = parse_int_in("--rdzv-port", o.rdzv_port, 1, 65535);
   r.server_host = w.master_addr;
-  r.static_node_ranks = true;
+  job.static_node_ranks = true;
   r.node_rank = node_rank;
   if (node_rank == 0) {
     r.hosting = agent::Hosting::kYes;
@@ -201,6 +200,20 @@ void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& 
     r.hosting = agent::Hosting::kNo;
     w.master_port = r.master_port =
         o.master_port.empty() ? 0 : parse_int_in("--master-port", o.master_port, 0, 65535);
+  }
+}
+
+}  // namespace
+
+void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& env, agent::AgentConfig& cfg,
+                      std::vector<std::string>& notes) {
+  resolve_parts(o, env, cfg, notes);
+  // The job-wide settings are checked in one place, the rendezvous' own: what ddprun-rendezvous accepts,
+  // ddprun accepts, with the same message.
+  try {
+    rendezvous::validate(cfg.rdzv.job);
+  } catch (const rendezvous::RendezvousError& e) {
+    throw UsageError(e.what(), kExitUsage);
   }
 }
 

@@ -21,32 +21,6 @@ const char* to_string(Phase phase) {
   return "?";
 }
 
-void validate(const JobConfig& config) {
-  auto fail = [](const std::string& what) { throw RendezvousError("invalid rendezvous configuration: " + what); };
-  if (config.run_id.empty()) fail("the run id is empty");
-  if (config.token.empty()) fail("the job token is empty");
-  if (config.min_nodes < 1 || config.max_nodes < config.min_nodes || config.max_nodes > kMaxNodes)
-    fail("expected nodes must satisfy 1 <= min <= max <= " + std::to_string(kMaxNodes));
-  if (config.static_node_ranks && config.min_nodes != config.max_nodes)
-    fail("static node ranks need a fixed node count (min == max)");
-  if (config.heartbeat_interval.count() <= 0 || config.heartbeat_timeout <= config.heartbeat_interval)
-    fail("the heartbeat timeout must be longer than the (positive) heartbeat interval");
-  if (config.join_timeout.count() <= 0) fail("the rendezvous timeout must be positive");
-  if (config.max_restarts < 0 || config.max_restarts > kMaxRestarts)
-    fail("max restarts must be in 0.." + std::to_string(kMaxRestarts));
-  if (config.run_id.size() > kMaxRunIdBytes) fail("the run id is longer than " + std::to_string(kMaxRunIdBytes));
-  if (config.max_frame_bytes < kHandshakeMaxFrameBytes || config.max_outbox_bytes < config.max_frame_bytes + kFrameHeaderBytes)
-    fail("the outbox bound must hold the largest frame, which must hold a hello");
-}
-
-std::size_t pending_connection_limit(const JobConfig& config) {
-  if (config.max_pending_connections > 0) return config.max_pending_connections;
-  // Large enough that strangers reconnecting as fast as they can take ~0.1 s to cycle through it (measured
-  // ~10k connections/s on loopback), while a real agent's hello follows its connect within a round trip;
-  // small enough that the strangers it holds cost ~10 MiB (each buffers at most one 4 KiB frame).
-  return std::max<std::size_t>(1024, 64 + 4 * static_cast<std::size_t>(config.max_nodes));
-}
-
 RendezvousState::RendezvousState(JobConfig job, Clock::time_point started_at)
     : config(std::move(job)), started(started_at) {
   by_rank.assign(config.static_node_ranks ? static_cast<std::size_t>(config.max_nodes) : 0, 0);

@@ -54,7 +54,7 @@ TEST_CASE("one node hosts an in-process rendezvous on loopback with a generated 
   CHECK(c.agent.rdzv.hosting == ddprun::agent::Hosting::kYes);
   CHECK(c.agent.rdzv.bind_address == "127.0.0.1");
   CHECK(c.agent.rdzv.server_port == 0);
-  CHECK(c.agent.rdzv.token.size() >= 32);
+  CHECK(c.agent.rdzv.job.token.size() >= 32);
   CHECK(c.agent.rdzv.master_port == c.agent.world.master_port);
 }
 
@@ -66,7 +66,7 @@ TEST_CASE("static multi-node: node 0 hosts at --rdzv-port, the others connect to
   CHECK(n0.agent.rdzv.server_host == "10.1.2.3");
   CHECK(n0.agent.rdzv.server_port == 29411);
   CHECK(n0.agent.rdzv.local_addr == "10.1.2.3");
-  CHECK(n0.agent.rdzv.token == "s3cret");
+  CHECK(n0.agent.rdzv.job.token == "s3cret");
   // A token typed on the command line shows in ps: said as a warning, with the alternatives.
   const bool warned = std::any_of(n0.notes.begin(), n0.notes.end(), [](const std::string& n) {
     return n.rfind("warning: --rdzv-token", 0) == 0 && n.find("--rdzv-token-file") != std::string::npos;
@@ -84,7 +84,7 @@ TEST_CASE("dynamic multi-node: the endpoint's machine may host, ranks come from 
   CHECK(d.agent.rdzv.hosting == ddprun::agent::Hosting::kIfLocal);
   CHECK(d.agent.rdzv.server_host == "node7");
   CHECK(d.agent.rdzv.server_port == 29555);
-  CHECK(!d.agent.rdzv.static_node_ranks);
+  CHECK(!d.agent.rdzv.job.static_node_ranks);
   CHECK(!d.agent.rdzv.node_rank);
   CHECK(d.agent.world.run_id == "job9");
 }
@@ -133,4 +133,36 @@ TEST_CASE("bad input is refused with the documented code") {
   CHECK(usage_code({"--term-timeout", "-1", "true"}) == kExitUsage);
   CHECK(usage_code({"--prefix", "{host}", "true"}) == kExitUsage);
   CHECK(usage_code({"--tee", "3", "true"}) == kExitUsage);  // log files need --log-dir
+}
+
+TEST_CASE("the job-wide rendezvous settings are checked once, by the rendezvous' own rule, and carried whole") {
+  // The launcher refuses with the message rendezvous::validate gives (ddprun-rendezvous says the same).
+  std::string launcher_says;
+  try {
+    parse({"--heartbeat-interval", "2", "--heartbeat-timeout", "1", "true"});
+  } catch (const UsageError& e) {
+    launcher_says = e.what();
+    CHECK(e.exit_code() == kExitUsage);
+  }
+  ddprun::rendezvous::JobConfig job = parse({"true"}).agent.rdzv.job;
+  job.heartbeat_interval = std::chrono::seconds(2);
+  job.heartbeat_timeout = std::chrono::seconds(1);
+  std::string rendezvous_says;
+  try {
+    ddprun::rendezvous::validate(job);
+  } catch (const ddprun::rendezvous::RendezvousError& e) {
+    rendezvous_says = e.what();
+  }
+  CHECK(!rendezvous_says.empty());
+  CHECK(launcher_says == rendezvous_says);
+  // The value the server gets is the command line's, whole: no field-by-field copy on the way.
+  const auto c = parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--rdzv-token", "s3cret",
+                        "--max-restarts", "3", "--heartbeat-timeout", "20", "--run-id", "j1", "true"});
+  CHECK(c.agent.rdzv.job.max_nodes == 2);
+  CHECK(c.agent.rdzv.job.min_nodes == 2);
+  CHECK(c.agent.rdzv.job.max_restarts == 3);
+  CHECK(c.agent.rdzv.job.heartbeat_timeout == std::chrono::seconds(20));
+  CHECK(c.agent.rdzv.job.run_id == "j1");
+  CHECK(c.agent.rdzv.job.token == "s3cret");
+  CHECK(c.agent.rdzv.job.static_node_ranks);
 }

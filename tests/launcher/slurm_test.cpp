@@ -44,7 +44,7 @@ std::string usage_error(const std::vector<std::string>& args, const Env& env) {
 
 TEST_CASE("a step on a subset of the job takes node 0, the count and this node's index from the step") {
   const auto c = parse_command_line({"true"}, step_env("n3", "1"));
-  CHECK(c.agent.rdzv.nnodes == 2);
+  CHECK(c.agent.rdzv.job.max_nodes == 2);
   CHECK(*c.agent.rdzv.node_rank == 1);
   CHECK(c.agent.rdzv.server_host == "n2");
   CHECK(c.agent.world.master_addr == "n2");
@@ -65,12 +65,12 @@ TEST_CASE("this node's index is where SLURMD_NODENAME stands in the step list, S
 }
 
 TEST_CASE("options that place the node win over SLURM; a one-node step is a local job") {
-  CHECK(parse_command_line({"--nnodes", "1", "true"}, step_env("n3", "1")).agent.rdzv.nnodes == 1);
-  CHECK(parse_command_line({"--standalone", "true"}, step_env("n3", "1")).agent.rdzv.nnodes == 1);
+  CHECK(parse_command_line({"--nnodes", "1", "true"}, step_env("n3", "1")).agent.rdzv.job.max_nodes == 1);
+  CHECK(parse_command_line({"--standalone", "true"}, step_env("n3", "1")).agent.rdzv.job.max_nodes == 1);
   Env one = with(with(with(step_env("n2", "0"), "SLURM_STEP_NUM_NODES", "1"), "SLURM_STEP_NODELIST", "n2"),
                  "SLURM_STEP_TASKS_PER_NODE", "1");
   one = with(one, "SLURM_STEP_NUM_TASKS", "1");
-  CHECK(parse_command_line({"true"}, one).agent.rdzv.nnodes == 1);
+  CHECK(parse_command_line({"true"}, one).agent.rdzv.job.max_nodes == 1);
 }
 
 TEST_CASE("an unreadable step node list is exit 64 naming the variable and its value, never a one-node job") {
@@ -90,13 +90,13 @@ TEST_CASE("ddprun outside a step in a job of several nodes is refused with advic
   const std::string why = usage_error({"true"}, batch);
   CHECK(why.find("outside a job step") != std::string::npos);
   CHECK(why.find("srun --ntasks-per-node=1 ddprun") != std::string::npos);
-  CHECK(parse_command_line({"--standalone", "true"}, batch).agent.rdzv.nnodes == 1);
+  CHECK(parse_command_line({"--standalone", "true"}, batch).agent.rdzv.job.max_nodes == 1);
   Env batch_step = batch;  // SLURM's special step ids (batch 4294967291, extern 4294967292) are not srun steps
   batch_step.push_back("SLURM_STEP_ID=4294967291");
   CHECK(usage_error({"true"}, batch_step).find("outside a job step") != std::string::npos);
   const Env one{"PATH=/usr/bin:/bin", "SLURM_JOB_ID=7", "SLURM_JOB_NODELIST=n1", "SLURM_JOB_NUM_NODES=1",
                 "SLURM_NNODES=1"};
-  CHECK(parse_command_line({"true"}, one).agent.rdzv.nnodes == 1);
+  CHECK(parse_command_line({"true"}, one).agent.rdzv.job.max_nodes == 1);
 }
 
 TEST_CASE("several tasks per node are refused with advice, whichever variable shows it") {

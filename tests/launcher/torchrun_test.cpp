@@ -69,10 +69,10 @@ const std::vector<Verdict>& verdicts() {
          CHECK(c.agent.argv == std::vector<std::string>{"python3", "-u", train_py(), "--lr", "0.1"});
        }},
       {"--nproc_per_node=2 train.py", {}, "", [](C c) { CHECK(c.agent.world.local_world_size == 2); }},
-      {"--nnodes=1:1 --nproc-per-node 3 train.py", {}, "", [](C c) { CHECK(c.agent.rdzv.nnodes == 1); }},
+      {"--nnodes=1:1 --nproc-per-node 3 train.py", {}, "", [](C c) { CHECK(c.agent.rdzv.job.max_nodes == 1); }},
       {"--nnodes=2 --nproc_per_node=8 --rdzv_id=100 --rdzv_backend=c10d --rdzv_endpoint=node0:29400 train.py", {}, "",
        [](C c) {
-         CHECK(c.agent.rdzv.nnodes == 2);
+         CHECK(c.agent.rdzv.job.max_nodes == 2);
          CHECK(c.agent.rdzv.server_host == "node0");
          CHECK(c.agent.rdzv.server_port == 29400);
          CHECK(c.agent.rdzv.hosting == Hosting::kIfLocal);
@@ -84,7 +84,7 @@ const std::vector<Verdict>& verdicts() {
          CHECK(c.agent.rdzv.hosting == Hosting::kYes);
          CHECK(c.agent.rdzv.server_host == "127.0.0.1");
          CHECK(c.agent.rdzv.server_port == 0);
-         CHECK(c.agent.rdzv.static_node_ranks);
+         CHECK(c.agent.rdzv.job.static_node_ranks);
        }},
       {"--nnodes 2 --node_rank 1 --master_addr 10.0.0.1 --master_port 29500 --nproc_per_node 4 train.py", {}, "",
        [](C c) {
@@ -95,14 +95,14 @@ const std::vector<Verdict>& verdicts() {
        }},
       {"--nnodes 2 --node-rank 1 --rdzv-backend static --rdzv-endpoint 10.0.0.9:29501 train.py", {}, "",
        [](C c) {  // torchrun's static backend: the endpoint is node 0's, ranks as given
-         CHECK(c.agent.rdzv.static_node_ranks);
+         CHECK(c.agent.rdzv.job.static_node_ranks);
          CHECK(*c.agent.rdzv.node_rank == 1);
          CHECK(c.agent.rdzv.server_host == "10.0.0.9");
          CHECK(c.agent.rdzv.server_port == 29501);
        }},
       {"--max-restarts 3 --monitor-interval 1 --role trainer train.py", {}, "",
        [](C c) {
-         CHECK(c.agent.rdzv.max_restarts == 3);
+         CHECK(c.agent.rdzv.job.max_restarts == 3);
          CHECK(c.agent.world.role == "trainer");
        }},
       {"--max_restarts=2 --monitor_interval=0.1 -m mypkg.train --epochs 1", {}, "",
@@ -145,36 +145,36 @@ const std::vector<Verdict>& verdicts() {
       // --- --rdzv-conf ---
       {"--nnodes 2 --rdzv-endpoint h:29400 --rdzv-id j --rdzv-conf join_timeout=600,read_timeout=300 train.py", {}, "",
        [](C c) {
-         CHECK(c.agent.rdzv.join_timeout.count() == 600000);
+         CHECK(c.agent.rdzv.job.join_timeout.count() == 600000);
          CHECK(has_note(c, "debug: --rdzv-conf read_timeout ignored"));
        }},
       {"--rdzv_conf=timeout=1200,last_call_timeout=30 train.py", {}, "",
-       [](C c) { CHECK(c.agent.rdzv.join_timeout.count() == 1200000); }},
+       [](C c) { CHECK(c.agent.rdzv.job.join_timeout.count() == 1200000); }},
       // elastic: torchrun's MIN:MAX with its last call
       {"--nnodes 1:4 --rdzv-endpoint h:29400 --rdzv-id j --rdzv-conf last_call_timeout=2.5 train.py", {}, "",
        [](C c) {
-         CHECK(c.agent.rdzv.min_nodes == 1);
-         CHECK(c.agent.rdzv.nnodes == 4);
-         CHECK(c.agent.rdzv.last_call.count() == 2500);
-         CHECK_FALSE(c.agent.rdzv.static_node_ranks);
+         CHECK(c.agent.rdzv.job.min_nodes == 1);
+         CHECK(c.agent.rdzv.job.max_nodes == 4);
+         CHECK(c.agent.rdzv.job.last_call.count() == 2500);
+         CHECK_FALSE(c.agent.rdzv.job.static_node_ranks);
        }},
       {"--nnodes 2:3 --rdzv-endpoint h:29400 --rdzv-id j train.py", {"PET_NNODES=1:9"}, "",
-       [](C c) { CHECK(c.agent.rdzv.min_nodes == 2); }},  // the command line wins over PET_NNODES
+       [](C c) { CHECK(c.agent.rdzv.job.min_nodes == 2); }},  // the command line wins over PET_NNODES
       {"--rdzv-conf timeout=5 --rdzv-timeout 7 train.py", {}, "",
-       [](C c) { CHECK(c.agent.rdzv.join_timeout.count() == 7000); }},  // ddprun's own option wins
+       [](C c) { CHECK(c.agent.rdzv.job.join_timeout.count() == 7000); }},  // ddprun's own option wins
       {"--nnodes 2 --rdzv-endpoint h --rdzv-id j --rdzv-conf is_host=true train.py", {}, "",
        [](C c) { CHECK(c.agent.rdzv.hosting == Hosting::kYes); }},
       {"--nnodes 2 --rdzv-endpoint h --rdzv-id j --rdzv-conf is_host=False train.py", {}, "",
        [](C c) { CHECK(c.agent.rdzv.hosting == Hosting::kNo); }},
       {"--rdzv-conf keep_alive_interval=2,keep_alive_max_attempt=4 train.py", {}, "",
        [](C c) {
-         CHECK(c.agent.rdzv.heartbeat_interval.count() == 2000);
-         CHECK(c.agent.rdzv.heartbeat_timeout.count() == 8000);
+         CHECK(c.agent.rdzv.job.heartbeat_interval.count() == 2000);
+         CHECK(c.agent.rdzv.job.heartbeat_timeout.count() == 8000);
        }},
       // --- argparse prefixes ---
       {"--nproc 2 train.py", {}, "", [](C c) { CHECK(c.agent.world.local_world_size == 2); }},
       {"--nproc_per=3 train.py", {}, "", [](C c) { CHECK(c.agent.world.local_world_size == 3); }},
-      {"--standa --max-r 1 train.py", {}, "", [](C c) { CHECK(c.agent.rdzv.max_restarts == 1); }},
+      {"--standa --max-r 1 train.py", {}, "", [](C c) { CHECK(c.agent.rdzv.job.max_restarts == 1); }},
       {"--nn 1 --node_r 0 train.py", {}, "", nullptr},
       // --- PET_* variables (Kubeflow PyTorchJob) ---
       {"train.py",
@@ -182,7 +182,7 @@ const std::vector<Verdict>& verdicts() {
        "",
        [](C c) {
          CHECK(c.agent.world.local_world_size == 3);
-         CHECK(c.agent.rdzv.nnodes == 2);
+         CHECK(c.agent.rdzv.job.max_nodes == 2);
          CHECK(*c.agent.rdzv.node_rank == 1);
          CHECK(c.agent.world.master_addr == "pod-0");
          CHECK(c.agent.world.master_port == 23456);
@@ -194,12 +194,12 @@ const std::vector<Verdict>& verdicts() {
        [](C c) {
          CHECK(c.agent.rdzv.server_host == "job-master");
          CHECK(c.agent.world.run_id == "job");
-         CHECK(c.agent.rdzv.max_restarts == 2);
-         CHECK(c.agent.rdzv.join_timeout.count() == 60000);
+         CHECK(c.agent.rdzv.job.max_restarts == 2);
+         CHECK(c.agent.rdzv.job.join_timeout.count() == 60000);
        }},
       {"train.py", {"PET_NNODES=2", "PET_NODE_RANK=1", "PET_RDZV_ENDPOINT=m:29400", "PET_RDZV_ID=j"}, "",
        [](C c) {  // as torchrun's c10d backend, a pod's node rank is ignored when the server assigns them
-         CHECK(!c.agent.rdzv.static_node_ranks);
+         CHECK(!c.agent.rdzv.job.static_node_ranks);
          CHECK(has_note(c, "debug: PET_NODE_RANK ignored"));
        }},
       {"--nproc-per-node 2 train.py", {"PET_NPROC_PER_NODE=5"}, "",  // the command line wins
