@@ -90,6 +90,9 @@ struct AgentConfig {
   // --hang-timeout: a worker that beat once and then stays silent this long is hung; 0: no heartbeat
   // channel at all (README "Hang detection").
   std::chrono::milliseconds hang_timeout{0};
+  // --hang-initial-timeout: a worker that has not beaten this long after its start is hung too (stuck before
+  // its first beat: init_process_group, NCCL init, the first data load); 0: a worker that never beat is exempt.
+  std::chrono::milliseconds hang_initial_timeout{0};
   std::chrono::milliseconds stack_capture_limit{5000};  // bounds the capture of a hung worker's stacks
   std::string events_file;          // empty: none
   std::string host;                 // this node's name, for reports

@@ -11,13 +11,22 @@ std::int64_t discovery_period_ns(std::int64_t timeout_ns) {
   return std::clamp<std::int64_t>(timeout_ns / 4, 10'000'000, 1'000'000'000);
 }
 
-HangCheck check_hangs(const std::vector<WatchedWorker>& running, std::int64_t timeout_ns, std::int64_t now_ns) {
+HangCheck check_hangs(const std::vector<WatchedWorker>& running, std::int64_t timeout_ns, std::int64_t now_ns,
+                      std::int64_t initial_timeout_ns) {
   HangCheck out;
   auto consider = [&](std::int64_t at) {
     out.next_check_ns = out.next_check_ns ? std::min(*out.next_check_ns, at) : at;
   };
   for (const WatchedWorker& w : running) {
     if (!w.beat.ever()) {
+      if (initial_timeout_ns > 0) {
+        const std::int64_t deadline = w.started_ns + initial_timeout_ns;
+        if (deadline <= now_ns) {
+          out.hung.push_back(w.local_rank);
+          continue;
+        }
+        consider(deadline);
+      }
       consider(now_ns + discovery_period_ns(timeout_ns));
       continue;
     }
@@ -34,9 +43,15 @@ HangCheck check_hangs(const std::vector<WatchedWorker>& running, std::int64_t ti
 namespace ddprun::agent {
 
 std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t last_beat_unix_ms,
-                         const std::string& stacks_path) {
+                         const std::string& stacks_path, bool never_beat) {
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.1f s", static_cast<double>(silent_ms) / 1000.0);
+  if (never_beat) {
+    std::string m = std::string("hung: no first heartbeat ") + secs + " after its start (--hang-initial-timeout); "
+                    "killed with SIGKILL";
+    if (!stacks_path.empty()) m += "; stacks in " + stacks_path;
+    return m;
+  }
   std::string m = std::string("hung: no heartbeat for ") + secs;
   if (step >= 0) m += " after step " + std::to_string(step);
   m += " (last beat at " + iso_time(last_beat_unix_ms) + "); killed with SIGKILL";

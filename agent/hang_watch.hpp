@@ -2,7 +2,8 @@
 // every rule is unit-tested without processes or clocks (tests/agent/hang_watch_test.cpp).
 //
 // Rules:
-//   - a worker that never beat is exempt (not every program beats);
+//   - a worker that never beat is exempt (not every program beats), unless `initial_timeout` is set: then
+//     it is hung once that long has passed since `started_ns` without a first beat;
 //   - a worker whose last beat is `timeout` old or older is hung;
 //   - a beat time in the future counts as "now" (a worker writing another clock than CLOCK_MONOTONIC:
 //     it is never found hung, which is why the README names the clock);
@@ -24,6 +25,7 @@ namespace ddprun::agent {
 struct WatchedWorker {
   int local_rank = 0;
   Beat beat;
+  std::int64_t started_ns = 0;  // CLOCK_MONOTONIC; for the initial timeout
 };
 
 struct HangCheck {
@@ -31,7 +33,8 @@ struct HangCheck {
   std::optional<std::int64_t> next_check_ns;  // when to look again; none: nothing to watch
 };
 
-HangCheck check_hangs(const std::vector<WatchedWorker>& running, std::int64_t timeout_ns, std::int64_t now_ns);
+HangCheck check_hangs(const std::vector<WatchedWorker>& running, std::int64_t timeout_ns, std::int64_t now_ns,
+                      std::int64_t initial_timeout_ns = 0);
 
 // How often to look for first beats: a quarter of the timeout, at most a second, at least 10 ms.
 std::int64_t discovery_period_ns(std::int64_t timeout_ns);
@@ -42,8 +45,9 @@ namespace ddprun::agent {
 
 // The root cause's message for a hung worker, which rendezvous::describe() puts after the rank:
 // "hung: no heartbeat for 3.0 s after step 41 (last beat at 2026-01-02T03:04:05.678Z); stacks in PATH".
-// step < 0: no step given; stacks_path empty: nothing captured.
+// step < 0: no step given; stacks_path empty: nothing captured. A worker that never beat (the initial
+// timeout): "hung: no first heartbeat 60.0 s after its start; ..."; last_beat_unix_ms is then ignored.
 std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t last_beat_unix_ms,
-                         const std::string& stacks_path);
+                         const std::string& stacks_path, bool never_beat = false);
 
 }  // namespace ddprun::agent

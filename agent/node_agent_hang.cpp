@@ -25,10 +25,11 @@ void NodeAgent::arm_hang_watch() {
     if (w.state == WorkerState::kRunning && w.pid > 0) {
       Beat beat = heartbeats_.read(w.local_rank);
       if (beat.ever()) beat.time_ns = std::max(beat.time_ns, hang_pause_end_ns_);
-      running.push_back({w.local_rank, beat});
+      running.push_back({w.local_rank, beat, std::max(round_started_ns_, hang_pause_end_ns_)});
     }
   const std::int64_t now = monotonic_ns();
-  const HangCheck check = check_hangs(running, config_.hang_timeout.count() * 1'000'000, now);
+  const HangCheck check = check_hangs(running, config_.hang_timeout.count() * 1'000'000, now,
+                                      config_.hang_initial_timeout.count() * 1'000'000);
   if (!check.hung.empty()) return on_hung(check.hung, now);
   if (!check.next_check_ns) return;
   // steady_clock is CLOCK_MONOTONIC, the clock the workers write.
@@ -57,9 +58,13 @@ void NodeAgent::restart_hang_watch_after_pause() {
 }
 
 void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {
-  // The one silent longest stopped first: it is the root cause when several hang together.
-  std::sort(hung.begin(), hung.end(),
-            [&](int a, int b) { return heartbeats_.read(a).time_ns < heartbeats_.read(b).time_ns; });
+  // The one silent longest stopped first: it is the root cause when several hang together (one that never
+  // beat counts from the round's start).
+  auto silent_since = [&](int lr) {
+    const Beat b = heartbeats_.read(lr);
+    return b.ever() ? b.time_ns : std::max(round_started_ns_, hang_pause_end_ns_);
+  };
+  std::sort(hung.begin(), hung.end(), [&](int a, int b) { return silent_since(a) < silent_since(b); });
   const std::int64_t now_ms = unix_ms();
   hung_.clear();
   std::vector<CaptureTarget> targets;
@@ -69,14 +74,20 @@ void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {
     HungWorker h;
     h.local_rank = lr;
     h.step = beat.step;
-    h.silent_ms = std::max<std::int64_t>(0, (now_ns - beat.time_ns) / 1'000'000);
+    h.never_beat = !beat.ever();
+    h.silent_ms = std::max<std::int64_t>(0, (now_ns - silent_since(lr)) / 1'000'000);
     h.last_beat_ms = now_ms - h.silent_ms;
     hung_.push_back(h);
-    log_.warning("rank ", w.rank, " (pid ", w.pid, ") hung: no heartbeat for ", h.silent_ms, " ms",
-                 h.step >= 0 ? " after step " + std::to_string(h.step) : std::string(), "; capturing its stacks");
+    if (h.never_beat)
+      log_.warning("rank ", w.rank, " (pid ", w.pid, ") hung: no first heartbeat ", h.silent_ms,
+                   " ms after its start; capturing its stacks");
+    else
+      log_.warning("rank ", w.rank, " (pid ", w.pid, ") hung: no heartbeat for ", h.silent_ms, " ms",
+                   h.step >= 0 ? " after step " + std::to_string(h.step) : std::string(), "; capturing its stacks");
     events_.write(json{{"event", "hung"}, {"time_ms", now_ms}, {"rank", w.rank}, {"local_rank", lr},
                        {"pid", w.pid}, {"node_rank", world_.node_rank}, {"last_step", h.step},
-                       {"last_beat_ms", h.last_beat_ms}});
+                       {"last_beat_ms", h.never_beat ? json(nullptr) : json(h.last_beat_ms)},
+                       {"never_beat", h.never_beat}});
     targets.push_back({w.rank, lr, w.pid, stacks_file(lr)});
   }
   hang_stacks_path_ = hang_stacks_file();
@@ -104,7 +115,7 @@ void NodeAgent::report_hang(const HungWorker& h) {
   rendezvous::Failure f = failure_of(policy_.worker(h.local_rank));
   f.signal = SIGKILL;
   f.time_unix_ms = unix_ms();
-  f.message = hang_message(h.silent_ms, h.step, h.last_beat_ms, layout_.published(hang_stacks_path_));
+  f.message = hang_message(h.silent_ms, h.step, h.last_beat_ms, layout_.published(hang_stacks_path_), h.never_beat);
   link_.client().report_failure(f);
 }
 

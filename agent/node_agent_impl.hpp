@@ -70,6 +70,7 @@ class NodeAgent {
     std::int64_t step = -1;
     std::int64_t silent_ms = 0;
     std::int64_t last_beat_ms = 0;
+    bool never_beat = false;  // --hang-initial-timeout
   };
   void arm_hang_watch();
   void on_hung(std::vector<int> hung, std::int64_t now_ns);
@@ -134,6 +135,7 @@ class NodeAgent {
   boost::asio::posix::stream_descriptor guard_watch_;  // says when the guard is gone (watch_guard)
   HeartbeatChannel heartbeats_;  // --hang-timeout only
   boost::asio::steady_timer hang_timer_;
+  std::int64_t round_started_ns_ = 0;  // CLOCK_MONOTONIC when this round's workers started (initial timeout)
   // Beats older than this count as made at this time: a pause of the whole job (Ctrl-Z, a frozen machine)
   // is nobody's silence. Set on SIGCONT and when the hang timer fires late (StallClock's threshold).
   std::int64_t hang_pause_end_ns_ = 0;

@@ -51,6 +51,7 @@ void NodeAgent::start_workers() {
   if (!config_.python.empty() && w.restart_count == 0)
     log_.info("Python interpreter: ", config_.python, " (", config_.python_origin, ")");
   if (heartbeats_.enabled()) heartbeats_.clear();  // no beat of a previous round counts in this one
+  round_started_ns_ = monotonic_ns();
   for (int lr = 0; lr < w.local_world_size; ++lr) {
     if (policy_.phase() != Phase::kRunning) break;  // a signal or an early failure already stopped the job
     start_worker(lr);

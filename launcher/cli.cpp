@@ -35,6 +35,7 @@ struct RawOptions {
   std::string local_ranks_filter;
   std::string term_timeout = "30";
   std::string hang_timeout = "0";
+  std::string hang_initial_timeout = "0";
   std::string role = "default";
   bool no_python = false;
   bool module = false;
@@ -108,6 +109,9 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--hang-timeout,--hang_timeout", o.hang_timeout,
                  "Seconds a worker that beat once may stay silent before it is hung: its stacks are saved, "
                  "and it is killed as a failure (README 'Hang detection'; default 0: off)");
+  app.add_option("--hang-initial-timeout,--hang_initial_timeout", o.hang_initial_timeout,
+                 "Seconds a worker may run before its first heartbeat (stuck in init_process_group, the first "
+                 "data load); then hung like after --hang-timeout, which it needs (default 0: off)");
   app.add_option("--run-id,--run_id", t.run_id, "Job id (TORCHELASTIC_RUN_ID; default none)");
   app.add_option("--role", o.role, "Worker role name (ROLE_NAME; default default)");
   app.add_flag("--no-python,--no_python", o.no_python, "Execute PROGRAM directly, even a .py file");
@@ -310,6 +314,10 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
 
   cfg.term_timeout = parse_duration("--term-timeout", o.term_timeout);
   cfg.hang_timeout = parse_duration("--hang-timeout", o.hang_timeout);
+  cfg.hang_initial_timeout = parse_duration("--hang-initial-timeout", o.hang_initial_timeout);
+  if (cfg.hang_initial_timeout.count() > 0 && cfg.hang_timeout.count() <= 0)
+    throw UsageError("--hang-initial-timeout needs --hang-timeout: the workers must beat (README 'Hang detection')",
+                     kExitUsage);
   if (!o.monitor_interval.empty()) parse_duration("--monitor-interval", o.monitor_interval);
 
   cfg.output.prefix_format = o.no_prefix ? std::string() : o.prefix;

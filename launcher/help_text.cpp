@@ -51,6 +51,7 @@ const std::map<std::string, std::string>& value_names() {
       {"local-ranks-filter", "RANKS"},
       {"term-timeout", "SEC"},
       {"hang-timeout", "SEC"},
+      {"hang-initial-timeout", "SEC"},
       {"run-id", "ID"},
       {"role", "NAME"},
       {"monitor-interval", "SEC"},

@@ -135,3 +135,27 @@ TEST_CASE("a process catches the stacks signal only once it installed a handler 
   ::sigaction(sig, &old, nullptr);
   CHECK_FALSE(catches_signal(::getpid(), sig));
 }
+
+TEST_CASE("with an initial timeout, a worker that never beat is hung once that long has passed since its start") {
+  WatchedWorker w = never(0);
+  w.started_ns = 100 * kSec;
+  // Before the deadline: not hung, and the timer is armed no later than it (nor than the discovery period).
+  HangCheck c = check_hangs({w}, 2 * kSec, 150 * kSec, 60 * kSec);
+  CHECK(c.hung.empty());
+  REQUIRE(c.next_check_ns);
+  CHECK(*c.next_check_ns <= 160 * kSec);
+  c = check_hangs({w}, 2 * kSec, 160 * kSec, 60 * kSec);
+  CHECK(c.hung == std::vector<int>{0});
+  // Once it beat, the initial timeout no longer applies: the steady timeout does.
+  WatchedWorker beaten = beat_at(0, 159 * kSec);
+  beaten.started_ns = 100 * kSec;
+  CHECK(check_hangs({beaten}, 2 * kSec, 160 * kSec, 60 * kSec).hung.empty());
+  // 0: off, as before.
+  CHECK(check_hangs({w}, 2 * kSec, 1000 * kSec, 0).hung.empty());
+}
+
+TEST_CASE("the initial timeout's message says the worker never beat") {
+  const std::string m = hang_message(60'000, -1, 0, "/run/x/hang_stacks.txt", true);
+  CHECK(m.rfind("hung: no first heartbeat 60.0 s after its start", 0) == 0);
+  CHECK(m.find("stacks in /run/x/hang_stacks.txt") != std::string::npos);
+}
