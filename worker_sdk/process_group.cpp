@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 
+#include "common/contract/worker_contract.hpp"
 #include "worker_sdk/error.hpp"
 #include "worker_sdk/heartbeat.hpp"
 
@@ -39,9 +40,16 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorldInfo& world, const P
   pg->size_ = world.world_size;
   pg->local_size_ = world.local_world_size;
 
+  // Where the round's store lives. ddprun (and torchrun's c10d backend) say TORCHELASTIC_USE_AGENT_STORE=False:
+  // rank 0 hosts a new store at MASTER_PORT each round, so no key of an earlier round can be met. torchrun's
+  // static backend says True: its agent hosts one store for every round and every rank is a client; keys
+  // then need a per-round space, and the restart count is one there (static jobs restart whole, so every rank
+  // agrees). Never key a fresh store on the restart count: torchrun gives a node that joined an elastic job 0
+  // where the others have 1, and the ranks then waited for each other's keys until store_timeout (~5 min).
+  const bool agent_store = env_or(contract::kUseAgentStore, "False") == "True";
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(world.master_port);
-  store_options.isServer = world.rank == 0;
+  store_options.isServer = world.rank == 0 && !agent_store;
   store_options.numWorkers = world.world_size;
   store_options.waitWorkers = true;
   store_options.timeout = options.store_timeout;
@@ -53,8 +61,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorldInfo& world, const P
                 " the c10d store at " + world.master_addr + ":" + std::to_string(world.master_port) + ": " +
                 e.what());
   }
-  // Each restart gets its own key space, so a restarted job never reads the previous round's keys.
-  pg->store_ = c10::make_intrusive<c10d::PrefixStore>("ddprun_sdk/" + std::to_string(world.restart_count), tcp);
+  pg->store_ = c10::make_intrusive<c10d::PrefixStore>(
+      agent_store ? "ddprun_sdk/" + std::to_string(world.restart_count) : std::string("ddprun_sdk"), tcp);
 
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
   pg->timeout_ = options.timeout;

@@ -141,6 +141,29 @@ struct TwoHeads : torch::nn::Module {
 // Under ddprun --hang-timeout (tests/worker_sdk/CMakeLists.txt, sdk_hang_ddprun*): three DDP steps, which beat
 // by themselves, then rank 0 skips an allreduce and idles: rank 1's allreduce never completes, both fall silent.
 // With SDK_TEST_AUTO_BEATS_ONLY=1 no heartbeat(step) is called: only the SDK's own beats make it detectable.
+// torchrun gives a node that joined an elastic job TORCHELASTIC_RESTART_COUNT=0 where the others have 1: the
+// ranks of one round must still meet in their store (keys once carried the count: they waited ~5 min).
+SDK_TEST_ROLE("disagreeing_restart_counts") {
+  torch::set_num_threads(1);
+  ::setenv("TORCHELASTIC_RESTART_COUNT", sdk::env_or("RANK", "0") == "0" ? "1" : "0", 1);
+  auto world = sdk::WorldInfo::from_env();
+  sdk::ProcessGroupOptions options;
+  options.store_timeout = std::chrono::seconds(20);
+  auto pg = sdk::ProcessGroup::init(world, options);
+  at::Tensor t = torch::full({4}, world.rank + 1.0);
+  pg->allreduce(t);
+  ROLE_CHECK(t[0].item<double>() == world.world_size * (world.world_size + 1) / 2.0);
+  return 0;
+}
+
+TEST_CASE("ranks whose restart counts disagree (a joiner under torchrun) still form their round" *
+          doctest::test_suite("ddp")) {
+  TempDir dir;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(sdk::test::run_ranks("disagreeing_restart_counts", 2, dir.path()) == 0);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));  // not the store timeout
+}
+
 SDK_TEST_ROLE("skip_allreduce") {
   const bool auto_only = env_int("SDK_TEST_AUTO_BEATS_ONLY", 0) == 1;
   const sdk::WorldInfo world = sdk::WorldInfo::from_env();
