@@ -87,7 +87,10 @@ void append_output_losses(std::ostringstream& out, const std::vector<std::string
 void append_attempts(std::ostringstream& out, const std::vector<Attempt>& attempts) {
   if (attempts.empty()) return;
   constexpr std::size_t kShown = 20;  // the most recent; a long elastic job may have had many rounds
-  out << "ddprun: earlier rounds (" << attempts.size() << "), each ended by a re-form:\n";
+  // One node restarts its workers; several re-form the job (the word users read in the other nodes' logs too).
+  const bool one_node = std::all_of(attempts.begin(), attempts.end(), [](const Attempt& a) { return a.nnodes == 1; });
+  out << "ddprun: earlier rounds (" << attempts.size() << "), each ended by a " << (one_node ? "restart" : "re-form")
+      << ":\n";
   const std::size_t first = attempts.size() > kShown ? attempts.size() - kShown : 0;
   if (first > 0) out << "ddprun:   ... " << first << " earlier\n";
   for (std::size_t i = first; i < attempts.size(); ++i) {

@@ -34,6 +34,10 @@ std::string describe(const Failure& failure) {
         << ") received " << signal_name(*failure.signal);
     return out.str();
   }
+  if (is_join(failure)) {  // not a loss: a membership change
+    out << "host " << (failure.host.empty() ? "?" : failure.host) << " joined the job";
+    return out.str();
+  }
   if (failure.is_node_failure()) {
     out << "node " << failure.node_rank << " (host " << (failure.host.empty() ? "?" : failure.host) << ") lost";
     if (!failure.message.empty()) out << ": " << failure.message;

@@ -30,6 +30,12 @@ struct Failure {
   friend bool operator==(const Failure& a, const Failure& b);
 };
 
+// The "cause" of a re-form for a newcomer (state_machine.cpp): no failure, a node joined. describe() says so.
+inline constexpr const char* kJoinedMessage = "joined the job";
+inline bool is_join(const Failure& f) {
+  return f.node_rank < 0 && f.rank < 0 && !f.signal && !f.exit_code && f.message == kJoinedMessage;
+}
+
 // Error files can be large; frames cannot. Contents beyond this are cut (with a marker) when serialised.
 inline constexpr std::size_t kMaxErrorFileBytes = 64 * 1024;
 // What from_json accepts from a peer; anything outside is a ProtocolError.

@@ -188,7 +188,7 @@ void admit_late_joiner(RendezvousState& state, const NodeEntry& node, Actions& o
   }
   Failure joined;  // no failure: names the newcomer for the agents' logs
   joined.host = node.host;
-  joined.message = "joined the job";
+  joined.message = kJoinedMessage;
   begin_reform(state, std::move(joined),
                "re-forming the job: " + who + " joined, " + std::to_string(nodes) +
                    " nodes in the next round (a membership change: no restart used)",

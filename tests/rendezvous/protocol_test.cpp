@@ -117,3 +117,14 @@ TEST_CASE("a failure describes itself for people") {
   CHECK(describe(stopped) == "ddprun on node 2 (host gpu9) received SIGINT");  // not "lost"
   CHECK(exit_status_of(node) == 1);
 }
+
+TEST_CASE("a newcomer's re-form names a join, not a lost node") {
+  Failure joined;
+  joined.host = "vm";
+  joined.message = kJoinedMessage;
+  CHECK(is_join(joined));
+  CHECK(describe(joined) == "host vm joined the job");  // was "node -1 (host vm) lost: joined the job"
+  Failure lost = joined;
+  lost.node_rank = 1;
+  CHECK_FALSE(is_join(lost));
+}
