@@ -31,7 +31,7 @@ HangCheck check_hangs(const std::vector<WatchedWorker>& running, std::int64_t ti
       continue;
     }
     const std::int64_t last = std::min(w.beat.time_ns, now_ns);
-    const std::int64_t deadline = last + timeout_ns;
+    const std::int64_t deadline = std::max(last + timeout_ns, w.beat.quiet_until_ns);
     if (deadline <= now_ns) out.hung.push_back(w.local_rank);
     else consider(deadline);
   }

@@ -4,7 +4,8 @@
 // Rules:
 //   - a worker that never beat is exempt (not every program beats), unless `initial_timeout` is set: then
 //     it is hung once that long has passed since `started_ns` without a first beat;
-//   - a worker whose last beat is `timeout` old or older is hung;
+//   - a worker whose last beat is `timeout` old or older is hung, unless it declared a quiet phase that has
+//     not ended yet (an evaluation, a checkpoint: "silent for at most T from now"); past its end, it is;
 //   - a beat time in the future counts as "now" (a worker writing another clock than CLOCK_MONOTONIC:
 //     it is never found hung, which is why the README names the clock);
 //   - the one agent timer is armed for the earliest deadline among the beating workers, and at most

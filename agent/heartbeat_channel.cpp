@@ -63,7 +63,10 @@ void HeartbeatChannel::release() {
 }
 
 void HeartbeatChannel::clear() {
-  for (int lr = 0; lr < slots_; ++lr) write(base_ + offset_of(lr), -1, 0);
+  for (int lr = 0; lr < slots_; ++lr) {
+    write_quiet(base_ + offset_of(lr), 0);
+    write(base_ + offset_of(lr), -1, 0);
+  }
 }
 
 Beat HeartbeatChannel::read(int local_rank) const {
@@ -72,7 +75,14 @@ Beat HeartbeatChannel::read(int local_rank) const {
   // The time first (acquire pairs with the writer's release): a step read after it is at least as new.
   b.time_ns = __atomic_load_n(reinterpret_cast<std::int64_t*>(slot + contract::kBeatTimeOffset), __ATOMIC_ACQUIRE);
   b.step = __atomic_load_n(reinterpret_cast<std::int64_t*>(slot + contract::kBeatStepOffset), __ATOMIC_RELAXED);
+  b.quiet_until_ns =
+      __atomic_load_n(reinterpret_cast<std::int64_t*>(slot + contract::kBeatQuietUntilOffset), __ATOMIC_RELAXED);
   return b;
+}
+
+void HeartbeatChannel::write_quiet(void* slot, std::int64_t until_ns) {
+  auto* bytes = static_cast<unsigned char*>(slot);
+  __atomic_store_n(reinterpret_cast<std::int64_t*>(bytes + contract::kBeatQuietUntilOffset), until_ns, __ATOMIC_RELAXED);
 }
 
 void HeartbeatChannel::write(void* slot, std::int64_t step, std::int64_t time_ns) {

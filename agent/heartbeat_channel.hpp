@@ -23,6 +23,7 @@ using contract::kHeartbeatSlotBytes;
 struct Beat {
   std::int64_t step = -1;
   std::int64_t time_ns = 0;  // CLOCK_MONOTONIC; 0: never beat
+  std::int64_t quiet_until_ns = 0;  // a declared quiet phase ends then (CLOCK_MONOTONIC); 0: none
   bool ever() const { return time_ns != 0; }
 };
 
@@ -50,6 +51,8 @@ class HeartbeatChannel {
   Beat read(int local_rank) const;
   // What a worker does; the agent's tests and benchmarks use it to beat from C++.
   static void write(void* slot, std::int64_t step, std::int64_t time_ns);
+  // What a worker does to open (until_ns > 0) or close (0) a quiet phase; the beat that follows publishes it.
+  static void write_quiet(void* slot, std::int64_t until_ns);
 
  private:
   void release();

@@ -1,4 +1,5 @@
 #include "worker_sdk/checkpoint.hpp"
+#include "worker_sdk/heartbeat.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,6 +16,10 @@
 #include "worker_sdk/error.hpp"
 
 namespace ddprun::sdk {
+namespace {
+// How long a checkpoint save or load may be silent under ddprun --hang-timeout before it counts as hung.
+constexpr std::chrono::minutes kCheckpointQuiet{10};
+}  // namespace
 namespace {
 
 [[noreturn]] void fail(const std::string& what, const std::string& path) {
@@ -102,6 +107,7 @@ std::string Checkpointer::path() const { return dir_.empty() ? std::string() : d
 std::int64_t Checkpointer::maybe_resume(bool resume, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                         std::int64_t first_epoch) {
   if (dir_.empty() || !resume) return first_epoch;
+  const QuietPhase loading(kCheckpointQuiet);  // ddprun --hang-timeout: a large checkpoint is slow to read
   auto device = group_ ? group_->device() : torch::Device(torch::kCPU);
   std::int64_t step = 0;
   auto epoch = load_checkpoint(path(), model, optimizer, device, &step, &saved_step_samples_);
@@ -118,6 +124,7 @@ std::int64_t Checkpointer::resume_step(std::int64_t step_samples) const {
 void Checkpointer::save(torch::nn::Module& model, torch::optim::Optimizer& optimizer, std::int64_t epoch,
                         std::int64_t step, std::int64_t step_samples) {
   if (dir_.empty()) return;
+  const QuietPhase saving(kCheckpointQuiet);  // rank 0 writes, the others wait at the barrier: all silent
   if (!group_ || group_->rank() == 0) save_checkpoint(path(), model, optimizer, epoch, step, step_samples);
   if (group_) group_->barrier();
 }

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 
@@ -47,6 +48,26 @@ void heartbeat(std::int64_t step) {
 
 void heartbeat() {
   if (std::int64_t* s = slot()) store_time(s);
+}
+
+QuietPhase::QuietPhase(std::chrono::milliseconds at_most) {
+  std::int64_t* s = slot();
+  if (!s) return;
+  std::int64_t* until = &s[contract::kBeatQuietUntilOffset / 8];
+  previous_until_ns_ = __atomic_load_n(until, __ATOMIC_RELAXED);
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  const std::int64_t end = static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec +
+                           std::chrono::duration_cast<std::chrono::nanoseconds>(at_most).count();
+  __atomic_store_n(until, std::max(end, previous_until_ns_), __ATOMIC_RELAXED);
+  store_time(s);  // the release store publishes the bound with the beat
+}
+
+QuietPhase::~QuietPhase() {
+  std::int64_t* s = slot();
+  if (!s) return;
+  __atomic_store_n(&s[contract::kBeatQuietUntilOffset / 8], previous_until_ns_, __ATOMIC_RELAXED);
+  store_time(s);
 }
 
 }  // namespace ddprun::sdk

@@ -48,10 +48,13 @@ inline constexpr const char* kToken = "DDPRUN_TOKEN";
 
 // The heartbeat channel: one shared page, a slot per local rank at kHeartbeatSlotBytes * LOCAL_RANK. In a
 // slot, native-endian int64s: the step at +0 (-1: none given), CLOCK_MONOTONIC nanoseconds at +8 (0: never
-// beat), the time written last.
+// beat), the time written last; at +16 the end of a declared quiet phase (CLOCK_MONOTONIC ns, 0: none): until
+// then the worker may be silent without being hung (an evaluation, a checkpoint save, a data set loading),
+// written before the beat that opens the phase.
 inline constexpr std::size_t kHeartbeatSlotBytes = 64;  // one cache line: workers never share a line
 inline constexpr std::size_t kBeatStepOffset = 0;
 inline constexpr std::size_t kBeatTimeOffset = 8;
+inline constexpr std::size_t kBeatQuietUntilOffset = 16;
 
 // The error file (torchelastic's format; common/supervision/error_file.hpp reads it):
 //   {"message": {"message": "<Type>: <text>", "extraInfo": {"py_callstack": "...", "timestamp": "<unix s>"}}}

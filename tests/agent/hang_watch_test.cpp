@@ -159,3 +159,31 @@ TEST_CASE("the initial timeout's message says the worker never beat") {
   CHECK(m.rfind("hung: no first heartbeat 60.0 s after its start", 0) == 0);
   CHECK(m.find("stacks in /run/x/hang_stacks.txt") != std::string::npos);
 }
+
+TEST_CASE("a declared quiet phase keeps a silent worker from being hung until it ends, and no longer") {
+  WatchedWorker w = beat_at(0, 10 * kSec);
+  w.beat.quiet_until_ns = 22 * kSec;  // "silent for at most 12 s from now"
+  HangCheck c = check_hangs({w}, 2 * kSec, 20 * kSec);
+  CHECK(c.hung.empty());
+  REQUIRE(c.next_check_ns);
+  CHECK(*c.next_check_ns == 22 * kSec);  // looked at again when the phase ends
+  CHECK(check_hangs({w}, 2 * kSec, 22 * kSec).hung == std::vector<int>{0});
+  // A phase shorter than the timeout changes nothing.
+  w.beat.quiet_until_ns = 11 * kSec;
+  CHECK(check_hangs({w}, 2 * kSec, 11 * kSec + kSec / 2).hung.empty());
+  CHECK(check_hangs({w}, 2 * kSec, 12 * kSec).hung == std::vector<int>{0});
+}
+
+TEST_CASE("the slot carries the quiet phase as a worker writes it, and a new round clears it") {
+  HeartbeatChannel ch(2);
+  void* mapped = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, ch.fd(), 0);
+  REQUIRE(mapped != MAP_FAILED);
+  auto* slot = static_cast<unsigned char*>(mapped) + HeartbeatChannel::offset_of(1);
+  HeartbeatChannel::write_quiet(slot, 99 * kSec);
+  HeartbeatChannel::write(slot, 7, 5 * kSec);
+  CHECK(ch.read(1).quiet_until_ns == 99 * kSec);
+  CHECK(ch.read(0).quiet_until_ns == 0);
+  ch.clear();
+  CHECK(ch.read(1).quiet_until_ns == 0);
+  ::munmap(mapped, 4096);
+}

@@ -20,7 +20,8 @@ int main() {
   out += "], \"never_in_worker_env\": [\"" + std::string(c::kToken) + "\"], \"embedded_only\": [\"" + c::kEmbedded +
          "\"], \"heartbeat\": {\"slot_bytes\": " + std::to_string(c::kHeartbeatSlotBytes) +
          ", \"step_offset\": " + std::to_string(c::kBeatStepOffset) + ", \"time_offset\": " +
-         std::to_string(c::kBeatTimeOffset) + "}, \"error_file\": {\"message\": \"" + c::kErrorMessageKey +
+         std::to_string(c::kBeatTimeOffset) + ", \"quiet_until_offset\": " + std::to_string(c::kBeatQuietUntilOffset) +
+         "}, \"error_file\": {\"message\": \"" + c::kErrorMessageKey +
          "\", \"extra_info\": \"" + c::kErrorExtraInfoKey + "\", \"callstack\": \"" + c::kErrorCallstackKey +
          "\", \"timestamp\": \"" + c::kErrorTimestampKey + "\"}}\n";
   std::fputs(out.c_str(), stdout);

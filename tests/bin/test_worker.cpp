@@ -31,6 +31,7 @@
 //   beat=STEP      one heartbeat carrying STEP (DDPRUN_HEARTBEAT_FD/_OFFSET; nothing when they are unset)
 //   beatfor=SEC[:MS] a heartbeat every MS (default 50) milliseconds for SEC seconds, steps 0, 1, 2, ...
 //   beatstamp=PATH one heartbeat (step 0), then its CLOCK_MONOTONIC nanoseconds written to PATH (benchmarks)
+//   quiet=SEC      open a quiet phase of at most SEC seconds (a beat; 0 closes the phase)
 //   spin           a busy loop that never ends and never beats (a hang that burns a core)
 //   stamp=PATH     append "<rank> <TORCHELASTIC_RESTART_COUNT> <pid> <CLOCK_REALTIME ns>" to PATH in one
 //                  write (benchmarks)
@@ -228,8 +229,9 @@ void start_child(const std::string& kind) {
 }
 
 // The heartbeat slot, as README "Hang detection" describes it: int64 step at +0, int64 CLOCK_MONOTONIC
-// nanoseconds at +8 (written last).
-std::int64_t beat(long long step) {
+// nanoseconds at +8 (written last), the end of a quiet phase at +16. Written by hand, as a program without
+// the SDK would.
+std::int64_t* heartbeat_slot() {
   static std::int64_t* slot = [] {
     const char* fd = std::getenv("DDPRUN_HEARTBEAT_FD");
     const char* off = std::getenv("DDPRUN_HEARTBEAT_OFFSET");
@@ -241,6 +243,11 @@ std::int64_t beat(long long step) {
     if (p == MAP_FAILED) { std::perror("test_worker: mmap heartbeat"); std::exit(2); }
     return reinterpret_cast<std::int64_t*>(static_cast<char*>(p) + offset % page);
   }();
+  return slot;
+}
+
+std::int64_t beat(long long step) {
+  std::int64_t* slot = heartbeat_slot();
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   const std::int64_t now = static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
@@ -346,6 +353,17 @@ __attribute__((noinline)) void run_step(const std::string& step) {
     }
   } else if (verb == "beat") {
     beat(std::atoll(arg.c_str()));
+  } else if (verb == "quiet") {  // quiet=SEC: a quiet phase of at most SEC from now (0: ends it), then a beat
+    const double secs = std::atof(arg.c_str());
+    if (std::int64_t* slot = heartbeat_slot()) {
+      timespec ts{};
+      ::clock_gettime(CLOCK_MONOTONIC, &ts);
+      const std::int64_t until = secs > 0 ? static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec +
+                                                static_cast<std::int64_t>(secs * 1e9)
+                                          : 0;
+      __atomic_store_n(&slot[2], until, __ATOMIC_RELAXED);
+      __atomic_store_n(&slot[1], static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec, __ATOMIC_RELEASE);
+    }
   } else if (verb == "beatfor") {
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::atof(arg.c_str()));
     const auto colon = arg.find(':');

@@ -164,6 +164,29 @@ TEST_CASE("ranks whose restart counts disagree (a joiner under torchrun) still f
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));  // not the store timeout
 }
 
+// Rank 1 is silent for 2.5 s (3x ddprun's --hang-timeout 1 in tests/worker_sdk/CMakeLists.txt) inside a quiet
+// phase of at most 4 s, then joins the allreduce: no hang. SDK_TEST_QUIET_OVERRUN=1: the phase says at most
+// 1.5 s, and the silence is found once it ends.
+SDK_TEST_ROLE("quiet_phase") {
+  torch::set_num_threads(1);
+  auto world = sdk::WorldInfo::from_env();
+  auto pg = sdk::ProcessGroup::init(world);
+  const bool overrun = sdk::env_or("SDK_TEST_QUIET_OVERRUN", "") == "1";
+  if (world.rank == 1) {
+    const sdk::QuietPhase evaluating(overrun ? std::chrono::milliseconds(1500) : std::chrono::milliseconds(4000));
+    std::this_thread::sleep_for(overrun ? std::chrono::seconds(30) : std::chrono::milliseconds(2500));
+  } else {
+    const sdk::QuietPhase waiting(std::chrono::seconds(overrun ? 60 : 4));  // rank 0 waits in the allreduce
+    at::Tensor t = torch::ones({2});
+    pg->allreduce(t);
+    ROLE_CHECK(t[0].item<double>() == 2.0);
+    return 0;
+  }
+  at::Tensor t = torch::ones({2});
+  pg->allreduce(t);
+  return 0;
+}
+
 SDK_TEST_ROLE("skip_allreduce") {
   const bool auto_only = env_int("SDK_TEST_AUTO_BEATS_ONLY", 0) == 1;
   const sdk::WorldInfo world = sdk::WorldInfo::from_env();
