@@ -133,6 +133,7 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
   rendezvous::JobConfig& job = r.job;
   w.nnodes = job.max_nodes = nnodes;  // elastic: the most it can be, until the rendezvous says
   job.min_nodes = range.min;
+  job.max_departures = parse_int_in("--rdzv-conf max_departures", o.max_departures, 1, 1000000);
   job.last_call = parse_duration("--rdzv-conf last_call_timeout", o.last_call);
   w.node_rank = node_rank;
   w.rank_offset = 0;

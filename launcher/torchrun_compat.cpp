@@ -131,13 +131,17 @@ void apply_rdzv_conf(const std::string& text, const std::set<std::string>& given
     } else if (key == "last_call_timeout") {
       parse_duration(option, value);
       o.last_call = value;
+    } else if (key == "max_departures") {  // ddprun's own: elastic jobs' flapping bound (docs/MULTINODE.md)
+      parse_int_in(option, value, 1, 1000000);
+      o.max_departures = value;
     } else if (key == "read_timeout") {
       parse_duration(option, value);
       notes.push_back("debug: --rdzv-conf read_timeout ignored: ddprun's agents notice a silent server by its "
                       "heartbeats (--heartbeat-timeout)");
     } else {
       usage("--rdzv-conf key '" + key + "' is not supported by ddprun: it understands timeout, join_timeout, "
-            "last_call_timeout, read_timeout, is_host, keep_alive_interval and keep_alive_max_attempt");
+            "last_call_timeout, read_timeout, is_host, keep_alive_interval, keep_alive_max_attempt and (its own) "
+            "max_departures");
     }
   }
   // torch: a node is lost after keep_alive_max_attempt missed keep-alives (default 3).

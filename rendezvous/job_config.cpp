@@ -26,6 +26,7 @@ void validate(const JobConfig& config) {
     fail("--heartbeat-timeout must be longer than --heartbeat-interval, which must be positive");
   if (config.join_timeout.count() <= 0) fail("--rdzv-timeout must be positive");
   if (config.last_call.count() < 0) fail("the last call (--rdzv-conf last_call_timeout) must not be negative");
+  if (config.max_departures < 1) fail("the departures a host is allowed before it is refused must be at least 1");
   if (config.max_restarts < 0 || config.max_restarts > kMaxRestarts)
     fail("--max-restarts must be in 0.." + std::to_string(kMaxRestarts));
   if (config.max_frame_bytes < kHandshakeMaxFrameBytes || config.max_outbox_bytes < config.max_frame_bytes + kFrameHeaderBytes)

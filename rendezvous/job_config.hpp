@@ -28,6 +28,10 @@ struct JobConfig {
   std::chrono::milliseconds join_timeout{900'000};     // --rdzv-timeout: server start → all nodes joined
   std::chrono::milliseconds last_call{30'000};         // elastic only, see above
   int max_restarts = 0;                                // restart rounds after worker failures
+  // Elastic: a host that left the job this many times (lost, or its ddprun stopped, after being placed) is not
+  // admitted again: a flapping node would otherwise re-form the job forever (each re-form costs every node its
+  // progress since the last checkpoint). A departure itself uses no restart while MIN nodes remain.
+  int max_departures = 3;
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  // after authentication; kHandshakeMaxFrameBytes before
   // Connections that have not joined (no hello yet, or refused and closing) held at once; 0 = the larger
   // of 1024 and 64 + 4 x max_nodes. Beyond it the oldest such connection is closed to admit the new one: a flood of strangers

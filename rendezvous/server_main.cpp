@@ -66,6 +66,8 @@ int run(int argc, char** argv) {
   app.add_option("--heartbeat-timeout", heartbeat_timeout, "seconds")->capture_default_str();
   app.add_option("--rdzv-timeout", join_timeout, "seconds to wait for every node")->capture_default_str();
   app.add_option("--last-call", last_call, "elastic jobs: seconds to wait for more nodes after MIN")->capture_default_str();
+  app.add_option("--max-departures", config.max_departures,
+                 "elastic jobs: a host that left this many times is not admitted again")->capture_default_str();
   app.add_option("--max-restarts", config.max_restarts, "restart rounds after worker failures");
   app.add_option("--max-pending-connections", config.max_pending_connections,
                  "connections not yet joined held at once; beyond it the oldest is closed (0 = max(1024, 64 + 4 x nodes))")

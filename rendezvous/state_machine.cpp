@@ -110,6 +110,10 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
     return "the job already has " + std::to_string(config.max_nodes) + " nodes, the most --nnodes " +
            std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes) + " allows";
   if (hello.nproc < 1) return "a node must run at least one worker (nproc >= 1)";
+  if (auto it = state.departures.find(hello.host); it != state.departures.end() && it->second >= config.max_departures)
+    return "host \"" + hello.host + "\" left this job " + std::to_string(it->second) +
+           " times: it is not admitted again (a flapping node re-forms the job over and over); repair it, or "
+           "start a new job";
   // Ranks and the world size are ints everywhere (and in every worker's environment): keep the sum in range.
   if (state.joined_procs + hello.nproc > static_cast<std::int64_t>(kMaxRank) + 1)
     return "the world size would exceed " + std::to_string(kMaxRank + 1) + " workers";

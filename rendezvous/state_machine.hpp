@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -83,7 +84,8 @@ struct RendezvousState {
   std::optional<Failure> root_cause;
   std::int64_t joined_procs = 0;  // workers of the joined nodes: the world size, bounded by kMaxRank + 1
   int restart_count = 0;     // rounds after the first
-  int failure_restarts = 0;  // of those, the ones charged to config.max_restarts
+  int failure_restarts = 0;  // of those, the ones charged to config.max_restarts (worker failures only)
+  std::map<std::string, int> departures;  // elastic: host → times it left after being placed (max_departures)
   int done_count = 0;
   int stopped_count = 0;
   std::uint64_t next_join_seq = 0;

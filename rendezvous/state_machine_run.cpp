@@ -38,8 +38,8 @@ void start_next_round_if_stopped(RendezvousState& state, Actions& out) {
 
 // A node gone after the first round started: lost (connection closed, heartbeats missed, a bad report) or
 // stopped (its ddprun got a signal; `failure` then carries it). It ends the job unless the job can re-form
-// without it: dynamic node ranks, at least min_nodes left, and a restart left (none more is used when the job
-// was already re-forming). Either way the node itself is told why before its connection closes (a node whose
+// without it: dynamic node ranks, at least min_nodes left, and not the node hosting the server. The re-form
+// uses no restart (departures are bounded per host by max_departures instead). Either way the node itself is told why before its connection closes (a node whose
 // connection already closed hears nothing, harmlessly): a node dropped for silence may only have been paused.
 void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool stopped, Actions& out) {
   state.joined_procs -= node.nproc;
@@ -58,8 +58,11 @@ void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool sto
                                               ") left while waiting for the next round: " + describe(failure)});
     return;
   }
-  const bool restart_left = state.phase == Phase::kRestarting || state.failure_restarts < config.max_restarts;
-  if (config.static_node_ranks || left < config.min_nodes || !restart_left || node.hosts_server) {
+  // A node gone while MIN nodes remain is a membership change, like a join: it uses no restart (the budget is
+  // for worker failures), so a flaky spare cannot end a healthy job; max_departures bounds how often one host
+  // may do it (check_hello refuses it after that).
+  if (!config.static_node_ranks) ++state.departures[node.host];
+  if (config.static_node_ranks || left < config.min_nodes || node.hosts_server) {
     std::string reason = stopped ? "a node was stopped" : "a node was lost";
     if (elastic && node.hosts_server)
       reason += "; it hosts the rendezvous server, without which the job cannot re-form";
@@ -67,8 +70,6 @@ void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool sto
       reason += "; " + std::to_string(left) + " node" + (left == 1 ? "" : "s") + " left, fewer than the " +
                 std::to_string(config.min_nodes) + " that --nnodes " + std::to_string(config.min_nodes) + ":" +
                 std::to_string(config.max_nodes) + " needs";
-    else if (elastic && !restart_left)
-      reason += "; no restart left to re-form without it (--max-restarts " + std::to_string(config.max_restarts) + ")";
     tell("this node " + how + "; the job stops: " + reason);
     return stop_job(state, std::move(failure), reason, out);
   }
@@ -83,9 +84,9 @@ void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool sto
                                               std::to_string(left) + " nodes go on"});
     return start_next_round_if_stopped(state, out);
   }
-  ++state.failure_restarts;
-  std::string reason = "re-forming the job without " + who + ": " + std::to_string(left) + " nodes left (restart " +
-                       std::to_string(state.failure_restarts) + " of " + std::to_string(config.max_restarts) + ")";
+  std::string reason = "re-forming the job without " + who + ": " + std::to_string(left) + " node" +
+                       (left == 1 ? "" : "s") + " left (a node gone while --nnodes MIN remain: no restart used)";
+  // membership stays false: on the wire it means "a node joined"; this is a loss, told with its cause.
   begin_reform(state, std::move(failure), reason, /*membership=*/false, out);
   start_next_round_if_stopped(state, out);  // nobody of the round left to stop: newcomers only
 }

@@ -227,7 +227,8 @@ def plan_run(seed, index, elastic_ok):
             kinds.update({"hang": 1, "worker_stop": 1})
         if p.elastic:
             leavers = [m for m in members if m != p.host]  # never the host: losing it ends the job, by design
-            remaining_ok = len(members) - 1 >= p.min_nodes and budget > 0
+            # A node gone while MIN remain re-forms the job and uses no restart (the budget is for worker failures).
+            remaining_ok = len(members) - 1 >= p.min_nodes
         else:
             leavers = list(members)
             remaining_ok = False
@@ -245,6 +246,8 @@ def plan_run(seed, index, elastic_ok):
                 ended = True
                 break
             members.remove(target)
+            rc += 1  # no restart used
+            continue
         else:
             _plan_worker_failure(rng, p, kind, members, rc)
             hangs += kind in ("hang", "worker_stop")
@@ -280,7 +283,7 @@ def plan_run(seed, index, elastic_ok):
 
     # Programs for every round any node might see (a join or a slow node may add rounds): planned rounds as
     # planned, the others short and clean. A round beyond every possibility gets UNPLANNED_ROUND_CODE.
-    last_rc = p.max_restarts + len(JOINER_IDS) + 1
+    last_rc = p.max_restarts + 2 * len(JOINER_IDS) + len(p.initial) + 1  # failures, joins, departures
     for n in p.nproc:
         for r in range(last_rc + 1):
             for lr in range(p.nproc[n]):
@@ -504,7 +507,9 @@ def agent_command(plan, tmp, ddprun, node, port, joiner):
     if plan.elastic:
         # A joiner never hosts: one that comes as the job ends would otherwise find the endpoint free and start
         # a job of its own under the same run id (the rule for an agent on the endpoint's machine).
-        cmd += ["--rdzv-conf", f"last_call_timeout={LAST_CALL_S}" + (",is_host=false" if joiner else "")]
+        # Every agent here is the same host: the flapping bound (max_departures) would count them all as one.
+        cmd += ["--rdzv-conf", f"last_call_timeout={LAST_CALL_S},max_departures=1000000" +
+                (",is_host=false" if joiner else "")]
     return cmd + [os.path.join(tmp, f"worker_{node}.sh")]
 
 

@@ -156,8 +156,8 @@ def _check_rounds(plan, o, rounds, by_round):
         if rc not in per_rc:
             problems.append(f"round {rc} was never held, yet round {final_rc} was")
         # What re-formed the job after round rc-1: every node of that round says so in its "restarting" event
-        # ("membership": a join, free; else a failure or a node gone, which costs a restart). Builds from before
-        # elastic membership do not say: a failure.
+        # ("membership": a join, free; a node gone while MIN remain, free too: its reason says "no restart used";
+        # else a failure, which costs a restart). Builds from before elastic membership do not say: a failure.
         reforms = [r.reform for _, r in per_rc.get(rc - 1, []) if r.reform is not None]
         kinds = {bool(e.get("membership")) for e in reforms}
         if len(kinds) > 1:
@@ -166,7 +166,8 @@ def _check_rounds(plan, o, rounds, by_round):
             if rc not in joins_at:
                 problems.append(f"round {rc} re-formed for a membership change, yet no node joined in it")
             continue
-        restarts_used += 1
+        if not all("no restart used" in (e.get("reason") or "") for e in reforms):
+            restarts_used += 1
         if not by_round.get(rc - 1):
             problems.append(f"round {rc} began with no failure injected into round {rc - 1}"
                             f"{' and no node joining' if plan.elastic else ''}: {reforms}")

@@ -47,7 +47,7 @@ int rank_of(const SendAssignments& send, ConnId conn) {
 }
 }  // namespace
 
-TEST_CASE("elastic: a node lost with restarts left re-forms the job with the others, using one restart") {
+TEST_CASE("elastic: a node lost while MIN remain re-forms the job with the others, using no restart") {
   auto state = elastic(2, 4, 3, 2);
   auto actions = step(state, Disconnected{2, "end of file"}, at(20'000ms));
   auto stop = find_one<Broadcast>(actions);
@@ -56,9 +56,12 @@ TEST_CASE("elastic: a node lost with restarts left re-forms the job with the oth
   CHECK(msg.restarting);
   CHECK_FALSE(msg.membership);
   CHECK(describe(msg.root_cause) == "node 1 (host host1) lost: connection closed (end of file)");
-  CHECK(msg.reason == "re-forming the job without node 1 (host \"host1\"): 2 nodes left (restart 1 of 2)");
+  CHECK(msg.reason ==
+        "re-forming the job without node 1 (host \"host1\"): 2 nodes left (a node gone while --nnodes MIN remain: no "
+        "restart used)");
   CHECK(state.phase == Phase::kRestarting);
-  CHECK(state.failure_restarts == 1);
+  CHECK(state.failure_restarts == 0);  // the budget is for worker failures
+  CHECK(state.departures.at("host1") == 1);
 }
 
 TEST_CASE("elastic: the re-formed round has contiguous ranks, the new world size and restart count + 1") {
@@ -85,12 +88,26 @@ TEST_CASE("elastic: a node lost with fewer than min left stops the job, saying s
   CHECK(state.phase == Phase::kStopped);
 }
 
-TEST_CASE("elastic: a node lost with no restart left stops the job, saying so") {
-  auto state = elastic(1, 3, 3, 0);
-  auto stop = find_one<Broadcast>(step(state, Disconnected{3, ""}, at(20'000ms)));
-  CHECK(std::get<StopMsg>(stop.message).reason ==
-        "a node was lost; no restart left to re-form without it (--max-restarts 0)");
-  CHECK(state.phase == Phase::kStopped);
+TEST_CASE("elastic: a flaky spare never spends the restart budget, and is refused once it left max_departures times") {
+  auto state = elastic(1, 3, 2, 0);  // --max-restarts 0: any charged restart would end the job
+  state.config.max_departures = 3;
+  ConnId spare = 2;
+  for (int i = 0; i < 3; ++i) {
+    auto actions = step(state, Disconnected{spare, ""}, at(20'000ms + std::chrono::milliseconds(100 * i)));
+    CHECK(std::get<StopMsg>(find_one<Broadcast>(actions).message).restarting);
+    find_one<SendAssignments>(all_stopped(state, {1}, at(20'010ms + std::chrono::milliseconds(100 * i))));
+    REQUIRE(state.phase == Phase::kRunning);  // the healthy node goes on alone
+    spare = static_cast<ConnId>(10 + i);
+    auto back = step(state, late_hello(spare, "host1"), at(20'050ms + std::chrono::milliseconds(100 * i)));
+    if (i < 2) {
+      CHECK(refusal(back, spare).empty());
+      find_one<SendAssignments>(all_stopped(state, {1}, at(20'060ms + std::chrono::milliseconds(100 * i))));
+    } else {
+      CHECK(refusal(back, spare).find("host \"host1\" left this job 3 times") != std::string::npos);
+    }
+  }
+  CHECK(state.failure_restarts == 0);
+  CHECK(state.phase == Phase::kRunning);
 }
 
 TEST_CASE("elastic: a node stopped by a signal leaves: it is told so and the job re-forms without it") {
