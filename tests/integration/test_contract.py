@@ -32,26 +32,35 @@ class Contract(DdprunTestCase):
         self.assertTrue(read, "the helper reads no variable: the pattern is out of date")
         self.assertEqual(read - set(self.c["worker_env"]), set())
 
-    def test_the_python_helper_beats_into_the_contract_slot_layout(self):
+    def test_the_python_helper_beats_and_declares_quiet_phases_in_the_contract_slot_layout(self):
         hb = self.c["heartbeat"]
         fd = os.memfd_create("contract-test")
         try:
             os.ftruncate(fd, 4096)
             slot = 3 * hb["slot_bytes"]  # local rank 3's slot
-            code = (f"import sys; sys.path.insert(0, {os.path.dirname(HELPER)!r}); import ddprun_heartbeat; "
-                    "ddprun_heartbeat.beat(41)")
+            code = (f"import sys, mmap, os; sys.path.insert(0, {os.path.dirname(HELPER)!r}); import ddprun_heartbeat; "
+                    "ddprun_heartbeat.beat(41)\n"
+                    "with ddprun_heartbeat.quiet(100):\n"
+                    f"    page = mmap.mmap({fd}, 4096); sys.stdout.write(str(int.from_bytes("
+                    f"page[{slot + hb['quiet_until_offset']}:{slot + hb['quiet_until_offset'] + 8}], sys.byteorder)))")
             env = dict(os.environ, DDPRUN_HEARTBEAT_FD=str(fd), DDPRUN_HEARTBEAT_OFFSET=str(slot))
             before = time.monotonic_ns()
-            subprocess.run([sys.executable, "-c", code], env=env, check=True, pass_fds=(fd,))
+            inside = int(subprocess.run([sys.executable, "-c", code], env=env, check=True, pass_fds=(fd,),
+                                        capture_output=True).stdout)
             after = time.monotonic_ns()
             page = mmap.mmap(fd, 4096)
             step = int.from_bytes(page[slot + hb["step_offset"]:slot + hb["step_offset"] + 8], sys.byteorder, signed=True)
             stamp = int.from_bytes(page[slot + hb["time_offset"]:slot + hb["time_offset"] + 8], sys.byteorder, signed=True)
+            quiet = hb["quiet_until_offset"]
+            after_phase = int.from_bytes(page[slot + quiet:slot + quiet + 8], sys.byteorder, signed=True)
             page.close()
         finally:
             os.close(fd)
         self.assertEqual(step, 41)
-        self.assertTrue(before <= stamp <= after, (before, stamp, after))
+        self.assertTrue(before <= stamp <= after, (before, stamp, after))  # the quiet phase's end beat
+        # Inside the quiet phase, its end (now + 100 s) was at +16; after it, 0 again.
+        self.assertTrue(before + 100 * 10**9 <= inside <= after + 100 * 10**9, (before, inside, after))
+        self.assertEqual(after_phase, 0)
 
     def test_a_worker_under_ddprun_gets_exactly_the_contract(self):
         names = self.c["worker_env"] + self.c["never_in_worker_env"] + self.c["embedded_only"]

@@ -98,6 +98,36 @@ class SingleNode(HangCase):
         self.assertEqual(r.stdout, b"")
 
 
+class Quiet(HangCase):
+    """Declared quiet phases (slot +16) and the initial timeout (--hang-initial-timeout), with test_worker."""
+
+    def test_a_quiet_phase_longer_than_the_timeout_is_no_hang(self):
+        r = self.worker("beat=1", "quiet=5", "sleep=3", "quiet=0", "beat=2", nproc=2, extra=("--hang-timeout", "1"))
+        self.assertEqual(r.code, 0, r)
+
+    def test_a_quiet_phase_that_overruns_its_bound_is_a_hang(self):
+        t0 = time.monotonic()
+        r = self.worker("beat=1", "@1:quiet=2", "@1:hang", "@0:beatfor=60", nproc=2, extra=("--hang-timeout", "1"))
+        self.assert_hung(r, 1, step=1)
+        self.assertLess(time.monotonic() - t0, 20)
+
+    def test_the_initial_timeout_catches_a_worker_that_never_beats(self):
+        t0 = time.monotonic()
+        r = self.worker("@1:hang", "@0:beatfor=60", nproc=2,
+                        extra=("--hang-timeout", "1", "--hang-initial-timeout", "2"))
+        self.assertEqual(r.code, HUNG, r)
+        self.assertRegex(r.stderr.decode(), r"root cause: rank 1 \(.*\) hung: no first heartbeat \d+\.\d s after its start")
+        self.assertLess(time.monotonic() - t0, 20)
+        # Without it, the same worker is exempt (it never beat): only the other's end finishes the job.
+        r = self.worker("@1:sleep=3", "@0:beatfor=1", nproc=2, extra=("--hang-timeout", "1"))
+        self.assertEqual(r.code, 0, r)
+
+    def test_the_initial_timeout_needs_the_hang_timeout(self):
+        r = self.worker("exit=0", nproc=1, extra=("--hang-initial-timeout", "5"))
+        self.assertEqual(r.code, 64, r)
+        self.assertIn("--hang-initial-timeout needs --hang-timeout", r.stderr.decode())
+
+
 class Python(HangCase):
     """A Python worker beating with python/ddprun_heartbeat.py, its faulthandler registered by the import."""
 
@@ -124,6 +154,39 @@ class Python(HangCase):
         stacks = self.stacks_file(err)
         self.assertIn("Python stacks (faulthandler)", stacks)
         self.assertIn("stuck_in_here", stacks)
+
+    def test_a_python_quiet_phase_is_no_hang(self):
+        r = self.python_job("""
+            import time, ddprun_heartbeat
+            for step in range(3):
+                ddprun_heartbeat.beat(step)
+            with ddprun_heartbeat.quiet(6):    # an evaluation pass, 3x the timeout
+                time.sleep(3)
+            ddprun_heartbeat.beat(3)
+        """, nproc=2, python=sys.executable)
+        self.assertEqual(r.code, 0, r)
+
+    def test_a_rank_stuck_in_init_process_group_is_caught_by_the_initial_timeout(self):
+        # Rank 1 never comes: rank 0 waits in init_process_group and neither ever beats.
+        if os.system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0:
+            self.skipTest("/usr/bin/python3 has no torch (Debian python3-torch)")
+        script = self.path("init.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent("""
+                import os, time, datetime, torch.distributed as dist, ddprun_heartbeat
+                if os.environ["RANK"] == "1":
+                    time.sleep(600)
+                dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+                ddprun_heartbeat.beat(0)
+            """))
+        self.env["PYTHONPATH"] = f"{PYTHON_DIR}:{self.env.get('PYTHONPATH', '')}"
+        self.env["PYTHON_EXEC"] = "/usr/bin/python3"
+        t0 = time.monotonic()
+        r = self.run_ddprun("--nproc-per-node", 2, "--hang-timeout", "1", "--hang-initial-timeout", "4", script,
+                            timeout=90)
+        self.assertEqual(r.code, HUNG, r)
+        self.assertIn("no first heartbeat", r.stderr.decode(), r)
+        self.assertLess(time.monotonic() - t0, 60)
 
     def test_a_torch_allreduce_that_never_completes_is_hung(self):
         if os.system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0:
