@@ -24,10 +24,8 @@ import time
 TORCHRUN = ["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "../../../shared/peers/torchrun311.py")]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
+from ports import free_port  # noqa: E402
 
 
 def port_listening(port):

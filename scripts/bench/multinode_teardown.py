@@ -8,7 +8,6 @@ usage: multinode_teardown.py BUILD_DIR [RUNS] [NODES...]     e.g. multinode_tear
 """
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -16,10 +15,8 @@ import tempfile
 import time
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
+from ports import free_port  # noqa: E402
 
 
 def one_run(build, nnodes, tmp):

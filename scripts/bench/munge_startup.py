@@ -18,7 +18,6 @@ Reported: medians (and quartiles) in ms, and the difference between the modes.
 import argparse
 import ctypes
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,14 +25,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "../../tests/integration"))
+from ports import free_port  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "../../tests/slurm"))
 from munged import PrivateMunged  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def job_seconds(ddprun, mode, env):

@@ -46,6 +46,7 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
+from ports import free_port  # noqa: E402
 # The integration tests' process tools; importing harness makes this process a child subreaper.
 from harness import descendants, kill_all, reap_zombies  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -70,12 +71,6 @@ PHASES = [
     ("first_spawned", "first attempt-1 worker spawned (`started`), either node"),
     ("spawned", "last attempt-1 worker spawned (`started`)"),
 ]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def still_listening(port):

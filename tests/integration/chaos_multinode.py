@@ -53,8 +53,9 @@ import time
 import harness  # noqa: F401 (makes this process a child subreaper: whatever a run leaves is ours to find)
 import test_chaos
 from harness import descendants, kill_all, reap_zombies
-from test_chaos import _describe_pid, limit_core_dumps, sweep_leftovers  # noqa: F401 (limit_core_dumps: for the callers)
-from test_multinode import free_port
+# read_events: one agent's events; a SIGKILLed agent's last line may be cut (strict=False drops it).
+from chaos_support import describe_pid, limit_core_dumps, read_events, sweep_leftovers  # noqa: F401 (limit_core_dumps: for the callers)
+from ports import free_port
 
 TERM_TIMEOUT = 1.0
 HANG_TIMEOUT = 2.0
@@ -325,11 +326,6 @@ def _plan_worker_failure(rng, p, kind, members, rc):
 
 # ---- running one plan -------------------------------------------------------------------------------------
 
-def read_events(path, strict):
-    """The events of one agent; a SIGKILLed agent's last line may be cut (strict=False drops it)."""
-    return test_chaos._read_events(path, strict)
-
-
 class AgentRun:
     """One ddprun agent of a run, its output collected on a thread of its own."""
 
@@ -578,7 +574,7 @@ def execute_run(plan, tmp, ddprun, worker, env):
         for a in running:
             if now - a.t0 > RUN_BOUND_S:
                 a.timed_out = True
-                a.hung_info = [_describe_pid(p) for p in descendants()]
+                a.hung_info = [describe_pid(p) for p in descendants()]
                 kill_all([a.proc.pid])
         if not running:
             break

@@ -2,7 +2,7 @@
 rounds and restart counts, exit codes against the failures injected, orphans, output lines, time bounds."""
 from chaos_multinode import (ENV_RE, HUNG_CODE, Injection, LINE_RE, LOST_NODE, LOST_SERVER, RDZV_TIMEOUT,
                              REFUSED, RUN_BOUND_S, signum)
-from test_chaos import _code_of as code_of, _status_of as status_of
+from chaos_support import code_of, status_of
 
 
 class Round:

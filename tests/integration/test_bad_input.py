@@ -1,7 +1,6 @@
 """Bad input: one clear line on stderr, a documented exit code, and nothing started or created."""
 import os
 import socket
-import stat
 
 from harness import DdprunTestCase, WORKER
 

@@ -27,11 +27,9 @@ What the checks can and cannot see: the kernel keeps one pending instance of a s
 SIGTERMs sent before the process handled the first one are recorded once. The once-check can therefore miss
 a double delivery but never invents one.
 """
-import json
 import os
 import random
 import re
-import resource
 import shlex
 import signal
 import subprocess
@@ -43,6 +41,7 @@ import time
 import unittest
 
 import harness
+from chaos_support import code_of, describe_pid, limit_core_dumps, read_events, status_of, sweep_leftovers  # noqa: F401
 from harness import DdprunTestCase, descendants, kill_all, reap_zombies
 
 TERM_TIMEOUT = 1.0
@@ -222,32 +221,6 @@ class RunOutcome:
         self.workers_survived = []    # workers alive 5 s after a SIGKILLed ddprun
 
 
-def _describe_pid(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-        state = data[data.rindex(b")") + 2:].split()[0].decode()
-        return f"{pid} [{state}] {cmd[:120]}"
-    except OSError:
-        return f"{pid} (gone)"
-
-
-def _read_events(path, strict=False):
-    try:
-        with open(path) as f:
-            text = f.read()
-    except FileNotFoundError:
-        if strict:
-            raise
-        return []
-    lines = text.splitlines()
-    if not strict and lines and not text.endswith("\n"):
-        lines.pop()  # a line being written when ddprun was killed
-    return [json.loads(line) for line in lines]
-
-
 def _send_external(proc, events, external, o):
     # After the first "started" event only: a signal before ddprun has its handlers would just kill it
     # (a SIGKILLed-ddprun case the other tests cover), not test the forwarding. Sent only while ddprun has
@@ -272,20 +245,6 @@ def _send_external(proc, events, external, o):
             proc.send_signal(_signal_number(name))
 
 
-def sweep_leftovers():
-    """Once every ddprun of a run has exited: the descendants still alive (this process is their subreaper), each
-    described, then killed and reaped so that the next run starts clean. Returns (pids, descriptions)."""
-    left = descendants()
-    info = [_describe_pid(p) for p in left]
-    kill_all(left)
-    deadline = time.monotonic() + 5
-    while descendants() and time.monotonic() < deadline:
-        reap_zombies()
-        time.sleep(0.01)
-    reap_zombies()
-    return left, info
-
-
 def execute_run(plan, tmp, ddprun, worker, env):
     """Runs ddprun for `plan` with its files in `tmp`; kills whatever is left afterwards (and notes it)."""
     o = RunOutcome()
@@ -305,7 +264,7 @@ def execute_run(plan, tmp, ddprun, worker, env):
     except subprocess.TimeoutExpired:
         o.timed_out = True
         # What was still there when the bound ran out (ddprun, or something holding its output open).
-        o.hung_info = [_describe_pid(p) for p in descendants()]
+        o.hung_info = [describe_pid(p) for p in descendants()]
         kill_all([proc.pid] + descendants())
         o.stdout, o.stderr = proc.communicate()
     if sender:
@@ -319,11 +278,11 @@ def execute_run(plan, tmp, ddprun, worker, env):
         # PR_SET_PDEATHSIG: the workers get SIGKILL when ddprun dies, asynchronously. Not reaped while we
         # wait (pid_alive reads a zombie as dead), so their pids cannot be reused meanwhile.
         o.killed = True
-        workers = [e["pid"] for e in _read_events(events) if e.get("event") == "started"]
+        workers = [e["pid"] for e in read_events(events) if e.get("event") == "started"]
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(harness.pid_alive(p) for p in workers):
             time.sleep(0.01)
-        o.workers_survived = [_describe_pid(p) for p in workers if harness.pid_alive(p)]
+        o.workers_survived = [describe_pid(p) for p in workers if harness.pid_alive(p)]
         # Whatever holds the job's other processes once ddprun is gone (its job guard) works on its own
         # time too: give it the same bound.
         while time.monotonic() < deadline and descendants():
@@ -331,7 +290,7 @@ def execute_run(plan, tmp, ddprun, worker, env):
             time.sleep(0.01)
     o.left, o.left_info = sweep_leftovers()
     try:
-        o.events = _read_events(events, strict=True)
+        o.events = read_events(events, strict=True)
     except (OSError, ValueError) as e:
         o.events_error = repr(e)
     o.ready = {w.rank for w in plan.workers if os.path.exists(os.path.join(tmp, f"ready.{w.rank}"))}
@@ -346,17 +305,6 @@ def execute_run(plan, tmp, ddprun, worker, env):
 
 
 # ---- the checks -----------------------------------------------------------------------------------------
-
-def _status_of(event):
-    if "signal" in event:
-        return ("signal", event["signal"])
-    return ("exit", event.get("exit_code"))
-
-
-def _code_of(status):
-    kind, value = status
-    return 128 + value if kind == "signal" else value
-
 
 def check_run(plan, o, check_once=False, check_sigkilled=False, check_cont=False):
     """Every way this run broke ddprun's contract, as sentences (empty: the run is fine)."""
@@ -413,7 +361,7 @@ def check_run(plan, o, check_once=False, check_sigkilled=False, check_cont=False
         if failed or "root_cause" in summary:
             problems.append(f"no teardown, yet a root cause was named: {summary.get('root_cause')}")
         for rank, e in exited.items():
-            if _status_of(e) != ("exit", 0):
+            if status_of(e) != ("exit", 0):
                 problems.append(f"rank {rank} should have exited 0: {e}")
     elif teardown.get("reason") == "signal":
         # Stopped from outside before any worker failed: 128+N, no root cause, every worker a victim.
@@ -440,7 +388,7 @@ def check_run(plan, o, check_once=False, check_sigkilled=False, check_cont=False
             if w is None or e is None:
                 problems.append(f"root cause rank {rank} is not a worker that exited: {cause}")
             else:
-                status = _status_of(e)
+                status = status_of(e)
                 # A teardown starts only at a failure or a stop signal, so the earliest failure is one of
                 # the planned ones and failed as planned: nothing had signalled it yet. A forwarded notice
                 # (USR1/USR2) kills any worker that does not handle it, which is a failure of its own.
@@ -448,7 +396,7 @@ def check_run(plan, o, check_once=False, check_sigkilled=False, check_cont=False
                 if status not in allowed:
                     problems.append(f"root cause rank {rank} ended {status}, expected one of {allowed} "
                                     f"({w.describe()})")
-                if o.code != _code_of(status):
+                if o.code != code_of(status):
                     problems.append(f"ddprun exited {o.code}, the root cause (rank {rank}) ended {status}")
                 if e.get("state") != "failed":
                     problems.append(f"the root cause's exited event is not 'failed': {e}")
@@ -526,7 +474,7 @@ def check_run(plan, o, check_once=False, check_sigkilled=False, check_cont=False
             if not w.records or w.fate not in ("hang", "stop") or (w.fate == "stop" and not check_cont):
                 continue
             e, st = exited.get(w.rank), started.get(w.rank)
-            if not e or not st or _status_of(e) != ("signal", signal.SIGKILL):
+            if not e or not st or status_of(e) != ("signal", signal.SIGKILL):
                 continue
             got = {n for pid, _, n in o.records if pid == st["pid"]}
             if name not in got:
@@ -538,11 +486,6 @@ def check_run(plan, o, check_once=False, check_sigkilled=False, check_cont=False
 def repro(plan, o):
     return (f"seed {plan.seed} run {plan.index}: CHAOS_SEED={plan.seed} CHAOS_ONLY={plan.index} "
             f"python3 -m unittest -v test_chaos\n{plan.describe()}\ncommand: {shlex.join(o.cmd)}")
-
-
-def limit_core_dumps():
-    # Workers kill themselves with SEGV, ABRT, QUIT...: no core files in the test directory.
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 # ---- the test -------------------------------------------------------------------------------------------

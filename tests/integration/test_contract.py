@@ -9,7 +9,7 @@ import sys
 import time
 import unittest
 
-from harness import DdprunTestCase, WORKER
+from harness import DdprunTestCase
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELPER = os.path.join(HERE, "../../python/ddprun_heartbeat.py")

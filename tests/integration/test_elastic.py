@@ -6,6 +6,7 @@ it with itself (no restart used); MAX in refuses a further node; the hosting nod
 Rounds are told apart by TORCHELASTIC_RESTART_COUNT: each worker prints it, WORLD_SIZE, RANK and
 TORCHELASTIC_MAX_RESTARTS first thing, so a node's output holds, per rank prefix, one block of four lines
 per worker it ran (a round's workers are all gone before the next round starts)."""
+import collections
 import json
 import os
 import shutil
@@ -13,10 +14,9 @@ import signal
 import socket
 import subprocess
 import time
-import unittest
 
-from harness import DDPRUN, DdprunTestCase, Result, WORKER, pid_alive
-from test_multinode import free_port
+from harness import DDPRUN, Result, WORKER, pid_alive
+from multinode import MultiNodeCase
 
 REFUSED = 77
 ENV_NAMES = ("TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE", "RANK", "TORCHELASTIC_MAX_RESTARTS")
@@ -74,13 +74,16 @@ def worker_runs(stdout):
     return runs
 
 
-class ElasticCase(DdprunTestCase):
+# One rendezvous of one node, as its events file tells it (rounds()).
+Round = collections.namedtuple("Round", "restart_count nnodes world_size node_rank rank_offset")
+
+
+class ElasticCase(MultiNodeCase):
+    """MultiNodeCase's endpoint port, ready directory and go file; agents on a dynamic endpoint instead of static
+    node ranks, each with its own events file."""
+
     def setUp(self):
         super().setUp()
-        self.port = free_port()
-        self.ready = self.path("ready")
-        os.mkdir(self.ready)
-        self.go = self.path("go")
         self.pids = self.path("pids")
         self.env["DDPRUN_TOKEN"] = "elastic-token"
         self.agents = []
@@ -202,8 +205,9 @@ class ElasticCase(DdprunTestCase):
         return [json.loads(line) for line in text.split("\n")[:-1]]
 
     def rounds(self, name):
-        """(restart_count, nnodes, world_size, node_rank, rank_offset) of each rendezvous event of node NAME."""
-        return [(e["restart_count"], e["nnodes"], e["world_size"], e["node_rank"], e["rank_offset"])
+        """A Round (restart_count, nnodes, world_size, node_rank, rank_offset) per rendezvous event of node NAME;
+        it compares equal to the plain tuple, so a test may write either."""
+        return [Round(e["restart_count"], e["nnodes"], e["world_size"], e["node_rank"], e["rank_offset"])
                 for e in self.events_of(name) if e["event"] == "rendezvous"]
 
     def of_event(self, name, kind):
@@ -397,18 +401,6 @@ class Elastic(ElasticCase):
         self.assertEqual(len(self.rounds("b")), 1)
         return res_b
 
-    def test_node_stopped_by_sigterm_leaves_the_others_reform(self):
-        self.leave_by_signal(signal.SIGTERM)
-
-    def test_node_stopped_by_sigint_leaves_the_others_reform(self):
-        self.leave_by_signal(signal.SIGINT)
-
-    def test_node_stopped_by_sighup_leaves_the_others_reform(self):
-        self.leave_by_signal(signal.SIGHUP)
-
-    def test_node_stopped_by_sigquit_leaves_the_others_reform(self):
-        self.leave_by_signal(signal.SIGQUIT)
-
     # Found by this file: the agent dropped the stop's reason; a node stopped by a signal now hears that the rest
     # of the job goes on without it.
     def test_a_node_that_leaves_is_told_the_job_goes_on(self):
@@ -466,6 +458,12 @@ class Elastic(ElasticCase):
         self.assertIn("2 nodes left, fewer than the 3 that --nnodes 3:4 needs", results["a"].stderr.decode())
         self.assertIn("2 nodes left, fewer than the 3 that --nnodes 3:4 needs", results["b"].stderr.decode(),
                       results["b"])
+
+
+# One test per stop signal (a fresh cluster each): they differ only in the signal.
+for _signal in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+    setattr(Elastic, f"test_node_stopped_by_{_signal.name.lower()}_leaves_the_others_reform",
+            lambda self, sig=_signal: self.leave_by_signal(sig))
 
 
 class ElasticEdges(ElasticCase):

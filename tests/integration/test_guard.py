@@ -4,11 +4,10 @@ and removes the temporary run directory, within a second; on one node and on a k
 job, whose other nodes end as they do when a node is lost."""
 import os
 import signal
-import subprocess
 import time
 
 from harness import WORKER, DdprunTestCase, comm, descendants, pid_alive, reap_zombies
-from test_multinode import MultiNodeCase
+from multinode import MultiNodeCase
 
 GRANDCHILDREN = ("fork=group:2", "fork=setsid", "fork=daemon", "fork=orphan")
 

@@ -7,7 +7,7 @@ import textwrap
 import time
 
 from harness import DdprunTestCase, WORKER, pid_alive
-from test_multinode import MultiNodeCase
+from multinode import MultiNodeCase
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.join(HERE, "..", "..", "python")

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import threading
@@ -20,6 +19,7 @@ import unittest
 import xml.etree.ElementTree as ET
 
 from harness import DDPRUN, DdprunTestCase, WORKER
+from ports import free_port
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 FASHION = os.path.abspath(os.path.join(os.path.dirname(DDPRUN), "../examples/fashion_mnist/fashion_mnist"))
@@ -176,12 +176,6 @@ class MainJob(DdprunTestCase):
         self.assertEqual(global_steps, sorted(set(global_steps)))  # appended, in order, nothing repeated
         self.assertEqual(global_steps[-1], 3 * 64 - 4)
         self.assertEqual([x["epoch"] for x in records if x["kind"] == "epoch"], [1, 2, 3])
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_until(proc, out, marker, what):

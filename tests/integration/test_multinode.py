@@ -6,55 +6,8 @@ import socket
 import subprocess
 import time
 
-from harness import DDPRUN, DdprunTestCase, Result, WORKER
-
-REFUSED, TIMEOUT, LOST = 77, 75, 74
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class MultiNodeCase(DdprunTestCase):
-    def setUp(self):
-        super().setUp()
-        self.port = free_port()
-        self.ready = self.path("ready")
-        os.mkdir(self.ready)
-        self.go = self.path("go")
-        self.env["DDPRUN_TOKEN"] = "test-token"
-
-    def node(self, rank, nnodes, *steps, nproc=1, extra=(), rdzv_timeout=20):
-        return self.start("--nnodes", nnodes, "--node-rank", rank, "--master-addr", "127.0.0.1", "--rdzv-port",
-                          self.port, "--nproc-per-node", nproc, "--heartbeat-interval", "0.2",
-                          "--heartbeat-timeout", "1", "--rdzv-timeout", rdzv_timeout, *extra, WORKER, *steps)
-
-    def wait_all(self, procs, timeout=30):
-        results = []
-        t0 = time.monotonic()
-        for p in procs:
-            try:
-                out, err = p.communicate(timeout=max(1, timeout - (time.monotonic() - t0)))
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    try:
-                        os.killpg(q.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                out, err = p.communicate()
-                self.fail(f"ddprun pid {p.pid} did not finish within {timeout}s:\n{err[-3000:]!r}")
-            results.append(Result(p, out, err, time.monotonic() - t0))
-        return results
-
-    def wait_ready(self, world_size):
-        self.wait_for_files([os.path.join(self.ready, f"ready.{r}") for r in range(world_size)], timeout=20)
-
-    def release(self):
-        with open(self.go, "w"):
-            pass
-
+from harness import DDPRUN, WORKER
+from multinode import LOST, REFUSED, TIMEOUT, MultiNodeCase
 
 class StaticJobs(MultiNodeCase):
     def test_success_with_heterogeneous_nproc(self):

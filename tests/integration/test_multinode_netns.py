@@ -2,13 +2,12 @@
 inside namespaces this test creates). Skipped, saying why, where namespaces cannot be made (not root, no
 CAP_SYS_ADMIN, no iproute2)."""
 import os
-import signal
 import subprocess
 import time
 import unittest
 
 from harness import DDPRUN, WORKER
-from test_multinode import MultiNodeCase, LOST
+from multinode import MultiNodeCase, LOST
 
 
 def sh(*args, check=True):

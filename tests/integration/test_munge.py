@@ -12,7 +12,7 @@ import unittest
 
 from harness import DDPRUN, WORKER
 from munged import PrivateMunged
-from test_multinode import MultiNodeCase, REFUSED
+from multinode import MultiNodeCase, REFUSED
 
 UNAVAILABLE, USAGE = 69, 64
 RENDEZVOUS = os.environ.get("DDPRUN_RENDEZVOUS", os.path.join(os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous"))

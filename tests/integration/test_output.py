@@ -1,7 +1,7 @@
 """Output forwarding: complete, whole lines, prefixed, nothing lost at teardown; log files."""
 import os
 
-from harness import DdprunTestCase, WORKER
+from harness import DdprunTestCase
 
 
 class Forwarding(DdprunTestCase):

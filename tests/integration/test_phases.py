@@ -8,7 +8,7 @@ import socket
 import time
 
 from harness import WORKER
-from test_multinode import MultiNodeCase
+from multinode import MultiNodeCase
 
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PROMPT = 5.0  # generous: the figure (docs/BENCHMARKS.md) is milliseconds; this only keeps a hang from passing

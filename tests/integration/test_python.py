@@ -8,7 +8,7 @@ import unittest
 
 from harness import DdprunTestCase
 from python_env import EXAMPLES, NO_TORCH, torch_python
-from test_multinode import free_port
+from ports import free_port
 
 PYTHON = torch_python()
 TRAIN = os.path.join(EXAMPLES, "fashion_mnist_ddp.py")

@@ -13,7 +13,7 @@ import threading
 import time
 
 from harness import WORKER, pid_alive
-from test_multinode import MultiNodeCase
+from multinode import MultiNodeCase
 
 PROMPT = 5.0  # generous bound for "at once" (the figure, in docs/BENCHMARKS.md, is milliseconds)
 
@@ -334,5 +334,5 @@ def proc_state(pid):
 
 
 def free_port_for(case):
-    from test_multinode import free_port
+    from ports import free_port
     return free_port()

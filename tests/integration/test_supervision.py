@@ -3,7 +3,7 @@ import os
 import signal
 import time
 
-from harness import DdprunTestCase, WORKER, descendants, pid_alive
+from harness import DdprunTestCase, WORKER, pid_alive
 
 
 class ExitCodes(DdprunTestCase):

@@ -2,7 +2,6 @@
 user stops it by hand: Ctrl-S (XOFF: the terminal stops taking output) must not keep a failed job from being torn
 down, and the job ends with the right code once Ctrl-Q lets the output through (none lost); Ctrl-Z pauses the
 whole job (workers included) for as long as the user likes, and `fg` resumes it to a normal end."""
-import os
 import shutil
 import subprocess
 import time
