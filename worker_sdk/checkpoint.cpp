@@ -48,7 +48,8 @@ bool exists(const std::string& path) {
 
 void save_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                      std::int64_t epoch, std::int64_t step, std::int64_t step_samples) {
-  const std::string tmp = path + ".tmp";
+  // Per process: after a peer died every surviving rank may save the same state at once (save_alone).
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   torch::serialize::OutputArchive model_archive, optim_archive, archive;
   model.save(model_archive);
   optimizer.save(optim_archive);
@@ -127,6 +128,13 @@ void Checkpointer::save(torch::nn::Module& model, torch::optim::Optimizer& optim
   const QuietPhase saving(kCheckpointQuiet);  // rank 0 writes, the others wait at the barrier: all silent
   if (!group_ || group_->rank() == 0) save_checkpoint(path(), model, optimizer, epoch, step, step_samples);
   if (group_) group_->barrier();
+}
+
+void Checkpointer::save_alone(torch::nn::Module& model, torch::optim::Optimizer& optimizer, std::int64_t epoch,
+                              std::int64_t step, std::int64_t step_samples) {
+  if (dir_.empty()) return;
+  const QuietPhase saving(kCheckpointQuiet);
+  save_checkpoint(path(), model, optimizer, epoch, step, step_samples);
 }
 
 }  // namespace ddprun::sdk

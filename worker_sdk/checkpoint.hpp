@@ -55,6 +55,12 @@ class Checkpointer {
   std::int64_t saved_step_samples() const { return saved_step_samples_; }
   void save(torch::nn::Module& model, torch::optim::Optimizer& optimizer, std::int64_t epoch, std::int64_t step = 0,
             std::int64_t step_samples = 0);
+  // The same, by this rank alone, with no collective: for when the group is broken (a peer died in the middle
+  // of a step: its collective failed here). Every DDP replica holds the same parameters and optimizer state
+  // after each completed step, so any surviving rank may save them; several doing so at once is harmless
+  // (each writes its own temporary file, then renames it over the same name).
+  void save_alone(torch::nn::Module& model, torch::optim::Optimizer& optimizer, std::int64_t epoch,
+                  std::int64_t step, std::int64_t step_samples);
   std::string path() const;
 
  private:

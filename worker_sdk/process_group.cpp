@@ -12,6 +12,7 @@
 #include "worker_sdk/nccl_comm.hpp"
 #endif
 
+#include <csignal>
 #include <cstdlib>
 
 #include "common/contract/worker_contract.hpp"
@@ -35,6 +36,11 @@ std::shared_ptr<::gloo::transport::Device> make_gloo_device(const std::string& m
 }  // namespace
 
 std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorldInfo& world, const ProcessGroupOptions& options) {
+  // A peer that dies mid-collective must be an error this rank can handle (save, report, exit cleanly), not a
+  // silent death: Gloo's writes to a closed peer raise SIGPIPE, whose default action kills the process (ddprun
+  // resets signal dispositions for its workers, as any launcher). Python ignores SIGPIPE from its start; so does
+  // every SDK program once it joins a group: the write fails with EPIPE and Gloo throws.
+  std::signal(SIGPIPE, SIG_IGN);
   auto pg = std::make_shared<ProcessGroup>();
   pg->rank_ = world.rank;
   pg->size_ = world.world_size;

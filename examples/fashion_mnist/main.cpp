@@ -49,6 +49,9 @@ struct Split {
 // Mean and standard deviation of Fashion-MNIST's training pixels.
 // The longest a silent phase (loading the data set, an evaluation pass) may take under ddprun --hang-timeout.
 constexpr std::chrono::minutes kQuietAtMost{10};
+// An exception's first line (LibTorch's carry a C++ backtrace after it).
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 constexpr double kMean = 0.2860;
 constexpr double kStd = 0.3530;
 
@@ -191,70 +194,92 @@ int train(const sdk::WorldInfo& world, const ex::TrainOptions& opts) {
   const auto run_start = std::chrono::steady_clock::now();
   bool stopped = false;
 
-  for (int64_t epoch = first_epoch; epoch <= opts.epochs && step < total_steps && !stopped; ++epoch) {
-    sampler.set_epoch(epoch);
-    auto order = sampler.indices();
-    at::Tensor order_t = torch::from_blob(order.data(), {static_cast<int64_t>(order.size())}, torch::kLong);
-    model->train();
-    const int64_t start = epoch == first_epoch ? first_step : 0;
-    progress.begin_epoch(epoch, steps_per_epoch, start);
-    double loss_sum = 0, loss_count = 0;
-    for (int64_t s = start; s < steps_per_epoch && step < total_steps; ++s) {
-      at::Tensor idx = order_t.narrow(0, s * opts.batch_size, std::min<int64_t>(opts.batch_size, sampler.size() - s * opts.batch_size));
-      const double lr = learning_rate(opts, global_batch, step, total_steps);
-      set_learning_rate(optimizer, lr);
-      optimizer.zero_grad();
-      at::Tensor loss = torch::nll_loss(model->forward(train_set.images.index_select(0, idx).to(pg->device())),
-                                        train_set.labels.index_select(0, idx).to(pg->device()));
-      loss.backward();
-      optimizer.step();
-      ++step;
-      const double local_loss = loss.item<double>();
-      loss_sum += local_loss * static_cast<double>(idx.size(0));
-      loss_count += static_cast<double>(idx.size(0));
-      progress.step(s + 1, local_loss);
-      if ((s + 1) % opts.log_every == 0) {
-        const double mean_loss = pg->mean(local_loss);  // every rank calls: a collective
-        const double samples_per_s = progress.log(s + 1, mean_loss, lr);
-        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-        metrics.record("step", {{"epoch", epoch}, {"step", s + 1}, {"steps_per_epoch", steps_per_epoch},
-                                {"global_step", step}, {"loss", mean_loss}, {"lr", lr},
-                                {"samples_per_s", samples_per_s}, {"time_s", elapsed}});
-      }
-      // Every rank asks every step, so all stop after the same step (see stop_request.hpp).
-      if (sdk::stop_requested_on_any_rank(*pg)) {
-        double rate = 0, secs = 0;
-        progress.end_epoch(rate, secs);
-        checkpointer.save(*model, optimizer, epoch, s + 1, global_batch);
-        if (rank0) {
-          std::printf("stop requested by %s: %s after epoch %lld step %lld/%lld, exiting; run again with --resume to go on\n",
-                      signal_text(sdk::stop_signal()).c_str(),
-                      opts.checkpoint_dir.empty() ? "no --checkpoint-dir, nothing saved"
-                                                  : ("checkpoint " + checkpointer.path() + " saved").c_str(),
-                      static_cast<long long>(epoch), static_cast<long long>(s + 1),
-                      static_cast<long long>(steps_per_epoch));
-          std::fflush(stdout);
+  // Where the last completed step left the model: what a rank saves alone when the group breaks.
+  int64_t at_epoch = first_epoch, done_in_epoch = 0;
+  try {
+    for (int64_t epoch = first_epoch; epoch <= opts.epochs && step < total_steps && !stopped; ++epoch) {
+      sampler.set_epoch(epoch);
+      auto order = sampler.indices();
+      at::Tensor order_t = torch::from_blob(order.data(), {static_cast<int64_t>(order.size())}, torch::kLong);
+      model->train();
+      const int64_t start = epoch == first_epoch ? first_step : 0;
+      at_epoch = epoch;
+      done_in_epoch = start;
+      progress.begin_epoch(epoch, steps_per_epoch, start);
+      double loss_sum = 0, loss_count = 0;
+      for (int64_t s = start; s < steps_per_epoch && step < total_steps; ++s) {
+        at::Tensor idx = order_t.narrow(0, s * opts.batch_size, std::min<int64_t>(opts.batch_size, sampler.size() - s * opts.batch_size));
+        const double lr = learning_rate(opts, global_batch, step, total_steps);
+        set_learning_rate(optimizer, lr);
+        optimizer.zero_grad();
+        at::Tensor loss = torch::nll_loss(model->forward(train_set.images.index_select(0, idx).to(pg->device())),
+                                          train_set.labels.index_select(0, idx).to(pg->device()));
+        loss.backward();
+        optimizer.step();
+        ++step;
+        done_in_epoch = s + 1;
+        const double local_loss = loss.item<double>();
+        loss_sum += local_loss * static_cast<double>(idx.size(0));
+        loss_count += static_cast<double>(idx.size(0));
+        progress.step(s + 1, local_loss);
+        if ((s + 1) % opts.log_every == 0) {
+          const double mean_loss = pg->mean(local_loss);  // every rank calls: a collective
+          const double samples_per_s = progress.log(s + 1, mean_loss, lr);
+          const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+          metrics.record("step", {{"epoch", epoch}, {"step", s + 1}, {"steps_per_epoch", steps_per_epoch},
+                                  {"global_step", step}, {"loss", mean_loss}, {"lr", lr},
+                                  {"samples_per_s", samples_per_s}, {"time_s", elapsed}});
         }
-        stopped = true;
-        break;
+        // Every rank asks every step, so all stop after the same step (see stop_request.hpp).
+        if (sdk::stop_requested_on_any_rank(*pg)) {
+          double rate = 0, secs = 0;
+          progress.end_epoch(rate, secs);
+          checkpointer.save(*model, optimizer, epoch, s + 1, global_batch);
+          if (rank0) {
+            std::printf("stop requested by %s: %s after epoch %lld step %lld/%lld, exiting; run again with --resume to go on\n",
+                        signal_text(sdk::stop_signal()).c_str(),
+                        opts.checkpoint_dir.empty() ? "no --checkpoint-dir, nothing saved"
+                                                    : ("checkpoint " + checkpointer.path() + " saved").c_str(),
+                        static_cast<long long>(epoch), static_cast<long long>(s + 1),
+                        static_cast<long long>(steps_per_epoch));
+            std::fflush(stdout);
+          }
+          stopped = true;
+          break;
+        }
       }
+      if (stopped) break;
+      sdk::EpochRow row;
+      row.epoch = epoch;
+      progress.end_epoch(row.samples_per_s, row.seconds);
+      // Per-rank BatchNorm statistics differ a little between ranks: evaluate and save rank 0's, as PyTorch
+      // DDP does by broadcasting buffers.
+      if (opts.norm == "batchnorm") ddp.sync_buffers();
+      {
+        const sdk::QuietPhase evaluating(kQuietAtMost);  // a pass over the test set: no step, no beat
+        evaluate(model, test_set, *pg, loss_sum, loss_count, row);
+      }
+      metrics.record("epoch", {{"epoch", epoch}, {"train_loss", row.train_loss}, {"test_loss", row.test_loss},
+                               {"accuracy", row.accuracy}, {"samples_per_s", row.samples_per_s},
+                               {"seconds", row.seconds}});
+      rows.push_back(row);
+      checkpointer.save(*model, optimizer, epoch);
+      done_in_epoch = 0;  // saved whole: nothing new until the next step
     }
-    if (stopped) break;
-    sdk::EpochRow row;
-    row.epoch = epoch;
-    progress.end_epoch(row.samples_per_s, row.seconds);
-    // Per-rank BatchNorm statistics differ a little between ranks: evaluate and save rank 0's, as PyTorch
-    // DDP does by broadcasting buffers.
-    if (opts.norm == "batchnorm") ddp.sync_buffers();
-    {
-      const sdk::QuietPhase evaluating(kQuietAtMost);  // a pass over the test set: no step, no beat
-      evaluate(model, test_set, *pg, loss_sum, loss_count, row);
+  } catch (const std::exception& e) {
+    // A collective failed: a peer is gone (its node lost, its process killed), typically as ddprun re-forms
+    // the job. Agreeing on a save is impossible now, but every replica holds the state of the last completed
+    // step: each surviving rank saves it alone, so the next round resumes there instead of at the last
+    // epoch's checkpoint (the steps since would be lost).
+    if (!opts.checkpoint_dir.empty() && done_in_epoch > 0) {
+      checkpointer.save_alone(*model, optimizer, at_epoch, done_in_epoch, global_batch);
+      std::printf("rank %d: the group broke (%s); checkpoint %s saved at epoch %lld step %lld\n", pg->rank(),
+                  first_line(e.what()).c_str(), checkpointer.path().c_str(), static_cast<long long>(at_epoch),
+                  static_cast<long long>(done_in_epoch));
+      std::fflush(stdout);
     }
-    metrics.record("epoch", {{"epoch", epoch}, {"train_loss", row.train_loss}, {"test_loss", row.test_loss},
-                             {"accuracy", row.accuracy}, {"samples_per_s", row.samples_per_s},
-                             {"seconds", row.seconds}});
-    rows.push_back(row);
-    checkpointer.save(*model, optimizer, epoch);
+    if (sdk::stop_requested()) return 0;  // the teardown asked us to stop: done, cleanly
+    throw;
   }
   if (rank0 && !rows.empty()) {
     std::printf("%s", sdk::format_epoch_table(rows).c_str());
