@@ -25,14 +25,15 @@ import tempfile
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
 
 
 def run_shard(args, shard, jobs):
     """Runs this process's share; returns (runs, [defect reports])."""
-    sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
     import test_chaos  # also makes this process a child subreaper (harness)
+    from chaos_support import limit_core_dumps
 
-    test_chaos.limit_core_dumps()
+    limit_core_dumps()
     ddprun = os.path.join(args.build, "launcher", "ddprun")
     worker = os.path.join(args.build, "tests", "bin", "test_worker")
     root = tempfile.mkdtemp(prefix="ddprun_chaos_")

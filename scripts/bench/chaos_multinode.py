@@ -30,15 +30,16 @@ import tempfile
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
 
 
 def run_shard(args, shard, jobs):
     """Runs this process's share; returns (runs, {kind: count}, [defect reports])."""
-    sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
     import chaos_multinode as cm  # also makes this process a child subreaper (harness)
     import chaos_multinode_check as cc
+    from chaos_support import limit_core_dumps
 
-    cm.limit_core_dumps()
+    limit_core_dumps()
     ddprun = os.path.join(args.build, "launcher", "ddprun")
     worker = os.path.join(args.build, "tests", "bin", "test_worker")
     elastic = {"on": True, "off": False}.get(args.elastic)
@@ -132,7 +133,6 @@ def main():
                 kinds[k] = kinds.get(k, 0) + v
             for k, v in result["stats"].items():
                 stats[k] = stats.get(k, 0) + v
-        sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
         import chaos_multinode as cm
         elastic = {"on": True, "off": False}.get(args.elastic)
         if elastic is None:

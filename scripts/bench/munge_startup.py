@@ -24,7 +24,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "../../tests/integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
 from ports import free_port  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "../../tests/slurm"))
 from munged import PrivateMunged  # noqa: E402

@@ -45,7 +45,7 @@ import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
-sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
 from ports import free_port  # noqa: E402
 # The integration tests' process tools; importing harness makes this process a child subreaper.
 from harness import descendants, kill_all, reap_zombies  # noqa: E402

@@ -51,10 +51,9 @@ import threading
 import time
 
 import harness  # noqa: F401 (makes this process a child subreaper: whatever a run leaves is ours to find)
-import test_chaos
 from harness import descendants, kill_all, reap_zombies
 # read_events: one agent's events; a SIGKILLed agent's last line may be cut (strict=False drops it).
-from chaos_support import describe_pid, limit_core_dumps, read_events, sweep_leftovers  # noqa: F401 (limit_core_dumps: for the callers)
+from chaos_support import CHILD_KINDS, describe_pid, read_events, sweep_leftovers
 from ports import free_port
 
 TERM_TIMEOUT = 1.0
@@ -73,7 +72,6 @@ UNPLANNED_ROUND_CODE = 86  # the wrapper's answer for a (round, local rank) no p
 SELF_SIGNALS = ["SEGV", "ABRT", "KILL", "HUP", "QUIT", "USR1", "PIPE", "FPE", "BUS"]
 WORKER_SIGNALS = ["TERM", "KILL", "INT", "SEGV", "HUP", "USR2"]
 AGENT_SIGNALS = ["KILL", "TERM", "INT", "HUP", "QUIT"]
-CHILD_KINDS = test_chaos.CHILD_KINDS  # group, setsid, orphan, daemon (ignores SIGTERM: only SIGKILL ends it)
 INITIAL_IDS = "abc"
 JOINER_IDS = "defgh"
 

@@ -7,6 +7,10 @@ import time
 
 from harness import descendants, kill_all, reap_zombies
 
+# What a worker's children may be (test_worker's fork= step): in its group, setsid'd, orphaned, or a daemon that
+# ignores SIGTERM (only SIGKILL ends it).
+CHILD_KINDS = ["group", "setsid", "orphan", "daemon"]
+
 
 def describe_pid(pid):
     try:

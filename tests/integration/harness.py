@@ -90,6 +90,18 @@ def pid_alive(pid):
         return False
 
 
+def wait_gone(pids, timeout):
+    """Waits until none of `pids` is alive (zombies count as gone); returns those still alive."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        reap_zombies()
+        alive = [p for p in alive if pid_alive(p)]
+        if alive:
+            time.sleep(0.01)
+    return alive
+
+
 class Result:
     def __init__(self, proc, stdout, stderr, elapsed):
         self.code = proc.returncode

@@ -41,7 +41,8 @@ import time
 import unittest
 
 import harness
-from chaos_support import code_of, describe_pid, limit_core_dumps, read_events, status_of, sweep_leftovers  # noqa: F401
+from chaos_support import (CHILD_KINDS, code_of, describe_pid, limit_core_dumps, read_events, status_of,
+                           sweep_leftovers)
 from harness import DdprunTestCase, descendants, kill_all, reap_zombies
 
 TERM_TIMEOUT = 1.0
@@ -55,7 +56,6 @@ DEFAULT_SEED = 20261123
 DEFAULT_RUNS = 40
 
 SELF_SIGNALS = ["SEGV", "ABRT", "KILL", "TERM", "INT", "HUP", "QUIT", "USR1", "PIPE", "BUS", "FPE"]
-CHILD_KINDS = ["group", "setsid", "orphan", "daemon"]
 EXTERNAL_SIGNALS = ["TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL"]
 LINE_RE = re.compile(rb"^\[rank(\d+)\]: (.*)$")
 NUMBERED_RE = re.compile(rb"^rank (\d+) line (\d+)$")

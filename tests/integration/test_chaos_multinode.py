@@ -15,6 +15,7 @@ import time
 import chaos_multinode as cm
 import chaos_multinode_check as cc
 import harness
+from chaos_support import limit_core_dumps
 from harness import DdprunTestCase
 
 DEFAULT_SEED = 20261123
@@ -24,7 +25,7 @@ DEFAULT_RUNS = 8
 class MultiNodeChaos(DdprunTestCase):
     def setUp(self):
         super().setUp()
-        cm.limit_core_dumps()
+        limit_core_dumps()
         self.elastic = os.environ.get("CHAOS_MN_ELASTIC", "1") != "0" and cm.has_elastic(harness.DDPRUN)
 
     def run_plan(self, plan):

@@ -74,8 +74,14 @@ def worker_runs(stdout):
     return runs
 
 
-# One rendezvous of one node, as its events file tells it (rounds()).
-Round = collections.namedtuple("Round", "restart_count nnodes world_size node_rank rank_offset")
+class Round(collections.namedtuple("Round", "restart_count nnodes world_size node_rank rank_offset")):
+    """One rendezvous of one node, as its events file tells it (rounds()); equal to the plain 5-tuple."""
+    __slots__ = ()
+
+    @property
+    def world(self):
+        """(restart_count, nnodes, world_size): what every node of the round agrees on."""
+        return self[:3]
 
 
 class ElasticCase(MultiNodeCase):
@@ -96,7 +102,7 @@ class ElasticCase(MultiNodeCase):
         b = self.agent(nnodes, *steps, name="b", **options)
         c = self.agent(nnodes, *steps, name="c", **options)
         self.wait_ready(range(6))
-        lost = self.rounds("c")[0][3]
+        lost = self.rounds("c")[0].node_rank
         os.kill(c.pid, signal.SIGKILL)
         results = dict(zip("ab", self.wait_all([a, b])))
         self.wait_all([c])
@@ -210,6 +216,10 @@ class ElasticCase(MultiNodeCase):
         return [Round(e["restart_count"], e["nnodes"], e["world_size"], e["node_rank"], e["rank_offset"])
                 for e in self.events_of(name) if e["event"] == "rendezvous"]
 
+    def worlds(self, name):
+        """The world of each round of node NAME: [(restart_count, nnodes, world_size), ...]."""
+        return [r.world for r in self.rounds(name)]
+
     def of_event(self, name, kind):
         return [e for e in self.events_of(name) if e["event"] == kind]
 
@@ -242,9 +252,9 @@ class Elastic(ElasticCase):
         self.wait_ready(range(6))
         first = {n: self.rounds(n) for n in "abc"}
         for n in "abc":
-            self.assertEqual([r[:3] for r in first[n]], [(0, 3, 6)], n)
-        self.assertEqual(sorted(first[n][0][3] for n in "abc"), [0, 1, 2])
-        lost_rank, lost_offset = first["b"][0][3], first["b"][0][4]
+            self.assertEqual([r.world for r in first[n]], [(0, 3, 6)], n)
+        self.assertEqual(sorted(first[n][0].node_rank for n in "abc"), [0, 1, 2])
+        lost_rank, lost_offset = first["b"][0].node_rank, first["b"][0].rank_offset
         lost_workers = self.worker_pids([lost_offset, lost_offset + 1])
         self.clear_ready()
         os.kill(b.pid, signal.SIGKILL)
@@ -257,15 +267,15 @@ class Elastic(ElasticCase):
             self.assertEqual(res.code, 0, res)
 
         # Round 1: two nodes, kept in their order, contiguous ranks 0..3, each worker saw the new world.
-        survivors = sorted("ac", key=lambda n: first[n][0][3])
+        survivors = sorted("ac", key=lambda n: first[n][0].node_rank)
         second = []
         for i, n in enumerate(survivors):
             rounds = self.rounds(n)
             self.assertEqual(rounds, [first[n][0], (1, 2, 4, i, 2 * i)], n)
             runs = worker_runs(results[n].stdout)
             self.assertEqual(sorted((r["TORCHELASTIC_RESTART_COUNT"], r["WORLD_SIZE"], r["RANK"]) for r in runs),
-                             sorted([(0, 6, first[n][0][4]), (0, 6, first[n][0][4] + 1), (1, 4, 2 * i),
-                                     (1, 4, 2 * i + 1)]), results[n])
+                             sorted([(0, 6, first[n][0].rank_offset), (0, 6, first[n][0].rank_offset + 1),
+                                     (1, 4, 2 * i), (1, 4, 2 * i + 1)]), results[n])
             self.assertTrue(all(r["prefix"] == r["RANK"] and r["TORCHELASTIC_MAX_RESTARTS"] == 1 for r in runs), runs)
             second += [r["RANK"] for r in runs if r["TORCHELASTIC_RESTART_COUNT"] == 1]
         self.assertEqual(sorted(second), [0, 1, 2, 3])
@@ -293,7 +303,7 @@ class Elastic(ElasticCase):
         b = self.agent("1:3", *self.waiting(), name="b", last_call=LAST_CALL)
         self.wait_ready(range(4))
         for n in "ab":
-            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4)], n)
+            self.assertEqual(self.worlds(n), [(0, 2, 4)], n)
         self.clear_ready()
         c = self.agent("1:3", *self.waiting(), name="c", last_call=LAST_CALL)
         self.wait_ready(range(6))
@@ -328,7 +338,7 @@ class Elastic(ElasticCase):
         a = self.host_agent("2:3", f"ready={self.ready}", "hang", name="a", max_restarts=3, last_call=0.5)
         b = self.agent("2:3", f"ready={self.ready}", "hang", name="b", max_restarts=3, last_call=0.5)
         self.wait_ready(range(4))
-        lost = self.rounds("b")[0][3]
+        lost = self.rounds("b")[0].node_rank
         os.kill(b.pid, signal.SIGKILL)
         res = self.wait_all([a])[0]
         self.wait_all([b])
@@ -352,8 +362,8 @@ class Elastic(ElasticCase):
         for n, res in results.items():
             self.assertEqual(res.code, 3, res)
             rounds = self.rounds(n)
-            self.assertEqual([r[:3] for r in rounds], [(0, 2, 4), (1, 2, 4), (2, 2, 4)], n)
-            self.assertEqual(len({r[3] for r in rounds}), 1, rounds)  # same node rank every round
+            self.assertEqual([r.world for r in rounds], [(0, 2, 4), (1, 2, 4), (2, 2, 4)], n)
+            self.assertEqual(len({r.node_rank for r in rounds}), 1, rounds)  # same node rank every round
             err = res.stderr.decode()
             self.assertIn("earlier rounds (2), each ended by a re-form:", err, res)
             for i in range(2):
@@ -375,7 +385,8 @@ class Elastic(ElasticCase):
         b = self.agent("1:3", *self.waiting(), name="b", max_restarts=1)
         c = self.agent("1:3", *self.waiting(), name="c", max_restarts=1)
         self.wait_ready(range(6))
-        stopped, offset = self.rounds("b")[0][3:]
+        first = self.rounds("b")[0]
+        stopped, offset = first.node_rank, first.rank_offset
         gone = self.worker_pids([offset, offset + 1])
         self.clear_ready()
         os.kill(b.pid, sig)
@@ -389,7 +400,7 @@ class Elastic(ElasticCase):
         for n, res in zip("ac", self.wait_all([a, c])):
             self.assertEqual(res.code, 0, res)
             rounds = self.rounds(n)
-            self.assertEqual([r[:3] for r in rounds], [(0, 3, 6), (1, 2, 4)], n)
+            self.assertEqual([r.world for r in rounds], [(0, 3, 6), (1, 2, 4)], n)
             restarting = self.of_event(n, "restarting")
             self.assertEqual([e["cause"] for e in restarting],
                              [f"ddprun on node {stopped} (host {socket.gethostname()}) received "
@@ -397,7 +408,7 @@ class Elastic(ElasticCase):
             self.assertIn("(a node gone while --nnodes MIN remain: no restart used)", restarting[0]["reason"])
             self.assertEqual(sorted((r["RANK"], r["WORLD_SIZE"]) for r in worker_runs(res.stdout)
                                     if r["TORCHELASTIC_RESTART_COUNT"] == 1),
-                             [(2 * rounds[1][3], 4), (2 * rounds[1][3] + 1, 4)])
+                             [(2 * rounds[1].node_rank, 4), (2 * rounds[1].node_rank + 1, 4)])
         self.assertEqual(len(self.rounds("b")), 1)
         return res_b
 
@@ -427,7 +438,7 @@ class Elastic(ElasticCase):
         self.release()
         for n, r in zip("ab", self.wait_all([a, b])):
             self.assertEqual(r.code, 0, r)
-            self.assertEqual([x[:3] for x in self.rounds(n)], [(0, 2, 4)], n)
+            self.assertEqual(self.worlds(n), [(0, 2, 4)], n)
             self.assertEqual(self.of_event(n, "restarting"), [])
 
     def test_host_agent_stopped_ends_every_node(self):
@@ -442,7 +453,7 @@ class Elastic(ElasticCase):
         self.assertEqual(results["a"].code, 128 + signal.SIGTERM, results["a"])
         for n in "bc":
             self.assertEqual(results[n].code, 128 + signal.SIGTERM, results[n])
-            self.assertIn(f"root cause: ddprun on node {self.rounds('a')[0][3]} (host {socket.gethostname()}) "
+            self.assertIn(f"root cause: ddprun on node {self.rounds('a')[0].node_rank} (host {socket.gethostname()}) "
                           "received SIGTERM", results[n].stderr.decode(), results[n])
             self.assertEqual(self.of_event(n, "restarting"), [])
             self.assertEqual(len(self.rounds(n)), 1)
@@ -483,7 +494,7 @@ class ElasticEdges(ElasticCase):
         self.release()
         for n, res in zip("ab", self.wait_all([a, b])):
             self.assertEqual(res.code, 0, res)
-            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 3, 6), (1, 2, 4)], n)
+            self.assertEqual(self.worlds(n), [(0, 3, 6), (1, 2, 4)], n)
             self.assertIn("(a node gone while --nnodes MIN remain: no restart used)", self.of_event(n, "restarting")[0]["reason"])
 
     def test_a_flapping_spare_costs_no_restart_and_is_refused_after_max_departures(self):
@@ -508,7 +519,7 @@ class ElasticEdges(ElasticCase):
         self.release()
         for n, res in zip("ab", self.wait_all([a, b])):
             self.assertEqual(res.code, 0, res)
-            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4), (1, 3, 6), (2, 2, 4), (3, 3, 6), (4, 2, 4)], n)
+            self.assertEqual(self.worlds(n), [(0, 2, 4), (1, 3, 6), (2, 2, 4), (3, 3, 6), (4, 2, 4)], n)
             self.assertEqual([e["membership"] for e in self.of_event(n, "restarting")], [True, False, True, False])
 
     def test_a_node_joining_during_a_reform_is_placed_in_the_next_round(self):
@@ -531,7 +542,7 @@ class ElasticEdges(ElasticCase):
         for n, res in results.items():
             self.assertEqual(res.code, 0, res)
         for n in "ab":
-            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4), (1, 3, 6)], n)
+            self.assertEqual(self.worlds(n), [(0, 2, 4), (1, 3, 6)], n)
             self.assertEqual([e["membership"] for e in self.of_event(n, "restarting")], [False])
         self.assertEqual(self.rounds("c"), [(1, 3, 6, 2, 4)])
 
@@ -576,7 +587,7 @@ class ElasticEdges(ElasticCase):
         b = self.agent("1:3", *self.waiting(), name="b", max_restarts=1)
         c = self.agent("1:3", *self.waiting(), name="c", max_restarts=1)
         self.wait_ready(range(6))
-        offset = self.rounds("c")[0][4]
+        offset = self.rounds("c")[0].rank_offset
         stale = self.worker_pids([offset, offset + 1])
         self.clear_ready()
         os.kill(c.pid, signal.SIGSTOP)
@@ -589,7 +600,7 @@ class ElasticEdges(ElasticCase):
         self.release()
         for n, res in zip("ab", self.wait_all([a, b])):
             self.assertEqual(res.code, 0, res)
-            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 3, 6), (1, 2, 4)], n)
+            self.assertEqual(self.worlds(n), [(0, 3, 6), (1, 2, 4)], n)
             self.assertIn("lost: missed heartbeats for 1", self.of_event(n, "restarting")[0]["cause"])
         self.assertEqual(len(self.rounds("c")), 1)
         return res_c
@@ -630,21 +641,22 @@ class ElasticEdges(ElasticCase):
         c = self.agent("1:4", *self.waiting(), name="c", nproc=1)
         d = self.agent("1:4", *self.waiting(), name="d", nproc=1)
         deadline = time.monotonic() + BOUND
-        while not all(self.rounds(n) and self.rounds(n)[-1][1] == 4 for n in "abcd"):
+        while not all(self.rounds(n) and self.rounds(n)[-1].nnodes == 4 for n in "abcd"):
             self.assertLess(time.monotonic(), deadline, [self.rounds(n) for n in "abcd"])
             time.sleep(0.01)
         self.release()
         results = dict(zip("abcd", self.wait_all([a, b, c, d])))
         last = {n: self.rounds(n)[-1] for n in "abcd"}
-        self.assertEqual({r[:3] for r in last.values()}, {(last["a"][0], 4, 4)})
-        self.assertIn(last["a"][0], (1, 2))
-        self.assertEqual(sorted(r[3] for r in last.values()), [0, 1, 2, 3])
-        self.assertEqual([last[n][3] for n in "ab"], [self.rounds(n)[0][3] for n in "ab"])  # kept their places
+        self.assertEqual({r.world for r in last.values()}, {(last["a"].restart_count, 4, 4)})
+        self.assertIn(last["a"].restart_count, (1, 2))
+        self.assertEqual(sorted(r.node_rank for r in last.values()), [0, 1, 2, 3])
+        # a and b kept their places
+        self.assertEqual([last[n].node_rank for n in "ab"], [self.rounds(n)[0].node_rank for n in "ab"])
         final = []
         for n, res in results.items():
             self.assertEqual(res.code, 0, res)
             final += [r["RANK"] for r in worker_runs(res.stdout)
-                      if r["TORCHELASTIC_RESTART_COUNT"] == last["a"][0] and r["WORLD_SIZE"] == 4]
+                      if r["TORCHELASTIC_RESTART_COUNT"] == last["a"].restart_count and r["WORLD_SIZE"] == 4]
             self.assertTrue(all(e["membership"] for e in self.of_event(n, "restarting")), n)
         self.assertEqual(sorted(final), [0, 1, 2, 3])
 
@@ -656,7 +668,7 @@ class ElasticEdges(ElasticCase):
         b = self.agent("1:3", *steps, name="b", max_restarts=1, term_timeout=3)
         c = self.agent("1:3", *steps, name="c", max_restarts=1, term_timeout=3)
         self.wait_ready(range(6))
-        lost = self.rounds("c")[0][3]
+        lost = self.rounds("c")[0].node_rank
         self.clear_ready()
         os.kill(self.worker_pids([0])[0], signal.SIGKILL)
         deadline = time.monotonic() + BOUND
@@ -669,7 +681,7 @@ class ElasticEdges(ElasticCase):
         self.release()
         for n, res in zip("ab", self.wait_all([a, b])):
             self.assertEqual(res.code, 0, res)
-            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 3, 6), (1, 2, 4)], n)
+            self.assertEqual(self.worlds(n), [(0, 3, 6), (1, 2, 4)], n)
             restarting = self.of_event(n, "restarting")
             self.assertEqual(len(restarting), 1, restarting)
             self.assertRegex(restarting[0]["cause"], r"^rank 0 \(local rank 0, node 0, .* was killed by signal 9")
@@ -681,7 +693,7 @@ class ElasticEdges(ElasticCase):
         b = self.agent("1:3", f"ready={self.ready}", "hang", name="b", max_restarts=3)
         c = self.agent("1:3", f"ready={self.ready}", "hang", name="c", max_restarts=3)
         self.wait_ready(range(6))
-        host_workers = self.worker_pids([self.rounds("a")[0][4], self.rounds("a")[0][4] + 1])
+        host_workers = self.worker_pids([self.rounds("a")[0].rank_offset, self.rounds("a")[0].rank_offset + 1])
         os.kill(a.pid, signal.SIGKILL)
         results = dict(zip("abc", self.wait_all([a, b, c])))
         self.assertEqual(results["a"].code, -signal.SIGKILL)
@@ -705,7 +717,7 @@ class ElasticEdges(ElasticCase):
         self.assertEqual(self.wait_all([b])[0].code, -signal.SIGKILL)
         for n, res in results.items():
             self.assertEqual(res.code, 0, res)
-            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4)], n)
+            self.assertEqual(self.worlds(n), [(0, 2, 4)], n)
         self.assertEqual(self.rounds("b"), [])
 
     def test_a_node_lost_after_another_finished_reruns_the_finished_one(self):
@@ -717,7 +729,7 @@ class ElasticEdges(ElasticCase):
                   "c": self.agent("1:3", *steps, name="c", max_restarts=1)}
         self.wait_ready(range(6))
         first = {n: self.rounds(n)[0] for n in "abc"}
-        done = min("abc", key=lambda n: first[n][3])
+        done = min("abc", key=lambda n: first[n].node_rank)
         victim = "c" if done != "c" else "b"  # not the host, not the node that finished
         deadline = time.monotonic() + BOUND
         while len(self.of_event(done, "exited")) < 2:
@@ -732,10 +744,10 @@ class ElasticEdges(ElasticCase):
         survivors = [n for n in "abc" if n != victim]
         for n, res in zip(survivors, self.wait_all([agents[n] for n in survivors])):
             self.assertEqual(res.code, 0, res)
-            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 3, 6), (1, 2, 4)], n)
+            self.assertEqual(self.worlds(n), [(0, 3, 6), (1, 2, 4)], n)
             self.assertEqual(sorted((r["TORCHELASTIC_RESTART_COUNT"], r["WORLD_SIZE"])
                                     for r in worker_runs(res.stdout)), [(0, 6), (0, 6), (1, 4), (1, 4)], res)
-        self.assertEqual(self.rounds(done)[1][3], 0)  # still node 0
+        self.assertEqual(self.rounds(done)[1].node_rank, 0)  # still node 0
 
     def test_a_waiting_joiner_that_is_stopped_leaves_the_job_alone(self):
         # The job is finishing, so a new node waits unplaced; SIGTERM ends it (143) and the job completes without it.
@@ -747,7 +759,7 @@ class ElasticEdges(ElasticCase):
         self.release()
         for n, res in zip("ab", self.wait_all([a, b])):
             self.assertEqual(res.code, 0, res)
-            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4)], n)
+            self.assertEqual(self.worlds(n), [(0, 2, 4)], n)
         self.assertEqual(self.rounds("c"), [])
         self.assertEqual(res_c.stdout, b"")
 
@@ -771,7 +783,7 @@ class ElasticEdges(ElasticCase):
         self.release()
         for n, res in zip("ab", self.wait_all([agents["a"], agents["b"]])):
             self.assertEqual(res.code, 0, res)
-            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 4, 4), (1, 2, 2)], n)
+            self.assertEqual(self.worlds(n), [(0, 4, 4), (1, 2, 2)], n)
             self.assertEqual(len(self.of_event(n, "restarting")), 1)
             self.assertEqual(sorted((r["TORCHELASTIC_RESTART_COUNT"], r["WORLD_SIZE"])
                                     for r in worker_runs(res.stdout)), [(0, 4), (1, 2)], res)
@@ -811,7 +823,7 @@ class ElasticEdges(ElasticCase):
         agents = {n: self.agent("1:3", *self.waiting(), name=n, max_restarts=1) for n in "abc"}
         self.wait_ready(range(6))
         first = {n: self.rounds(n)[0] for n in "abc"}
-        order = sorted("abc", key=lambda n: first[n][3])
+        order = sorted("abc", key=lambda n: first[n].node_rank)
         self.assertEqual(len({self.events_of(n)[0]["master_port"] for n in "abc"}), 1)
         self.clear_ready()
         os.kill(agents[order[0]].pid, signal.SIGKILL)
@@ -840,7 +852,7 @@ class ElasticEdges(ElasticCase):
             agents[n] = self.agent("1:3", *steps, name=n, max_restarts=1, term_timeout=3)
         self.wait_ready(range(6))
         first = {n: self.rounds(n)[0] for n in "abc"}
-        leaving = "c" if first["c"][3] != 0 else "b"  # not node 0, whose rank 0 is killed
+        leaving = "c" if first["c"].node_rank != 0 else "b"  # not node 0, whose rank 0 is killed
         self.clear_ready()
         os.kill(self.worker_pids([0])[0], signal.SIGKILL)
         deadline = time.monotonic() + BOUND
@@ -856,10 +868,11 @@ class ElasticEdges(ElasticCase):
         stay = [n for n in "abc" if n != leaving]
         for n, r in zip(stay, self.wait_all([agents[n] for n in stay])):
             self.assertEqual(r.code, 0, r)
-            self.assertEqual([x[:3] for x in self.rounds(n)], [(0, 3, 6), (1, 2, 4)], n)
+            self.assertEqual(self.worlds(n), [(0, 3, 6), (1, 2, 4)], n)
             self.assertEqual(len(self.of_event(n, "restarting")), 1)
-        self.assertIn(f"node {first[leaving][3]} (host \"{socket.gethostname()}\") left while the job re-formed "
-                      f"(ddprun on node {first[leaving][3]} (host {socket.gethostname()}) received SIGTERM); 2 nodes "
+        left_rank = first[leaving].node_rank
+        self.assertIn(f"node {left_rank} (host \"{socket.gethostname()}\") left while the job re-formed "
+                      f"(ddprun on node {left_rank} (host {socket.gethostname()}) received SIGTERM); 2 nodes "
                       "go on", self.log_of(agents["a"]))
 
     def test_log_dirs_follow_the_restart_count(self):
@@ -907,7 +920,7 @@ class ElasticEdges(ElasticCase):
                                   r"code 7", res)
             self.assertEqual(self.of_event(n, "summary")[0]["exit_code"], 7)
         for n in "ab":
-            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 2, 4), (1, 3, 6)], n)
+            self.assertEqual(self.worlds(n), [(0, 2, 4), (1, 3, 6)], n)
             err = results[n].stderr.decode()
             self.assertIn("ddprun: earlier rounds (1), each ended by a re-form:\n", err, results[n])
             self.assertIn("ddprun:   round 0 (2 nodes, world size 4): re-forming the job: host", err, results[n])
@@ -919,7 +932,7 @@ class ElasticEdges(ElasticCase):
         b = self.agent("1:2", *steps, name="b", max_restarts=21, nproc=2)
         for n, res in zip("ab", self.wait_all([a, b], timeout=60)):
             self.assertEqual(res.code, 3, res)
-            self.assertEqual([r[0] for r in self.rounds(n)], list(range(22)), n)
+            self.assertEqual([r.restart_count for r in self.rounds(n)], list(range(22)), n)
             lines = res.stderr.decode().splitlines()
             at = lines.index("ddprun: earlier rounds (21), each ended by a re-form:")
             self.assertEqual(lines[at + 1], "ddprun:   ... 1 earlier", res)
@@ -935,7 +948,7 @@ class ElasticEdges(ElasticCase):
             agents[n] = self.agent("2:4", f"ready={self.ready}", "exit=0", name=n, last_call=LAST_CALL)
         for n, res in zip("abc", self.wait_all([agents[n] for n in "abc"])):
             self.assertEqual(res.code, 0, res)
-            self.assertEqual([r[:3] for r in self.rounds(n)], [(0, 3, 6)], n)
+            self.assertEqual(self.worlds(n), [(0, 3, 6)], n)
             # the round began no earlier than the last call after the second node joined (after t0)
             self.assertGreaterEqual(self.of_event(n, "rendezvous")[0]["time_ms"] / 1000, t0 + LAST_CALL - 0.1)
 
@@ -970,7 +983,7 @@ class ElasticEdges(ElasticCase):
         self.assertIn("lost", self.of_event("a", "restarting")[0]["cause"])
         while len(self.rounds("a")) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
-        self.assertEqual([r[:3] for r in self.rounds("a")], [(0, 2, 4), (1, 1, 2)])
+        self.assertEqual(self.worlds("a"), [(0, 2, 4), (1, 1, 2)])
         os.kill(a.pid, signal.SIGTERM)
         res_a = self.wait_all([a])[0]
         self.assertEqual(res_a.code, 128 + signal.SIGTERM, res_a)

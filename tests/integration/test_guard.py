@@ -6,22 +6,10 @@ import os
 import signal
 import time
 
-from harness import WORKER, DdprunTestCase, comm, descendants, pid_alive, reap_zombies
+from harness import WORKER, DdprunTestCase, comm, descendants, wait_gone
 from multinode import MultiNodeCase
 
 GRANDCHILDREN = ("fork=group:2", "fork=setsid", "fork=daemon", "fork=orphan")
-
-
-def wait_gone(pids, timeout):
-    """Waits until none of `pids` is alive (zombies count as gone); returns those still alive."""
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        reap_zombies()
-        alive = [p for p in alive if pid_alive(p)]
-        if alive:
-            time.sleep(0.01)
-    return alive
 
 
 class SigkillOneNode(DdprunTestCase):

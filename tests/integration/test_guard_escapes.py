@@ -8,8 +8,7 @@ import os
 import signal
 import time
 
-from harness import DDPRUN, DdprunTestCase, comm, descendants, reap_zombies
-from test_guard import wait_gone
+from harness import DDPRUN, DdprunTestCase, comm, descendants, reap_zombies, wait_gone
 
 
 def read_pids(path):

@@ -9,6 +9,7 @@ import time
 
 from harness import WORKER
 from multinode import MultiNodeCase
+from ports import free_port
 
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PROMPT = 5.0  # generous: the figure (docs/BENCHMARKS.md) is milliseconds; this only keeps a hang from passing
@@ -38,7 +39,7 @@ class Phases(MultiNodeCase):
         for role in ("host", "joiner"):
             for sig in STOPS:
                 with self.subTest(role=role, signal=sig.name):
-                    self.port = self.fresh_port()
+                    self.port = free_port()
                     proc = self.start(*self.role_args(role), WORKER, "hang")
                     self.wait_until_main_runs(proc.pid, sig)
                     self.stop_and_expect(proc, sig)
@@ -46,7 +47,7 @@ class Phases(MultiNodeCase):
     def test_while_connecting_to_an_absent_server(self):
         for sig in STOPS:
             with self.subTest(signal=sig.name):
-                self.port = self.fresh_port()
+                self.port = free_port()
                 proc = self.start(*self.role_args("joiner"), "-v", WORKER, "hang")
                 self.wait_for_output(proc, b"not reachable yet")
                 self.stop_and_expect(proc, sig)
@@ -55,7 +56,7 @@ class Phases(MultiNodeCase):
         for role in ("host", "joiner"):
             for sig in STOPS:
                 with self.subTest(role=role, signal=sig.name):
-                    self.port = self.fresh_port()
+                    self.port = free_port()
                     # Three nodes expected, two come: both wait. The one signalled ends 128+N; a stopped
                     # host takes the joined node with it (same code), a stopped joiner frees its place.
                     host = self.start(*self.role_args("host", 3), "-v", WORKER, "hang")
@@ -72,7 +73,7 @@ class Phases(MultiNodeCase):
         for role in ("host", "joiner"):
             for sig in STOPS:
                 with self.subTest(role=role, signal=sig.name):
-                    self.port = self.fresh_port()
+                    self.port = free_port()
                     for f in os.listdir(self.ready):
                         os.remove(os.path.join(self.ready, f))
                     procs = [self.node(r, 2, f"ready={self.ready}", "hang") for r in range(2)]
@@ -105,7 +106,7 @@ class Phases(MultiNodeCase):
     def test_between_restart_rounds(self):
         for role in ("host", "joiner"):
             with self.subTest(role=role):
-                self.port = self.fresh_port()
+                self.port = free_port()
                 for f in os.listdir(self.ready):
                     os.remove(os.path.join(self.ready, f))
                 events = [self.path(f"events.{role}.{r}") for r in range(2)]
@@ -158,11 +159,6 @@ class Phases(MultiNodeCase):
         self.assertLess(elapsed, 2 + PROMPT, res)
 
     # helpers
-
-    def fresh_port(self):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
 
     def wait_until_main_runs(self, pid, sig, timeout=5):
         """Until ddprun's main has blocked `sig` (SigBlk in /proc/PID/status), or it is already unblocked

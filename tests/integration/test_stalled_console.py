@@ -7,99 +7,12 @@ the console is still stalled, and that no line the workers wrote is lost or cut 
 The stalled console is a pipe whose read end the test holds without reading; draining it later is the
 reader coming back."""
 import os
-import re
 import signal
-import threading
 import time
 
-from harness import WORKER, pid_alive
-from multinode import MultiNodeCase
-
-PROMPT = 5.0  # generous bound for "at once" (the figure, in docs/BENCHMARKS.md, is milliseconds)
-
-
-class StalledConsole:
-    """ddprun's stdout: a pipe nobody reads until drain() starts a reader that reads to the end."""
-
-    def __init__(self):
-        self.read_fd, self.write_fd = os.pipe()
-        self.data = bytearray()
-        self.thread = None
-
-    def drain(self):
-        def reader():
-            while True:
-                chunk = os.read(self.read_fd, 1 << 20)
-                if not chunk:
-                    break
-                self.data += chunk
-            os.close(self.read_fd)
-        self.thread = threading.Thread(target=reader, daemon=True)
-        self.thread.start()
-
-    def close_reader(self):
-        os.close(self.read_fd)
-
-    def text(self):
-        self.thread.join(timeout=30)
-        return self.data.decode(errors="replace")
-
-
-def without_cut_last_line(numbers):
-    """A worker killed in the middle of its write(2) leaves its last line cut short ("rank 0 line 16" for line
-    167568), which ddprun ends with a newline at end of file: that line is the worker's loss, not ddprun's."""
-    expected = len(numbers) - 1
-    if numbers and numbers[-1] != expected and str(expected).startswith(str(numbers[-1])):
-        return numbers[:-1]
-    return numbers
-
-
-def line_numbers(text, rank):
-    return [int(m) for m in re.findall(rf"^\[rank{rank}\]: rank {rank} line (\d+)$", text, re.M)]
-
-
-class ConsoleCase(MultiNodeCase):
-    def start_on(self, console, *args):
-        """ddprun with stdout on the stalled console, stderr to a file (read at the end)."""
-        import subprocess
-        from harness import DDPRUN
-        self.err_path = self.path(f"stderr.{len(os.listdir(self.tmp))}")
-        err = open(self.err_path, "wb")
-        proc = subprocess.Popen([DDPRUN, *map(str, args)], stdout=console.write_fd, stderr=err,
-                                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
-        err.close()
-        os.close(console.write_fd)
-        return proc
-
-    def stderr_of(self):
-        with open(self.err_path, errors="replace") as f:
-            return f.read()
-
-    def pids(self, pidfile):
-        return [pid for pid, _ in self.read_pids(pidfile).values()]
-
-    def wait_gone(self, pids, timeout=PROMPT):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not any(pid_alive(p) for p in pids):
-                return time.monotonic()
-            time.sleep(0.01)
-        self.fail(f"workers {[p for p in pids if pid_alive(p)]} still alive {timeout}s later")
-
-    def finish(self, proc, timeout=60):
-        try:
-            return proc.wait(timeout=timeout)
-        except Exception:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
-
-    def assert_contiguous(self, text, rank, at_least=1, killed=False):
-        numbers = line_numbers(text, rank)
-        if killed:
-            numbers = without_cut_last_line(numbers)
-        self.assertGreaterEqual(len(numbers), at_least, text[-2000:])
-        self.assertEqual(numbers, list(range(len(numbers))), f"rank {rank}'s lines have a gap or are out of order")
+from harness import WORKER
+from ports import free_port
+from stalled_console import PROMPT, ConsoleCase, StalledConsole, line_numbers, without_cut_last_line
 
 
 class Running(ConsoleCase):
@@ -108,7 +21,7 @@ class Running(ConsoleCase):
         is gone within seconds, not when the reader comes back; once it does, nothing is missing."""
         for nnodes in (1, 2):
             with self.subTest(nodes=nnodes):
-                self.port = free_port_for(self)
+                self.port = free_port()
                 pidfile = self.path(f"pids{nnodes}")
                 steps = (f"pidfile={pidfile}", "@0:lines=1500000", "@0:hang", "@1:sleep=1", "@1:exit=3")
                 console = StalledConsole()
@@ -157,7 +70,7 @@ class Running(ConsoleCase):
     def test_a_healthy_job_outlives_a_console_paused_longer_than_the_heartbeat_timeout(self):
         for nnodes in (1, 2):
             with self.subTest(nodes=nnodes):
-                self.port = free_port_for(self)
+                self.port = free_port()
                 steps = ("lines=400000",)
                 console = StalledConsole()
                 if nnodes == 1:
@@ -310,7 +223,7 @@ class Paused(ConsoleCase):
     def test_two_nodes_ride_out_a_pause_shorter_than_the_heartbeat_timeout(self):
         for paused in (0, 1):
             with self.subTest(paused_node=paused):
-                self.port = free_port_for(self)
+                self.port = free_port()
                 procs = [self.start("--nnodes", 2, "--node-rank", r, "--master-addr", "127.0.0.1", "--rdzv-port",
                                     self.port, "--heartbeat-interval", 0.2, "--heartbeat-timeout", 3,
                                     "--nproc-per-node", 1, WORKER, f"ready={self.ready}{paused}", "sleep=4")
@@ -331,8 +244,3 @@ def proc_state(pid):
         return data[data.rindex(b")") + 2:].split()[0].decode()
     except OSError:
         return "gone"
-
-
-def free_port_for(case):
-    from ports import free_port
-    return free_port()

@@ -20,7 +20,7 @@ import time
 import unittest
 
 from harness import DDPRUN, WORKER, pid_alive
-from test_stalled_console import PROMPT, ConsoleCase, StalledConsole, line_numbers, without_cut_last_line
+from stalled_console import PROMPT, ConsoleCase, StalledConsole, line_numbers, without_cut_last_line
 
 PAUSE = 8.0
 LINES = 300000  # ~7 MB: more than the pipe and ddprun's console queue hold, so rank 0 is back-pressured
