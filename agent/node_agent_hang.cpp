@@ -123,7 +123,9 @@ void NodeAgent::report_hang(const HungWorker& h) {
 // never a predictable name in a shared directory such as /dev/shm, where another user could plant a
 // symlink or a FIFO, and never on a --log-dir that may hang the loop. Without --log-dir the temporary
 // tree is removed at the end except for this file (RunLayout::keep); with it, the file is copied there.
-std::string NodeAgent::hang_stacks_file() const { return layout_.attempt_work_file(world_.restart_count, "hang_stacks.txt"); }
+std::string NodeAgent::hang_stacks_file() const {
+  return layout_.attempt_work_file(world_.restart_count, "hang_stacks.txt");
+}
 
 std::string NodeAgent::stacks_file(int local_rank) const {
   return layout_.work_dir(world_.restart_count, local_rank) + "/python_stacks.txt";

@@ -27,9 +27,10 @@ std::string temporary_base() {
   if (::access("/dev/shm", W_OK | X_OK) == 0) return "/dev/shm";
   return "/tmp";
 }
-}  // namespace
 
-namespace {
+// <root>/attempt_<n>, the one spelling of an attempt's directory in either tree.
+std::string attempt_dir(const std::string& root, int attempt) { return root + "/attempt_" + std::to_string(attempt); }
+
 std::string make_private_dir(const std::string& base, const std::string& name) {
   std::string path = base + "/" + name + "_XXXXXX";
   std::vector<char> buf(path.begin(), path.end());
@@ -75,15 +76,15 @@ RunLayout RunLayout::create(const std::string& log_dir, const std::string& run_i
 }
 
 std::string RunLayout::worker_dir(int attempt, int local_rank) const {
-  return root_ + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(local_rank);
+  return attempt_dir(root_, attempt) + "/" + std::to_string(local_rank);
 }
 
 std::string RunLayout::work_dir(int attempt, int local_rank) const {
-  return work_root_ + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(local_rank);
+  return attempt_work_file(attempt, std::to_string(local_rank));
 }
 
 std::string RunLayout::attempt_work_file(int attempt, const std::string& name) const {
-  return work_root_ + "/attempt_" + std::to_string(attempt) + "/" + name;
+  return attempt_dir(work_root_, attempt) + "/" + name;
 }
 
 std::string RunLayout::published(const std::string& work_path) const {

@@ -35,8 +35,9 @@ std::shared_ptr<WriteQueue> WriteQueue::create_file(std::string path, Options op
   return queue;
 }
 
-// In the writer thread, its directories first. O_NONBLOCK: a FIFO planted at the path without a reader fails (ENXIO) instead of
-// holding the thread; the flag is then cleared, so a full pipe or a slow disk is waited on as usual.
+// In the writer thread, its directories first. O_NONBLOCK: a FIFO planted at the path without a reader fails
+// (ENXIO) instead of holding the thread; the flag is then cleared, so a full pipe or a slow disk is waited on
+// as usual.
 bool WriteQueue::open_file() {
   {
     std::lock_guard<std::mutex> lock(mu_);  // a create that hangs counts as a write that hangs (stalled())

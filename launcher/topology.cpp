@@ -32,7 +32,7 @@ std::string resolve_token(const TopologyOptions& o, const std::vector<std::strin
       throw UsageError(std::string("--rdzv-token-file: ") + e.what(), kExitNoInput);
     }
   }
-  const std::string from_env = contract::env_value(env, "DDPRUN_TOKEN", "");
+  const std::string from_env = contract::env_value(env, contract::kToken, "");
   if (!from_env.empty()) return from_env;
   // One node: nobody else needs to know the token, so it is a fresh random one.
   if (local_only) return rendezvous::generate_token();

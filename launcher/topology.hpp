@@ -31,7 +31,8 @@ struct TopologyOptions {
   std::string heartbeat_timeout = "15";  // torchrun: keep-alive every 5 s, 3 attempts
   std::string local_addr;
   std::string max_restarts = "0";
-  std::string max_departures = "3";  // --rdzv-conf max_departures: elastic jobs, a host's departures before it is refused
+  // --rdzv-conf max_departures: elastic jobs, a host's departures before it is refused
+  std::string max_departures = "3";
   std::string last_call = "30";  // --rdzv-conf last_call_timeout: elastic jobs, seconds to wait after MIN joined
   std::optional<bool> is_host;  // --rdzv-conf is_host: dynamic mode hosts the server here (true) or joins (false)
 };

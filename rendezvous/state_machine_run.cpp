@@ -39,8 +39,9 @@ void start_next_round_if_stopped(RendezvousState& state, Actions& out) {
 // A node gone after the first round started: lost (connection closed, heartbeats missed, a bad report) or
 // stopped (its ddprun got a signal; `failure` then carries it). It ends the job unless the job can re-form
 // without it: dynamic node ranks, at least min_nodes left, and not the node hosting the server. The re-form
-// uses no restart (departures are bounded per host by max_departures instead). Either way the node itself is told why before its connection closes (a node whose
-// connection already closed hears nothing, harmlessly): a node dropped for silence may only have been paused.
+// uses no restart (departures are bounded per host by max_departures instead). Either way the node itself is
+// told why before its connection closes (a node whose connection already closed hears nothing, harmlessly): a
+// node dropped for silence may only have been paused.
 void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool stopped, Actions& out) {
   state.joined_procs -= node.nproc;
   const int left = static_cast<int>(state.nodes.size());

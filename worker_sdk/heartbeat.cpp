@@ -31,12 +31,13 @@ std::int64_t* slot() {
   return mapped;
 }
 
-void store_time(std::int64_t* s) {
+std::int64_t now_ns() {  // CLOCK_MONOTONIC, the clock ddprun reads beats and quiet phases with
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  __atomic_store_n(&s[contract::kBeatTimeOffset / 8], static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec,
-                   __ATOMIC_RELEASE);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
+
+void store_time(std::int64_t* s) { __atomic_store_n(&s[contract::kBeatTimeOffset / 8], now_ns(), __ATOMIC_RELEASE); }
 }  // namespace
 
 void heartbeat(std::int64_t step) {
@@ -55,10 +56,7 @@ QuietPhase::QuietPhase(std::chrono::milliseconds at_most) {
   if (!s) return;
   std::int64_t* until = &s[contract::kBeatQuietUntilOffset / 8];
   previous_until_ns_ = __atomic_load_n(until, __ATOMIC_RELAXED);
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  const std::int64_t end = static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec +
-                           std::chrono::duration_cast<std::chrono::nanoseconds>(at_most).count();
+  const std::int64_t end = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(at_most).count();
   __atomic_store_n(until, std::max(end, previous_until_ns_), __ATOMIC_RELAXED);
   store_time(s);  // the release store publishes the bound with the beat
 }

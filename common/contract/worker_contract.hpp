@@ -72,7 +72,8 @@ inline std::vector<std::string> current_environment() {
 }
 
 // The value of NAME in an environment given as "NAME=value" entries, or `fallback`.
-inline std::string env_value(const std::vector<std::string>& env, std::string_view name, const std::string& fallback = "") {
+inline std::string env_value(const std::vector<std::string>& env, std::string_view name,
+                             const std::string& fallback = "") {
   for (const auto& e : env)
     if (e.size() > name.size() && e[name.size()] == '=' && std::string_view(e).substr(0, name.size()) == name)
       return e.substr(name.size() + 1);

@@ -105,6 +105,29 @@ class Parser {
     }
     return false;
   }
+  // At an opening bracket: `item` for each comma-separated element, up to `close` (an empty one included).
+  template <typename Item>
+  bool sequence(char close, Item item) {
+    ++i_;
+    skip_space();
+    if (i_ < s_.size() && s_[i_] == close) {
+      ++i_;
+      return true;
+    }
+    for (;;) {
+      if (!item()) return false;
+      skip_space();
+      if (i_ < s_.size() && s_[i_] == ',') {
+        ++i_;
+        continue;
+      }
+      if (i_ < s_.size() && s_[i_] == close) {
+        ++i_;
+        return true;
+      }
+      return false;
+    }
+  }
   bool value(Value& out, int depth) {
     if (depth > kMaxDepth) return false;
     skip_space();
@@ -116,44 +139,27 @@ class Parser {
     }
     if (s_[i_] == '{') {
       out.kind = Value::Kind::kObject;
-      ++i_;
-      skip_space();
-      if (i_ < s_.size() && s_[i_] == '}') {
-        ++i_;
-      } else {
-        for (;;) {
-          skip_space();
-          std::string name;
-          if (i_ >= s_.size() || s_[i_] != '"' || !string(name)) return false;
-          skip_space();
-          if (i_ >= s_.size() || s_[i_++] != ':') return false;
-          auto v = std::make_shared<Value>();
-          if (!value(*v, depth + 1)) return false;
-          out.members[name] = v;
-          skip_space();
-          if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
-          if (i_ < s_.size() && s_[i_] == '}') { ++i_; break; }
-          return false;
-        }
-      }
+      if (!sequence('}', [&] {
+            skip_space();
+            std::string name;
+            if (i_ >= s_.size() || s_[i_] != '"' || !string(name)) return false;
+            skip_space();
+            if (i_ >= s_.size() || s_[i_++] != ':') return false;
+            auto v = std::make_shared<Value>();
+            if (!value(*v, depth + 1)) return false;
+            out.members[name] = v;
+            return true;
+          }))
+        return false;
       out.text = s_.substr(start, i_ - start);
       return true;
     }
     if (s_[i_] == '[') {  // kept as text: the error file has no arrays that matter
-      ++i_;
-      skip_space();
-      if (i_ < s_.size() && s_[i_] == ']') {
-        ++i_;
-      } else {
-        for (;;) {
-          Value element;
-          if (!value(element, depth + 1)) return false;
-          skip_space();
-          if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
-          if (i_ < s_.size() && s_[i_] == ']') { ++i_; break; }
-          return false;
-        }
-      }
+      if (!sequence(']', [&] {
+            Value element;
+            return value(element, depth + 1);
+          }))
+        return false;
       out.text = s_.substr(start, i_ - start);
       return true;
     }

@@ -246,11 +246,15 @@ std::int64_t* heartbeat_slot() {
   return slot;
 }
 
-std::int64_t beat(long long step) {
-  std::int64_t* slot = heartbeat_slot();
+std::int64_t monotonic_now() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  const std::int64_t now = static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+std::int64_t beat(long long step) {
+  std::int64_t* slot = heartbeat_slot();
+  const std::int64_t now = monotonic_now();
   if (!slot) return now;
   __atomic_store_n(&slot[0], static_cast<std::int64_t>(step), __ATOMIC_RELAXED);
   __atomic_store_n(&slot[1], now, __ATOMIC_RELEASE);
@@ -356,13 +360,9 @@ __attribute__((noinline)) void run_step(const std::string& step) {
   } else if (verb == "quiet") {  // quiet=SEC: a quiet phase of at most SEC from now (0: ends it), then a beat
     const double secs = std::atof(arg.c_str());
     if (std::int64_t* slot = heartbeat_slot()) {
-      timespec ts{};
-      ::clock_gettime(CLOCK_MONOTONIC, &ts);
-      const std::int64_t until = secs > 0 ? static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec +
-                                                static_cast<std::int64_t>(secs * 1e9)
-                                          : 0;
-      __atomic_store_n(&slot[2], until, __ATOMIC_RELAXED);
-      __atomic_store_n(&slot[1], static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec, __ATOMIC_RELEASE);
+      const std::int64_t now = monotonic_now();
+      __atomic_store_n(&slot[2], secs > 0 ? now + static_cast<std::int64_t>(secs * 1e9) : 0, __ATOMIC_RELAXED);
+      __atomic_store_n(&slot[1], now, __ATOMIC_RELEASE);  // the beat that publishes it; the step stays
     }
   } else if (verb == "beatfor") {
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::atof(arg.c_str()));

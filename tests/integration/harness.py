@@ -160,6 +160,24 @@ class DdprunTestCase(unittest.TestCase):
     def worker(self, *steps, nproc=2, extra=()):
         return self.run_ddprun("--nproc-per-node", nproc, *extra, WORKER, *steps)
 
+    def stderr_until(self, proc, needle, timeout, seen=b"", why="never said", count=1):
+        """Reads proc's stderr without blocking until `needle` appears `count` times in all that was read (`seen`:
+        what an earlier call returned, counted too); after `timeout` s fails with `why` and the tail. Returns all
+        read. The pipe is blocking again afterwards, so whatever follows stays for communicate()."""
+        os.set_blocking(proc.stderr.fileno(), False)
+        deadline = time.monotonic() + timeout
+        try:
+            while seen.count(needle) < count:
+                self.assertLess(time.monotonic(), deadline, f"{why}:\n{seen[-2000:]!r}")
+                chunk = proc.stderr.read()
+                if chunk:
+                    seen += chunk
+                else:
+                    time.sleep(0.01)
+        finally:
+            os.set_blocking(proc.stderr.fileno(), True)
+        return seen
+
     def wait_for_files(self, paths, timeout=10):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

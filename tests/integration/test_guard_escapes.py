@@ -141,13 +141,8 @@ class EscapedHelpers(DdprunTestCase):
             time.sleep(0.01)
         self.assertTrue(new, "no new guard was started")
         # ddprun says so once the new guard is told everything: wait for the line before the SIGKILL.
-        os.set_blocking(proc.stderr.fileno(), False)
-        said, deadline = b"", time.monotonic() + 10
-        while b"is gone: started a new one" not in said:
-            self.assertLess(time.monotonic(), deadline, f"ddprun did not say its guard was replaced:\n{said!r}")
-            said += proc.stderr.read() or b""
-            time.sleep(0.01)
+        said = self.stderr_until(proc, b"is gone: started a new one", 10,
+                                 why="ddprun did not say its guard was replaced")
         self.assertIn(b"the job guard (pid ", said)
-        os.set_blocking(proc.stderr.fileno(), True)
         pids, err = self.sigkill_when(proc, pidfile, 2)
         self.assertEqual(wait_gone(pids, 1.0), [], f"the workers outlived ddprun's SIGKILL\n{err}")

@@ -174,17 +174,7 @@ class Phases(MultiNodeCase):
 
     def wait_for_output(self, proc, needle, count=1, timeout=10):
         """Reads proc's stderr until `needle` appeared `count` times (what follows stays for communicate)."""
-        os.set_blocking(proc.stderr.fileno(), False)
-        seen = b""
-        deadline = time.monotonic() + timeout
-        while seen.count(needle) < count and time.monotonic() < deadline:
-            chunk = proc.stderr.read()
-            if chunk:
-                seen += chunk
-            else:
-                time.sleep(0.01)
-        os.set_blocking(proc.stderr.fileno(), True)
-        self.assertGreaterEqual(seen.count(needle), count, f"ddprun never said it: {seen[-2000:]!r}")
+        self.stderr_until(proc, needle, timeout, why="ddprun never said it", count=count)
 
     def wait_for_event(self, path, name, timeout=10):
         deadline = time.monotonic() + timeout

@@ -208,13 +208,7 @@ class HungFileSystem(DdprunTestCase):
         proc = self.start_failing_job()
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
-        os.set_blocking(proc.stderr.fileno(), False)
-        err, deadline = b"", time.monotonic() + 5
-        while b"ddprun: exit code 3" not in err:
-            self.assertLess(time.monotonic(), deadline, f"no summary 5 s after SIGTERM:\n{err[-2000:]!r}")
-            chunk = proc.stderr.read()
-            err += chunk or b""
-            time.sleep(0.01)
+        err = self.stderr_until(proc, b"ddprun: exit code 3", 5, why="no summary 5 s after SIGTERM")
         self.assertIn(b"given up on the file system", err)
         self.assertIn(b"output lost: rank 0's", err)
         os.remove(self.gate)
@@ -237,20 +231,11 @@ class HungFileSystem(DdprunTestCase):
             pass  # from now on every mkdir, create and write on the log file system hangs
         with open(go, "w"):
             pass  # rank 1 exits 3: the job restarts, and attempt_1's log directories cannot be made
-        os.set_blocking(proc.stderr.fileno(), False)
-        err, deadline = b"", time.monotonic() + 10
-        while b"restart" not in err:
-            self.assertLess(time.monotonic(), deadline, f"no restart:\n{err[-2000:]!r}")
-            err += proc.stderr.read() or b""
-            time.sleep(0.01)
+        err = self.stderr_until(proc, b"restart", 10, why="no restart")
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        while b"ddprun: exit code" not in err:
-            self.assertLess(time.monotonic(), deadline,
-                            f"no summary 5 s after SIGTERM: the loop waits on the hung file system\n{err[-2000:]!r}")
-            err += proc.stderr.read() or b""
-            time.sleep(0.01)
+        err = self.stderr_until(proc, b"ddprun: exit code", 5, seen=err,
+                                why="no summary 5 s after SIGTERM: the loop waits on the hung file system")
         self.assertIn(b"SIGTERM", err)
         os.remove(self.gate)
         proc.stdout.close()
