@@ -58,9 +58,11 @@ class GlooRing {
   void set_busy_poll(bool on);
 
   std::shared_ptr<gloo::rendezvous::Context> context_;
-  std::vector<std::vector<std::unique_ptr<gloo::Algorithm>>> segments_;  // per buffer
+  // shared_ptr, not unique_ptr: destroying one needs no complete gloo::Algorithm, so the SDK built without
+  // Gloo's headers (gloo_ring_absent.cpp) still defines this class.
+  std::vector<std::vector<std::shared_ptr<gloo::Algorithm>>> segments_;  // per buffer
   float handshake_value_ = 0;                                             // the end-of-construction exchange
-  std::unique_ptr<gloo::Algorithm> handshake_;
+  std::shared_ptr<gloo::Algorithm> handshake_;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::deque<std::size_t> queue_;

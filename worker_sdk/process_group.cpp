@@ -1,10 +1,12 @@
 #include "worker_sdk/process_group.hpp"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/cuda.h>
 
+#ifdef DDPRUN_SDK_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #ifdef DDPRUN_SDK_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -22,6 +24,7 @@
 namespace ddprun::sdk {
 namespace {
 
+#ifdef DDPRUN_SDK_GLOO
 std::shared_ptr<::gloo::transport::Device> make_gloo_device(const std::string& master_addr) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
@@ -32,6 +35,7 @@ std::shared_ptr<::gloo::transport::Device> make_gloo_device(const std::string& m
   }
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
+#endif
 
 }  // namespace
 
@@ -70,13 +74,15 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorldInfo& world, const P
   pg->store_ = c10::make_intrusive<c10d::PrefixStore>(
       agent_store ? "ddprun_sdk/" + std::to_string(world.restart_count) : std::string("ddprun_sdk"), tcp);
 
-  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
   pg->timeout_ = options.timeout;
+#ifdef DDPRUN_SDK_GLOO
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
   pg->gloo_device_ = make_gloo_device(world.master_addr);
   gloo_options->devices.push_back(pg->gloo_device_);
   gloo_options->threads = options.gloo_threads;
   pg->gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
       c10::make_intrusive<c10d::PrefixStore>("gloo", pg->store_), world.rank, world.world_size, gloo_options);
+#endif
 
   if (torch::cuda::is_available() && world.local_rank < static_cast<int>(torch::cuda::device_count())) {
     pg->device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(world.local_rank));
@@ -90,6 +96,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorldInfo& world, const P
                                 world.world_size, pg->device_, options.timeout);
 #endif
   }
+  if (!pg->gloo_ && !pg->nccl_ && world.world_size > 1) {
+    throw Error("rank " + std::to_string(world.rank) +
+                ": this SDK was built without Gloo's headers (LibTorch ships none), so it reduces CUDA tensors "
+                "on NCCL only, and this rank has no CUDA device (LOCAL_RANK " + std::to_string(world.local_rank) +
+                "): build the SDK against a LibTorch with Gloo's headers (Debian's, with libgloo-dev)");
+  }
 
   // Joining ends with a handshake. Without it a rank whose connections are all up could finish (and exit)
   // while a peer is still inside ProcessGroupGloo's setup, connecting its other pairs or reading their
@@ -101,7 +113,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorldInfo& world, const P
     c10d::BarrierOptions handshake;
     handshake.timeout = options.store_timeout;
     try {
-      pg->gloo_->barrier(handshake)->wait();
+      pg->any_backend().barrier(handshake)->wait();
     } catch (const std::exception& e) {
       throw Error("rank " + std::to_string(world.rank) + ": not every rank finished joining the process group: " +
                   e.what());
@@ -115,8 +127,12 @@ CollectiveBackend& ProcessGroup::backend_for(const at::Tensor& tensor) {
     DDPRUN_SDK_CHECK(nccl_, "a CUDA tensor was given but this build has no NCCL support");
     return *nccl_;
   }
+  DDPRUN_SDK_CHECK(gloo_, "a CPU tensor was given but this SDK was built without Gloo's headers (LibTorch ships "
+                          "none): move it to group.device() first");
   return *gloo_;
 }
+
+CollectiveBackend& ProcessGroup::any_backend() { return gloo_ ? *gloo_ : *nccl_; }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(at::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};
@@ -166,14 +182,21 @@ void ProcessGroup::broadcast_coalesced(std::vector<at::Tensor> tensors, int root
 }
 
 void ProcessGroup::barrier() {
-  gloo_->barrier()->wait();
+  any_backend().barrier()->wait();
   heartbeat();
 }
 
 std::vector<double> ProcessGroup::sum(const std::vector<double>& values) {
   if (values.empty()) return {};
+  // On CPU through Gloo; an SDK without Gloo sums on this rank's CUDA device.
   at::Tensor t = torch::tensor(values, torch::kDouble);
-  allreduce(t);
+  if (gloo_) {
+    allreduce(t);
+  } else {
+    at::Tensor on_device = t.to(device_);
+    allreduce(on_device);
+    t = on_device.cpu();
+  }
   auto acc = t.accessor<double, 1>();
   std::vector<double> out(values.size());
   for (size_t i = 0; i < values.size(); ++i) out[i] = acc[static_cast<int64_t>(i)];

@@ -1,6 +1,7 @@
 // The process group every collective of the SDK goes through: a c10d TCPStore hosted by rank 0 at
 // MASTER_ADDR:MASTER_PORT, ProcessGroupGloo for CPU tensors and, when LibTorch has CUDA, NCCL for CUDA
-// tensors. Also the small collectives a training loop needs: metric sums and means, barrier.
+// tensors (without Gloo's headers, NCCL alone: see worker_sdk/CMakeLists.txt). Also the small collectives a
+// training loop needs: metric sums and means, barrier.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -62,6 +63,7 @@ class ProcessGroup {
 
  private:
   CollectiveBackend& backend_for(const at::Tensor& tensor);
+  CollectiveBackend& any_backend();  // for barriers: Gloo, or NCCL in an SDK built without Gloo
 
   int rank_ = 0;
   int size_ = 1;
@@ -71,7 +73,7 @@ class ProcessGroup {
   std::chrono::milliseconds timeout_{0};
   std::shared_ptr<gloo::transport::Device> gloo_device_;
   int sequence_ = 0;
-  c10::intrusive_ptr<CollectiveBackend> gloo_;
+  c10::intrusive_ptr<CollectiveBackend> gloo_;  // null in an SDK built without Gloo
   c10::intrusive_ptr<CollectiveBackend> nccl_;  // null without CUDA
 };
 

@@ -22,6 +22,7 @@
 
 namespace sdk = ddprun::sdk;
 namespace ex = ddprun::examples;
+using sdk::test::kCpuCollectives;
 using sdk::test::TempDir;
 
 #define ROLE_CHECK(cond) DDPRUN_SDK_CHECK(cond, "role check failed: " #cond)
@@ -85,7 +86,7 @@ SDK_TEST_ROLE("ddp_equivalence") {
   return 0;
 }
 
-TEST_SUITE("ddp") {
+TEST_SUITE("ddp" * doctest::skip(!kCpuCollectives)) {
   TEST_CASE("W ranks x batch b end where one process with batch W*b ends, identical across ranks") {
     // {gradient accumulation micro-steps, through the process group instead of the direct ring, ranks}:
     // 2 ranks use the direct path's AllreduceRing, 3 its AllreduceRingChunked.
@@ -157,7 +158,7 @@ SDK_TEST_ROLE("disagreeing_restart_counts") {
 }
 
 TEST_CASE("ranks whose restart counts disagree (a joiner under torchrun) still form their round" *
-          doctest::test_suite("ddp")) {
+          doctest::test_suite("ddp") * doctest::skip(!kCpuCollectives)) {
   TempDir dir;
   const auto t0 = std::chrono::steady_clock::now();
   CHECK(sdk::test::run_ranks("disagreeing_restart_counts", 2, dir.path()) == 0);
@@ -233,7 +234,8 @@ SDK_TEST_ROLE("unused_parameters_expected") {
   return 0;
 }
 
-TEST_CASE("a parameter without gradient is a clear error unless expected" * doctest::test_suite("ddp")) {
+TEST_CASE("a parameter without gradient is a clear error unless expected" * doctest::test_suite("ddp") *
+          doctest::skip(!kCpuCollectives)) {
   TempDir dir;
   CHECK(sdk::test::run_ranks("unused_parameters_error", 2, dir.path()) == 0);
   CHECK(sdk::test::run_ranks("unused_parameters_expected", 2, dir.path()) == 0);
@@ -262,7 +264,8 @@ SDK_TEST_ROLE("syncbn") {
   return 0;
 }
 
-TEST_CASE("SyncBatchNorm equals BatchNorm on the concatenated batch, forward and gradients" * doctest::test_suite("syncbn")) {
+TEST_CASE("SyncBatchNorm equals BatchNorm on the concatenated batch, forward and gradients" *
+          doctest::test_suite("syncbn") * doctest::skip(!kCpuCollectives)) {
   TempDir dir;
   REQUIRE(sdk::test::run_ranks("syncbn", kWorld, dir.path()) == 0);
   torch::manual_seed(5);
@@ -339,7 +342,7 @@ SDK_TEST_ROLE("exit_after_collective") {
   return 0;
 }
 
-TEST_SUITE("shutdown") {
+TEST_SUITE("shutdown" * doctest::skip(!kCpuCollectives)) {
   TEST_CASE("ranks that exit right after their last collective never fail each other") {
     // SDK_TEST_SHUTDOWN_RUNS raises the count for a soak; SDK_TEST_SHUTDOWN_KINDS narrows the kinds.
     const int runs = env_int("SDK_TEST_SHUTDOWN_RUNS", 8);

@@ -19,6 +19,7 @@
 
 namespace sdk = ddprun::sdk;
 namespace ex = ddprun::examples;
+using sdk::test::kCpuCollectives;
 using sdk::test::TempDir;
 using Clock = std::chrono::steady_clock;
 
@@ -170,7 +171,7 @@ void write_split(const std::string& dir, const std::string& prefix, int64_t n) {
 }
 }  // namespace
 
-TEST_SUITE("example") {
+TEST_SUITE("example" * doctest::skip(!kCpuCollectives)) {
   TEST_CASE("fashion_mnist trains on a small generated data set, checkpoints, and resumes at the next epoch") {
     TempDir dir;
     write_split(dir.path(), "train", 256);

@@ -1,13 +1,13 @@
 #include "tests/worker_sdk/test_support.hpp"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -54,9 +54,15 @@ TempDir::TempDir() {
   path_ = tmpl;
 }
 
+// Removed with nftw, not std::filesystem::remove_all: PyTorch 2.11's pip libtorch.so exports its own copy of
+// remove_all, which the dynamic linker binds ahead of libstdc++'s, and that copy jumps to address 0 once the
+// directory holds files (seen on the GPU machine, scripts/ci_nccl_gpu.sh). libc's walk has no such twin.
 TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
+  auto remove_one = [](const char* path, const struct stat*, int, struct FTW*) {
+    ::remove(path);  // best effort: go on past what cannot be removed
+    return 0;
+  };
+  ::nftw(path_.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 bool register_role(const std::string& name, Role role) {

@@ -9,6 +9,14 @@
 
 namespace ddprun::sdk::test {
 
+// False in an SDK built without Gloo's headers (NCCL only): the tests whose ranks reduce CPU tensors are
+// skipped there (`* doctest::skip(!kCpuCollectives)`), the CUDA ones run.
+#ifdef DDPRUN_SDK_GLOO
+inline constexpr bool kCpuCollectives = true;
+#else
+inline constexpr bool kCpuCollectives = false;
+#endif
+
 // A fresh directory under /tmp, removed with its contents on destruction.
 class TempDir {
  public:
