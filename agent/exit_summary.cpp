@@ -101,16 +101,6 @@ void append_attempts(std::ostringstream& out, const std::vector<Attempt>& attemp
 }
 }  // namespace
 
-std::string iso_time(std::int64_t unix_ms) {
-  const std::time_t secs = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(unix_ms % 1000));
-  return buf;
-}
-
 nlohmann::json worker_json(const WorkerRecord& w) {
   nlohmann::json j{{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", w.pid}, {"state", to_string(w.state)}};
   if (w.state != WorkerState::kRunning) {

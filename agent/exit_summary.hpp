@@ -2,6 +2,8 @@
 // stderr) and as JSON for tools (the events file's "summary" line).
 #pragma once
 
+#include "common/time.hpp"  // iso_time
+
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json_fwd.hpp>
@@ -48,7 +50,5 @@ nlohmann::json worker_json(const WorkerRecord& w);
 nlohmann::json summary_json(const SupervisionPolicy& policy, const SummaryContext& ctx);
 // Multi-line block, each line starting with "ddprun: ", ending with a newline.
 std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& ctx);
-// "2026-11-21T05:50:01.123Z"
-std::string iso_time(std::int64_t unix_ms);
 
 }  // namespace ddprun::agent

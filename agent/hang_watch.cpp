@@ -39,24 +39,3 @@ HangCheck check_hangs(const std::vector<WatchedWorker>& running, std::int64_t ti
 }
 
 }  // namespace ddprun::agent
-
-namespace ddprun::agent {
-
-std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t last_beat_unix_ms,
-                         const std::string& stacks_path, bool never_beat) {
-  char secs[32];
-  std::snprintf(secs, sizeof secs, "%.1f s", static_cast<double>(silent_ms) / 1000.0);
-  if (never_beat) {
-    std::string m = std::string("hung: no first heartbeat ") + secs + " after its start (--hang-initial-timeout); "
-                    "killed with SIGKILL";
-    if (!stacks_path.empty()) m += "; stacks in " + stacks_path;
-    return m;
-  }
-  std::string m = std::string("hung: no heartbeat for ") + secs;
-  if (step >= 0) m += " after step " + std::to_string(step);
-  m += " (last beat at " + iso_time(last_beat_unix_ms) + "); killed with SIGKILL";
-  if (!stacks_path.empty()) m += "; stacks in " + stacks_path;
-  return m;
-}
-
-}  // namespace ddprun::agent

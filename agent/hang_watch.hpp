@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "agent/heartbeat_channel.hpp"
+#include "rendezvous/hang_verdict.hpp"
 
 namespace ddprun::agent {
 
@@ -44,11 +45,8 @@ std::int64_t discovery_period_ns(std::int64_t timeout_ns);
 
 namespace ddprun::agent {
 
-// The root cause's message for a hung worker, which rendezvous::describe() puts after the rank:
-// "hung: no heartbeat for 3.0 s after step 41 (last beat at 2026-01-02T03:04:05.678Z); stacks in PATH".
-// step < 0: no step given; stacks_path empty: nothing captured. A worker that never beat (the initial
-// timeout): "hung: no first heartbeat 60.0 s after its start; ..."; last_beat_unix_ms is then ignored.
-std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t last_beat_unix_ms,
-                         const std::string& stacks_path, bool never_beat = false);
+// The root cause's message for a hung worker: rendezvous/hang_verdict.hpp (the server composes the job-wide
+// verdict with it; the agent, when it decides alone).
+using rendezvous::hang_message;
 
 }  // namespace ddprun::agent

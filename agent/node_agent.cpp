@@ -53,7 +53,8 @@ NodeAgent::NodeAgent(const AgentConfig& config)
               [this](bool has_children) { after_reap(has_children); }),
       grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), peer_signal_timer_(io_),
       link_(io_, config, rendezvous_handlers()),
-      guard_watch_(io_), hang_timer_(io_), probe_timer_(io_), capture_(io_) {}
+      guard_watch_(io_), hang_timer_(io_), probe_timer_(io_), capture_(io_),
+      hang_verdict_timer_(io_) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -255,6 +256,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
 void NodeAgent::apply(const Decision& d, const char* reason) {
   if (d.teardown_began) {
     hang_timer_.cancel();
+    hang_verdict_timer_.cancel();
     capture_.abandon();  // stopped for another reason while capturing: the teardown takes the hung worker too
     log_.info("tearing down: ", reason, ", sending ", process::signal_name(d.signal_all), " to every worker");
     events_.write(json{{"event", "teardown"}, {"time_ms", policy_.teardown_ms()}, {"reason", reason},
@@ -343,6 +345,7 @@ void NodeAgent::maybe_finish() {
   stop_reply_timer_.cancel();
   peer_signal_timer_.cancel();
   hang_timer_.cancel();
+  hang_verdict_timer_.cancel();
   probe_timer_.cancel();
   capture_.abandon();
   guard_watch_.close();

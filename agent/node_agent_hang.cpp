@@ -1,7 +1,9 @@
 // Hang detection on the agent's loop (--hang-timeout): one timer reads every worker's heartbeat slot
-// (agent/heartbeat_channel.hpp) and asks agent/hang_watch.hpp who is hung; the hung workers' stacks are
-// captured (agent/stack_capture.hpp), then they are killed and the job is torn down like after a failure,
-// on every node, with "hung" as the root cause (or restarted, as --max-restarts allows).
+// (agent/heartbeat_channel.hpp) and asks agent/hang_watch.hpp who is hung. Then the stacks of every worker of
+// the node are captured (agent/stack_capture.hpp) and the node's view (each rank's step and silence) goes to
+// the rendezvous, which gathers every other node's view and stacks the same way and names the rank that is
+// behind (rendezvous/hang_verdict.hpp). Its stop order kills that rank with SIGKILL and tears the job down
+// with "hung" as the root cause (or restarts it, as --max-restarts allows), on every node.
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +18,14 @@
 #include "common/time.hpp"
 
 namespace ddprun::agent {
+namespace rdzv = ddprun::rendezvous;
 using nlohmann::json;
+
+namespace {
+// How long a node that found a hung worker waits for the rendezvous' verdict before it decides alone: the
+// server waits up to 10 s for the other nodes' views (rendezvous/state_machine_hang.cpp), then answers.
+constexpr std::chrono::seconds kHangVerdictLimit{15};
+}  // namespace
 
 void NodeAgent::arm_hang_watch() {
   if (!heartbeats_.enabled()) return;
@@ -58,8 +67,8 @@ void NodeAgent::restart_hang_watch_after_pause() {
 }
 
 void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {
-  // The one silent longest stopped first: it is the root cause when several hang together (one that never
-  // beat counts from the round's start).
+  // The one silent longest stopped first: this node's candidate when it must decide alone (one that never
+  // beat counts from the round's start). The job-wide verdict is the rendezvous' (rendezvous/hang_verdict.hpp).
   auto silent_since = [&](int lr) {
     const Beat b = heartbeats_.read(lr);
     return b.ever() ? b.time_ns : std::max(round_started_ns_, hang_pause_end_ns_);
@@ -67,7 +76,6 @@ void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {
   std::sort(hung.begin(), hung.end(), [&](int a, int b) { return silent_since(a) < silent_since(b); });
   const std::int64_t now_ms = unix_ms();
   hung_.clear();
-  std::vector<CaptureTarget> targets;
   for (int lr : hung) {
     const Beat beat = heartbeats_.read(lr);
     const WorkerRecord& w = policy_.worker(lr);
@@ -80,16 +88,44 @@ void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {
     hung_.push_back(h);
     if (h.never_beat)
       log_.warning("rank ", w.rank, " (pid ", w.pid, ") hung: no first heartbeat ", h.silent_ms,
-                   " ms after its start; capturing its stacks");
+                   " ms after its start; capturing the stacks of every worker");
     else
       log_.warning("rank ", w.rank, " (pid ", w.pid, ") hung: no heartbeat for ", h.silent_ms, " ms",
-                   h.step >= 0 ? " after step " + std::to_string(h.step) : std::string(), "; capturing its stacks");
+                   h.step >= 0 ? " after step " + std::to_string(h.step) : std::string(),
+                   "; capturing the stacks of every worker");
     events_.write(json{{"event", "hung"}, {"time_ms", now_ms}, {"rank", w.rank}, {"local_rank", lr},
                        {"pid", w.pid}, {"node_rank", world_.node_rank}, {"last_step", h.step},
                        {"last_beat_ms", h.never_beat ? json(nullptr) : json(h.last_beat_ms)},
                        {"never_beat", h.never_beat}});
-    targets.push_back({w.rank, lr, w.pid, stacks_file(lr)});
   }
+  hang_view_suspect_ = true;
+  start_job_capture();
+}
+
+// The rendezvous asks: a worker on another node hung. This node's workers are captured and reported, so the
+// verdict sees every rank, and the stacks of the rank it names exist wherever it runs.
+void NodeAgent::on_capture_requested() {
+  if (capture_.active()) return;  // a capture of our own is under way: its view answers too
+  if (!lifecycle_.workers_started() || policy_.phase() != Phase::kRunning) {
+    link_.client().report_hang_view({});  // nothing runs here to judge
+    return;
+  }
+  log_.warning("a worker on another node hung: capturing the stacks of every worker here");
+  hung_.clear();
+  hang_view_suspect_ = false;
+  start_job_capture();
+}
+
+// Every running worker, the hung ones first: in a collective the rank at fault is often not the one whose
+// silence was noticed, so the stacks of all of them are the evidence.
+void NodeAgent::start_job_capture() {
+  std::vector<CaptureTarget> targets;
+  auto add = [&](const WorkerRecord& w) { targets.push_back({w.rank, w.local_rank, w.pid, stacks_file(w.local_rank)}); };
+  for (const HungWorker& h : hung_) add(policy_.worker(h.local_rank));
+  for (const WorkerRecord& w : policy_.workers())
+    if (w.state == WorkerState::kRunning && w.pid > 0 &&
+        std::none_of(hung_.begin(), hung_.end(), [&](const HungWorker& h) { return h.local_rank == w.local_rank; }))
+      add(w);
   hang_stacks_path_ = hang_stacks_file();
   layout_.keep(hang_stacks_path_);
   capture_.start(std::move(targets), hang_stacks_path_, env_value(config_.base_env, "PATH", "/usr/bin:/bin"),
@@ -97,9 +133,49 @@ void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {
 }
 
 void NodeAgent::on_stacks_captured() {
-  log_.warning("stacks of the hung worker(s) in ", layout_.published(hang_stacks_path_));
+  log_.warning("stacks of every worker in ", layout_.published(hang_stacks_path_));
   events_.write(json{{"event", "stacks"}, {"time_ms", unix_ms()}, {"file", layout_.published(hang_stacks_path_)}});
   if (policy_.phase() != Phase::kRunning) return;  // stopped meanwhile: the teardown took them
+  rdzv::HangViewMsg view = hang_view();
+  link_.client().report_hang_view(view);
+  if (!view.suspect) return;
+  // The rendezvous names the rank that is behind and stops the job (on_stop → on_hang_verdict). A server that
+  // does not answer (an older one, or one in trouble) must not leave the job hung: decide on this node's view.
+  hang_verdict_timer_.expires_after(kHangVerdictLimit);
+  hang_verdict_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || lifecycle_.outcome_known() || policy_.phase() != Phase::kRunning) return;
+    log_.warning("no hang verdict from the rendezvous within ", kHangVerdictLimit.count(),
+                 " s: deciding on this node's workers alone");
+    decide_hang_locally();
+  });
+}
+
+// This node's workers as the verdict compares them: step and silence of each, read now.
+rdzv::HangViewMsg NodeAgent::hang_view() const {
+  rdzv::HangViewMsg view;
+  view.suspect = hang_view_suspect_;
+  view.stacks = layout_.published(hang_stacks_path_);
+  const std::int64_t now_ns = monotonic_ns();
+  for (const WorkerRecord& w : policy_.workers()) {
+    if (w.state != WorkerState::kRunning || w.pid <= 0) continue;
+    const Beat beat = heartbeats_.read(w.local_rank);
+    rdzv::RankBeat r;
+    r.rank = w.rank;
+    r.local_rank = w.local_rank;
+    r.pid = w.pid;
+    r.step = beat.ever() ? beat.step : -1;
+    r.never_beat = !beat.ever();
+    const std::int64_t since = beat.ever() ? std::max(beat.time_ns, hang_pause_end_ns_)
+                                           : std::max(round_started_ns_, hang_pause_end_ns_);
+    r.silent_ms = std::max<std::int64_t>(0, (now_ns - since) / 1'000'000);
+    r.hung = std::any_of(hung_.begin(), hung_.end(), [&](const HungWorker& h) { return h.local_rank == w.local_rank; });
+    view.ranks.push_back(r);
+  }
+  return view;
+}
+
+// Without the rendezvous' verdict: the hung worker(s) found here, the one silent longest as the root cause.
+void NodeAgent::decide_hang_locally() {
   Decision d;
   for (const HungWorker& h : hung_) {
     const Decision one = policy_.on_hung(h.local_rank, unix_ms());
@@ -109,6 +185,20 @@ void NodeAgent::on_stacks_captured() {
   }
   apply(d, "hung");
   if (d.teardown_began && !hung_.empty()) report_hang(hung_.front());
+}
+
+// The rendezvous' stop order: when it is a hang verdict naming a rank of this node, that worker is killed
+// with SIGKILL at once (it may never act on SIGTERM) and recorded as hung; the rest go down as ordered.
+void NodeAgent::on_hang_verdict(const rdzv::Failure& root_cause) {
+  hang_verdict_timer_.cancel();
+  if (!rdzv::is_hang(root_cause) || root_cause.node_rank != world_.node_rank || root_cause.local_rank < 0 ||
+      root_cause.local_rank >= world_.local_world_size || !lifecycle_.workers_started())
+    return;
+  const WorkerRecord& w = policy_.worker(root_cause.local_rank);
+  if (w.state != WorkerState::kRunning || w.pid != root_cause.pid) return;
+  const Decision d = policy_.on_hung(root_cause.local_rank, unix_ms());
+  process::signal_group(w.pid, SIGKILL);
+  apply(d, "hung");
 }
 
 void NodeAgent::report_hang(const HungWorker& h) {

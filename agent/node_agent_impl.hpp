@@ -74,7 +74,12 @@ class NodeAgent {
   };
   void arm_hang_watch();
   void on_hung(std::vector<int> hung, std::int64_t now_ns);
+  void on_capture_requested();
+  void start_job_capture();
   void on_stacks_captured();
+  rendezvous::HangViewMsg hang_view() const;
+  void decide_hang_locally();
+  void on_hang_verdict(const rendezvous::Failure& root_cause);
   void report_hang(const HungWorker& h);
   std::string hang_stacks_file() const;
   std::string stacks_file(int local_rank) const;
@@ -154,6 +159,8 @@ class NodeAgent {
   StackCapture capture_;
   std::vector<HungWorker> hung_;  // of the capture under way, the root cause first
   std::string hang_stacks_path_;
+  bool hang_view_suspect_ = false;  // the capture under way is for a hang found here (else: asked by the server)
+  boost::asio::steady_timer hang_verdict_timer_;  // bounds the wait for the rendezvous' verdict
   AgentLifecycle lifecycle_;  // round stage, what the round leads to, clean-up (agent/agent_lifecycle.hpp)
   std::int64_t start_ms_ = 0;
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary

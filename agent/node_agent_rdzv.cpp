@@ -52,7 +52,8 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
         c.exit_code = exit_code_of(e);
         c.time_ms = unix_ms();
         on_outcome(&c, "rendezvous_error");
-      }};
+      },
+      [this] { on_capture_requested(); }};
 }
 
 void NodeAgent::on_assignment(const rdzv::Assignment& a) {
@@ -86,6 +87,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
 }
 
 void NodeAgent::on_stop(const rdzv::StopOrder& order) {
+  on_hang_verdict(order.root_cause);
   const JobCause cause = cause_of(order.root_cause);
   if (order.restarting) {
     // The whole job re-forms: down with this attempt's workers, then report_stopped (begin_next_round). The

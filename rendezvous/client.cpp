@@ -198,6 +198,8 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     } else if (std::holds_alternative<CompleteMsg>(message)) {
       close();
       if (handlers_.on_job_complete) handlers_.on_job_complete();
+    } else if (std::holds_alternative<CaptureMsg>(message)) {
+      if (handlers_.on_capture) handlers_.on_capture();
     }
   }
 
@@ -326,6 +328,7 @@ void Client::start() { impl_->start(); }
 void Client::report_failure(const Failure& failure) { impl_->send(FailureMsg{failure}); }
 void Client::report_node_done() { impl_->send(NodeDoneMsg{}); }
 void Client::report_stopped() { impl_->send(StoppedMsg{}); }
+void Client::report_hang_view(const HangViewMsg& view) { impl_->send(view); }
 void Client::close() { impl_->close(); }
 
 }  // namespace ddprun::rendezvous

@@ -62,6 +62,7 @@ struct ClientHandlers {
   std::function<void(const StopOrder&)> on_stop;         // every node, the reporter included
   std::function<void()> on_job_complete;                 // every worker on every node exited 0
   std::function<void(const ClientError&)> on_error;      // refused, timed out, lost the server, protocol
+  std::function<void()> on_capture;  // a hang elsewhere: capture every worker's stacks, then report_hang_view
 };
 
 class Client {
@@ -78,6 +79,7 @@ class Client {
   void report_failure(const Failure& failure);
   void report_node_done();   // every local worker exited 0
   void report_stopped();     // restart round: every local worker is down
+  void report_hang_view(const HangViewMsg& view);  // --hang-timeout: this node's workers, judged
   void close();              // no more handlers; idempotent
 
   class Impl;

@@ -16,6 +16,11 @@ bool operator==(const Assignment& a, const Assignment& b) {
          a.max_restarts == b.max_restarts;
 }
 
+bool operator==(const RankBeat& a, const RankBeat& b) {
+  return a.rank == b.rank && a.local_rank == b.local_rank && a.pid == b.pid && a.step == b.step &&
+         a.silent_ms == b.silent_ms && a.never_beat == b.never_beat && a.hung == b.hung;
+}
+
 const char* to_string(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::kRefused: return "refused";
@@ -58,6 +63,16 @@ json to_json_value(const ClientMessage& message) {
           return j;
         } else if constexpr (std::is_same_v<T, NodeDoneMsg>) {
           return typed("node_done");
+        } else if constexpr (std::is_same_v<T, HangViewMsg>) {
+          json j = typed("hang_view");
+          if (m.suspect) j["suspect"] = true;
+          json ranks = json::array();
+          for (const RankBeat& r : m.ranks)
+            ranks.push_back(json{{"rank", r.rank}, {"local_rank", r.local_rank}, {"pid", r.pid}, {"step", r.step},
+                                 {"silent_ms", r.silent_ms}, {"never_beat", r.never_beat}, {"hung", r.hung}});
+          j["ranks"] = std::move(ranks);
+          j["stacks"] = m.stacks;
+          return j;
         } else {
           static_assert(std::is_same_v<T, StoppedMsg>);
           return typed("stopped");
@@ -110,9 +125,11 @@ std::string encode(const ServerMessage& message) {
           j["restarting"] = m.restarting;
           if (m.membership) j["membership"] = true;
           return dump(j);
-        } else {
-          static_assert(std::is_same_v<T, CompleteMsg>);
+        } else if constexpr (std::is_same_v<T, CompleteMsg>) {
           return dump(typed("complete"));
+        } else {
+          static_assert(std::is_same_v<T, CaptureMsg>);
+          return dump(typed("capture"));
         }
       },
       message);

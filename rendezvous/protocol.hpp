@@ -8,6 +8,9 @@
 //          | assignment{node rank, rank offset, round}           when every expected node has joined
 //   client → heartbeat (every interval)       server → heartbeat (the reply proves the server is alive)
 //   client → failure{Failure} | node_done | stopped (restart round: local workers are down)
+//   client → hang_view{suspect, ranks, stacks}   --hang-timeout: this node's workers' beats and stacks, when
+//                                                its agent found one hung (suspect) or the server asked
+//   server → capture to every other node of the round, on a suspect view: capture stacks, send hang_view
 //   server → stop{root_cause, reason, restarting} to every node | complete when every node is done
 // Unknown message types and malformed fields are ProtocolErrors: the receiver closes that connection only.
 #pragma once
@@ -54,7 +57,24 @@ struct HeartbeatMsg {};
 struct FailureMsg { Failure failure; };
 struct NodeDoneMsg {};   // every local worker exited 0
 struct StoppedMsg {};    // restart round: every local worker is down, ready for the next round
-using ClientMessage = std::variant<HelloMsg, HeartbeatMsg, FailureMsg, NodeDoneMsg, StoppedMsg>;
+// One worker as its agent saw it when a hang was judged (--hang-timeout): the job-wide verdict
+// (hang_verdict.hpp) compares these across every node.
+struct RankBeat {
+  int rank = 0;
+  int local_rank = 0;
+  std::int64_t pid = 0;
+  std::int64_t step = -1;      // the last step it gave with a beat; -1: none
+  std::int64_t silent_ms = 0;  // since its last beat (since its start when it never beat)
+  bool never_beat = false;
+  bool hung = false;           // past the timeout by its own agent's judgement
+  friend bool operator==(const RankBeat& a, const RankBeat& b);
+};
+struct HangViewMsg {
+  bool suspect = false;        // true: this agent found a hung worker; false: an answer to `capture`
+  std::vector<RankBeat> ranks;  // every running worker of the node
+  std::string stacks;          // the node's stack file (its path there); "" when none was written
+};
+using ClientMessage = std::variant<HelloMsg, HeartbeatMsg, FailureMsg, NodeDoneMsg, StoppedMsg, HangViewMsg>;
 
 // ---- server → client ----
 struct ChallengeMsg {
@@ -108,7 +128,9 @@ struct StopMsg {
   bool membership = false;
 };
 struct CompleteMsg {};
-using ServerMessage = std::variant<ChallengeMsg, ErrorMsg, Assignment, HeartbeatAckMsg, StopMsg, CompleteMsg>;
+struct CaptureMsg {};  // a hang was found elsewhere: capture every worker's stacks and answer with hang_view
+using ServerMessage =
+    std::variant<ChallengeMsg, ErrorMsg, Assignment, HeartbeatAckMsg, StopMsg, CompleteMsg, CaptureMsg>;
 
 // ---- encoding: payloads (JSON text), not frames ----
 std::string encode(const ClientMessage& message);

@@ -90,6 +90,29 @@ ErrorKind parse_error_kind(const std::string& text) {
   return ErrorKind::kRefused;  // a newer server's kind: still an error that ends the client
 }
 
+HangViewMsg decode_hang_view(const json& j) {
+  HangViewMsg m;
+  m.suspect = get_bool(j, "suspect", false);
+  m.stacks = get_string(j, "stacks", kMaxMessageBytes);
+  const json& ranks = required(j, "ranks");
+  if (!ranks.is_array()) throw ProtocolError("field \"ranks\" is not an array");
+  if (ranks.size() > static_cast<std::size_t>(kMaxNproc)) throw ProtocolError("more ranks than a node can run");
+  constexpr std::int64_t kMaxMs = std::int64_t{1} << 50;
+  for (const json& r : ranks) {
+    if (!r.is_object()) throw ProtocolError("a rank of a hang view is not an object");
+    RankBeat b;
+    b.rank = get_int_in(r, "rank", 0, kMaxRank);
+    b.local_rank = get_int_in(r, "local_rank", 0, kMaxNproc - 1);
+    b.pid = get_int_in(r, "pid", std::int64_t{0}, kMaxPid);
+    b.step = get_int_in(r, "step", std::int64_t{-1}, std::numeric_limits<std::int64_t>::max());
+    b.silent_ms = get_int_in(r, "silent_ms", std::int64_t{0}, kMaxMs);
+    b.never_beat = get_bool(r, "never_beat", false);
+    b.hung = get_bool(r, "hung", false);
+    m.ranks.push_back(b);
+  }
+  return m;
+}
+
 }  // namespace
 
 ClientMessage decode_client_message(std::string_view payload) {
@@ -113,6 +136,7 @@ ClientMessage decode_client_message(std::string_view payload) {
   if (type == "failure") return FailureMsg{get_failure(j, "failure")};
   if (type == "node_done") return NodeDoneMsg{};
   if (type == "stopped") return StoppedMsg{};
+  if (type == "hang_view") return decode_hang_view(j);
   throw ProtocolError("unknown message type");  // not echoed: the peer's text does not go into our log
 }
 
@@ -137,6 +161,7 @@ ServerMessage decode_server_message(std::string_view payload) {
     return StopMsg{get_failure(j, "root_cause"), get_string(j, "reason", kMaxMessageBytes),
                    get_bool(j, "restarting", false), get_bool(j, "membership", false)};
   if (type == "complete") return CompleteMsg{};
+  if (type == "capture") return CaptureMsg{};
   throw ProtocolError("unknown message type");
 }
 

@@ -117,7 +117,10 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
             run(FailureReport{id, std::move(m.failure)});
           } else if constexpr (std::is_same_v<T, NodeDoneMsg>) {
             run(NodeDone{id});
+          } else if constexpr (std::is_same_v<T, HangViewMsg>) {
+            run(HangReport{id, std::move(m)});
           } else {
+            static_assert(std::is_same_v<T, StoppedMsg>);
             run(NodeStopped{id});
           }
         },

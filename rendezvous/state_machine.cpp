@@ -37,9 +37,11 @@ std::vector<Action> step(RendezvousState& state, const Event& event, const Now& 
         else if constexpr (std::is_same_v<T, NodeDone>) rules::on_node_done(state, e, now, out);
         else if constexpr (std::is_same_v<T, NodeStopped>) rules::on_node_stopped(state, e, now, out);
         else if constexpr (std::is_same_v<T, Disconnected>) rules::on_disconnected(state, e, now, out);
+        else if constexpr (std::is_same_v<T, HangReport>) rules::on_hang_report(state, e, now, out);
         else rules::on_tick(state, now, out);
       },
       event);
+  if (state.phase != Phase::kRunning) state.hang.reset();  // stopped or re-forming: nothing left to judge
   return out;
 }
 
@@ -51,6 +53,7 @@ std::optional<Clock::time_point> next_deadline(const RendezvousState& state) {
     if (state.last_call_deadline) consider(*state.last_call_deadline);
   }
   if (!state.deadlines.empty()) consider(state.deadlines.front().first);
+  if (state.hang) consider(state.hang->deadline);
   return next;
 }
 

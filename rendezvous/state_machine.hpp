@@ -88,6 +88,14 @@ struct RendezvousState {
   std::map<std::string, int> departures;  // elastic: host → times it left after being placed (max_departures)
   int done_count = 0;
   int stopped_count = 0;
+  // --hang-timeout: a node reported a hung worker; every node of the round is asked for its workers' beats
+  // and stacks, and the verdict (hang_verdict.hpp) is given once all answered or at the deadline. Exists
+  // only while kRunning.
+  struct HangInquiry {
+    Clock::time_point deadline;
+    std::map<ConnId, HangViewMsg> views;
+  };
+  std::optional<HangInquiry> hang;
   std::uint64_t next_join_seq = 0;
 };
 
@@ -107,9 +115,10 @@ struct Heartbeat { ConnId conn = 0; };
 struct FailureReport { ConnId conn = 0; Failure failure; };
 struct NodeDone { ConnId conn = 0; };
 struct NodeStopped { ConnId conn = 0; };
+struct HangReport { ConnId conn = 0; HangViewMsg view; };  // --hang-timeout: a node's workers, judged
 struct Disconnected { ConnId conn = 0; std::string reason; };
 struct Tick {};  // time passed; the server sends one at least every heartbeat_interval / 2
-using Event = std::variant<Hello, Heartbeat, FailureReport, NodeDone, NodeStopped, Disconnected, Tick>;
+using Event = std::variant<Hello, Heartbeat, FailureReport, NodeDone, NodeStopped, Disconnected, Tick, HangReport>;
 
 // ---- actions: what the server must do, in order ----
 struct Send { ConnId conn = 0; ServerMessage message; };

@@ -27,5 +27,16 @@ void admit_late_joiner(RendezvousState& state, const NodeEntry& node, Actions& o
 void touch(RendezvousState& state, NodeEntry& node, const Now& now);
 // Ends the job: root cause recorded, every connected node told to stop.
 void stop_job(RendezvousState& state, Failure root_cause, const std::string& reason, Actions& out);
+// A worker failed (or hung): the job restarts while max_restarts allows, else it stops with this cause.
+void worker_failed(RendezvousState& state, Failure failure, Actions& out);
+// The connections of the nodes placed in the current round (a late joiner that waits is not one).
+std::vector<ConnId> round_conns(const RendezvousState& state);
+// A node lost: its connection closed, its heartbeats stopped, or it sent what no agent sends.
+void node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out);
+// "" if a worker's ranks fit this node's place in the round, else why not.
+std::string check_ranks(const RendezvousState& state, const NodeEntry& node, const Failure& failure);
+// --hang-timeout: a node's view of its workers (state_machine_hang.cpp), and the inquiry's deadline.
+void on_hang_report(RendezvousState& state, const HangReport& event, const Now& now, Actions& out);
+void check_hang_deadline(RendezvousState& state, const Now& now, Actions& out);
 
 }  // namespace ddprun::rendezvous::rules

@@ -19,6 +19,8 @@ std::vector<ConnId> all_conns(const RendezvousState& state) {
 
 bool is_final(Phase phase) { return phase == Phase::kStopped || phase == Phase::kComplete; }
 
+}  // namespace
+
 // The connections of the nodes placed in the current round (a late joiner that waits is not one).
 std::vector<ConnId> round_conns(const RendezvousState& state) {
   std::vector<ConnId> conns;
@@ -28,6 +30,8 @@ std::vector<ConnId> round_conns(const RendezvousState& state) {
   std::sort(conns.begin(), conns.end());
   return conns;
 }
+
+namespace {
 
 // Once every node of a re-forming round has stopped its workers, the next round starts.
 void start_next_round_if_stopped(RendezvousState& state, Actions& out) {
@@ -92,6 +96,8 @@ void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool sto
   start_next_round_if_stopped(state, out);  // nobody of the round left to stop: newcomers only
 }
 
+}  // namespace
+
 // A node gone (connection closed or heartbeats missed). Before the round starts it only frees its place.
 void node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out) {
   auto it = state.nodes.find(conn);
@@ -118,6 +124,8 @@ void node_lost(RendezvousState& state, ConnId conn, const std::string& why, cons
   node_gone(state, std::move(node), std::move(failure), /*stopped=*/false, out);
 }
 
+namespace {
+
 std::string missing_nodes(const RendezvousState& state) {
   std::ostringstream out;
   int joined = static_cast<int>(state.nodes.size());
@@ -142,6 +150,8 @@ std::string missing_nodes(const RendezvousState& state) {
   return out.str();
 }
 
+}  // namespace
+
 // "" if a worker failure's ranks fit this node's place in the round, else why not. The decoder already
 // bounded them; only the state machine knows the node's rank offset and worker count.
 std::string check_ranks(const RendezvousState& state, const NodeEntry& node, const Failure& failure) {
@@ -156,8 +166,6 @@ std::string check_ranks(const RendezvousState& state, const NodeEntry& node, con
            " + local rank " + std::to_string(failure.local_rank);
   return {};
 }
-
-}  // namespace
 
 void touch(RendezvousState& state, NodeEntry& node, const Now& now) {
   node.last_seen = now.steady;
@@ -210,6 +218,10 @@ void on_failure(RendezvousState& state, const FailureReport& event, const Now& n
     state.nodes.erase(it);
     return node_gone(state, std::move(gone), std::move(failure), /*stopped=*/true, out);
   }
+  worker_failed(state, std::move(failure), out);
+}
+
+void worker_failed(RendezvousState& state, Failure failure, Actions& out) {
   if (state.phase == Phase::kRunning && state.failure_restarts < state.config.max_restarts && !failure.is_node_failure()) {
     ++state.failure_restarts;
     std::string reason = "restarting the job (restart " + std::to_string(state.failure_restarts) + " of " +
@@ -274,6 +286,7 @@ void on_tick(RendezvousState& state, const Now& now, Actions& out) {
     if (it == state.nodes.end() || it->second.last_seen + state.config.heartbeat_timeout > deadline) continue;
     node_lost(state, conn, "missed heartbeats for " + text::seconds(state.config.heartbeat_timeout), now, out);
   }
+  check_hang_deadline(state, now, out);
 }
 
 }  // namespace ddprun::rendezvous::rules

@@ -30,6 +30,27 @@ TEST_CASE("client messages survive an encode/decode round trip") {
   CHECK(std::holds_alternative<HeartbeatMsg>(decode_client_message(encode(ClientMessage{HeartbeatMsg{}}))));
   CHECK(std::holds_alternative<NodeDoneMsg>(decode_client_message(encode(ClientMessage{NodeDoneMsg{}}))));
   CHECK(std::holds_alternative<StoppedMsg>(decode_client_message(encode(ClientMessage{StoppedMsg{}}))));
+  HangViewMsg hang;
+  hang.suspect = true;
+  hang.stacks = "/tmp/x/hang_stacks.txt";
+  hang.ranks = {RankBeat{4, 0, 77, 41, 3000, false, true}, RankBeat{5, 1, 78, -1, 60000, true, false}};
+  auto h = std::get<HangViewMsg>(decode_client_message(encode(ClientMessage{hang})));
+  CHECK(h.suspect);
+  CHECK(h.stacks == hang.stacks);
+  CHECK(h.ranks == hang.ranks);
+  CHECK_FALSE(std::get<HangViewMsg>(decode_client_message(R"({"type":"hang_view","ranks":[],"stacks":""})")).suspect);
+}
+
+TEST_CASE("a hang view's ranks are bounded like every field from a peer") {
+  CHECK_THROWS_AS(decode_client_message(R"({"type":"hang_view","ranks":{},"stacks":""})"), ProtocolError);
+  CHECK_THROWS_AS(decode_client_message(R"({"type":"hang_view","ranks":[7],"stacks":""})"), ProtocolError);
+  CHECK_THROWS_AS(decode_client_message(
+                      R"({"type":"hang_view","stacks":"","ranks":[{"rank":-1,"local_rank":0,"pid":1,"step":1,"silent_ms":1}]})"),
+                  ProtocolError);
+  CHECK_THROWS_AS(decode_client_message(
+                      R"({"type":"hang_view","stacks":"","ranks":[{"rank":1,"local_rank":0,"pid":1,"step":1,"silent_ms":-5}]})"),
+                  ProtocolError);
+  CHECK_THROWS_AS(decode_client_message(R"({"type":"hang_view","ranks":[]})"), ProtocolError);  // no stacks
 }
 
 TEST_CASE("an assignment carries heterogeneous nprocs run-length encoded") {
@@ -62,6 +83,7 @@ TEST_CASE("server messages survive an encode/decode round trip") {
   CHECK(s.restarting);
   CHECK(std::holds_alternative<CompleteMsg>(decode_server_message(encode(ServerMessage{CompleteMsg{}}))));
   CHECK(std::holds_alternative<HeartbeatAckMsg>(decode_server_message(encode(ServerMessage{HeartbeatAckMsg{}}))));
+  CHECK(std::holds_alternative<CaptureMsg>(decode_server_message(encode(ServerMessage{CaptureMsg{}}))));
 }
 
 TEST_CASE("malformed payloads are protocol errors") {

@@ -58,12 +58,13 @@ struct Recorder {
   std::vector<Assignment> assignments;
   std::vector<StopOrder> stops;
   bool complete = false;
+  int captures = 0;
   std::optional<ClientError> error;
 
   ClientHandlers handlers() {
     return ClientHandlers{[this](const Assignment& a) { assignments.push_back(a); },
                           [this](const StopOrder& s) { stops.push_back(s); }, [this] { complete = true; },
-                          [this](const ClientError& e) { error = e; }};
+                          [this](const ClientError& e) { error = e; }, [this] { ++captures; }};
   }
 };
 

@@ -108,4 +108,14 @@ inline std::vector<Action> join_all(RendezvousState& state, int n, Now now, int 
   return last;
 }
 
+// A static job of `nnodes` nodes (2 workers each) whose first round runs.
+inline RendezvousState running(int nnodes, int max_restarts = 0) {
+  JobConfig config = job(nnodes, true);
+  config.max_restarts = max_restarts;
+  RendezvousState state(config, at(0ms).steady);
+  join_all(state, nnodes, at(0ms));
+  REQUIRE(state.phase == Phase::kRunning);
+  return state;
+}
+
 }  // namespace ddprun::rendezvous::testing

@@ -15,15 +15,6 @@ Failure worker_failure(int rank, int code, std::int64_t time_ms = 5) {
   f.time_unix_ms = time_ms;
   return f;
 }
-
-RendezvousState running(int nnodes, int max_restarts = 0) {
-  JobConfig config = job(nnodes, true);
-  config.max_restarts = max_restarts;
-  RendezvousState state(config, at(0ms).steady);
-  join_all(state, nnodes, at(0ms));
-  REQUIRE(state.phase == Phase::kRunning);
-  return state;
-}
 }  // namespace
 
 TEST_CASE("a heartbeat is answered and pushes the node's deadline back") {

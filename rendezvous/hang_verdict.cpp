@@ -1,0 +1,123 @@
+#include "rendezvous/hang_verdict.hpp"
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <map>
+#include <tuple>
+
+#include "common/time.hpp"
+
+namespace ddprun::rendezvous {
+namespace {
+
+// The message stays well inside a frame whatever the world size: rank lists are runs, and at most this
+// many distinct steps are listed.
+constexpr std::size_t kMaxStepsListed = 8;
+
+// Orders ranks from most to least suspect: behind first (a rank that never beat before every rank that did,
+// then the smallest step), then silent longest, then the lowest rank for a stable answer.
+auto suspicion(const RankBeat& r) {
+  const std::int64_t progress = r.never_beat ? -2 : r.step;
+  return std::make_tuple(progress, -r.silent_ms, r.rank);
+}
+
+std::string where(const RankBeat& r) {
+  if (r.never_beat) return "before its first heartbeat";
+  return r.step >= 0 ? "at step " + std::to_string(r.step) : "with no step given";
+}
+
+}  // namespace
+
+std::string rank_list(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i > 0) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t last_beat_unix_ms,
+                         const std::string& stacks, bool never_beat, const std::string& evidence) {
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.1f s", static_cast<double>(silent_ms) / 1000.0);
+  std::string m;
+  if (never_beat) {
+    m = std::string("hung: no first heartbeat ") + secs + " after its start (--hang-initial-timeout)";
+  } else {
+    m = std::string("hung: no heartbeat for ") + secs;
+    if (step >= 0) m += " after step " + std::to_string(step);
+    m += " (last beat at " + iso_time(last_beat_unix_ms) + ")";
+  }
+  m += "; killed with SIGKILL";
+  if (!evidence.empty()) m += "; " + evidence;
+  if (!stacks.empty()) m += "; stacks in " + stacks;
+  return m;
+}
+
+Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_unix_ms) {
+  const NodeHangView* suspect_node = nullptr;
+  const RankBeat* suspect = nullptr;
+  for (const NodeHangView& v : views)
+    for (const RankBeat& r : v.view.ranks)
+      if (!suspect || suspicion(r) < suspicion(*suspect)) {
+        suspect = &r;
+        suspect_node = &v;
+      }
+  Failure f;
+  f.time_unix_ms = now_unix_ms;
+  f.signal = SIGKILL;
+  if (!suspect) {  // nobody reported a running worker: the job is stopped, with no rank to blame
+    f.signal.reset();
+    f.exit_code = 1;
+    f.message = "hung: a worker stopped beating, but no node reported a running worker to judge";
+    if (!views.empty()) {
+      f.node_rank = views.front().node_rank;
+      f.host = views.front().host;
+    }
+    return f;
+  }
+  f.node_rank = suspect_node->node_rank;
+  f.host = suspect_node->host;
+  f.rank = suspect->rank;
+  f.local_rank = suspect->local_rank;
+  f.pid = suspect->pid;
+
+  // Evidence: where the others were, grouped by position ("ranks 0,2-3 at step 42").
+  std::map<std::tuple<std::int64_t, bool>, std::vector<int>> others;  // (step, never beat) → ranks
+  std::vector<std::string> stacks;
+  for (const NodeHangView& v : views) {
+    // One node: its path; several: each prefixed with its host, where the file is.
+    if (!v.view.stacks.empty()) stacks.push_back(views.size() == 1 ? v.view.stacks : v.host + ":" + v.view.stacks);
+    for (const RankBeat& r : v.view.ranks)
+      if (&r != suspect) others[{r.never_beat ? -2 : r.step, r.never_beat}].push_back(r.rank);
+  }
+  std::string evidence;
+  std::size_t listed = 0;
+  for (auto it = others.rbegin(); it != others.rend() && listed < kMaxStepsListed; ++it, ++listed) {
+    RankBeat at;
+    at.step = std::get<0>(it->first);
+    at.never_beat = std::get<1>(it->first);
+    evidence += (evidence.empty() ? "" : ", ") + rank_list(it->second) + " " + where(at);
+  }
+  if (others.size() > kMaxStepsListed) evidence += ", and others";
+  if (!evidence.empty()) {
+    const std::string self = rank_list({suspect->rank}) + " " + where(*suspect);
+    evidence = self + " while " + evidence;
+  }
+  std::string stack_list;
+  for (std::size_t i = 0; i < stacks.size(); ++i) stack_list += (i ? ", " : "") + stacks[i];
+  f.message = hang_message(suspect->silent_ms, suspect->step, now_unix_ms - suspect->silent_ms, stack_list,
+                           suspect->never_beat, evidence);
+  if (f.message.size() > kMaxMessageBytes) f.message.resize(kMaxMessageBytes);
+  return f;
+}
+
+}  // namespace ddprun::rendezvous

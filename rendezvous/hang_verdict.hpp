@@ -1,0 +1,43 @@
+// Which rank hung the job: decided once, from every node's view of its workers' beats (protocol.hpp's
+// hang_view), not by the first agent whose worker went silent. A pure function, unit-tested in
+// tests/rendezvous/hang_verdict_test.cpp.
+//
+// Why job-wide: in a collective every rank waits for the slowest, so the ranks that go silent first are often
+// the waiters, and which of them an agent notices first is a matter of microseconds. The rank that is
+// *behind* is the suspect: the smallest step among all ranks (a rank that never beat counts as behind every
+// rank that did); among equals, the one silent longest. The verdict names the evidence: where every other
+// rank was, and where each node's stacks are (host:path when several nodes answered).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rendezvous/failure.hpp"
+#include "rendezvous/protocol.hpp"
+
+namespace ddprun::rendezvous {
+
+struct NodeHangView {
+  int node_rank = 0;
+  std::string host;
+  HangViewMsg view;
+};
+
+// The root cause for the job: the suspect as a Failure (killed with SIGKILL by its agent), with a message
+// that starts "hung:" (is_hang). `now_unix_ms` dates the suspect's last beat. Empty views give a node-less
+// failure saying that no worker could be judged. Never throws.
+Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_unix_ms);
+
+// A hung worker's message, after the rank: "hung: no heartbeat for 3.0 s after step 41 (last beat at
+// 2026-01-02T03:04:05.678Z); killed with SIGKILL; stacks in PATH". step < 0: no step given; stacks empty:
+// nothing captured. One that never beat (the initial timeout): "hung: no first heartbeat 60.0 s after its
+// start (--hang-initial-timeout); ..."; last_beat_unix_ms is then ignored. `evidence` (the other ranks'
+// steps) goes before the stacks.
+std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t last_beat_unix_ms,
+                         const std::string& stacks, bool never_beat = false, const std::string& evidence = "");
+
+// "rank 3", "ranks 0-2,5": ascending, runs of consecutive ranks joined.
+std::string rank_list(std::vector<int> ranks);
+
+}  // namespace ddprun::rendezvous

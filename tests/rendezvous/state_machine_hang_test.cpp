@@ -1,0 +1,190 @@
+// The job-wide hang verdict: the pure decision (hang_verdict.hpp) and the server's inquiry around it
+// (state_machine_hang.cpp): one node's report asks every other node, the answers decide, the verdict fails the
+// job like a worker failure.
+#include <csignal>
+
+#include "rendezvous/hang_verdict.hpp"
+#include "tests/rendezvous/state_machine_fixture.hpp"
+
+using namespace ddprun::rendezvous;
+using namespace ddprun::rendezvous::testing;
+
+namespace {
+
+RankBeat beat(int rank, std::int64_t step, std::int64_t silent_ms, bool hung = true) {
+  RankBeat r;
+  r.rank = rank;
+  r.local_rank = rank % 2;
+  r.pid = 1000 + rank;
+  r.step = step;
+  r.silent_ms = silent_ms;
+  r.hung = hung;
+  return r;
+}
+
+HangViewMsg view(std::vector<RankBeat> ranks, bool suspect, std::string stacks) {
+  HangViewMsg v;
+  v.suspect = suspect;
+  v.ranks = std::move(ranks);
+  v.stacks = std::move(stacks);
+  return v;
+}
+
+// The stop broadcast among `actions` (which must outlive the pointer), or null.
+const StopMsg* stop_in(const std::vector<Action>& actions) {
+  for (const auto& a : actions)
+    if (auto* b = std::get_if<Broadcast>(&a))
+      if (auto* s = std::get_if<StopMsg>(&b->message)) return s;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_SUITE("hang verdict") {
+  TEST_CASE("the rank behind is named, not the one silent longest, with where the others were") {
+    // Ranks 0-2 wait in step 42's collective; rank 3 never reached it. Rank 0 went silent first by a hair.
+    std::vector<NodeHangView> views{{0, "a", view({beat(0, 42, 3001), beat(1, 42, 3000)}, true, "/a/h.txt")},
+                                    {1, "b", view({beat(2, 42, 2990), beat(3, 41, 2500, false)}, false, "/b/h.txt")}};
+    const Failure f = hang_verdict(views, 1'700'000'010'000);
+    CHECK(f.rank == 3);
+    CHECK(f.local_rank == 1);
+    CHECK(f.node_rank == 1);
+    CHECK(f.host == "b");
+    CHECK(f.pid == 1003);
+    CHECK(f.signal == std::optional<int>(SIGKILL));
+    CHECK(is_hang(f));
+    CHECK(exit_status_of(f) == 78);
+    CHECK(f.message.rfind("hung: no heartbeat for 2.5 s after step 41 (last beat at ", 0) == 0);
+    CHECK(f.message.find("rank 3 at step 41 while ranks 0-2 at step 42") != std::string::npos);
+    CHECK(f.message.find("stacks in a:/a/h.txt, b:/b/h.txt") != std::string::npos);
+  }
+
+  TEST_CASE("among ranks at the same step, the one silent longest; then the lowest rank") {
+    std::vector<NodeHangView> views{{0, "a", view({beat(0, 7, 100), beat(1, 7, 900)}, true, "")}};
+    CHECK(hang_verdict(views, 0).rank == 1);
+    views[0].view.ranks[0].silent_ms = 900;
+    CHECK(hang_verdict(views, 0).rank == 0);
+  }
+
+  TEST_CASE("a rank that never beat is behind every rank that did; one node's stacks need no host") {
+    RankBeat never = beat(1, -1, 60'000);
+    never.never_beat = true;
+    std::vector<NodeHangView> views{{0, "a", view({beat(0, 3, 5000), never}, true, "/a/h.txt")}};
+    const Failure f = hang_verdict(views, 0);
+    CHECK(f.rank == 1);
+    CHECK(f.message.rfind("hung: no first heartbeat 60.0 s after its start", 0) == 0);
+    CHECK(f.message.find("rank 1 before its first heartbeat while rank 0 at step 3") != std::string::npos);
+    CHECK(f.message.find("stacks in /a/h.txt") != std::string::npos);
+  }
+
+  TEST_CASE("no running worker in any view: a job failure that blames nobody, still a hang") {
+    const Failure f = hang_verdict({{2, "c", view({}, true, "")}}, 5);
+    CHECK(f.rank == -1);
+    CHECK(f.node_rank == 2);
+    CHECK(f.message.rfind("hung:", 0) == 0);
+    CHECK(exit_status_of(f) == 1);
+  }
+
+  TEST_CASE("rank lists join runs of consecutive ranks") {
+    CHECK(rank_list({3}) == "rank 3");
+    CHECK(rank_list({5, 0, 1, 2, 7, 8}) == "ranks 0-2,5,7-8");
+    CHECK(rank_list({1, 1}) == "rank 1");
+  }
+
+  TEST_CASE("the message stays bounded whatever the world size") {
+    std::vector<RankBeat> ranks;
+    for (int r = 0; r < 20000; ++r) ranks.push_back(beat(r, r % 2 ? r + 10 : 5, 10));  // many distinct steps
+    const Failure f = hang_verdict({{0, "a", view(ranks, true, "/a/h.txt")}}, 0);
+    CHECK(f.rank == 0);
+    CHECK(f.message.size() <= kMaxMessageBytes);
+    CHECK(f.message.find("and others") != std::string::npos);
+  }
+}
+
+TEST_SUITE("hang inquiry") {
+  TEST_CASE("a suspect view asks every other node of the round, and the last answer decides") {
+    auto state = running(3);
+    auto actions = step(state, HangReport{2, view({beat(2, 42, 3000), beat(3, 42, 2999)}, true, "/b")}, at(10ms));
+    auto ask = find_one<Broadcast>(actions);
+    CHECK(std::holds_alternative<CaptureMsg>(ask.message));
+    CHECK(ask.conns == std::vector<ConnId>{1, 3});
+    CHECK(stop_in(actions) == nullptr);
+    CHECK(stop_in(step(state, HangReport{1, view({beat(0, 42, 50, false), beat(1, 42, 40, false)}, false, "/a")},
+                       at(20ms))) == nullptr);
+    auto decided = step(state, HangReport{3, view({beat(4, 41, 10, false), beat(5, 42, 20, false)}, false, "/c")},
+                        at(30ms));
+    const StopMsg* stop = stop_in(decided);
+    REQUIRE(stop != nullptr);
+    CHECK_FALSE(stop->restarting);
+    CHECK(stop->root_cause.rank == 4);
+    CHECK(stop->root_cause.node_rank == 2);
+    CHECK(stop->root_cause.host == "host2");
+    CHECK(state.phase == Phase::kStopped);
+    CHECK_FALSE(state.hang.has_value());
+  }
+
+  TEST_CASE("one node: its own view decides at once") {
+    auto state = running(1);
+    auto actions = step(state, HangReport{1, view({beat(0, 5, 3000), beat(1, 4, 2000)}, true, "/a")}, at(10ms));
+    CHECK(find_all<Broadcast>(actions).size() == 1);  // the stop, no capture request
+    const StopMsg* stop = stop_in(actions);
+    REQUIRE(stop != nullptr);
+    CHECK(stop->root_cause.rank == 1);
+  }
+
+  TEST_CASE("a node that does not answer is judged without, at the deadline, saying so") {
+    auto state = running(2);
+    step(state, HangReport{1, view({beat(0, 9, 3000), beat(1, 9, 3000)}, true, "/a")}, at(10ms));
+    REQUIRE(next_deadline(state).has_value());
+    for (auto t : {4000ms, 8000ms}) {  // both alive; node 2 just slow to capture
+      step(state, Heartbeat{1}, at(t));
+      step(state, Heartbeat{2}, at(t));
+    }
+    CHECK(stop_in(step(state, Tick{}, at(9000ms))) == nullptr);
+    auto actions = step(state, Tick{}, at(10'011ms));
+    const StopMsg* stop = stop_in(actions);
+    REQUIRE(stop != nullptr);
+    CHECK(stop->root_cause.rank == 0);
+    bool said = false;
+    for (const auto& log : find_all<Log>(actions)) said |= log.text.find("1 of 2 nodes' views") != std::string::npos;
+    CHECK(said);
+  }
+
+  TEST_CASE("with restarts left the verdict restarts the job, as a worker failure does") {
+    auto state = running(1, 2);
+    auto actions = step(state, HangReport{1, view({beat(0, 1, 3000)}, true, "/a")}, at(10ms));
+    const StopMsg* stop = stop_in(actions);
+    REQUIRE(stop != nullptr);
+    CHECK(stop->restarting);
+    CHECK(state.failure_restarts == 1);
+    CHECK(is_hang(stop->root_cause));
+  }
+
+  TEST_CASE("an answer after the verdict, or an unasked one, is ignored") {
+    auto state = running(2);
+    CHECK(step(state, HangReport{2, view({beat(2, 1, 10, false)}, false, "/b")}, at(10ms)).empty());
+    CHECK_FALSE(state.hang.has_value());
+    CHECK(state.phase == Phase::kRunning);
+  }
+
+  TEST_CASE("a view naming ranks that are not the node's drops the node") {
+    auto state = running(2);
+    auto actions = step(state, HangReport{2, view({beat(0, 1, 10)}, true, "/b")}, at(10ms));  // rank 0 is node 0's
+    CHECK(closes(actions, 2));
+    CHECK_FALSE(state.hang.has_value());
+  }
+
+  TEST_CASE("a failure during the inquiry wins, and the inquiry is dropped") {
+    auto state = running(2);
+    step(state, HangReport{1, view({beat(0, 3, 3000), beat(1, 3, 3000)}, true, "/a")}, at(10ms));
+    Failure f;
+    f.rank = 2;
+    f.local_rank = 0;
+    f.pid = 7;
+    f.exit_code = 1;
+    auto actions = step(state, FailureReport{2, f}, at(20ms));
+    REQUIRE(stop_in(actions) != nullptr);
+    CHECK(stop_in(actions)->root_cause.rank == 2);
+    CHECK_FALSE(state.hang.has_value());
+  }
+}
