@@ -221,3 +221,53 @@ class MultiNode(MultiNodeCase, HangCase):
         for res in results:
             self.assertEqual(res.code, HUNG, res)
             self.assertRegex(res.stderr.decode(), r"root cause: rank 1 \(local rank 0, node 1, .*\) hung: ", res)
+
+
+class JobWideVerdict(MultiNodeCase, HangCase):
+    """Two nodes of two real gloo ranks each; rank 3 (node 1) never reaches step 6's all_reduce, so ranks 0-2 wait
+    in it. Node 0 has the shorter --hang-timeout and notices first: its own ranks are silent, but the rendezvous
+    asks node 1 as well and names rank 3, which is behind, with the stacks of all four ranks."""
+
+    SCRIPT = """
+        import os, time, torch, torch.distributed as dist, ddprun_heartbeat
+        dist.init_process_group("gloo")
+        rank, t = dist.get_rank(), torch.ones(1)
+        def stuck_in_loader():
+            time.sleep(600)
+        for step in range(1, 1000):
+            if rank == 3 and step == 6:
+                stuck_in_loader()              # a data loader that never returns, before the step's beat
+            ddprun_heartbeat.beat(step)
+            dist.all_reduce(t)
+            time.sleep(0.05)
+    """
+
+    def test_the_rank_behind_is_named_on_every_node_with_every_ranks_stacks(self):
+        if os.system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0:
+            self.skipTest("/usr/bin/python3 has no torch (Debian python3-torch)")
+        script = self.path("straggler.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent(self.SCRIPT))
+        self.env.update(PYTHONPATH=f"{PYTHON_DIR}:{self.env.get('PYTHONPATH', '')}", PYTHON_EXEC="/usr/bin/python3",
+                        GLOO_SOCKET_IFNAME="lo")
+        procs = [self.start("--nnodes", 2, "--node-rank", r, "--master-addr", "127.0.0.1", "--rdzv-port", self.port,
+                            "--nproc-per-node", 2, "--heartbeat-interval", "0.2", "--heartbeat-timeout", "5",
+                            "--rdzv-timeout", 60, "--hang-timeout", ("1.5", "8")[r], script) for r in range(2)]
+        results = self.wait_all(procs, timeout=90)
+        stacks = ""
+        for res in results:
+            err = res.stderr.decode()
+            self.assertEqual(res.code, HUNG, res)
+            self.assertRegex(err, r"root cause: rank 3 \(local rank 1, node 1, .*\) hung: no heartbeat for \d+\.\d s "
+                                  r"after step 5 ", res)
+            self.assertIn("rank 3 at step 5 while ranks 0-2 at step 6", err, res)
+            files = re.search(r"root cause: .*stacks in (.+?) at \d{4}-\d\d-\d\dT", err).group(1).split(", ")
+            self.assertEqual(len(files), 2, err)
+        for host_path in files:
+            path = host_path.split(":", 1)[1]
+            with open(path) as f:
+                stacks += f.read()
+        for rank in range(4):
+            self.assertIn(f"## rank {rank} (local rank {rank % 2}", stacks)
+        self.assertIn("stuck_in_loader", stacks)  # rank 3's Python stack shows where it is
+        self.assertIn("all_reduce", stacks)       # and the others', where they wait
