@@ -9,9 +9,19 @@ The patterns it shows:
   - env:// initialisation: init_process_group("gloo") reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE
     from the environment the launcher sets; LOCAL_RANK (also from the environment) picks the device.
   - a DistributedSampler with set_epoch(), so every rank sees its own shard, reshuffled each epoch.
-  - rank 0 alone writes the checkpoint, atomically (a temporary file renamed over the old one), so a crash
-    in the middle of a save never leaves a half-written checkpoint.
-  - on a restart (--max-restarts N; TORCHELASTIC_RESTART_COUNT > 0) every rank resumes from that checkpoint.
+  - checkpoints written atomically (a temporary file of the writer's own, fsynced, renamed over the old one),
+    so a crash in the middle of a save never leaves a half-written checkpoint. Rank 0 saves every
+    --checkpoint-every steps, at the end of training, and when the ranks agree to stop.
+  - SIGTERM (what ddprun and torchrun send every worker when they re-form the job: a node joined or left, or a
+    restart) is a stop request: the handler only sets a flag; before each step the ranks vote (an all-reduce of
+    the flag, so all stop after the same step), and on a stop rank 0 saves the last completed step and every
+    rank exits 0. SIGUSR1 is not handled (its default action ends the process).
+  - a collective that fails because a peer died (its node lost, its process killed): agreeing is impossible,
+    but every replica holds the same state, so each surviving rank saves the last completed step alone, then
+    exits (0 when a stop was requested as well, else with the error).
+  - on start every rank resumes from the checkpoint when the file exists (a restart, a re-form, or a new run
+    with the same --checkpoint), at the saved step: mid-epoch, the batches of that epoch already done are
+    skipped, with the sampler's epoch set as before.
 The data is read straight from the Debian package dataset-fashion-mnist (gzipped IDX files): nothing is
 downloaded.
 """
@@ -19,6 +29,8 @@ import argparse
 import gzip
 import itertools
 import os
+import signal
+import socket
 import struct
 import sys
 import time
@@ -80,16 +92,76 @@ class Net(nn.Module):
         return F.log_softmax(self.fc2(x), dim=1)
 
 
-def save_checkpoint(path, model, optimizer, epoch, step_in_epoch, step, global_batch):
-    """Rank 0 only. Written to a temporary file in the same directory, then renamed: atomic on POSIX."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
-             "step_in_epoch": step_in_epoch, "step": step, "global_batch": global_batch}
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+class Position:
+    """Where the last completed optimizer step left the model: what a checkpoint records. `step_in_epoch` counts
+    batches of the current global batch (per-rank batch x world size)."""
+
+    def __init__(self, epoch, step_in_epoch, step):
+        self.epoch, self.step_in_epoch, self.step = epoch, step_in_epoch, step
+
+
+def save_checkpoint(path, model, optimizer, at, global_batch):
+    """Atomic on POSIX: the state goes to a temporary file of this process's own (host and pid in its name, so
+    ranks that save at once, as after a peer died, never write the same file), is fsynced, then renamed over
+    the checkpoint; the directory is fsynced so that the rename lasts too."""
+    tmp = f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": at.epoch,
+             "step_in_epoch": at.step_in_epoch, "step": at.step, "global_batch": global_batch}
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# The signal that asked this rank to stop (0: none yet). The handler only records it; the loop acts on it at a
+# step boundary. A rank busy in a collective runs the handler when the collective returns (or fails).
+stop_signal = 0
+
+
+def request_stop(signum, _frame):
+    global stop_signal
+    if not stop_signal:
+        stop_signal = signum
+
+
+def stop_requested_on_any_rank():
+    """A collective, called by every rank at the same point of its loop: true when any rank got a stop request.
+    The ranks get SIGTERM at slightly different moments; deciding alone, one rank would leave while the others
+    wait for it in the next step's all-reduce."""
+    flag = torch.tensor([1 if stop_signal else 0], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+class GroupBroke(Exception):
+    """A collective failed: a peer is gone (its process died, its node was lost)."""
+
+
+class NeedsPeers:
+    """`with NeedsPeers():` around the calls that talk to the other ranks (the DDP forward and backward, the
+    stop vote). Gloo reports a dead peer as a RuntimeError ("Connection closed by peer", "Connection reset by
+    peer"); inside these blocks the model and the optimizer are untouched (the optimizer steps outside), so
+    the state is still the last completed step's."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, _tb):
+        if kind is not None and issubclass(kind, RuntimeError):
+            lines = str(error).strip().splitlines()
+            raise GroupBroke(lines[0] if lines else kind.__name__) from error
+        return False
 
 
 def parse_args():
@@ -101,13 +173,51 @@ def parse_args():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--train-limit", type=int, default=0, help="use only the first N training images (0: all)")
     p.add_argument("--checkpoint", default="", help="checkpoint file (empty: none)")
-    p.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
+    p.add_argument("--checkpoint-every", type=int, default=50,
+                   help="steps between rank 0's periodic checkpoints (it also saves on SIGTERM, when a peer dies and "
+                        "at the end)")
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--eval", action="store_true", help="rank 0 reports accuracy on the test set at the end")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (ranks share the cores)")
-    # For demonstrating restarts: the last rank raises once, in the first attempt, at this step.
+    # For demonstrating restarts: the last rank raises once, in the first attempt, after this many steps (the other
+    # ranks' next collective fails: they save that step alone).
     p.add_argument("--crash-at-step", type=int, default=0)
     return p.parse_args()
+
+
+def train(args, ddp, optimizer, loader, sampler, at, checkpoint, device, rank, crash_at):
+    """The training loop, from `at` on; `at` follows every completed step. Returns the signal that stopped it
+    when the ranks agreed to stop early (0: trained to the end) and the last step's loss on this rank; raises
+    GroupBroke when a peer is gone."""
+    loss = torch.zeros(())
+    done = bool(args.max_steps) and at.step >= args.max_steps
+    while at.epoch < args.epochs and not done:
+        sampler.set_epoch(at.epoch)  # the same shuffle on every rank, a different one each epoch
+        for i, (images, labels) in enumerate(itertools.islice(loader, at.step_in_epoch, None),
+                                             start=at.step_in_epoch):
+            if crash_at and at.step == crash_at:
+                raise RuntimeError(f"rank {rank}: crash requested at step {at.step}")
+            # A step boundary: every rank votes on stopping here, before the step, so a stop request costs nothing.
+            with NeedsPeers():
+                stop = stop_requested_on_any_rank()
+            if stop:
+                return stop_signal or signal.SIGTERM, loss  # another rank's signal: re-forms send SIGTERM
+            optimizer.zero_grad()
+            with NeedsPeers():
+                loss = F.nll_loss(ddp(to_input(images).to(device)), labels.to(device))
+                loss.backward()  # the gradients' all-reduce
+            optimizer.step()
+            at.step, at.step_in_epoch = at.step + 1, i + 1
+            if rank == 0 and at.step % args.log_every == 0:
+                print(f"epoch {at.epoch} step {at.step} loss {loss.item():.4f}", flush=True)
+            if rank == 0 and at.step % args.checkpoint_every == 0:
+                checkpoint()
+            if args.max_steps and at.step >= args.max_steps:
+                done = True
+                break
+        else:
+            at.epoch, at.step_in_epoch = at.epoch + 1, 0
+    return 0, loss
 
 
 def main():
@@ -118,51 +228,68 @@ def main():
     dist.init_process_group("gloo")  # env://
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    global_batch = args.batch_size * world
 
     model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.5)
-    epoch, skip, step = 0, 0, 0
+    at = Position(0, 0, 0)
     if args.checkpoint and os.path.exists(args.checkpoint):
         state = torch.load(args.checkpoint, map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        epoch, skip, step = state["epoch"], state["step_in_epoch"], state["step"]
+        at = Position(state["epoch"], state["step_in_epoch"], state["step"])
         # An elastic job may resume with another world size: the place in the epoch carries over in samples
         # (DistributedSampler deals the shuffled order out strided, so the first k global batches are the
         # first k * global_batch samples whatever the world size).
-        saved_batch = state.get("global_batch", args.batch_size * world)
-        skip = skip * saved_batch // (args.batch_size * world)
-        print(f"rank {rank}: resumed from {args.checkpoint} at step {step} (restart {restart}, world size "
+        saved_batch = state.get("global_batch", global_batch)
+        at.step_in_epoch = at.step_in_epoch * saved_batch // global_batch
+        print(f"rank {rank}: resumed from {args.checkpoint} at step {at.step} (restart {restart}, world size "
               f"{world})", flush=True)
     ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters to every rank
+    # From here on SIGTERM asks for a checkpoint instead of killing the rank. Not earlier: until the group has
+    # formed there is nothing to save, and a rank waiting for a dead peer in init_process_group would only be
+    # killed later, at the end of the launcher's grace period.
+    signal.signal(signal.SIGTERM, request_stop)
 
-    train = load_split(args.data, "train", args.train_limit)
-    sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=0)
-    loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    train_set = load_split(args.data, "train", args.train_limit)
+    sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    saved_step = at.step  # the newest step this process knows to be in the checkpoint
+
+    def checkpoint():
+        """Saves `at` unless this process knows the checkpoint holds it already; says which."""
+        nonlocal saved_step
+        if not args.checkpoint:
+            return "no --checkpoint, nothing saved"
+        what = "already holds"
+        if at.step != saved_step:
+            save_checkpoint(args.checkpoint, model, optimizer, at, global_batch)
+            saved_step, what = at.step, "saved at"
+        return f"checkpoint {args.checkpoint} {what} step {at.step} (epoch {at.epoch}, batch {at.step_in_epoch} of " \
+               f"{len(loader)})"
+
     t0 = time.monotonic()
-    loss = torch.zeros(())
-    done = False
-    while epoch < args.epochs and not done:
-        sampler.set_epoch(epoch)  # the same shuffle on every rank, a different one each epoch
-        for i, (images, labels) in enumerate(itertools.islice(loader, skip, None), start=skip):
-            if args.crash_at_step and step == args.crash_at_step and restart == 0 and rank == world - 1:
-                raise RuntimeError(f"rank {rank}: crash requested at step {step}")
-            optimizer.zero_grad()
-            loss = F.nll_loss(ddp(to_input(images).to(device)), labels.to(device))
-            loss.backward()
-            optimizer.step()
-            step += 1
-            if rank == 0 and step % args.log_every == 0:
-                print(f"epoch {epoch} step {step} loss {loss.item():.4f}", flush=True)
-            if rank == 0 and args.checkpoint and step % args.checkpoint_every == 0:
-                save_checkpoint(args.checkpoint, model, optimizer, epoch, i + 1, step, args.batch_size * world)
-            if args.max_steps and step >= args.max_steps:
-                done = True
-                break
-        else:
-            epoch, skip = epoch + 1, 0
+    try:
+        # For demonstrating restarts: the last rank raises once, in the first attempt, at --crash-at-step.
+        crash_at = args.crash_at_step if restart == 0 and rank == world - 1 else 0
+        stopped_by, loss = train(args, ddp, optimizer, loader, sampler, at, checkpoint, device, rank, crash_at)
+    except GroupBroke as e:
+        # Agreeing on who saves is impossible now, but every surviving replica holds the last completed step:
+        # each saves it alone, so the next round resumes there and not at the last periodic checkpoint.
+        print(f"rank {rank}: the group broke ({e}); {checkpoint()}", flush=True)
+        if stop_signal:
+            return 0  # the launcher is stopping the job anyway: the checkpoint is what it asked for
+        raise
+    if stopped_by:
+        if rank == 0:
+            what = checkpoint()
+            print(f"rank 0: stop requested by {signal.Signals(stopped_by).name}: {what}; exiting", flush=True)
+        dist.destroy_process_group()
+        return 0
     elapsed = time.monotonic() - t0
-    print(f"rank {rank}: finished at step {step}, loss {loss.item():.4f}, {elapsed:.2f} s", flush=True)
+    if rank == 0:
+        checkpoint()  # the end of training: a restart after this point has nothing to redo
+    print(f"rank {rank}: finished at step {at.step}, loss {loss.item():.4f}, {elapsed:.2f} s", flush=True)
 
     if args.eval and rank == 0:
         test = load_split(args.data, "t10k", 0)

@@ -1,9 +1,14 @@
 """The Python examples (examples/python) under ddprun with real PyTorch (Debian's python3-torch, gloo on CPU):
 training on Fashion-MNIST with 2 ranks on one node and on 2 nodes over loopback, a failing rank whose
-traceback (from @record's error file) ends up in the summary, and a restart that resumes from rank 0's
-checkpoint. Each job trains for a few steps on a slice of the data set: seconds, not minutes."""
+traceback (from @record's error file) ends up in the summary, a restart that resumes at the step the survivor
+saved when its collective failed, an elastic job that a node joins and then leaves (the re-form's SIGTERM and the
+lost peer each cost no completed step), and a job killed outright (rank 0's periodic checkpoint). Each job trains
+for a few steps on a slice of the data set: seconds, not minutes."""
 import os
+import re
+import signal
 import subprocess
+import threading
 import unittest
 
 from harness import DdprunTestCase
@@ -14,6 +19,18 @@ PYTHON = torch_python()
 TRAIN = os.path.join(EXAMPLES, "fashion_mnist_ddp.py")
 FAIL = os.path.join(EXAMPLES, "record_failure.py")
 SHORT = ("--train-limit", "2000", "--batch-size", "32", "--log-every", "5")
+
+
+def read_until(proc, out, marker, what):
+    """Reads proc's stdout with plain os.read (a buffered reader could hold bytes back from a later
+    communicate()) until `marker` shows up in what arrives after `out`; returns `out` and all that was read."""
+    start = len(out)
+    while marker not in out[start:]:
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            raise AssertionError(f"ddprun's output ended before {what}:\n{out.decode(errors='replace')}")
+        out += chunk
+    return out
 
 
 @unittest.skipIf(PYTHON is None, NO_TORCH)
@@ -99,17 +116,108 @@ class PythonExamples(DdprunTestCase):
         self.assertNotIn("ddprun: full error file:", err, res)  # it was in a temporary directory, now removed
         self.assertIn("--log-dir DIR keeps the full error file", err, res)
 
-    def test_restart_resumes_from_the_checkpoint(self):
+    def test_restart_resumes_at_the_step_the_survivor_saved(self):
+        """Rank 1 raises after step 7; rank 0's next collective fails ("Connection closed by peer"), so rank 0 saves
+        step 7 alone: the restart resumes there, not at the periodic checkpoint of step 5."""
         ckpt = self.path("ckpt.pt")
         res = self.run_ddprun("--nproc-per-node", 2, "--max-restarts", 1, TRAIN, *SHORT, "--max-steps", 10,
                               "--checkpoint", ckpt, "--checkpoint-every", 5, "--crash-at-step", 7, timeout=240)
         self.assertEqual(res.code, 0, res)
         out = res.stdout.decode()
         self.assertIn("[rank1]: RuntimeError: rank 1: crash requested at step 7", out + res.stderr.decode(), res)
+        self.assertRegex(out, rf"\[rank0\]: rank 0: the group broke \([^\n]*\); checkpoint {re.escape(ckpt)} saved at "
+                              r"step 7 \(epoch 0, batch 7 of 31\)\n", res)
         for rank in (0, 1):
-            self.assertIn(f"[rank{rank}]: rank {rank}: resumed from {ckpt} at step 5 (restart 1, world size 2)", out, res)
+            self.assertIn(f"[rank{rank}]: rank {rank}: resumed from {ckpt} at step 7 (restart 1, world size 2)", out, res)
             self.assertIn(f"[rank{rank}]: rank {rank}: finished at step 10", out, res)
         self.assertEqual(self.checkpoint_step(ckpt), 10)
+        self.assertEqual([f for f in os.listdir(self.tmp) if ".tmp." in f], [], "a temporary checkpoint was left")
+
+    def test_a_join_and_a_lost_node_cost_no_completed_step(self):
+        """--nnodes 1:2, one rank per node, the default --checkpoint-every (50). Node A trains alone; node B joins:
+        the re-form's SIGTERM makes A's rank save the step it completed and exit 0, and both ranks resume at exactly
+        that step. Then B's ddprun is SIGKILLed (its guard SIGKILLs its worker): A's collective fails, A's rank saves
+        the last completed step alone, and A resumes there alone and finishes."""
+        ckpt = self.path("ckpt.pt")
+        self.env["DDPRUN_TOKEN"] = "test-token"
+        common = ["--nnodes", "1:2", "--nproc-per-node", 1, "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                  "--rdzv-id", "py", "--max-restarts", 1, "--rdzv-conf", "last_call_timeout=0.2",
+                  "--term-timeout", 30]
+        train = [TRAIN, *SHORT, "--epochs", 3, "--checkpoint", ckpt]  # 3 epochs: B has seconds to join
+        a = self.start(*common, "--events-file", self.path("events.a"), *train)
+        procs = [a]
+        # Whatever goes wrong, nothing runs for ever: the reads below then see end of file and fail.
+        killer = threading.Timer(150, lambda: [os.killpg(p.pid, signal.SIGKILL) for p in procs if p.poll() is None])
+        killer.start()
+        self.addCleanup(killer.cancel)
+        try:
+            out = read_until(a, b"", b"[rank0]: epoch 0 step 10 loss", "node A trained alone")
+            b = self.start(*common, *train)
+            procs.append(b)
+            out = read_until(a, out, b"[rank0]: rank 0: resumed from", "the re-form after node B joined")
+            out = read_until(a, out, b"\n", "the resume line")
+            m = re.search(rb"\[rank0\]: rank 0: stop requested by SIGTERM: checkpoint \S+ (?:saved at|already holds) "
+                          rb"step (\d+) \(epoch (\d+), batch (\d+) of 62\); exiting\n", out)
+            self.assertIsNotNone(m, out)
+            joined = int(m.group(1))
+            self.assertGreaterEqual(joined, 10)
+            self.assertEqual(62 * int(m.group(2)) + int(m.group(3)), joined)  # A alone: 62 steps an epoch
+            # Resumed at the step A completed, not at the last multiple of 50 (and not from scratch).
+            self.assertIn(f"[rank0]: rank 0: resumed from {ckpt} at step {joined} (restart 1, world size 2)\n".encode(),
+                          out)
+            # Two ranks train a step or more together before B goes.
+            mark = len(out)
+            out = read_until(a, out, b"loss", "a step with two nodes")
+            out = read_until(a, out, b"\n", "the step's line")
+            m = re.search(rb"\[rank0\]: epoch \d+ step (\d+) loss", out[mark:])
+            self.assertIsNotNone(m, out)
+            together = int(m.group(1))
+            self.assertGreater(together, joined)
+            os.kill(b.pid, signal.SIGKILL)
+            out = read_until(a, out, b"[rank0]: rank 0: resumed from", "the re-form without node B")
+            while chunk := os.read(a.stdout.fileno(), 65536):
+                out += chunk
+            err = a.stderr.read()
+            self.assertEqual(a.wait(timeout=60), 0, (out, err))
+            self.assertEqual(b.wait(timeout=30), -signal.SIGKILL)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+        text = out.decode()
+        m = re.search(rf"\[rank0\]: rank 0: the group broke \([^\n]*\); checkpoint {re.escape(ckpt)} "
+                      r"(?:saved at|already holds) step (\d+)", text)
+        self.assertIsNotNone(m, text)
+        lost = int(m.group(1))
+        self.assertGreaterEqual(lost, together)
+        self.assertIn(f"[rank0]: rank 0: resumed from {ckpt} at step {lost} (restart 2, world size 1)\n", text)
+        m = re.search(r"\[rank0\]: rank 0: finished at step (\d+),", text)
+        self.assertIsNotNone(m, text)
+        self.assertEqual(self.checkpoint_step(ckpt), int(m.group(1)))  # rank 0 saves at the end too
+        rounds = [(e["restart_count"], e["nnodes"], e["world_size"]) for e in self.events(self.path("events.a"))
+                  if e["event"] == "rendezvous"]
+        self.assertEqual(rounds, [(0, 1, 1), (1, 2, 2), (2, 1, 1)])
+        self.assertEqual([f for f in os.listdir(self.tmp) if ".tmp." in f], [], "a temporary checkpoint was left")
+
+    def test_a_job_killed_outright_keeps_the_periodic_checkpoint(self):
+        """No rank can save when every one is SIGKILLed (ddprun is, and its guard SIGKILLs the workers): what is
+        left is rank 0's last periodic checkpoint, a multiple of --checkpoint-every."""
+        ckpt = self.path("ckpt.pt")
+        p = self.start("--nproc-per-node", 2, TRAIN, *SHORT, "--epochs", 5, "--checkpoint", ckpt,
+                       "--checkpoint-every", 5)
+        killer = threading.Timer(120, lambda: os.killpg(p.pid, signal.SIGKILL) if p.poll() is None else None)
+        killer.start()
+        self.addCleanup(killer.cancel)
+        try:
+            # Rank 0 logs a step before it saves it: once step 20 is logged, step 15 is saved.
+            read_until(p, b"", b"[rank0]: epoch 0 step 20 loss", "step 20")
+        finally:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+        step = self.checkpoint_step(ckpt)
+        self.assertGreaterEqual(step, 15)
+        self.assertEqual(step % 5, 0)
 
 
 if __name__ == "__main__":
