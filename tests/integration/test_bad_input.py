@@ -14,9 +14,9 @@ class BadInput(DdprunTestCase):
         os.mkdir(self.marker_dir)
         self.ok_worker = [WORKER, f"ready={self.marker_dir}"]  # would leave ready.N if it ever ran
 
-    def refused(self, args, code, words):
+    def refused(self, args, code, words, cwd=None):
         before = sorted(os.listdir(self.tmp))
-        r = self.run_ddprun(*args)
+        r = self.run_ddprun(*args, cwd=cwd)
         err = r.stderr.decode()
         self.assertEqual(r.code, code, f"{args}: {r}")
         self.assertEqual(r.stdout, b"", f"{args}: {r}")
@@ -76,6 +76,15 @@ class BadInput(DdprunTestCase):
 
     def test_option_without_value(self):
         self.refused(["--nproc-per-node"], USAGE, ["--nproc-per-node"])
+
+    def test_option_followed_by_an_option(self):
+        # Run in self.tmp, whose listing refused() compares: no directory named "--standalone" may appear.
+        worker = [os.path.abspath(WORKER), f"ready={self.marker_dir}"]
+        self.refused(["--log-dir", "--standalone", *worker], USAGE,
+                     ["--log-dir expects a value", "the option --standalone", "--log-dir=VALUE"], cwd=self.tmp)
+        # The prefix --std is --stdin-rank: the "1" meant for --nproc_per_node is not taken for the program.
+        self.refused(["--std", "--nproc_per_node", "1", *worker], USAGE,
+                     ["--std (--stdin-rank) expects a value", "--nproc_per_node"], cwd=self.tmp)
 
     def test_standalone_with_two_nodes(self):
         self.refused(["--standalone", "--nnodes", "2", *self.ok_worker], USAGE, ["--standalone"])
@@ -209,6 +218,11 @@ class GoodInputEdges(DdprunTestCase):
         r = self.run_ddprun("--version")
         self.assertEqual(r.code, 0)
         self.assertTrue(r.stdout.startswith(b"ddprun "))
+
+    def test_value_starting_with_a_dash_glued_on(self):
+        r = self.run_ddprun("--prefix=-{rank}- ", WORKER, "env=RANK")
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(r.stdout, b"-0- RANK=0\n")
 
     def test_nproc_cpu_uses_the_usable_cpus(self):
         r = self.run_ddprun("--nproc-per-node", "cpu", WORKER, "env=LOCAL_WORLD_SIZE")

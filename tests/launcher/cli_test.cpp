@@ -22,6 +22,17 @@ int usage_code(std::vector<std::string> args) {
   }
   return 0;
 }
+
+// The one line a refusal prints, "" when the command line is accepted.
+std::string refusal(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const UsageError& e) {
+    CHECK(e.exit_code() == kExitUsage);
+    return e.what();
+  }
+  return "";
+}
 }  // namespace
 
 TEST_CASE("both torchrun spellings of an option are accepted") {
@@ -165,4 +176,35 @@ TEST_CASE("the job-wide rendezvous settings are checked once, by the rendezvous'
   CHECK(c.agent.rdzv.job.run_id == "j1");
   CHECK(c.agent.rdzv.job.token == "s3cret");
   CHECK(c.agent.rdzv.job.static_node_ranks);
+}
+
+TEST_CASE("an option that takes a value does not take the next option as its value (argparse's rule)") {
+  const auto contains = [](const std::string& text, const std::string& part) {
+    INFO(text);
+    CHECK(text.find(part) != std::string::npos);
+  };
+  // Once this made a directory named "--standalone" and dropped the flag.
+  const std::string log_dir = refusal({"--log-dir", "--standalone", "true"});
+  contains(log_dir, "--log-dir expects a value, but the next word is the option --standalone");
+  contains(log_dir, "--log-dir=VALUE");
+  CHECK(log_dir.find('\n') == std::string::npos);
+  // A prefix is named with the option it stands for; once this ran the program "1".
+  contains(refusal({"--std", "--nproc_per_node", "1", "true"}),
+           "--std (--stdin-rank) expects a value, but the next word is the option --nproc_per_node");
+  contains(refusal({"-r", "--standalone", "true"}), "-r (--redirects) expects a value");
+  contains(refusal({"--log-dir", "/tmp", "-t", "-v", "true"}), "-t (--tee) expects a value");
+  contains(refusal({"--master-port", "--", "true"}), "the next word is '--'");
+  contains(refusal({"--nproc-per-node"}), "--nproc-per-node expects a value, and nothing follows it");
+  // A negative number is a value, as in argparse (no option looks like one): the value's own check refuses it.
+  contains(refusal({"--term-timeout", "-1", "true"}), "--term-timeout");
+  CHECK(refusal({"--term-timeout", "-1", "true"}).find("expects a value") == std::string::npos);
+  CHECK(refusal({"--max-restarts", "-2", "true"}).find("expects a value") == std::string::npos);
+  CHECK(refusal({"--monitor-interval", "-.5", "true"}).find("expects a value") == std::string::npos);
+  // Glued on with '=' (or to a short option), a value may start with '-'; so may one with a space in it.
+  CHECK(parse({"--run-id=-odd-", "true"}).agent.world.run_id == "-odd-");
+  CHECK(parse({"--prefix=-{rank}- ", "true"}).agent.output.prefix_format == "-{rank}- ");
+  CHECK(parse({"--prefix", "-> {rank} ", "true"}).agent.output.prefix_format == "-> {rank} ");
+  contains(refusal({"--log-dir", "/tmp", "-r-1", "true"}), "--redirects");
+  CHECK(refusal({"--log-dir", "/tmp", "-r-1", "true"}).find("expects a value") == std::string::npos);
+  CHECK(parse({"--role", "-", "true"}).agent.world.role == "-");
 }
