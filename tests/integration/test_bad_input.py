@@ -53,7 +53,15 @@ class BadInput(DdprunTestCase):
         with open(p, "w") as f:
             f.write("echo hi\n")
         os.chmod(p, 0o644)
-        self.refused([p], NOEXEC, ["not executable"])
+        # Without --no-python such a file is a Python script (test_torchrun_cli).
+        self.refused(["--no-python", p], NOEXEC, ["not executable"])
+
+    def test_program_in_the_working_directory_without_a_slash(self):
+        # An executable '#!' script is a program, and a bare name is looked up in PATH as a shell does.
+        with open(self.path("run"), "w") as f:
+            f.write("#!/bin/sh\necho hi\n")
+        os.chmod(self.path("run"), 0o755)
+        self.refused(["run"], NOTFOUND, ["'run' not found in PATH", "give ./run"], cwd=self.tmp)
 
     def test_program_is_a_directory(self):
         self.refused([self.marker_dir], NOEXEC, ["is a directory"])

@@ -56,6 +56,25 @@ class TorchrunLines(DdprunTestCase):
         self.assertEqual(r.code, 0, r)
         self.assertEqual(self.lines(r), ["rank 0", "rank 1"])
 
+    def test_a_script_without_py_runs_under_python_and_programs_are_executed(self):
+        def write(name, text, mode):
+            with open(self.path(name), "w") as f:
+                f.write(text)
+            os.chmod(self.path(name), mode)
+        python = "import os, sys\nprint('python', os.environ['RANK'], sys.argv[1])\n"
+        write("train", python, 0o644)  # as torchrun: a file in the working directory, named without ./
+        write("train_x", python, 0o755)  # executable, but no '#!' line: the kernel could not run it
+        write("run", "#!/bin/sh\necho shell $RANK $1\n", 0o755)
+        for program, lines in (("train", ["python 0 a", "python 1 a"]),
+                               ("./train_x", ["python 0 a", "python 1 a"]),
+                               ("./run", ["shell 0 a", "shell 1 a"])):
+            r = self.run_ddprun("--nproc-per-node", "2", program, "a", cwd=self.tmp)
+            self.assertEqual(r.code, 0, f"{program}: {r}")
+            self.assertEqual(self.lines(r), lines, program)
+        r = self.run_ddprun("--no-python", "./train_x", cwd=self.tmp)  # executed: the kernel refuses it
+        self.assertEqual(r.code, 126, r)
+        self.assertIn(b"Exec format error", r.stderr)
+
     def test_start_method_is_noted_at_debug_level_only(self):
         r = self.run_ddprun("--start-method", "fork", WORKER, "exit=0")
         self.assertEqual(r.code, 0, r)

@@ -1,5 +1,10 @@
-#include <algorithm>
 #include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include "agent/env_contract.hpp"
 #include "common/error.hpp"
@@ -52,6 +57,53 @@ TEST_CASE("a .py program runs under python3 -u, -m runs a module, --no-python ex
   CHECK(m.agent.argv == std::vector<std::string>{"python3", "-u", "-m", "json.tool", "--help"});
   CHECK(usage_code({"--no-python", "-m", "x"}) == kExitUsage);
   CHECK(usage_code({"missing_script.py"}) == kExitNotFound);
+}
+
+TEST_CASE("a file that is not an executable ELF binary or '#!' script runs under Python, as in torchrun") {
+  struct TempDir {
+    std::string path;
+    TempDir() {
+      char d[] = "/tmp/ddprun-cli-test-XXXXXX";
+      REQUIRE(::mkdtemp(d) != nullptr);
+      path = d;
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+  } temp;
+  const std::string& dir = temp.path;
+  const auto file = [&](const std::string& name, const std::string& text, mode_t mode) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << text;
+    REQUIRE(::chmod(path.c_str(), mode) == 0);
+    return path;
+  };
+  const std::string script = file("train", "print('hi')\n", 0644);
+  const std::string no_shebang = file("train_x", "print('hi')\n", 0755);
+  const std::string shell = file("run", "#!/bin/sh\necho hi\n", 0755);
+  const std::string binary = file("bin", std::string("\x7f" "ELF\x02\x01\x01", 7), 0755);
+  const std::string shell_not_executable = file("run_me", "#!/bin/sh\necho hi\n", 0644);
+  const auto runs_python = [&](const std::string& path) {
+    INFO(path);
+    CHECK(parse({path, "--lr", "1"}).agent.argv == std::vector<std::string>{"python3", "-u", path, "--lr", "1"});
+  };
+  runs_python(script);
+  runs_python(no_shebang);
+  runs_python(shell_not_executable);
+  for (const std::string& program : {shell, binary}) {
+    INFO(program);
+    const auto c = parse({program, "x"});
+    CHECK(c.agent.program == program);
+    CHECK(c.agent.argv == std::vector<std::string>{program, "x"});
+  }
+  // A name that is no file here is a program in PATH; --no-python and -m keep their meaning.
+  CHECK(parse({"true"}).agent.argv == std::vector<std::string>{"true"});
+  CHECK(usage_code({"--no-python", script}) == kExitNotExecutable);
+  CHECK(parse({"--no-python", shell}).agent.argv == std::vector<std::string>{shell});
+  CHECK(parse({"-m", "train"}).agent.argv == std::vector<std::string>{"python3", "-u", "-m", "train"});
+  // The choice is said at debug level, for whoever wonders why their script met Python.
+  const auto notes = parse({script}).notes;
+  CHECK(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+    return n.rfind("debug: ", 0) == 0 && n.find("running it with Python") != std::string::npos;
+  }));
 }
 
 TEST_CASE("master port 0 or unset picks a free port; master addr defaults to loopback") {
