@@ -7,6 +7,7 @@ import os
 
 import test_bad_input
 from harness import DdprunTestCase, WORKER
+from ports import free_port
 
 USAGE = 64
 
@@ -74,6 +75,22 @@ class TorchrunLines(DdprunTestCase):
         r = self.run_ddprun("--no-python", "./train_x", cwd=self.tmp)  # executed: the kernel refuses it
         self.assertEqual(r.code, 126, r)
         self.assertIn(b"Exec format error", r.stderr)
+
+    def test_one_node_at_a_fixed_endpoint_keeps_the_default_run_id(self):
+        endpoint = ["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
+        go = self.path("go")
+        first = self.start(*endpoint, "--nproc-per-node", "2", WORKER, f"ready={self.tmp}", f"waitfile={go}",
+                           "env=TORCHELASTIC_RUN_ID")
+        self.wait_for_files([self.path("ready.0"), self.path("ready.1")])
+        # Why one node needs no id: a second job at the same endpoint, run "none" too, is refused, not merged.
+        second = self.run_ddprun(*endpoint, WORKER, "exit=0")
+        self.assertEqual(second.code, 77, second)
+        self.assertIn(b"is closed", second.stderr)
+        open(go, "w").close()
+        out, err = first.communicate(timeout=60)
+        self.assertEqual(first.returncode, 0, err)
+        self.assertEqual(sorted(line.split(": ", 1)[1] for line in out.decode().splitlines()),
+                         ["TORCHELASTIC_RUN_ID=none"] * 2)
 
     def test_start_method_is_noted_at_debug_level_only(self):
         r = self.run_ddprun("--start-method", "fork", WORKER, "exit=0")

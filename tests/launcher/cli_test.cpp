@@ -152,6 +152,23 @@ TEST_CASE("dynamic multi-node: the endpoint's machine may host, ranks come from 
   CHECK(d.agent.world.run_id == "job9");
 }
 
+TEST_CASE("a fixed rendezvous endpoint needs --rdzv-id for several nodes, not for one (torchrun's default id)") {
+  for (const char* one : {"1", "1:1"}) {
+    INFO(one);
+    const auto c = parse({"--nnodes", one, "--rdzv-endpoint", "127.0.0.1:29555", "true"});
+    CHECK(c.agent.world.run_id == "none");
+    CHECK(c.agent.rdzv.server_port == 29555);
+    CHECK(!c.agent.rdzv.job.static_node_ranks);
+  }
+  CHECK(parse({"--rdzv-endpoint", "127.0.0.1:29555", "true"}).agent.world.run_id == "none");  // --nnodes 1
+  for (const char* several : {"2", "1:2"}) {
+    INFO(several);
+    const std::string why = refusal({"--nnodes", several, "--rdzv-endpoint", "127.0.0.1:29555", "true"});
+    CHECK(why.find("needs --rdzv-id ID") != std::string::npos);
+    CHECK(why.find("--nnodes " + std::string(several)) != std::string::npos);
+  }
+}
+
 TEST_CASE("help and version exit at once") {
   CHECK(parse({"--help"}).exit_now);
   CHECK(parse({"--version"}).text.find("ddprun") == 0);
