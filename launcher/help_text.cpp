@@ -91,7 +91,9 @@ std::string epilog() {
          code(kExitOsError) + " system refused, " + code(kExitCantCreate) + " log or events file not writable, " +
          code(kExitRdzvLost) + " rendezvous lost,\n  " + code(kExitRdzvTimeout) + " rendezvous timed out, " +
          code(kExitRdzvProtocol) + " protocol broken, " + code(kExitRdzvRefused) + " refused, " +
-         code(kExitNotExecutable) + " PROGRAM not executable, " + code(kExitNotFound) + " not found.\n"
+         code(kExitHung) + " a worker hung (--hang-timeout),\n  " + code(kExitPreempted) +
+         " preempted (stopped cleanly; requeue the job), " + code(kExitNotExecutable) +
+         " PROGRAM not executable, " + code(kExitNotFound) + " not found.\n"
          "\n"
          "Examples:\n"
          "  $ ddprun --standalone --nproc-per-node 4 train.py --epochs 10\n"

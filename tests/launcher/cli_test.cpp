@@ -190,7 +190,8 @@ TEST_CASE("help names every value, has one usage line, the environment, the exit
     CHECK(help.find(named) != std::string::npos);
   }
   for (const char* part : {"\nEnvironment:\n", "DDPRUN_TOKEN", "PET_NPROC_PER_NODE", "PYTHON_EXEC",
-                           "\nExit status:\n", "64 bad usage", "77 refused", "\nExamples:\n", "  $ ddprun "}) {
+                           "\nExit status:\n", "64 bad usage", "77 refused", "78 a worker hung", "79 preempted",
+                           "\nExamples:\n", "  $ ddprun "}) {
     INFO(part);
     CHECK(help.find(part) != std::string::npos);
   }
