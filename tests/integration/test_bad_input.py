@@ -227,6 +227,15 @@ class GoodInputEdges(DdprunTestCase):
         self.assertEqual(r.code, 0)
         self.assertTrue(r.stdout.startswith(b"ddprun "))
 
+    def test_success_line_counts_its_workers(self):
+        r = self.run_ddprun(WORKER, "exit=0")
+        self.assertEqual(r.code, 0, r)
+        self.assertIn(b"the worker succeeded in ", r.stderr)
+        self.assertNotIn(b"all 1 workers", r.stderr)
+        r = self.run_ddprun("--nproc-per-node", "2", WORKER, "exit=0")
+        self.assertEqual(r.code, 0, r)
+        self.assertIn(b"all 2 workers succeeded in ", r.stderr)
+
     def test_value_starting_with_a_dash_glued_on(self):
         r = self.run_ddprun("--prefix=-{rank}- ", WORKER, "env=RANK")
         self.assertEqual(r.code, 0, r)
