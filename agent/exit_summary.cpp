@@ -175,6 +175,8 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
   } else {
     if (policy.workers().empty())  // an elastic job's late joiner: the job completed before its next round
       out << "ddprun: the job completed after " << elapsed << "; no worker ran on this node\n";
+    else if (policy.workers().size() == 1)
+      out << "ddprun: the worker succeeded in " << elapsed << "\n";
     else
       out << "ddprun: all " << policy.workers().size() << " workers succeeded in " << elapsed << "\n";
     append_attempts(out, ctx.attempts);

@@ -1,6 +1,7 @@
 #include "launcher/arg_matching.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 #include "common/error.hpp"
 #include "launcher/exit_codes.hpp"
@@ -49,6 +50,43 @@ const OptionNames* find_short(char c, const std::vector<OptionNames>& table) {
   return nullptr;
 }
 
+// argparse's negative number, "-5", "-0.5" or "-.5" (Python 3.11's pattern ^-\d+$|^-\d*\.\d+$).
+bool negative_number(const std::string& word) {
+  std::size_t i = 1;
+  while (i < word.size() && std::isdigit(static_cast<unsigned char>(word[i]))) ++i;
+  if (i == word.size()) return i > 1;
+  if (word[i] != '.' || i + 1 == word.size()) return false;
+  for (++i; i < word.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(word[i]))) return false;
+  return true;
+}
+
+// Whether the word after an option that takes a value may be that value. argparse (so torchrun) reads a
+// word that starts with '-' as the next option, and then refuses the one before it ("expected one
+// argument"); CLI11 would take it as the value, which made `--log-dir --standalone` a directory named
+// "--standalone". The exceptions are argparse's: "-" alone; a negative number, because no option of torchrun
+// or ddprun looks like one (argparse's rule when the parser has none), so `--max-restarts -1` reaches the
+// value check and is refused there for what it is; and a word with a space in it (`--prefix "-> "`), which
+// argparse takes as a value unless it starts with a short option's letter, a corner not copied here. Any
+// value at all can be given glued on: `--log-dir=-x`, `-r-x`.
+bool can_be_value(const std::string& word) {
+  if (word.size() < 2 || word[0] != '-') return true;
+  return negative_number(word) || word.find(' ') != std::string::npos;
+}
+
+// The word after `typed` (an option that takes a value, named `canonical`), checked to be its value.
+const std::string& value_after(const std::vector<std::string>& args, std::size_t i, const std::string& typed,
+                               const std::string& canonical) {
+  const std::string named = typed == canonical ? typed : typed + " (" + canonical + ")";
+  if (i + 1 == args.size())
+    usage(named + " expects a value, and nothing follows it: give it as " + canonical + " VALUE");
+  const std::string& next = args[i + 1];
+  if (!can_be_value(next))
+    usage(named + " expects a value, but the next word is " + (next == "--" ? "'--'" : "the option " + next) +
+          ": give the value right after " + typed + " (as " + canonical + "=VALUE if it starts with '-')");
+  return next;
+}
+
 }  // namespace
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {
@@ -79,7 +117,7 @@ std::vector<std::string> canonical_options(const std::vector<std::string>& args,
       if (!o.refusal.empty()) usage(o.refusal);
       given.insert(o.canonical);
       out.push_back("--" + o.canonical + (eq == std::string::npos ? "" : a.substr(eq)));
-      if (eq == std::string::npos && o.takes_value && i + 1 < args.size()) out.push_back(args[++i]);
+      if (eq == std::string::npos && o.takes_value) out.push_back(value_after(args, i++, a, "--" + o.canonical));
       continue;
     }
     // "-r3", "-r 3", "-vq": letters until one that takes a value; its value is the rest, or the next word.
@@ -89,7 +127,7 @@ std::vector<std::string> canonical_options(const std::vector<std::string>& args,
       if (!o) usage("unknown option -" + std::string(1, a[k]) + " (see ddprun --help)");
       given.insert(o->canonical);
       if (!o->takes_value) continue;
-      if (k + 1 == a.size() && i + 1 < args.size()) out.push_back(args[++i]);
+      if (k + 1 == a.size()) out.push_back(value_after(args, i++, "-" + std::string(1, a[k]), "--" + o->canonical));
       break;
     }
   }

@@ -20,8 +20,9 @@ struct OptionNames {
 
 // Rewrites every long option before the program (the first positional argument, or what follows "--") to
 // "--canonical" (keeping "=value"), and adds each option's canonical name to `given`. Worker arguments are
-// left alone. Throws UsageError (64): an ambiguous prefix, an unknown option (with "did you mean"), or an
-// option whose `refusal` is set.
+// left alone. Throws UsageError (64): an ambiguous prefix, an unknown option (with "did you mean"), an
+// option whose `refusal` is set, or an option that takes a value followed by nothing or by another option
+// (as argparse: `--log-dir --standalone` is refused; a negative number is a value).
 std::vector<std::string> canonical_options(const std::vector<std::string>& args, const std::vector<OptionNames>& table,
                                            std::set<std::string>& given);
 

@@ -114,7 +114,7 @@ void define_options(CLI::App& app, RawOptions& o) {
                  "data load); then hung like after --hang-timeout, which it needs (default 0: off)");
   app.add_option("--run-id,--run_id", t.run_id, "Job id (TORCHELASTIC_RUN_ID; default none)");
   app.add_option("--role", o.role, "Worker role name (ROLE_NAME; default default)");
-  app.add_flag("--no-python,--no_python", o.no_python, "Execute PROGRAM directly, even a .py file");
+  app.add_flag("--no-python,--no_python", o.no_python, "Execute PROGRAM directly, even a Python script");
   app.add_flag("-m,--module", o.module, "PROGRAM is a Python module, run as python -m PROGRAM");
   app.add_flag("--run-path,--run_path", o.run_path, "PROGRAM is a Python file, run as python FILE (any name)");
   app.add_option("--monitor-interval,--monitor_interval", o.monitor_interval,
@@ -330,7 +330,7 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   cfg.output.console_local_ranks = parse_rank_list("--local-ranks-filter", o.local_ranks_filter, nproc);
 
   // The program, exactly as it will be executed; checked now so that a typo starts no worker.
-  resolve_worker_command(command, o.module, o.no_python, o.run_path, env, cfg);
+  resolve_worker_command(command, o.module, o.no_python, o.run_path, env, cfg, result.notes);
   cfg.local_rank_arg = local_rank_arg_name(o.local_rank_arg, o.use_env);
   if (!o.stdin_rank.empty()) cfg.stdin_rank = parse_int_in("--stdin-rank", o.stdin_rank, 0, 1 << 30);
 

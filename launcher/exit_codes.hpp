@@ -5,6 +5,7 @@
 
 namespace ddprun::launcher {
 using ddprun::kExitCantCreate;
+using ddprun::kExitHung;
 using ddprun::kExitNoInput;
 using ddprun::kExitNotExecutable;
 using ddprun::kExitNotFound;

@@ -78,7 +78,7 @@ std::string epilog() {
          "  DDPRUN_TOKEN          the rendezvous token, when neither --rdzv-token nor --rdzv-token-file\n"
          "                        is given\n"
          "  DDPRUN_LOG_LEVEL      default for --log-level\n"
-         "  PYTHON_EXEC           the Python for a .py PROGRAM or -m (default python3 on PATH)\n"
+         "  PYTHON_EXEC           the Python for a script PROGRAM or -m (default python3 on PATH)\n"
          "  CUDA_VISIBLE_DEVICES  the devices --nproc-per-node auto|gpu counts\n"
          "  SLURM_*               in a SLURM step: the nodes, this node's rank and the job id (README)\n"
          "  TMPDIR                where the run directory goes (default /dev/shm)\n"
@@ -91,7 +91,9 @@ std::string epilog() {
          code(kExitOsError) + " system refused, " + code(kExitCantCreate) + " log or events file not writable, " +
          code(kExitRdzvLost) + " rendezvous lost,\n  " + code(kExitRdzvTimeout) + " rendezvous timed out, " +
          code(kExitRdzvProtocol) + " protocol broken, " + code(kExitRdzvRefused) + " refused, " +
-         code(kExitNotExecutable) + " PROGRAM not executable, " + code(kExitNotFound) + " not found.\n"
+         code(kExitHung) + " a worker hung (--hang-timeout),\n  " + code(kExitPreempted) +
+         " preempted (stopped cleanly; requeue the job), " + code(kExitNotExecutable) +
+         " PROGRAM not executable, " + code(kExitNotFound) + " not found.\n"
          "\n"
          "Examples:\n"
          "  $ ddprun --standalone --nproc-per-node 4 train.py --epochs 10\n"

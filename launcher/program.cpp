@@ -2,8 +2,10 @@
 
 #include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 
 #include "agent/env_contract.hpp"
 #include "common/contract/worker_contract.hpp"
@@ -17,13 +19,32 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+bool regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// What the kernel runs itself: an executable file that is an ELF binary or starts with "#!". One that cannot be
+// read but may be executed is taken for a program too (exec needs no read permission for a binary).
+bool executable_program(const std::string& path) {
+  if (::access(path.c_str(), X_OK) != 0) return false;
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return true;
+  char magic[4] = {};
+  file.read(magic, sizeof magic);
+  const std::string start(magic, static_cast<std::size_t>(file.gcount()));
+  return start.compare(0, 2, "#!") == 0 || start == "\x7f" "ELF";
+}
+
 std::string checked_executable(const std::string& name, const std::string& what, const std::vector<std::string>& env) {
   const process::ResolvedProgram r = process::resolve_program(name, process::path_of(env));
   switch (r.check) {
     case process::ProgramCheck::kOk: return r.path;
     case process::ProgramCheck::kNotFound:
-      throw UsageError(what + " '" + name + "' not found" +
-                           (name.find('/') == std::string::npos ? " in PATH" : ""),
+      if (name.find('/') != std::string::npos) throw UsageError(what + " '" + name + "' not found", kExitNotFound);
+      // A program of that name in the working directory: PATH is searched, as a shell does, not the directory.
+      throw UsageError(what + " '" + name + "' not found in PATH" +
+                           (regular_file(name) ? "; to run the one in the working directory, give ./" + name : ""),
                        kExitNotFound);
     case process::ProgramCheck::kIsDirectory:
       throw UsageError(what + " '" + r.path + "' is a directory, not a program", kExitNotExecutable);
@@ -44,11 +65,20 @@ std::string describe_interpreter(const std::string& path) {
 }  // namespace
 
 void resolve_worker_command(const std::vector<std::string>& command, bool module, bool no_python, bool run_path,
-                            const std::vector<std::string>& env, agent::AgentConfig& cfg) {
+                            const std::vector<std::string>& env, agent::AgentConfig& cfg,
+                            std::vector<std::string>& notes) {
   const std::string& first = command.front();
   if (module && run_path) throw UsageError("-m/--module and --run-path contradict each other", kExitUsage);
   if (module && no_python) throw UsageError("-m/--module and --no-python contradict each other", kExitUsage);
-  const bool python = module || run_path || (!no_python && ends_with(first, ".py"));
+  // torchrun gives PROGRAM to Python whatever it is, unless --no-python. ddprun executes what is plainly a
+  // program: a name that is no file here (found in PATH: `ddprun hostname`), or an executable ELF binary or
+  // '#!' script. Every other file, a script without .py included (`ddprun train`, `ddprun ./train` not made
+  // executable, or executable without a '#!' line), is Python's, as in torchrun.
+  const bool script_file = ends_with(first, ".py") || (regular_file(first) && !executable_program(first));
+  const bool python = module || run_path || (!no_python && script_file);
+  if (python && !module && !run_path && !ends_with(first, ".py"))
+    notes.push_back("debug: '" + first + "' is neither an executable ELF binary nor an executable '#!' script: " +
+                    "running it with Python, as torchrun does (--no-python executes it)");
   // torch.distributed.launch put --local_rank=N right after the program or script, before its arguments.
   const std::size_t program_args = command.size() - 1;
   if (!python) {

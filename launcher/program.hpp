@@ -1,8 +1,11 @@
-// PROGRAM [ARGS...] → what each worker executes, as torchrun decides it:
+// PROGRAM [ARGS...] → what each worker executes, as torchrun decides it, except that programs are executed:
 //   a .py file      → $PYTHON_EXEC (default python3) -u FILE ARGS   (unbuffered, so lines arrive at once)
-//   --run-path FILE → the same, whatever FILE's name
+//   any other file that is not an executable ELF binary or '#!' script (a name relative to the working
+//                     directory too, as torchrun reads it) → the same
+//   --run-path FILE → the same, whatever FILE is
 //   -m MODULE       → $PYTHON_EXEC -u -m MODULE ARGS
-//   anything else, or --no-python → PROGRAM ARGS, found through PATH like execvp
+//   an executable ELF binary or '#!' script, a name that is no file (found through PATH like execvp), or
+//   anything with --no-python → PROGRAM ARGS
 #pragma once
 
 #include <string>
@@ -14,10 +17,11 @@ namespace ddprun::launcher {
 
 // `run_path` (torchrun's --run-path): PROGRAM is a Python file whatever its name; it wins over --no-python,
 // as in torchrun.
-// Fills cfg.program and cfg.argv. Throws ddprun::UsageError: 127 when the program (or Python, or the
-// script) is not found, 126 when it is a directory or not executable, 64 for -m with --no-python or
-// --run-path.
+// Fills cfg.program and cfg.argv; `notes` gets a debug line when a file without .py goes to Python. Throws
+// ddprun::UsageError: 127 when the program (or Python, or the script) is not found, 126 when it is a directory
+// or not executable, 64 for -m with --no-python or --run-path.
 void resolve_worker_command(const std::vector<std::string>& command, bool module, bool no_python, bool run_path,
-                            const std::vector<std::string>& env, agent::AgentConfig& cfg);
+                            const std::vector<std::string>& env, agent::AgentConfig& cfg,
+                            std::vector<std::string>& notes);
 
 }  // namespace ddprun::launcher

@@ -148,8 +148,13 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
   w.run_id = o.rdzv_id.empty() ? o.run_id : o.rdzv_id;
   if (!valid_name(w.run_id))
     throw UsageError("--run-id must be 1-128 characters of [A-Za-z0-9._-], got '" + w.run_id + "'", kExitUsage);
-  if (dynamic && o.rdzv_id.empty() && o.run_id == "none")
-    throw UsageError("--rdzv-endpoint needs --rdzv-id ID: the same job id on every node", kExitUsage);
+  // Several nodes must name their job: two jobs pointed at one endpoint by mistake (or one ddprun-rendezvous
+  // serving many) would otherwise both be run "none" and join each other's rendezvous, mixing their nodes. One
+  // node keeps torchrun's default id: its rendezvous forms as soon as that node joins, so another job arriving
+  // at the same endpoint finds it closed and is refused, never merged.
+  if (dynamic && nnodes > 1 && o.rdzv_id.empty() && o.run_id == "none")
+    throw UsageError("--rdzv-endpoint with --nnodes " + o.nnodes + " needs --rdzv-id ID: the same job id on "
+                     "every node, so that two jobs at one endpoint cannot join each other", kExitUsage);
 
   job.run_id = w.run_id;
   job.join_timeout = parse_duration("--rdzv-timeout", o.rdzv_timeout);

@@ -142,13 +142,15 @@ class DdprunTestCase(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.tmp, name)
 
-    def start(self, *args, stdin=subprocess.DEVNULL):
-        return subprocess.Popen([DDPRUN, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=stdin, env=self.env, start_new_session=True)
+    def start(self, *args, stdin=subprocess.DEVNULL, cwd=None):
+        """`cwd`: ddprun's working directory (DDPRUN is then made absolute; so must a relative WORKER be)."""
+        ddprun = DDPRUN if cwd is None else os.path.abspath(DDPRUN)
+        return subprocess.Popen([ddprun, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=stdin, env=self.env, start_new_session=True, cwd=cwd)
 
-    def run_ddprun(self, *args, timeout=60):
+    def run_ddprun(self, *args, timeout=60, cwd=None):
         t0 = time.monotonic()
-        proc = self.start(*args)
+        proc = self.start(*args, cwd=cwd)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

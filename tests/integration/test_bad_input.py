@@ -14,9 +14,9 @@ class BadInput(DdprunTestCase):
         os.mkdir(self.marker_dir)
         self.ok_worker = [WORKER, f"ready={self.marker_dir}"]  # would leave ready.N if it ever ran
 
-    def refused(self, args, code, words):
+    def refused(self, args, code, words, cwd=None):
         before = sorted(os.listdir(self.tmp))
-        r = self.run_ddprun(*args)
+        r = self.run_ddprun(*args, cwd=cwd)
         err = r.stderr.decode()
         self.assertEqual(r.code, code, f"{args}: {r}")
         self.assertEqual(r.stdout, b"", f"{args}: {r}")
@@ -53,7 +53,15 @@ class BadInput(DdprunTestCase):
         with open(p, "w") as f:
             f.write("echo hi\n")
         os.chmod(p, 0o644)
-        self.refused([p], NOEXEC, ["not executable"])
+        # Without --no-python such a file is a Python script (test_torchrun_cli).
+        self.refused(["--no-python", p], NOEXEC, ["not executable"])
+
+    def test_program_in_the_working_directory_without_a_slash(self):
+        # An executable '#!' script is a program, and a bare name is looked up in PATH as a shell does.
+        with open(self.path("run"), "w") as f:
+            f.write("#!/bin/sh\necho hi\n")
+        os.chmod(self.path("run"), 0o755)
+        self.refused(["run"], NOTFOUND, ["'run' not found in PATH", "give ./run"], cwd=self.tmp)
 
     def test_program_is_a_directory(self):
         self.refused([self.marker_dir], NOEXEC, ["is a directory"])
@@ -76,6 +84,15 @@ class BadInput(DdprunTestCase):
 
     def test_option_without_value(self):
         self.refused(["--nproc-per-node"], USAGE, ["--nproc-per-node"])
+
+    def test_option_followed_by_an_option(self):
+        # Run in self.tmp, whose listing refused() compares: no directory named "--standalone" may appear.
+        worker = [os.path.abspath(WORKER), f"ready={self.marker_dir}"]
+        self.refused(["--log-dir", "--standalone", *worker], USAGE,
+                     ["--log-dir expects a value", "the option --standalone", "--log-dir=VALUE"], cwd=self.tmp)
+        # The prefix --std is --stdin-rank: the "1" meant for --nproc_per_node is not taken for the program.
+        self.refused(["--std", "--nproc_per_node", "1", *worker], USAGE,
+                     ["--std (--stdin-rank) expects a value", "--nproc_per_node"], cwd=self.tmp)
 
     def test_standalone_with_two_nodes(self):
         self.refused(["--standalone", "--nnodes", "2", *self.ok_worker], USAGE, ["--standalone"])
@@ -209,6 +226,20 @@ class GoodInputEdges(DdprunTestCase):
         r = self.run_ddprun("--version")
         self.assertEqual(r.code, 0)
         self.assertTrue(r.stdout.startswith(b"ddprun "))
+
+    def test_success_line_counts_its_workers(self):
+        r = self.run_ddprun(WORKER, "exit=0")
+        self.assertEqual(r.code, 0, r)
+        self.assertIn(b"the worker succeeded in ", r.stderr)
+        self.assertNotIn(b"all 1 workers", r.stderr)
+        r = self.run_ddprun("--nproc-per-node", "2", WORKER, "exit=0")
+        self.assertEqual(r.code, 0, r)
+        self.assertIn(b"all 2 workers succeeded in ", r.stderr)
+
+    def test_value_starting_with_a_dash_glued_on(self):
+        r = self.run_ddprun("--prefix=-{rank}- ", WORKER, "env=RANK")
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(r.stdout, b"-0- RANK=0\n")
 
     def test_nproc_cpu_uses_the_usable_cpus(self):
         r = self.run_ddprun("--nproc-per-node", "cpu", WORKER, "env=LOCAL_WORLD_SIZE")

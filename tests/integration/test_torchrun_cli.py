@@ -7,6 +7,7 @@ import os
 
 import test_bad_input
 from harness import DdprunTestCase, WORKER
+from ports import free_port
 
 USAGE = 64
 
@@ -55,6 +56,41 @@ class TorchrunLines(DdprunTestCase):
         r = self.run_ddprun("--run-path", "--nproc-per-node", "2", script)
         self.assertEqual(r.code, 0, r)
         self.assertEqual(self.lines(r), ["rank 0", "rank 1"])
+
+    def test_a_script_without_py_runs_under_python_and_programs_are_executed(self):
+        def write(name, text, mode):
+            with open(self.path(name), "w") as f:
+                f.write(text)
+            os.chmod(self.path(name), mode)
+        python = "import os, sys\nprint('python', os.environ['RANK'], sys.argv[1])\n"
+        write("train", python, 0o644)  # as torchrun: a file in the working directory, named without ./
+        write("train_x", python, 0o755)  # executable, but no '#!' line: the kernel could not run it
+        write("run", "#!/bin/sh\necho shell $RANK $1\n", 0o755)
+        for program, lines in (("train", ["python 0 a", "python 1 a"]),
+                               ("./train_x", ["python 0 a", "python 1 a"]),
+                               ("./run", ["shell 0 a", "shell 1 a"])):
+            r = self.run_ddprun("--nproc-per-node", "2", program, "a", cwd=self.tmp)
+            self.assertEqual(r.code, 0, f"{program}: {r}")
+            self.assertEqual(self.lines(r), lines, program)
+        r = self.run_ddprun("--no-python", "./train_x", cwd=self.tmp)  # executed: the kernel refuses it
+        self.assertEqual(r.code, 126, r)
+        self.assertIn(b"Exec format error", r.stderr)
+
+    def test_one_node_at_a_fixed_endpoint_keeps_the_default_run_id(self):
+        endpoint = ["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
+        go = self.path("go")
+        first = self.start(*endpoint, "--nproc-per-node", "2", WORKER, f"ready={self.tmp}", f"waitfile={go}",
+                           "env=TORCHELASTIC_RUN_ID")
+        self.wait_for_files([self.path("ready.0"), self.path("ready.1")])
+        # Why one node needs no id: a second job at the same endpoint, run "none" too, is refused, not merged.
+        second = self.run_ddprun(*endpoint, WORKER, "exit=0")
+        self.assertEqual(second.code, 77, second)
+        self.assertIn(b"is closed", second.stderr)
+        open(go, "w").close()
+        out, err = first.communicate(timeout=60)
+        self.assertEqual(first.returncode, 0, err)
+        self.assertEqual(sorted(line.split(": ", 1)[1] for line in out.decode().splitlines()),
+                         ["TORCHELASTIC_RUN_ID=none"] * 2)
 
     def test_start_method_is_noted_at_debug_level_only(self):
         r = self.run_ddprun("--start-method", "fork", WORKER, "exit=0")

@@ -1,5 +1,10 @@
-#include <algorithm>
 #include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include "agent/env_contract.hpp"
 #include "common/error.hpp"
@@ -22,6 +27,17 @@ int usage_code(std::vector<std::string> args) {
   }
   return 0;
 }
+
+// The one line a refusal prints, "" when the command line is accepted.
+std::string refusal(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const UsageError& e) {
+    CHECK(e.exit_code() == kExitUsage);
+    return e.what();
+  }
+  return "";
+}
 }  // namespace
 
 TEST_CASE("both torchrun spellings of an option are accepted") {
@@ -41,6 +57,53 @@ TEST_CASE("a .py program runs under python3 -u, -m runs a module, --no-python ex
   CHECK(m.agent.argv == std::vector<std::string>{"python3", "-u", "-m", "json.tool", "--help"});
   CHECK(usage_code({"--no-python", "-m", "x"}) == kExitUsage);
   CHECK(usage_code({"missing_script.py"}) == kExitNotFound);
+}
+
+TEST_CASE("a file that is not an executable ELF binary or '#!' script runs under Python, as in torchrun") {
+  struct TempDir {
+    std::string path;
+    TempDir() {
+      char d[] = "/tmp/ddprun-cli-test-XXXXXX";
+      REQUIRE(::mkdtemp(d) != nullptr);
+      path = d;
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+  } temp;
+  const std::string& dir = temp.path;
+  const auto file = [&](const std::string& name, const std::string& text, mode_t mode) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << text;
+    REQUIRE(::chmod(path.c_str(), mode) == 0);
+    return path;
+  };
+  const std::string script = file("train", "print('hi')\n", 0644);
+  const std::string no_shebang = file("train_x", "print('hi')\n", 0755);
+  const std::string shell = file("run", "#!/bin/sh\necho hi\n", 0755);
+  const std::string binary = file("bin", std::string("\x7f" "ELF\x02\x01\x01", 7), 0755);
+  const std::string shell_not_executable = file("run_me", "#!/bin/sh\necho hi\n", 0644);
+  const auto runs_python = [&](const std::string& path) {
+    INFO(path);
+    CHECK(parse({path, "--lr", "1"}).agent.argv == std::vector<std::string>{"python3", "-u", path, "--lr", "1"});
+  };
+  runs_python(script);
+  runs_python(no_shebang);
+  runs_python(shell_not_executable);
+  for (const std::string& program : {shell, binary}) {
+    INFO(program);
+    const auto c = parse({program, "x"});
+    CHECK(c.agent.program == program);
+    CHECK(c.agent.argv == std::vector<std::string>{program, "x"});
+  }
+  // A name that is no file here is a program in PATH; --no-python and -m keep their meaning.
+  CHECK(parse({"true"}).agent.argv == std::vector<std::string>{"true"});
+  CHECK(usage_code({"--no-python", script}) == kExitNotExecutable);
+  CHECK(parse({"--no-python", shell}).agent.argv == std::vector<std::string>{shell});
+  CHECK(parse({"-m", "train"}).agent.argv == std::vector<std::string>{"python3", "-u", "-m", "train"});
+  // The choice is said at debug level, for whoever wonders why their script met Python.
+  const auto notes = parse({script}).notes;
+  CHECK(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+    return n.rfind("debug: ", 0) == 0 && n.find("running it with Python") != std::string::npos;
+  }));
 }
 
 TEST_CASE("master port 0 or unset picks a free port; master addr defaults to loopback") {
@@ -89,6 +152,23 @@ TEST_CASE("dynamic multi-node: the endpoint's machine may host, ranks come from 
   CHECK(d.agent.world.run_id == "job9");
 }
 
+TEST_CASE("a fixed rendezvous endpoint needs --rdzv-id for several nodes, not for one (torchrun's default id)") {
+  for (const char* one : {"1", "1:1"}) {
+    INFO(one);
+    const auto c = parse({"--nnodes", one, "--rdzv-endpoint", "127.0.0.1:29555", "true"});
+    CHECK(c.agent.world.run_id == "none");
+    CHECK(c.agent.rdzv.server_port == 29555);
+    CHECK(!c.agent.rdzv.job.static_node_ranks);
+  }
+  CHECK(parse({"--rdzv-endpoint", "127.0.0.1:29555", "true"}).agent.world.run_id == "none");  // --nnodes 1
+  for (const char* several : {"2", "1:2"}) {
+    INFO(several);
+    const std::string why = refusal({"--nnodes", several, "--rdzv-endpoint", "127.0.0.1:29555", "true"});
+    CHECK(why.find("needs --rdzv-id ID") != std::string::npos);
+    CHECK(why.find("--nnodes " + std::string(several)) != std::string::npos);
+  }
+}
+
 TEST_CASE("help and version exit at once") {
   CHECK(parse({"--help"}).exit_now);
   CHECK(parse({"--version"}).text.find("ddprun") == 0);
@@ -110,7 +190,8 @@ TEST_CASE("help names every value, has one usage line, the environment, the exit
     CHECK(help.find(named) != std::string::npos);
   }
   for (const char* part : {"\nEnvironment:\n", "DDPRUN_TOKEN", "PET_NPROC_PER_NODE", "PYTHON_EXEC",
-                           "\nExit status:\n", "64 bad usage", "77 refused", "\nExamples:\n", "  $ ddprun "}) {
+                           "\nExit status:\n", "64 bad usage", "77 refused", "78 a worker hung", "79 preempted",
+                           "\nExamples:\n", "  $ ddprun "}) {
     INFO(part);
     CHECK(help.find(part) != std::string::npos);
   }
@@ -165,4 +246,35 @@ TEST_CASE("the job-wide rendezvous settings are checked once, by the rendezvous'
   CHECK(c.agent.rdzv.job.run_id == "j1");
   CHECK(c.agent.rdzv.job.token == "s3cret");
   CHECK(c.agent.rdzv.job.static_node_ranks);
+}
+
+TEST_CASE("an option that takes a value does not take the next option as its value (argparse's rule)") {
+  const auto contains = [](const std::string& text, const std::string& part) {
+    INFO(text);
+    CHECK(text.find(part) != std::string::npos);
+  };
+  // Once this made a directory named "--standalone" and dropped the flag.
+  const std::string log_dir = refusal({"--log-dir", "--standalone", "true"});
+  contains(log_dir, "--log-dir expects a value, but the next word is the option --standalone");
+  contains(log_dir, "--log-dir=VALUE");
+  CHECK(log_dir.find('\n') == std::string::npos);
+  // A prefix is named with the option it stands for; once this ran the program "1".
+  contains(refusal({"--std", "--nproc_per_node", "1", "true"}),
+           "--std (--stdin-rank) expects a value, but the next word is the option --nproc_per_node");
+  contains(refusal({"-r", "--standalone", "true"}), "-r (--redirects) expects a value");
+  contains(refusal({"--log-dir", "/tmp", "-t", "-v", "true"}), "-t (--tee) expects a value");
+  contains(refusal({"--master-port", "--", "true"}), "the next word is '--'");
+  contains(refusal({"--nproc-per-node"}), "--nproc-per-node expects a value, and nothing follows it");
+  // A negative number is a value, as in argparse (no option looks like one): the value's own check refuses it.
+  contains(refusal({"--term-timeout", "-1", "true"}), "--term-timeout");
+  CHECK(refusal({"--term-timeout", "-1", "true"}).find("expects a value") == std::string::npos);
+  CHECK(refusal({"--max-restarts", "-2", "true"}).find("expects a value") == std::string::npos);
+  CHECK(refusal({"--monitor-interval", "-.5", "true"}).find("expects a value") == std::string::npos);
+  // Glued on with '=' (or to a short option), a value may start with '-'; so may one with a space in it.
+  CHECK(parse({"--run-id=-odd-", "true"}).agent.world.run_id == "-odd-");
+  CHECK(parse({"--prefix=-{rank}- ", "true"}).agent.output.prefix_format == "-{rank}- ");
+  CHECK(parse({"--prefix", "-> {rank} ", "true"}).agent.output.prefix_format == "-> {rank} ");
+  contains(refusal({"--log-dir", "/tmp", "-r-1", "true"}), "--redirects");
+  CHECK(refusal({"--log-dir", "/tmp", "-r-1", "true"}).find("expects a value") == std::string::npos);
+  CHECK(parse({"--role", "-", "true"}).agent.world.role == "-");
 }
