@@ -102,6 +102,18 @@ def wait_gone(pids, timeout):
     return alive
 
 
+def read_until(proc, out, marker, what):
+    """Reads proc's stdout (plain os.read: a buffered reader would keep bytes that communicate() then never
+    sees) until `marker` appears after what `out` already holds; returns everything read."""
+    start = len(out)
+    while marker not in out[start:]:
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            raise AssertionError(f"ddprun ended before {what}: {out.decode(errors='replace')}")
+        out += chunk
+    return out
+
+
 class Result:
     def __init__(self, proc, stdout, stderr, elapsed):
         self.code = proc.returncode

@@ -18,7 +18,7 @@ import time
 import unittest
 import xml.etree.ElementTree as ET
 
-from harness import DDPRUN, DdprunTestCase, WORKER
+from harness import DDPRUN, DdprunTestCase, WORKER, read_until
 from ports import free_port
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
@@ -176,18 +176,6 @@ class MainJob(DdprunTestCase):
         self.assertEqual(global_steps, sorted(set(global_steps)))  # appended, in order, nothing repeated
         self.assertEqual(global_steps[-1], 3 * 64 - 4)
         self.assertEqual([x["epoch"] for x in records if x["kind"] == "epoch"], [1, 2, 3])
-
-
-def read_until(proc, out, marker, what):
-    """Reads proc's stdout (plain os.read: a buffered reader would keep bytes that communicate() then never
-    sees) until `marker` appears after what `out` already holds; returns everything read."""
-    start = len(out)
-    while marker not in out[start:]:
-        chunk = os.read(proc.stdout.fileno(), 65536)
-        if not chunk:
-            raise AssertionError(f"ddprun ended before {what}: {out.decode(errors='replace')}")
-        out += chunk
-    return out
 
 
 @unittest.skipUnless(os.access(FASHION, os.X_OK), f"{FASHION} is not built (configure with the SDK: LibTorch)")

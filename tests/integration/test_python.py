@@ -11,7 +11,7 @@ import subprocess
 import threading
 import unittest
 
-from harness import DdprunTestCase
+from harness import DdprunTestCase, read_until
 from python_env import EXAMPLES, NO_TORCH, torch_python
 from ports import free_port
 
@@ -19,18 +19,6 @@ PYTHON = torch_python()
 TRAIN = os.path.join(EXAMPLES, "fashion_mnist_ddp.py")
 FAIL = os.path.join(EXAMPLES, "record_failure.py")
 SHORT = ("--train-limit", "2000", "--batch-size", "32", "--log-every", "5")
-
-
-def read_until(proc, out, marker, what):
-    """Reads proc's stdout with plain os.read (a buffered reader could hold bytes back from a later
-    communicate()) until `marker` shows up in what arrives after `out`; returns `out` and all that was read."""
-    start = len(out)
-    while marker not in out[start:]:
-        chunk = os.read(proc.stdout.fileno(), 65536)
-        if not chunk:
-            raise AssertionError(f"ddprun's output ended before {what}:\n{out.decode(errors='replace')}")
-        out += chunk
-    return out
 
 
 @unittest.skipIf(PYTHON is None, NO_TORCH)
