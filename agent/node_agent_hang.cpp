@@ -168,6 +168,7 @@ rdzv::HangViewMsg NodeAgent::hang_view() const {
     const std::int64_t since = beat.ever() ? std::max(beat.time_ns, hang_pause_end_ns_)
                                            : std::max(round_started_ns_, hang_pause_end_ns_);
     r.silent_ms = std::max<std::int64_t>(0, (now_ns - since) / 1'000'000);
+    r.quiet = beat.quiet_until_ns > now_ns;
     r.hung = std::any_of(hung_.begin(), hung_.end(), [&](const HungWorker& h) { return h.local_rank == w.local_rank; });
     view.ranks.push_back(r);
   }

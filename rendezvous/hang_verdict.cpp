@@ -15,11 +15,12 @@ namespace {
 // many distinct steps are listed.
 constexpr std::size_t kMaxStepsListed = 8;
 
-// Orders ranks from most to least suspect: behind first (a rank that never beat before every rank that did,
-// then the smallest step), then silent longest, then the lowest rank for a stable answer.
+// Orders ranks from most to least suspect: a rank inside a quiet phase it declared last (its silence is by
+// its word: an evaluation, a save, or waiting for one); then behind first (a rank that never beat before every
+// rank that did, then the smallest step), then silent longest, then the lowest rank for a stable answer.
 auto suspicion(const RankBeat& r) {
   const std::int64_t progress = r.never_beat ? -2 : r.step;
-  return std::make_tuple(progress, -r.silent_ms, r.rank);
+  return std::make_tuple(r.quiet, progress, -r.silent_ms, r.rank);
 }
 
 std::string where(const RankBeat& r) {

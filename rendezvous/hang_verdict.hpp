@@ -5,7 +5,8 @@
 // Why job-wide: in a collective every rank waits for the slowest, so the ranks that go silent first are often
 // the waiters, and which of them an agent notices first is a matter of microseconds. The rank that is
 // *behind* is the suspect: the smallest step among all ranks (a rank that never beat counts as behind every
-// rank that did); among equals, the one silent longest. The verdict names the evidence: where every other
+// rank that did); among equals, the one silent longest. A rank inside a quiet phase it declared is named only
+// when every rank is. The verdict names the evidence: where every other
 // rank was, and where each node's stacks are (host:path when several nodes answered).
 #pragma once
 

@@ -67,6 +67,7 @@ struct RankBeat {
   std::int64_t silent_ms = 0;  // since its last beat (since its start when it never beat)
   bool never_beat = false;
   bool hung = false;           // past the timeout by its own agent's judgement
+  bool quiet = false;          // inside a quiet phase it declared (an evaluation, a save): silent by its word
   friend bool operator==(const RankBeat& a, const RankBeat& b);
 };
 struct HangViewMsg {

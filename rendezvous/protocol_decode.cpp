@@ -108,6 +108,7 @@ HangViewMsg decode_hang_view(const json& j) {
     b.silent_ms = get_int_in(r, "silent_ms", std::int64_t{0}, kMaxMs);
     b.never_beat = get_bool(r, "never_beat", false);
     b.hung = get_bool(r, "hung", false);
+    b.quiet = get_bool(r, "quiet", false);
     m.ranks.push_back(b);
   }
   return m;

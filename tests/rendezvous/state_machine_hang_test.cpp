@@ -66,6 +66,13 @@ TEST_SUITE("hang verdict") {
     CHECK(hang_verdict(views, 0).rank == 0);
   }
 
+  TEST_CASE("a rank inside its declared quiet phase is not the suspect, however long its silence") {
+    RankBeat waiting = beat(0, -1, 9000, false);  // waits in a collective, quiet by its word
+    waiting.quiet = true;
+    std::vector<NodeHangView> views{{0, "a", view({waiting, beat(1, -1, 2500)}, true, "")}};
+    CHECK(hang_verdict(views, 0).rank == 1);
+  }
+
   TEST_CASE("a rank that never beat is behind every rank that did; one node's stacks need no host") {
     RankBeat never = beat(1, -1, 60'000);
     never.never_beat = true;
