@@ -38,4 +38,19 @@ HangCheck check_hangs(const std::vector<WatchedWorker>& running, std::int64_t ti
   return out;
 }
 
+std::string torch_collective_in(const std::string& python_stacks) {
+  // faulthandler's frame lines: '  File "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py",
+  // line 1536 in all_reduce'. The first such line is the innermost call of its thread.
+  static const std::string kFile = "distributed_c10d.py\", line ";
+  for (std::size_t at = python_stacks.find(kFile); at != std::string::npos; at = python_stacks.find(kFile, at + 1)) {
+    const std::size_t in = python_stacks.find(" in ", at);
+    const std::size_t eol = python_stacks.find('\n', at);
+    if (in == std::string::npos || (eol != std::string::npos && in > eol)) continue;
+    std::string name = python_stacks.substr(in + 4, (eol == std::string::npos ? python_stacks.size() : eol) - in - 4);
+    while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
+    if (!name.empty() && name.size() <= 64 && name.find_first_of(" \t\"") == std::string::npos) return name;
+  }
+  return {};
+}
+
 }  // namespace ddprun::agent

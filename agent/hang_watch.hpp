@@ -41,6 +41,11 @@ HangCheck check_hangs(const std::vector<WatchedWorker>& running, std::int64_t ti
 // How often to look for first beats: a quarter of the timeout, at most a second, at least 10 ms.
 std::int64_t discovery_period_ns(std::int64_t timeout_ns);
 
+// The torch.distributed call a Python worker's stacks (faulthandler's text, most recent call first) show it
+// in: the function of the innermost frame in distributed_c10d.py ("all_reduce", "barrier"), "" when none. The
+// hang verdict compares it across ranks (rendezvous/hang_verdict.hpp).
+std::string torch_collective_in(const std::string& python_stacks);
+
 }  // namespace ddprun::agent
 
 namespace ddprun::agent {

@@ -169,6 +169,11 @@ rdzv::HangViewMsg NodeAgent::hang_view() const {
                                            : std::max(round_started_ns_, hang_pause_end_ns_);
     r.silent_ms = std::max<std::int64_t>(0, (now_ns - since) / 1'000'000);
     r.quiet = beat.quiet_until_ns > now_ns;
+    // The file is in the private work tree on a local disk (never --log-dir): read on the loop, it is small.
+    if (const std::string py = read_file(stacks_file(w.local_rank)); !py.empty()) {
+      r.python_stack = true;
+      r.collective = torch_collective_in(py);
+    }
     r.hung = std::any_of(hung_.begin(), hung_.end(), [&](const HungWorker& h) { return h.local_rank == w.local_rank; });
     view.ranks.push_back(r);
   }

@@ -33,19 +33,19 @@ long long file_size(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 char process_state(pid_t pid) {
   process::ProcStat st;
   const std::string dir = std::to_string(pid);
   return process::read_proc_stat(dir.c_str(), st) ? st.state : 0;
 }
 }  // namespace
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
 
 std::optional<std::vector<std::string>> stack_tool_command(pid_t pid, const std::string& path_env) {
   const std::string p = std::to_string(pid);

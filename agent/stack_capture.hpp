@@ -28,6 +28,9 @@ struct CaptureTarget {
 // `path_env` (a PATH value); none when neither is installed.
 std::optional<std::vector<std::string>> stack_tool_command(pid_t pid, const std::string& path_env);
 
+// A whole file's contents ("" when it cannot be read): the capture's own small files.
+std::string read_file(const std::string& path);
+
 // Whether `pid` has a handler for `signal` (/proc/PID/status SigCgt): sending it is then safe.
 bool catches_signal(pid_t pid, int signal);
 

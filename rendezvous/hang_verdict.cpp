@@ -24,8 +24,28 @@ auto suspicion(const RankBeat& r) {
 }
 
 std::string where(const RankBeat& r) {
-  if (r.never_beat) return "before its first heartbeat";
-  return r.step >= 0 ? "at step " + std::to_string(r.step) : "with no step given";
+  std::string at = r.never_beat ? "before its first heartbeat"
+                                : r.step >= 0 ? "at step " + std::to_string(r.step) : "with no step given";
+  if (r.python_stack) at += r.collective.empty() ? " outside any collective" : " in " + r.collective;
+  return at;
+}
+
+// Among ranks equally far (the same step), what their Python stacks say: ranks waiting in a collective wait for
+// those that are not in one; if all are in one, the odd one out is in another (it skipped the others' call).
+// Returns the candidates left; unchanged when the stacks do not tell.
+std::vector<const RankBeat*> by_stacks(std::vector<const RankBeat*> tied) {
+  std::map<std::string, std::vector<const RankBeat*>> in;  // collective → ranks; "" = outside any
+  for (const RankBeat* r : tied)
+    if (r->python_stack) in[r->collective].push_back(r);
+  if (in.size() < 2) return tied;
+  if (auto outside = in.find(""); outside != in.end()) return outside->second;
+  const auto smallest = std::min_element(in.begin(), in.end(), [](const auto& a, const auto& b) {
+    return a.second.size() < b.second.size();
+  });
+  const bool unique = std::count_if(in.begin(), in.end(), [&](const auto& g) {
+                        return g.second.size() == smallest->second.size();
+                      }) == 1;
+  return unique ? smallest->second : tied;
 }
 
 }  // namespace
@@ -64,14 +84,24 @@ std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t
 }
 
 Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_unix_ms) {
-  const NodeHangView* suspect_node = nullptr;
-  const RankBeat* suspect = nullptr;
+  // The least advanced ranks (and not quiet by their word), then what the stacks say, then the longest silence.
+  const RankBeat* first = nullptr;
   for (const NodeHangView& v : views)
     for (const RankBeat& r : v.view.ranks)
-      if (!suspect || suspicion(r) < suspicion(*suspect)) {
-        suspect = &r;
-        suspect_node = &v;
-      }
+      if (!first || suspicion(r) < suspicion(*first)) first = &r;
+  std::vector<const RankBeat*> tied;
+  std::map<const RankBeat*, const NodeHangView*> node_of;
+  for (const NodeHangView& v : views)
+    for (const RankBeat& r : v.view.ranks) {
+      node_of[&r] = &v;
+      if (std::get<0>(suspicion(r)) == std::get<0>(suspicion(*first)) &&
+          std::get<1>(suspicion(r)) == std::get<1>(suspicion(*first)))
+        tied.push_back(&r);
+    }
+  const RankBeat* suspect = nullptr;
+  for (const RankBeat* r : by_stacks(tied))
+    if (!suspect || suspicion(*r) < suspicion(*suspect)) suspect = r;
+  const NodeHangView* suspect_node = suspect ? node_of[suspect] : nullptr;
   Failure f;
   f.time_unix_ms = now_unix_ms;
   f.signal = SIGKILL;
@@ -92,13 +122,13 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
   f.pid = suspect->pid;
 
   // Evidence: where the others were, grouped by position ("ranks 0,2-3 at step 42").
-  std::map<std::tuple<std::int64_t, bool>, std::vector<int>> others;  // (step, never beat) → ranks
+  std::map<std::tuple<std::int64_t, bool, bool, std::string>, std::vector<int>> others;  // where → ranks
   std::vector<std::string> stacks;
   for (const NodeHangView& v : views) {
     // One node: its path; several: each prefixed with its host, where the file is.
     if (!v.view.stacks.empty()) stacks.push_back(views.size() == 1 ? v.view.stacks : v.host + ":" + v.view.stacks);
     for (const RankBeat& r : v.view.ranks)
-      if (&r != suspect) others[{r.never_beat ? -2 : r.step, r.never_beat}].push_back(r.rank);
+      if (&r != suspect) others[{r.never_beat ? -2 : r.step, r.never_beat, r.python_stack, r.collective}].push_back(r.rank);
   }
   std::string evidence;
   std::size_t listed = 0;
@@ -106,6 +136,8 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
     RankBeat at;
     at.step = std::get<0>(it->first);
     at.never_beat = std::get<1>(it->first);
+    at.python_stack = std::get<2>(it->first);
+    at.collective = std::get<3>(it->first);
     evidence += (evidence.empty() ? "" : ", ") + rank_list(it->second) + " " + where(at);
   }
   if (others.size() > kMaxStepsListed) evidence += ", and others";

@@ -5,8 +5,9 @@
 // Why job-wide: in a collective every rank waits for the slowest, so the ranks that go silent first are often
 // the waiters, and which of them an agent notices first is a matter of microseconds. The rank that is
 // *behind* is the suspect: the smallest step among all ranks (a rank that never beat counts as behind every
-// rank that did); among equals, the one silent longest. A rank inside a quiet phase it declared is named only
-// when every rank is. The verdict names the evidence: where every other
+// rank that did); among equals, what their Python stacks say (those waiting in a collective wait for a rank
+// outside it, or for the odd one out in another collective: it skipped theirs), then the one silent longest.
+// A rank inside a quiet phase it declared is named only when every rank is. The verdict names the evidence: where every other
 // rank was, and where each node's stacks are (host:path when several nodes answered).
 #pragma once
 

@@ -18,7 +18,8 @@ bool operator==(const Assignment& a, const Assignment& b) {
 
 bool operator==(const RankBeat& a, const RankBeat& b) {
   return a.rank == b.rank && a.local_rank == b.local_rank && a.pid == b.pid && a.step == b.step &&
-         a.silent_ms == b.silent_ms && a.never_beat == b.never_beat && a.hung == b.hung && a.quiet == b.quiet;
+         a.silent_ms == b.silent_ms && a.never_beat == b.never_beat && a.hung == b.hung && a.quiet == b.quiet &&
+         a.python_stack == b.python_stack && a.collective == b.collective;
 }
 
 const char* to_string(ErrorKind kind) {
@@ -70,7 +71,7 @@ json to_json_value(const ClientMessage& message) {
           for (const RankBeat& r : m.ranks)
             ranks.push_back(json{{"rank", r.rank}, {"local_rank", r.local_rank}, {"pid", r.pid}, {"step", r.step},
                                  {"silent_ms", r.silent_ms}, {"never_beat", r.never_beat}, {"hung", r.hung},
-                                 {"quiet", r.quiet}});
+                                 {"quiet", r.quiet}, {"python_stack", r.python_stack}, {"in", r.collective}});
           j["ranks"] = std::move(ranks);
           j["stacks"] = m.stacks;
           return j;

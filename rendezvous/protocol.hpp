@@ -39,6 +39,7 @@ inline constexpr std::size_t kMaxHexBytes = 128;         // MACs are 64 hex digi
 inline constexpr std::size_t kMaxMungeCredentialBytes = 2048;  // ~250 bytes for our payload; fits a handshake frame
 inline constexpr std::size_t kMaxTypeBytes = 32;         // "type", "kind", "proto"
 inline constexpr std::int64_t kMaxHeartbeatMs = 24LL * 3600 * 1000;
+inline constexpr std::size_t kMaxCollectiveBytes = 64;  // a hang view's function name
 
 // ---- client → server ----
 struct HelloMsg {
@@ -68,6 +69,8 @@ struct RankBeat {
   bool never_beat = false;
   bool hung = false;           // past the timeout by its own agent's judgement
   bool quiet = false;          // inside a quiet phase it declared (an evaluation, a save): silent by its word
+  bool python_stack = false;   // its Python stack was captured, so `collective` says where it is
+  std::string collective;      // the torch.distributed call it is in ("all_reduce", "barrier"), "" when none
   friend bool operator==(const RankBeat& a, const RankBeat& b);
 };
 struct HangViewMsg {

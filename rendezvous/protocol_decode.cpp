@@ -109,6 +109,8 @@ HangViewMsg decode_hang_view(const json& j) {
     b.never_beat = get_bool(r, "never_beat", false);
     b.hung = get_bool(r, "hung", false);
     b.quiet = get_bool(r, "quiet", false);
+    b.python_stack = get_bool(r, "python_stack", false);
+    b.collective = get_optional_string(r, "in", kMaxCollectiveBytes);
     m.ranks.push_back(b);
   }
   return m;

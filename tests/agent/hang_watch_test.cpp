@@ -187,3 +187,18 @@ TEST_CASE("the slot carries the quiet phase as a worker writes it, and a new rou
   CHECK(ch.read(1).quiet_until_ns == 0);
   ::munmap(mapped, 4096);
 }
+
+TEST_CASE("the torch.distributed call a Python worker waits in is read from its faulthandler stacks") {
+  const std::string dump =
+      "Thread 0x00007f3a1c5fe6c0 (most recent call first):\n"
+      "  File \"/usr/lib/python3.11/threading.py\", line 327 in wait\n"
+      "\n"
+      "Current thread 0x00007f3a2a0b5740 (most recent call first):\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 1536 in all_reduce\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/distributed/c10d_logger.py\", line 81 in wrapper\n"
+      "  File \"/tmp/job.py\", line 9 in <module>\n";
+  CHECK(torch_collective_in(dump) == "all_reduce");
+  CHECK(torch_collective_in("  File \"/tmp/job.py\", line 3 in stuck_in_loader\n") == "");
+  CHECK(torch_collective_in("") == "");
+  CHECK(torch_collective_in("  File \"x/distributed_c10d.py\", line 2 in barrier") == "barrier");  // no newline
+}

@@ -22,6 +22,12 @@ RankBeat beat(int rank, std::int64_t step, std::int64_t silent_ms, bool hung = t
   return r;
 }
 
+RankBeat in(RankBeat r, std::string collective) {  // with its Python stack: in that call ("" = none)
+  r.python_stack = true;
+  r.collective = std::move(collective);
+  return r;
+}
+
 HangViewMsg view(std::vector<RankBeat> ranks, bool suspect, std::string stacks) {
   HangViewMsg v;
   v.suspect = suspect;
@@ -64,6 +70,43 @@ TEST_SUITE("hang verdict") {
     CHECK(hang_verdict(views, 0).rank == 1);
     views[0].view.ranks[0].silent_ms = 900;
     CHECK(hang_verdict(views, 0).rank == 0);
+  }
+
+  TEST_CASE("at the same step, the odd one out in another collective is named: it skipped the others' call") {
+    // Rank 1 skipped step 42's all_reduce and waits in barrier; ranks 0, 2, 3 wait in the all_reduce. Rank 0
+    // went silent first.
+    std::vector<NodeHangView> views{
+        {0, "a", view({in(beat(0, 42, 3100), "all_reduce"), in(beat(1, 42, 3000), "barrier")}, true, "/a")},
+        {1, "b", view({in(beat(2, 42, 3050), "all_reduce"), in(beat(3, 42, 3020), "all_reduce")}, false, "/b")}};
+    const Failure f = hang_verdict(views, 0);
+    CHECK(f.rank == 1);
+    CHECK(f.message.find("rank 1 at step 42 in barrier while ranks 0,2-3 at step 42 in all_reduce") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("at the same step, a rank outside any collective is named: the others wait in one for it") {
+    std::vector<NodeHangView> views{
+        {0, "a", view({in(beat(0, 7, 3100), "all_reduce"), in(beat(1, 7, 2000), "")}, true, "/a")}};
+    const Failure f = hang_verdict(views, 0);
+    CHECK(f.rank == 1);
+    CHECK(f.message.find("rank 1 at step 7 outside any collective while rank 0 at step 7 in all_reduce") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("stacks that do not tell (an even split, or none captured) leave it to the silence") {
+    std::vector<NodeHangView> even{{0, "a",
+                                    view({in(beat(0, 7, 100), "all_reduce"), in(beat(1, 7, 200), "all_reduce"),
+                                          in(beat(2, 7, 300), "barrier"), in(beat(3, 7, 400), "barrier")},
+                                         true, "")}};
+    CHECK(hang_verdict(even, 0).rank == 3);
+    std::vector<NodeHangView> native{{0, "a", view({beat(0, 7, 900), beat(1, 7, 100)}, true, "")}};  // C++ ranks
+    CHECK(hang_verdict(native, 0).rank == 0);
+  }
+
+  TEST_CASE("the step comes before the stacks: a rank behind is named whatever call it is in") {
+    std::vector<NodeHangView> views{
+        {0, "a", view({in(beat(0, 8, 100), ""), in(beat(1, 7, 50), "all_reduce")}, true, "")}};
+    CHECK(hang_verdict(views, 0).rank == 1);
   }
 
   TEST_CASE("a rank inside its declared quiet phase is not the suspect, however long its silence") {
