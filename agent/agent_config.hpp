@@ -64,6 +64,7 @@ struct RendezvousConfig {
   std::optional<int> node_rank;  // static mode only
   std::string local_addr;        // how the other nodes reach this one (join.address); empty: as the server sees it
   int master_port = 0;           // MASTER_PORT offered if this node becomes node 0; 0: picked by the client
+  bool master_port_fixed = false;  // --master-port given: the same every round (else picked afresh each round)
 };
 
 struct AgentConfig {

@@ -107,6 +107,7 @@ void RendezvousLink::start() {
   c.join.host = config_.host;
   c.join.address = r.local_addr;
   c.join.master_port = r.master_port;
+  c.join.master_port_fixed = r.master_port_fixed;
   c.join.hosts_server = server_ != nullptr;
   c.connect_timeout = r.job.join_timeout;
   client_ = std::make_unique<rdzv::Client>(io_, c, handlers_, log_);

@@ -8,7 +8,7 @@
 namespace ddprun::launcher {
 
 int pick_free_port() {
-  const int port = process::probe_tcp_port("0.0.0.0", 0);
+  const int port = process::pick_master_port("0.0.0.0");
   if (port < 0) throw SystemError("cannot find a free TCP port", -port);
   return port;
 }

@@ -131,6 +131,7 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
   agent::World& w = cfg.world;
   agent::RendezvousConfig& r = cfg.rdzv;
   rendezvous::JobConfig& job = r.job;
+  r.master_port_fixed = !o.master_port.empty();  // else a fresh MASTER_PORT each round (rendezvous/client.hpp)
   w.nnodes = job.max_nodes = nnodes;  // elastic: the most it can be, until the rendezvous says
   job.min_nodes = range.min;
   job.max_departures = parse_int_in("--rdzv-conf max_departures", o.max_departures, 1, 1000000);

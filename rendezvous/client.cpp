@@ -49,6 +49,20 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     connect();
   }
 
+  void report_stopped() {
+    StoppedMsg stopped;
+    const JoinRequest& join = config_.join;
+    const bool may_be_node0 = !join.node_rank || *join.node_rank == 0;
+    if (!join.master_port_fixed && may_be_node0) {
+      try {
+        stopped.master_port = pick_free_port();
+      } catch (const ConnectionError& e) {
+        logger_.warning("keeping MASTER_PORT ", join.master_port, " for the next round: ", e.what());
+      }
+    }
+    send(stopped);
+  }
+
   void send(const ClientMessage& message) {
     if (done_) return;
     std::string frame = encode_frame(encode(message), config_.max_frame_bytes);
@@ -327,7 +341,7 @@ Client::~Client() { impl_->close(); }
 void Client::start() { impl_->start(); }
 void Client::report_failure(const Failure& failure) { impl_->send(FailureMsg{failure}); }
 void Client::report_node_done() { impl_->send(NodeDoneMsg{}); }
-void Client::report_stopped() { impl_->send(StoppedMsg{}); }
+void Client::report_stopped() { impl_->report_stopped(); }
 void Client::report_hang_view(const HangViewMsg& view) { impl_->send(view); }
 void Client::close() { impl_->close(); }
 

@@ -31,6 +31,9 @@ struct JoinRequest {
   // MASTER_PORT candidate, used if this node becomes node 0: --master-port, or 0 to have the client pick a
   // free port on this machine just before joining (only when this node can become node 0).
   int master_port = 0;
+  // --master-port given: offer the same port every round. Otherwise a fresh one is picked for each restart
+  // round (report_stopped), as torchrun --standalone does: the last round's may have been taken since.
+  bool master_port_fixed = false;
   // This node's agent hosts the server in-process: its own departure (a signal) ends the job, which cannot
   // go on without the server, instead of re-forming an elastic job around it.
   bool hosts_server = false;
@@ -78,7 +81,7 @@ class Client {
   // Queued until the hello is sent; then written in order. Ignored after a terminal event.
   void report_failure(const Failure& failure);
   void report_node_done();   // every local worker exited 0
-  void report_stopped();     // restart round: every local worker is down
+  void report_stopped();     // restart round: every local worker is down (with a fresh master port offer)
   void report_hang_view(const HangViewMsg& view);  // --hang-timeout: this node's workers, judged
   void close();              // no more handlers; idempotent
 
@@ -88,8 +91,9 @@ class Client {
   std::shared_ptr<Impl> impl_;
 };
 
-// A free TCP port on this machine (bind to port 0 and release it), as torchrun picks MASTER_PORT.
-// Racy by nature: another process may take it before the TCPStore binds. Throws ConnectionError.
+// A free TCP port on this machine for MASTER_PORT (process::pick_master_port: outside the kernel's
+// ephemeral range, so no port the kernel hands out can take it before the TCPStore binds). Throws
+// ConnectionError.
 std::uint16_t pick_free_port(const std::string& bind_address = "0.0.0.0");
 
 // The block an agent logs once the rendezvous completes.

@@ -1,9 +1,9 @@
 // The client's free functions: error raising, free-port picking, the summary block.
-#include <boost/asio/ip/tcp.hpp>
+#include <cstring>
 #include <sstream>
 
+#include "common/process/ports.hpp"
 #include "rendezvous/client.hpp"
-#include "rendezvous/listener.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -18,12 +18,9 @@ void ClientError::raise() const {
 }
 
 std::uint16_t pick_free_port(const std::string& bind_address) {
-  boost::asio::io_context io;
-  auto acceptor = open_listener(io, bind_address, 0, /*listen=*/false);
-  boost::system::error_code ec;
-  auto endpoint = acceptor.local_endpoint(ec);
-  if (ec) throw ConnectionError("cannot pick a free port on " + bind_address + ": " + ec.message());
-  return endpoint.port();
+  const int port = process::pick_master_port(bind_address);
+  if (port <= 0) throw ConnectionError("cannot pick a free port on " + bind_address + ": " + std::strerror(-port));
+  return static_cast<std::uint16_t>(port);
 }
 
 std::string format_summary(const Assignment& a, const std::string& host) {

@@ -1,4 +1,4 @@
-// Opening a listening socket, shared by the server and pick_free_port.
+// Opening a listening socket for the server.
 #pragma once
 
 #include <cstdint>

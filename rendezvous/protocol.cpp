@@ -77,7 +77,9 @@ json to_json_value(const ClientMessage& message) {
           return j;
         } else {
           static_assert(std::is_same_v<T, StoppedMsg>);
-          return typed("stopped");
+          json j = typed("stopped");
+          if (m.master_port > 0) j["master_port"] = m.master_port;
+          return j;
         }
       },
       message);

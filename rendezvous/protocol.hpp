@@ -57,7 +57,12 @@ struct HelloMsg {
 struct HeartbeatMsg {};
 struct FailureMsg { Failure failure; };
 struct NodeDoneMsg {};   // every local worker exited 0
-struct StoppedMsg {};    // restart round: every local worker is down, ready for the next round
+// Restart round: every local worker is down, ready for the next round. master_port: a fresh MASTER_PORT for
+// the next round if this node becomes node 0 (0: keep the one from the hello): a port ddprun picked is picked
+// again every round, since another program may have taken it meanwhile; one the user gave is kept.
+struct StoppedMsg {
+  int master_port = 0;
+};
 // One worker as its agent saw it when a hang was judged (--hang-timeout): the job-wide verdict
 // (hang_verdict.hpp) compares these across every node.
 struct RankBeat {

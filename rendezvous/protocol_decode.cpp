@@ -138,7 +138,7 @@ ClientMessage decode_client_message(std::string_view payload) {
   }
   if (type == "failure") return FailureMsg{get_failure(j, "failure")};
   if (type == "node_done") return NodeDoneMsg{};
-  if (type == "stopped") return StoppedMsg{};
+  if (type == "stopped") return StoppedMsg{get_optional_int_in(j, "master_port", 1, 65535).value_or(0)};
   if (type == "hang_view") return decode_hang_view(j);
   throw ProtocolError("unknown message type");  // not echoed: the peer's text does not go into our log
 }

@@ -121,7 +121,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
             run(HangReport{id, std::move(m)});
           } else {
             static_assert(std::is_same_v<T, StoppedMsg>);
-            run(NodeStopped{id});
+            run(NodeStopped{id, m.master_port});
           }
         },
         message);

@@ -114,7 +114,7 @@ struct Hello {                // an authenticated-or-not hello; the machine chec
 struct Heartbeat { ConnId conn = 0; };
 struct FailureReport { ConnId conn = 0; Failure failure; };
 struct NodeDone { ConnId conn = 0; };
-struct NodeStopped { ConnId conn = 0; };
+struct NodeStopped { ConnId conn = 0; int master_port = 0; };  // master_port: the node's new offer, 0: keep
 struct HangReport { ConnId conn = 0; HangViewMsg view; };  // --hang-timeout: a node's workers, judged
 struct Disconnected { ConnId conn = 0; std::string reason; };
 struct Tick {};  // time passed; the server sends one at least every heartbeat_interval / 2

@@ -254,6 +254,7 @@ void on_node_stopped(RendezvousState& state, const NodeStopped& event, const Now
     return;
   touch(state, it->second, now);
   it->second.stopped = true;
+  if (event.master_port > 0) it->second.master_port = event.master_port;  // node 0's offer for the next round
   ++state.stopped_count;
   start_next_round_if_stopped(state, out);
 }

@@ -33,7 +33,7 @@ namespace proc = ddprun::process;
 using Clock = std::chrono::steady_clock;
 
 int free_port(const std::string& addr) {
-  const int port = proc::probe_tcp_port(addr, 0);
+  const int port = proc::pick_master_port(addr);
   if (port < 0) throw Error("cannot find a free port on " + addr + ": " + std::strerror(-port));
   return port;
 }

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <fstream>
+#include <random>
 
 namespace ddprun::process {
 
@@ -30,6 +32,37 @@ int probe_tcp_port(const std::string& ipv4_address, int port) {
   }
   ::close(fd);
   return result;
+}
+
+std::pair<int, int> ephemeral_port_range() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  if (in >> lo >> hi && 0 < lo && lo <= hi && hi <= 65535) return {lo, hi};
+  return {32768, 60999};
+}
+
+int pick_master_port(const std::string& ipv4_address) {
+  constexpr int kLowest = 20000;
+  constexpr int kMinRoom = 1000;  // fewer candidates than this: collisions with other pickers get likely
+  constexpr int kTries = 64;
+  const auto [lo, hi] = ephemeral_port_range();
+  int first = 0, last = -1;
+  if (lo - 1 - kLowest >= kMinRoom) {
+    first = kLowest;
+    last = lo - 1;
+  } else if (65535 - (hi + 1) >= kMinRoom) {
+    first = hi + 1;
+    last = 65535;
+  }
+  if (first > 0) {
+    std::mt19937 random(std::random_device{}());
+    std::uniform_int_distribution<int> port(first, last);
+    for (int i = 0; i < kTries; ++i) {
+      const int r = probe_tcp_port(ipv4_address, port(random));
+      if (r > 0) return r;
+    }
+  }
+  return probe_tcp_port(ipv4_address, 0);
 }
 
 }  // namespace ddprun::process

@@ -8,8 +8,10 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <set>
 #include <string>
 
+#include "common/process/ports.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
 #include "common/process/wait_status.hpp"
@@ -109,4 +111,19 @@ TEST_CASE("signal names parse both ways") {
   CHECK(parse_signal("10") == 10);
   CHECK(parse_signal("nonsense") == 0);
   CHECK(signal_name(SIGINT) == "SIGINT");
+}
+
+TEST_CASE("MASTER_PORT picks are free, outside the kernel's ephemeral range, and not all the same") {
+  const auto [lo, hi] = ddprun::process::ephemeral_port_range();
+  CHECK(0 < lo);
+  CHECK(lo <= hi);
+  std::set<int> seen;
+  for (int i = 0; i < 20; ++i) {
+    const int port = ddprun::process::pick_master_port("127.0.0.1");
+    REQUIRE(port > 0);
+    if (lo - 20000 > 1000) CHECK((port >= 20000 && port < lo));  // this machine's range leaves room below it
+    CHECK(ddprun::process::probe_tcp_port("127.0.0.1", port) == port);  // free: nothing kept it bound
+    seen.insert(port);
+  }
+  CHECK(seen.size() > 10);  // random: two launchers on one machine rarely pick the same
 }

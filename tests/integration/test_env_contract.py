@@ -3,6 +3,7 @@ import os
 import sys
 
 from harness import DdprunTestCase
+from ports import free_port
 
 CONTRACT = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
             "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
@@ -55,6 +56,32 @@ class EnvContract(DdprunTestCase):
         envs = self.worker_envs(2, "--master-addr", "localhost", "--master-port", "29517")
         self.assertEqual({e["MASTER_PORT"] for e in envs.values()}, {"29517"})
         self.assertEqual({e["MASTER_ADDR"] for e in envs.values()}, {"localhost"})
+
+    def master_ports_per_round(self, *extra):
+        # In round 0 rank 0 fails once both ranks have said their port (the ready files mark the first attempt);
+        # round 1 ends.
+        ready = self.path("ready")
+        os.mkdir(ready)
+        r = self.worker("env=MASTER_PORT", f"ready={ready}", f"@0:?{ready}/ready.0:waitfile={ready}/ready.1",
+                        f"@0:?{ready}/ready.0:exit=1", nproc=2, extra=("--max-restarts", "1", *extra))
+        self.assertEqual(r.code, 0, r)
+        ports = [line.split("MASTER_PORT=")[1] for line in r.stdout.decode().splitlines() if "MASTER_PORT=" in line]
+        self.assertEqual(len(ports), 4, r)
+        self.assertEqual(len({ports[0], ports[1]}), 1, r)  # the ranks of a round agree
+        return ports[0], ports[-1]
+
+    def test_a_port_ddprun_picked_is_picked_afresh_for_every_round(self):
+        # Another program may take the port between rounds (torchrun --standalone also picks anew): kept, every
+        # later round of the job would fail in its store's bind.
+        first, second = self.master_ports_per_round()
+        self.assertNotEqual(first, second)
+        low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+        if low - 20000 > 1000:  # outside the kernel's ephemeral range, where its own picks never land
+            self.assertTrue(20000 <= int(first) < low and 20000 <= int(second) < low, (first, second))
+
+    def test_a_port_the_user_gave_is_kept_for_every_round(self):
+        port = str(free_port())
+        self.assertEqual(self.master_ports_per_round("--master-port", port), (port, port))
 
     def test_python_script_runs_unbuffered_under_python_exec(self):
         script = self.path("show.py")

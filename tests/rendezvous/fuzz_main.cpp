@@ -125,7 +125,8 @@ class Job {
     }
     if (auto* f = std::get_if<FailureMsg>(&message)) return FailureReport{conn, f->failure};
     if (std::holds_alternative<NodeDoneMsg>(message)) return NodeDone{conn};
-    if (std::holds_alternative<StoppedMsg>(message)) return NodeStopped{conn};
+    if (auto* s = std::get_if<StoppedMsg>(&message)) return NodeStopped{conn, s->master_port};
+    if (auto* v = std::get_if<HangViewMsg>(&message)) return HangReport{conn, *v};
     if (rng() % 4 == 0) return Disconnected{conn, "fuzz"};
     if (rng() % 4 == 0) return Tick{};
     return Heartbeat{conn};

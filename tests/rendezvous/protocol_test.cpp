@@ -29,7 +29,9 @@ TEST_CASE("client messages survive an encode/decode round trip") {
         sample_failure());
   CHECK(std::holds_alternative<HeartbeatMsg>(decode_client_message(encode(ClientMessage{HeartbeatMsg{}}))));
   CHECK(std::holds_alternative<NodeDoneMsg>(decode_client_message(encode(ClientMessage{NodeDoneMsg{}}))));
-  CHECK(std::holds_alternative<StoppedMsg>(decode_client_message(encode(ClientMessage{StoppedMsg{}}))));
+  CHECK(std::get<StoppedMsg>(decode_client_message(encode(ClientMessage{StoppedMsg{}}))).master_port == 0);
+  CHECK(std::get<StoppedMsg>(decode_client_message(encode(ClientMessage{StoppedMsg{40123}}))).master_port == 40123);
+  CHECK_THROWS_AS(decode_client_message(R"({"type":"stopped","master_port":70000})"), ProtocolError);
   HangViewMsg hang;
   hang.suspect = true;
   hang.stacks = "/tmp/x/hang_stacks.txt";

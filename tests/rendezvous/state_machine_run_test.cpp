@@ -139,6 +139,17 @@ TEST_CASE("the next round starts once every node stopped, with the restart count
   CHECK(state.phase == Phase::kRunning);
 }
 
+TEST_CASE("node 0's fresh port offer in its stopped message is the next round's MASTER_PORT; none keeps it") {
+  auto state = running(2, 2);
+  step(state, FailureReport{2, worker_failure(2, 1)}, at(10ms));
+  step(state, NodeStopped{2, 41001}, at(11ms));  // node 1's offer: not node 0's, never used
+  auto send = find_one<SendAssignments>(step(state, NodeStopped{1, 40123}, at(12ms)));
+  CHECK(send.round.master_port == 40123);
+  step(state, FailureReport{2, worker_failure(2, 1)}, at(20ms));
+  step(state, NodeStopped{1}, at(21ms));  // a fixed --master-port: no offer
+  CHECK(find_one<SendAssignments>(step(state, NodeStopped{2}, at(22ms))).round.master_port == 40123);
+}
+
 TEST_CASE("a failure when the restarts are used up stops the job") {
   auto state = running(1, 1);
   step(state, FailureReport{1, worker_failure(0, 1)}, at(10ms));
