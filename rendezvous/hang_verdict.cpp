@@ -66,12 +66,14 @@ std::string rank_list(std::vector<int> ranks) {
 }
 
 std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t last_beat_unix_ms,
-                         const std::string& stacks, bool never_beat, const std::string& evidence) {
+                         const std::string& stacks, bool never_beat, const std::string& evidence,
+                         bool by_initial_timeout) {
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.1f s", static_cast<double>(silent_ms) / 1000.0);
   std::string m;
   if (never_beat) {
-    m = std::string("hung: no first heartbeat ") + secs + " after its start (--hang-initial-timeout)";
+    m = std::string("hung: no first heartbeat ") + secs + " after its start";
+    if (by_initial_timeout) m += " (--hang-initial-timeout)";
   } else {
     m = std::string("hung: no heartbeat for ") + secs;
     if (step >= 0) m += " after step " + std::to_string(step);
@@ -148,7 +150,7 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
   std::string stack_list;
   for (std::size_t i = 0; i < stacks.size(); ++i) stack_list += (i ? ", " : "") + stacks[i];
   f.message = hang_message(suspect->silent_ms, suspect->step, now_unix_ms - suspect->silent_ms, stack_list,
-                           suspect->never_beat, evidence);
+                           suspect->never_beat, evidence, /*by_initial_timeout=*/suspect->hung);
   if (f.message.size() > kMaxMessageBytes) f.message.resize(kMaxMessageBytes);
   return f;
 }

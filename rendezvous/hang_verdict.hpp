@@ -34,10 +34,12 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
 // A hung worker's message, after the rank: "hung: no heartbeat for 3.0 s after step 41 (last beat at
 // 2026-01-02T03:04:05.678Z); killed with SIGKILL; stacks in PATH". step < 0: no step given; stacks empty:
 // nothing captured. One that never beat (the initial timeout): "hung: no first heartbeat 60.0 s after its
-// start (--hang-initial-timeout); ..."; last_beat_unix_ms is then ignored. `evidence` (the other ranks'
-// steps) goes before the stacks.
+// start (--hang-initial-timeout); ..." (without the option's name when its timeout was not what found it: the
+// job-wide verdict named it); last_beat_unix_ms is then ignored. `evidence` (the other ranks' steps) goes
+// before the stacks.
 std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t last_beat_unix_ms,
-                         const std::string& stacks, bool never_beat = false, const std::string& evidence = "");
+                         const std::string& stacks, bool never_beat = false, const std::string& evidence = "",
+                         bool by_initial_timeout = true);
 
 // "rank 3", "ranks 0-2,5": ascending, runs of consecutive ranks joined.
 std::string rank_list(std::vector<int> ranks);

@@ -122,7 +122,9 @@ TEST_SUITE("hang verdict") {
     std::vector<NodeHangView> views{{0, "a", view({beat(0, 3, 5000), never}, true, "/a/h.txt")}};
     const Failure f = hang_verdict(views, 0);
     CHECK(f.rank == 1);
-    CHECK(f.message.rfind("hung: no first heartbeat 60.0 s after its start", 0) == 0);
+    CHECK(f.message.rfind("hung: no first heartbeat 60.0 s after its start (--hang-initial-timeout)", 0) == 0);
+    views[0].view.ranks[1].hung = false;  // not its initial timeout: the verdict named it
+    CHECK(hang_verdict(views, 0).message.rfind("hung: no first heartbeat 60.0 s after its start;", 0) == 0);
     CHECK(f.message.find("rank 1 before its first heartbeat while rank 0 at step 3") != std::string::npos);
     CHECK(f.message.find("stacks in /a/h.txt") != std::string::npos);
   }
