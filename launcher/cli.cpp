@@ -125,7 +125,8 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--local-rank-arg,--local_rank_arg", o.local_rank_arg,
                  "dash|underscore: pass --local-rank=N (torch 2.x launch) or --local_rank=N (1.x) to the script");
   app.add_option("--prefix", o.prefix,
-                 "Console line prefix; {rank} {local_rank} {node_rank} {role} are replaced (default '[rank{rank}]: ')");
+                 "Console line prefix; {rank} {local_rank} {node_rank} {role} {host} are replaced (default "
+                 "'[rank{rank}]: ')");
   app.add_flag("--no-prefix", o.no_prefix, "No prefix on forwarded lines (lines are still never mixed)");
   app.add_option("--log-level", o.log_level, "debug|info|warning|error|off (default info; env DDPRUN_LOG_LEVEL)");
   app.add_flag("-v,--verbose", o.verbose, "Same as --log-level debug");
@@ -322,8 +323,8 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
 
   cfg.output.prefix_format = o.no_prefix ? std::string() : o.prefix;
   std::string probe;
-  if (!agent::expand_prefix(cfg.output.prefix_format, 0, 0, 0, "x", probe))
-    throw UsageError("--prefix '" + o.prefix + "': use only {rank}, {local_rank}, {node_rank} and {role}",
+  if (!agent::expand_prefix(cfg.output.prefix_format, 0, 0, 0, "x", "x", probe))
+    throw UsageError("--prefix '" + o.prefix + "': use only {rank}, {local_rank}, {node_rank}, {role} and {host}",
                      kExitUsage);
   cfg.output.redirects = parse_std_streams("--redirects", o.redirects, nproc);
   cfg.output.tee = parse_std_streams("--tee", o.tee, nproc);

@@ -212,7 +212,7 @@ TEST_CASE("bad input is refused with the documented code") {
   CHECK(usage_code({"no-such-program-xyz"}) == kExitNotFound);
   CHECK(usage_code({"/tmp"}) == kExitNotExecutable);
   CHECK(usage_code({"--term-timeout", "-1", "true"}) == kExitUsage);
-  CHECK(usage_code({"--prefix", "{host}", "true"}) == kExitUsage);
+  CHECK(usage_code({"--prefix", "{hostname}", "true"}) == kExitUsage);
   CHECK(usage_code({"--tee", "3", "true"}) == kExitUsage);  // log files need --log-dir
 }
 
