@@ -297,6 +297,11 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   const int nproc = resolve_nproc(o.nproc, env, result.notes);
   agent::World& w = cfg.world;
   w.local_world_size = nproc;
+  // The workers get OMP_NUM_THREADS=1 (agent/env_contract.cpp); torchrun says why it does, and so does ddprun.
+  if (nproc > 1 && contract::env_value(env, "OMP_NUM_THREADS", "\x01") == "\x01")
+    result.notes.push_back("OMP_NUM_THREADS is unset: each of the " + std::to_string(nproc) +
+                           " workers gets OMP_NUM_THREADS=1, so that they do not each run a thread per core of this "
+                           "node; set OMP_NUM_THREADS to give them more");
   o.topo.node_rank_given = app.count("--node-rank") > 0;
   // A pod's PET_NODE_RANK beside a dynamic endpoint: torchrun's c10d backend ignores it, and so does ddprun
   // (typed on the command line it is refused: the server assigns node ranks).

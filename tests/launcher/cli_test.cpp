@@ -106,6 +106,22 @@ TEST_CASE("a file that is not an executable ELF binary or '#!' script runs under
   }));
 }
 
+TEST_CASE("several workers with OMP_NUM_THREADS unset: one note says they get 1 and why") {
+  auto omp_notes = [](const std::vector<std::string>& env, const char* nproc) {
+    const auto c = parse_command_line({"--nproc-per-node", nproc, "true"}, env);
+    return std::count_if(c.notes.begin(), c.notes.end(),
+                         [](const std::string& n) { return n.find("OMP_NUM_THREADS") != std::string::npos; });
+  };
+  const auto c = parse({"--nproc-per-node", "3", "true"});
+  const auto note = std::find_if(c.notes.begin(), c.notes.end(),
+                                 [](const std::string& n) { return n.rfind("OMP_NUM_THREADS is unset", 0) == 0; });
+  REQUIRE(note != c.notes.end());
+  CHECK(note->find("each of the 3 workers gets OMP_NUM_THREADS=1") != std::string::npos);
+  CHECK(omp_notes(kEnv, "1") == 0);  // one worker: nothing is set, nothing said
+  CHECK(omp_notes({"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=4"}, "2") == 0);  // the user's value is kept
+  CHECK(omp_notes({"PATH=/usr/bin:/bin", "OMP_NUM_THREADS="}, "2") == 0);   // set, if empty: kept as well
+}
+
 TEST_CASE("master port 0 or unset picks a free port; master addr defaults to loopback") {
   const auto c = parse({"true"});
   CHECK(c.agent.world.master_port > 0);
