@@ -19,6 +19,7 @@
 #include "launcher/option_values.hpp"
 #include "launcher/ports.hpp"
 #include "launcher/program.hpp"
+#include "launcher/python_source.hpp"
 #include "launcher/slurm.hpp"
 #include "launcher/topology.hpp"
 #include "launcher/torchrun_compat.hpp"
@@ -123,7 +124,8 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--stdin-rank,--stdin_rank", o.stdin_rank,
                  "Give ddprun's stdin to this global rank, for pdb/breakpoint() (others read /dev/null)");
   app.add_option("--local-rank-arg,--local_rank_arg", o.local_rank_arg,
-                 "dash|underscore: pass --local-rank=N (torch 2.x launch) or --local_rank=N (1.x) to the script");
+                 "dash|underscore|none: pass --local-rank=N (torch 2.x launch), --local_rank=N (1.x) or nothing "
+                 "to the script (default: the spelling the script's own file declares, if any)");
   app.add_option("--prefix", o.prefix,
                  "Console line prefix; {rank} {local_rank} {node_rank} {role} {host} are replaced (default "
                  "'[rank{rank}]: ')");
@@ -145,7 +147,8 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--event-log-handler,--event_log_handler", o.event_log_handler, "only null (see --events-file)")
       ->group(compat);
   app.add_flag("--use-env,--use_env", o.use_env,
-               "torch.distributed.launch's; accepted: workers always get LOCAL_RANK in the environment")
+               "torch.distributed.launch's: no --local_rank=N for the script (LOCAL_RANK is always in the "
+               "environment)")
       ->group(compat);
 }
 
@@ -337,7 +340,13 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
 
   // The program, exactly as it will be executed; checked now so that a typo starts no worker.
   resolve_worker_command(command, o.module, o.no_python, o.run_path, env, cfg, result.notes);
-  cfg.local_rank_arg = local_rank_arg_name(o.local_rank_arg, o.use_env);
+  // A Python script's own source says whether it parses launch's --local_rank (launcher/python_source.hpp).
+  std::string script, declared;
+  if (!cfg.python.empty() && o.local_rank_arg.empty()) {
+    script = o.module ? module_source_file(command.front(), env) : command.front();
+    if (!script.empty()) declared = declared_local_rank_option_in_file(script);
+  }
+  cfg.local_rank_arg = local_rank_arg_name(o.local_rank_arg, o.use_env, script, declared, result.notes);
   if (!o.stdin_rank.empty()) cfg.stdin_rank = parse_int_in("--stdin-rank", o.stdin_rank, 0, 1 << 30);
 
   // Files and ports last: they touch the system.

@@ -190,6 +190,7 @@ class InstalledPackage(unittest.TestCase):
         self.assertIn("--nproc-per-node", self.complete("--nproc"))
         self.assertIn("--nproc_per_node", self.complete("--nproc_"))  # torchrun's spelling
         self.assertEqual(self.complete("--log-level", "wa"), ["warning"])
+        self.assertEqual(self.complete("--local-rank-arg", ""), ["dash", "underscore", "none"])
         # --log-dir takes a directory: directories are offered, files are not.
         os.makedirs(os.path.join(self.tmp, "cwd", "logs_dir"), exist_ok=True)
         open(os.path.join(self.tmp, "cwd", "logs_file"), "w").close()

@@ -1,15 +1,12 @@
 #include <doctest/doctest.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 
 #include "agent/env_contract.hpp"
 #include "common/error.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/exit_codes.hpp"
+#include "temp_dir.hpp"
 
 using namespace ddprun::launcher;
 using ddprun::UsageError;
@@ -60,21 +57,9 @@ TEST_CASE("a .py program runs under python3 -u, -m runs a module, --no-python ex
 }
 
 TEST_CASE("a file that is not an executable ELF binary or '#!' script runs under Python, as in torchrun") {
-  struct TempDir {
-    std::string path;
-    TempDir() {
-      char d[] = "/tmp/ddprun-cli-test-XXXXXX";
-      REQUIRE(::mkdtemp(d) != nullptr);
-      path = d;
-    }
-    ~TempDir() { std::filesystem::remove_all(path); }
-  } temp;
-  const std::string& dir = temp.path;
+  const TempDir temp;
   const auto file = [&](const std::string& name, const std::string& text, mode_t mode) {
-    const std::string path = dir + "/" + name;
-    std::ofstream(path, std::ios::binary) << text;
-    REQUIRE(::chmod(path.c_str(), mode) == 0);
-    return path;
+    return temp.file(name, text, mode);
   };
   const std::string script = file("train", "print('hi')\n", 0644);
   const std::string no_shebang = file("train_x", "print('hi')\n", 0755);
