@@ -205,6 +205,13 @@ LogLevel resolve_log_level(const RawOptions& o, const std::vector<std::string>& 
   return level;
 }
 
+// This process's executable, "" when /proc does not say.
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
 std::string host_name() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
@@ -347,6 +354,12 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
     if (!script.empty()) declared = declared_local_rank_option_in_file(script);
   }
   cfg.local_rank_arg = local_rank_arg_name(o.local_rank_arg, o.use_env, script, declared, result.notes);
+  // A Python worker imports the heartbeat helper that came with this ddprun without any set-up of its own.
+  if (!cfg.python.empty()) {
+    const std::string helpers = python_helper_dir(self_executable());
+    cfg.base_env = with_python_path(cfg.base_env, helpers);
+    if (!helpers.empty()) result.notes.push_back("debug: ddprun_heartbeat importable from " + helpers);
+  }
   if (!o.stdin_rank.empty()) cfg.stdin_rank = parse_int_in("--stdin-rank", o.stdin_rank, 0, 1 << 30);
 
   // Files and ports last: they touch the system.

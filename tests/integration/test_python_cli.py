@@ -1,5 +1,6 @@
 """What ddprun gives a Python worker beyond the environment: its stdin (--stdin-rank), a launch-style
---local-rank argument (when the script declares it, or --local-rank-arg), and, when the interpreter cannot import a module at start-up, a
+--local-rank argument (when the script declares it, or --local-rank-arg), the heartbeat helper on its
+PYTHONPATH, and, when the interpreter cannot import a module at start-up, a
 summary that names the interpreter and how to choose another. The helper scripts in py/ need no torch: any
 Python 3 runs them (this test's own); the launch-style example needs torch."""
 import fcntl
@@ -16,6 +17,7 @@ from python_env import EXAMPLES, HELPERS, NO_TORCH, torch_python
 ECHO = os.path.join(HELPERS, "echo_stdin.py")
 ARGV = os.path.join(HELPERS, "print_argv.py")
 MISSING = os.path.join(HELPERS, "import_missing.py")
+HEARTBEAT = os.path.join(os.path.dirname(__file__), "..", "..", "python", "ddprun_heartbeat.py")
 
 
 class PythonWorkerCli(DdprunTestCase):
@@ -154,6 +156,30 @@ class PythonWorkerCli(DdprunTestCase):
         self.assertEqual(res.code, 2, res)
         self.assertIn("'s script does not take the --local-rank=N ddprun passed: --local-rank-arg underscore passes "
                       "--local_rank=N instead, --local-rank-arg none passes nothing", res.stderr.decode(), res)
+
+    def test_a_python_worker_imports_the_heartbeat_helper_without_set_up(self):
+        # build/share/ddprun/python holds the helper as <prefix>/share/ddprun/python does once installed; ddprun
+        # finds it beside itself and adds it at the end of a Python worker's PYTHONPATH.
+        helper_dir = os.path.realpath(os.path.join(os.path.dirname(DDPRUN), "..", "share", "ddprun", "python"))
+        with open(os.path.join(helper_dir, "ddprun_heartbeat.py"), "rb") as copy, open(HEARTBEAT, "rb") as source:
+            self.assertEqual(copy.read(), source.read(), "the build tree's copy is not the source's")
+        script = self.path("beats.py")
+        with open(script, "w") as f:
+            f.write("import os, ddprun_heartbeat\nddprun_heartbeat.beat(1)\n"
+                    "print(os.path.realpath(ddprun_heartbeat.__file__), os.environ['PYTHONPATH'])\n")
+        self.env.pop("PYTHONPATH", None)
+        res = self.run_ddprun("--nproc-per-node", 1, script)
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(res.stdout.decode(), f"[rank0]: {helper_dir}/ddprun_heartbeat.py {helper_dir}\n")
+        # The user's PYTHONPATH stays first (a copy of their own there wins), the helper's directory after it.
+        self.env["PYTHONPATH"] = self.tmp
+        res = self.run_ddprun("--nproc-per-node", 1, script)
+        self.assertEqual(res.code, 0, res)
+        self.assertTrue(res.stdout.decode().endswith(f" {self.tmp}:{helper_dir}\n"), res)
+        # A program that is not Python gets the environment as it was.
+        del self.env["PYTHONPATH"]
+        res = self.run_ddprun("--nproc-per-node", 1, "sh", "-c", 'echo "${PYTHONPATH-unset}"')
+        self.assertEqual(res.stdout.decode(), "[rank0]: unset\n", res)
 
     def test_a_missing_module_at_start_up_names_the_interpreter(self):
         res = self.run_ddprun("--nproc-per-node", 2, MISSING)

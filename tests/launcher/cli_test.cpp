@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/exit_codes.hpp"
+#include "launcher/program.hpp"
 #include "temp_dir.hpp"
 
 using namespace ddprun::launcher;
@@ -89,6 +90,24 @@ TEST_CASE("a file that is not an executable ELF binary or '#!' script runs under
   CHECK(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
     return n.rfind("debug: ", 0) == 0 && n.find("running it with Python") != std::string::npos;
   }));
+}
+
+TEST_CASE("the Python helpers are found beside the executable and added at the end of PYTHONPATH") {
+  const TempDir prefix;
+  const std::string helper = prefix.file("share/ddprun/python/ddprun_heartbeat.py", "def beat(step=-1): pass\n");
+  const std::string dir = helper.substr(0, helper.rfind('/'));
+  const std::string ddprun = prefix.file("bin/ddprun", "", 0755);
+  CHECK(python_helper_dir(ddprun) == dir);  // bin/../share/ddprun/python, resolved
+  CHECK(python_helper_dir(prefix.file("elsewhere/bin/ddprun", "", 0755)).empty());  // nothing beside this one
+  CHECK(python_helper_dir("ddprun").empty());
+
+  using Env = std::vector<std::string>;
+  CHECK(with_python_path({"A=1"}, "/h") == Env{"A=1", "PYTHONPATH=/h"});
+  CHECK(with_python_path({"PYTHONPATH="}, "/h") == Env{"PYTHONPATH=/h"});
+  CHECK(with_python_path({"PYTHONPATH=/mine:/more"}, "/h") == Env{"PYTHONPATH=/mine:/more:/h"});  // the user's first
+  CHECK(with_python_path({"PYTHONPATH=/a:/h"}, "/h") == Env{"PYTHONPATH=/a:/h"});  // a nested ddprun adds nothing
+  CHECK(with_python_path({"PYTHONPATH=/a", "PYTHONPATH=/b"}, "/h") == Env{"PYTHONPATH=/a:/h", "PYTHONPATH=/b"});
+  CHECK(with_python_path({"PYTHONPATH=/a"}, "") == Env{"PYTHONPATH=/a"});
 }
 
 TEST_CASE("several workers with OMP_NUM_THREADS unset: one note says they get 1 and why") {
