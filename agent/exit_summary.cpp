@@ -52,6 +52,12 @@ void append_root_detail(std::ostringstream& out, const WorkerRecord& root, const
     out << "ddprun: " << rank << " ran " << ctx.python << " (" << ctx.python_origin
         << "), which cannot import that module: name an interpreter that has it with PYTHON_EXEC=/path/to/python, "
            "or activate its virtual environment before starting ddprun\n";
+  // argparse (exit code 2) stopped the script over launch's --local_rank: say which switch fixes it.
+  if (!root.status.signaled && root.status.code == 2 && ctx.stderr_tail_of) {
+    const std::string advice =
+        local_rank_arg_advice(last_line(ctx.stderr_tail_of(root.local_rank)), ctx.local_rank_arg);
+    if (!advice.empty()) out << "ddprun: " << rank << "'s " << advice << "\n";
+  }
   if (kept && ctx.worker_dir_of) out << "ddprun: " << rank << "'s files: " << ctx.worker_dir_of(root.local_rank) << "\n";
   if (!kept && error_file) out << "ddprun: --log-dir DIR keeps the full error file and the workers' logs\n";
 }
@@ -100,6 +106,26 @@ void append_attempts(std::ostringstream& out, const std::vector<Attempt>& attemp
   }
 }
 }  // namespace
+
+std::string local_rank_arg_advice(const std::string& line, const std::string& passed) {
+  const bool underscore = line.find("--local_rank") != std::string::npos;
+  const bool dash = line.find("--local-rank") != std::string::npos;
+  if (line.find("error: ") == std::string::npos || !(underscore || dash)) return {};
+  if (passed.empty() && line.find("the following arguments are required:") != std::string::npos) {
+    const std::string spelling = underscore ? "--local_rank" : "--local-rank";
+    return "script requires " + spelling + ", which torch.distributed.launch passed and torchrun does not; "
+           "ddprun passes it when the script's own file declares it: --local-rank-arg " +
+           (underscore ? "underscore" : "dash") + " passes " + spelling + "=N to every worker";
+  }
+  if (!passed.empty() && line.find("unrecognized arguments:") != std::string::npos &&
+      line.find(passed + "=") != std::string::npos) {
+    const bool gave_dash = passed == "--local-rank";
+    return "script does not take the " + passed + "=N ddprun passed: --local-rank-arg " +
+           (gave_dash ? "underscore passes --local_rank=N" : "dash passes --local-rank=N") +
+           " instead, --local-rank-arg none passes nothing";
+  }
+  return {};
+}
 
 nlohmann::json worker_json(const WorkerRecord& w) {
   nlohmann::json j{{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", w.pid}, {"state", to_string(w.state)}};

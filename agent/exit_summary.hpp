@@ -39,12 +39,19 @@ struct SummaryContext {
   std::function<std::string(int local_rank)> stderr_tail_of;
   std::string python;         // the interpreter the workers ran, resolved; empty when the program is not Python
   std::string python_origin;  // how it was chosen, e.g. "PYTHON_EXEC" or "python3 from PATH"
+  std::string local_rank_arg;  // the launch-style option each worker got ("--local_rank"), "" none
   // The rounds before the last that this node ran, oldest first; the summary lists each one's cause.
   std::vector<Attempt> attempts;
   // Output that did not reach its place (a log file that could not be written, a console that closed),
   // one sentence each: the summary says so, since a job that "succeeded" may still have lost its logs.
   std::vector<std::string> output_losses;
 };
+
+// What to do about torch.distributed.launch's local rank option when argparse ended a Python worker over it:
+// `line` (the worker's last stderr line) says the script requires the option and `passed` (the one ddprun gave,
+// "--local_rank" or "--local-rank", "" none) is empty, or that the script does not take `passed`. One
+// sentence naming --local-rank-arg; "" for any other line.
+std::string local_rank_arg_advice(const std::string& line, const std::string& passed);
 
 nlohmann::json worker_json(const WorkerRecord& w);
 nlohmann::json summary_json(const SupervisionPolicy& policy, const SummaryContext& ctx);

@@ -62,7 +62,7 @@ void LineFramer::finish(std::string& out) {
 }
 
 bool expand_prefix(const std::string& format, int rank, int local_rank, int node_rank, const std::string& role,
-                   std::string& out) {
+                   const std::string& host, std::string& out) {
   out.clear();
   for (std::size_t i = 0; i < format.size(); ++i) {
     char c = format[i];
@@ -78,6 +78,7 @@ bool expand_prefix(const std::string& format, int rank, int local_rank, int node
     else if (key == "local_rank") out += std::to_string(local_rank);
     else if (key == "node_rank") out += std::to_string(node_rank);
     else if (key == "role") out += role;
+    else if (key == "host") out += host;
     else return false;
     i = close;
   }

@@ -35,9 +35,10 @@ class LineFramer {
   bool after_cr_ = false;  // the last byte emitted was a piece-ending '\r'
 };
 
-// Expands {rank}, {local_rank}, {node_rank} and {role} in a prefix format. Returns false (and leaves
-// `out` unspecified) when the format holds an unknown {placeholder} or an unbalanced brace.
+// Expands {rank}, {local_rank}, {node_rank}, {role} and {host} (this node's host name, as the summary names
+// it) in a prefix format. Returns false (and leaves `out` unspecified) when the format holds an unknown
+// {placeholder} or an unbalanced brace.
 bool expand_prefix(const std::string& format, int rank, int local_rank, int node_rank, const std::string& role,
-                   std::string& out);
+                   const std::string& host, std::string& out);
 
 }  // namespace ddprun::agent

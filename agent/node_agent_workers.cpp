@@ -112,7 +112,7 @@ void NodeAgent::start_worker(int local_rank) {
   }
 
   std::string prefix;
-  expand_prefix(config_.output.prefix_format, rank, local_rank, w.node_rank, w.role, prefix);
+  expand_prefix(config_.output.prefix_format, rank, local_rank, w.node_rank, w.role, config_.host, prefix);
   struct Route {
     int bit;
     int console_fd;

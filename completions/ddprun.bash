@@ -54,6 +54,7 @@ _ddprun_complete_value() {
     --log-level) words="debug info warning error off" ;;
     --rdzv-backend|--rdzv_backend) words="c10d static" ;;
     --start-method|--start_method) words="spawn fork forkserver" ;;
+    --local-rank-arg|--local_rank_arg) words="dash underscore none" ;;
     -r|--redirects|-t|--tee) words="0 1 2 3" ;;
   esac
   if [[ -n $words ]]; then

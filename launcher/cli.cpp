@@ -19,6 +19,7 @@
 #include "launcher/option_values.hpp"
 #include "launcher/ports.hpp"
 #include "launcher/program.hpp"
+#include "launcher/python_source.hpp"
 #include "launcher/slurm.hpp"
 #include "launcher/topology.hpp"
 #include "launcher/torchrun_compat.hpp"
@@ -123,9 +124,11 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--stdin-rank,--stdin_rank", o.stdin_rank,
                  "Give ddprun's stdin to this global rank, for pdb/breakpoint() (others read /dev/null)");
   app.add_option("--local-rank-arg,--local_rank_arg", o.local_rank_arg,
-                 "dash|underscore: pass --local-rank=N (torch 2.x launch) or --local_rank=N (1.x) to the script");
+                 "dash|underscore|none: pass --local-rank=N (torch 2.x launch), --local_rank=N (1.x) or nothing "
+                 "to the script (default: the spelling the script's own file declares, if any)");
   app.add_option("--prefix", o.prefix,
-                 "Console line prefix; {rank} {local_rank} {node_rank} {role} are replaced (default '[rank{rank}]: ')");
+                 "Console line prefix; {rank} {local_rank} {node_rank} {role} {host} are replaced (default "
+                 "'[rank{rank}]: ')");
   app.add_flag("--no-prefix", o.no_prefix, "No prefix on forwarded lines (lines are still never mixed)");
   app.add_option("--log-level", o.log_level, "debug|info|warning|error|off (default info; env DDPRUN_LOG_LEVEL)");
   app.add_flag("-v,--verbose", o.verbose, "Same as --log-level debug");
@@ -144,7 +147,8 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--event-log-handler,--event_log_handler", o.event_log_handler, "only null (see --events-file)")
       ->group(compat);
   app.add_flag("--use-env,--use_env", o.use_env,
-               "torch.distributed.launch's; accepted: workers always get LOCAL_RANK in the environment")
+               "torch.distributed.launch's: no --local_rank=N for the script (LOCAL_RANK is always in the "
+               "environment)")
       ->group(compat);
 }
 
@@ -199,6 +203,13 @@ LogLevel resolve_log_level(const RawOptions& o, const std::vector<std::string>& 
   if (o.verbose) level = LogLevel::kDebug;
   if (o.quiet) level = LogLevel::kWarning;
   return level;
+}
+
+// This process's executable, "" when /proc does not say.
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
 }
 
 std::string host_name() {
@@ -296,6 +307,11 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   const int nproc = resolve_nproc(o.nproc, env, result.notes);
   agent::World& w = cfg.world;
   w.local_world_size = nproc;
+  // The workers get OMP_NUM_THREADS=1 (agent/env_contract.cpp); torchrun says why it does, and so does ddprun.
+  if (nproc > 1 && contract::env_value(env, "OMP_NUM_THREADS", "\x01") == "\x01")
+    result.notes.push_back("OMP_NUM_THREADS is unset: each of the " + std::to_string(nproc) +
+                           " workers gets OMP_NUM_THREADS=1, so that they do not each run a thread per core of this "
+                           "node; set OMP_NUM_THREADS to give them more");
   o.topo.node_rank_given = app.count("--node-rank") > 0;
   // A pod's PET_NODE_RANK beside a dynamic endpoint: torchrun's c10d backend ignores it, and so does ddprun
   // (typed on the command line it is refused: the server assigns node ranks).
@@ -322,8 +338,8 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
 
   cfg.output.prefix_format = o.no_prefix ? std::string() : o.prefix;
   std::string probe;
-  if (!agent::expand_prefix(cfg.output.prefix_format, 0, 0, 0, "x", probe))
-    throw UsageError("--prefix '" + o.prefix + "': use only {rank}, {local_rank}, {node_rank} and {role}",
+  if (!agent::expand_prefix(cfg.output.prefix_format, 0, 0, 0, "x", "x", probe))
+    throw UsageError("--prefix '" + o.prefix + "': use only {rank}, {local_rank}, {node_rank}, {role} and {host}",
                      kExitUsage);
   cfg.output.redirects = parse_std_streams("--redirects", o.redirects, nproc);
   cfg.output.tee = parse_std_streams("--tee", o.tee, nproc);
@@ -331,7 +347,19 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
 
   // The program, exactly as it will be executed; checked now so that a typo starts no worker.
   resolve_worker_command(command, o.module, o.no_python, o.run_path, env, cfg, result.notes);
-  cfg.local_rank_arg = local_rank_arg_name(o.local_rank_arg, o.use_env);
+  // A Python script's own source says whether it parses launch's --local_rank (launcher/python_source.hpp).
+  std::string script, declared;
+  if (!cfg.python.empty() && o.local_rank_arg.empty()) {
+    script = o.module ? module_source_file(command.front(), env) : command.front();
+    if (!script.empty()) declared = declared_local_rank_option_in_file(script);
+  }
+  cfg.local_rank_arg = local_rank_arg_name(o.local_rank_arg, o.use_env, script, declared, result.notes);
+  // A Python worker imports the heartbeat helper that came with this ddprun without any set-up of its own.
+  if (!cfg.python.empty()) {
+    const std::string helpers = python_helper_dir(self_executable());
+    cfg.base_env = with_python_path(cfg.base_env, helpers);
+    if (!helpers.empty()) result.notes.push_back("debug: ddprun_heartbeat importable from " + helpers);
+  }
   if (!o.stdin_rank.empty()) cfg.stdin_rank = parse_int_in("--stdin-rank", o.stdin_rank, 0, 1 << 30);
 
   // Files and ports last: they touch the system.

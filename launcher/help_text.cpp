@@ -57,7 +57,7 @@ const std::map<std::string, std::string>& value_names() {
       {"monitor-interval", "SEC"},
       {"events-file", "FILE"},
       {"stdin-rank", "RANK"},
-      {"local-rank-arg", "dash|underscore"},
+      {"local-rank-arg", "dash|underscore|none"},
       {"prefix", "FORMAT"},
       {"log-level", "LEVEL"},
       {"rdzv-conf", "KEY=VALUE,..."},

@@ -7,6 +7,10 @@
 #include <cstdlib>
 #include <fstream>
 
+#ifndef DDPRUN_PYTHON_HELPER_DIR  // set by launcher/CMakeLists.txt from the install directories
+#define DDPRUN_PYTHON_HELPER_DIR "../share/ddprun/python"
+#endif
+
 #include "agent/env_contract.hpp"
 #include "common/contract/worker_contract.hpp"
 #include "common/error.hpp"
@@ -104,6 +108,32 @@ void resolve_worker_command(const std::vector<std::string>& command, bool module
   }
   cfg.argv.insert(cfg.argv.end(), command.begin(), command.end());
   cfg.local_rank_arg_at = cfg.argv.size() - program_args;
+}
+
+std::string python_helper_dir(const std::string& executable) {
+  const std::size_t slash = executable.rfind('/');
+  if (slash == std::string::npos) return {};
+  const std::string dir = executable.substr(0, slash + 1) + DDPRUN_PYTHON_HELPER_DIR;
+  if (!regular_file(dir + "/ddprun_heartbeat.py")) return {};
+  char real[PATH_MAX];
+  return ::realpath(dir.c_str(), real) != nullptr ? std::string(real) : dir;
+}
+
+std::vector<std::string> with_python_path(std::vector<std::string> env, const std::string& dir) {
+  if (dir.empty()) return env;
+  static const std::string kName = "PYTHONPATH=";
+  for (std::string& e : env) {
+    if (e.rfind(kName, 0) != 0) continue;  // the first definition is the one a worker sees
+    const std::string path = e.substr(kName.size());
+    if (path.empty()) {
+      e = kName + dir;
+    } else if ((":" + path + ":").find(":" + dir + ":") == std::string::npos) {
+      e += ":" + dir;
+    }
+    return env;
+  }
+  env.push_back(kName + dir);
+  return env;
 }
 
 }  // namespace ddprun::launcher

@@ -24,4 +24,15 @@ void resolve_worker_command(const std::vector<std::string>& command, bool module
                             const std::vector<std::string>& env, agent::AgentConfig& cfg,
                             std::vector<std::string>& notes);
 
+// The directory of the Python helpers that come with this ddprun (python/ddprun_heartbeat.py, installed
+// under <prefix>/share/ddprun/python and copied to build/share/ddprun/python), found beside the running
+// executable `executable` at the path CMake compiled in (DDPRUN_PYTHON_HELPER_DIR, relative to bin/), so that
+// a moved prefix still finds it; "" when ddprun_heartbeat.py is not there.
+std::string python_helper_dir(const std::string& executable);
+
+// `env` with `dir` added at the end of PYTHONPATH (PYTHONPATH=dir when unset or empty), so that a Python
+// worker imports ddprun_heartbeat with no set-up while the user's own PYTHONPATH entries, and the script's
+// directory, still come first. Unchanged when `dir` is empty or already listed.
+std::vector<std::string> with_python_path(std::vector<std::string> env, const std::string& dir);
+
 }  // namespace ddprun::launcher

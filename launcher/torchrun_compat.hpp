@@ -37,9 +37,14 @@ void check_start_method(const std::string& value, std::vector<std::string>& note
 void check_signals_to_handle(const std::string& value, std::vector<std::string>& notes);
 void check_event_log_handler(const std::string& value);
 
-// --local-rank-arg: "dash" → "--local-rank" (torch.distributed.launch in torch 2.x), "underscore" →
-// "--local_rank" (1.x), "" → "" (none). With --use-env, which told launch *not* to pass it, the two contradict:
-// UsageError (64).
-std::string local_rank_arg_name(const std::string& value, bool use_env);
+// torch.distributed.launch's --local_rank=N: the option each worker gets as "NAME=<its local rank>" right
+// after its program, or "" for none. `value` is --local-rank-arg: "dash" → "--local-rank" (launch in torch
+// 2.x), "underscore" → "--local_rank" (1.x), "none" → ""; dash or underscore with --use-env (which told launch
+// *not* to pass it) contradict: UsageError (64).
+// Not given (""): `declared`, the spelling the Python script's own source declares (python_source.hpp; ""
+// when none, or not Python), as launch passed it, with a note naming `script` and how to turn it off; with
+// --use-env nothing is passed, and a warning says the script will see its option's default.
+std::string local_rank_arg_name(const std::string& value, bool use_env, const std::string& script,
+                                const std::string& declared, std::vector<std::string>& notes);
 
 }  // namespace ddprun::launcher

@@ -7,10 +7,12 @@
     with ddprun_heartbeat.quiet(600):  # evaluation, a checkpoint save: silent for at most 10 minutes
         evaluate(model)
 
-Outside ddprun, or without --hang-timeout, both do nothing. The channel (README "Hang detection"): the
-descriptor DDPRUN_HEARTBEAT_FD is a shared page; the worker's slot at byte DDPRUN_HEARTBEAT_OFFSET holds
-int64 step, then int64 CLOCK_MONOTONIC nanoseconds (time.monotonic_ns()), written last; at +16 the end of a
-quiet phase (CLOCK_MONOTONIC nanoseconds, 0: none), written before the beat that opens it.
+Installed with ddprun (<prefix>/share/ddprun/python), it needs no set-up: ddprun adds its directory to the
+end of a Python worker's PYTHONPATH. Outside ddprun, or without --hang-timeout, both do nothing. The channel
+(README "Hang detection"): the descriptor DDPRUN_HEARTBEAT_FD is a shared page; the worker's slot at byte
+DDPRUN_HEARTBEAT_OFFSET holds int64 step, then int64 CLOCK_MONOTONIC nanoseconds (time.monotonic_ns()),
+written last; at +16 the end of a quiet phase (CLOCK_MONOTONIC nanoseconds, 0: none), written before the beat
+that opens it.
 """
 import contextlib
 import faulthandler

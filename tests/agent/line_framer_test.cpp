@@ -60,12 +60,14 @@ TEST_CASE("an over-long line is cut at the limit so memory stays bounded") {
 
 TEST_CASE("prefix formats expand the documented placeholders and reject others") {
   std::string out;
-  CHECK(expand_prefix("[{role}{local_rank}|{rank}@{node_rank}]", 5, 1, 2, "trainer", out));
+  CHECK(expand_prefix("[{role}{local_rank}|{rank}@{node_rank}]", 5, 1, 2, "trainer", "gpu7", out));
   CHECK(out == "[trainer1|5@2]");
-  CHECK_FALSE(expand_prefix("{host}", 0, 0, 0, "r", out));
-  CHECK_FALSE(expand_prefix("{rank", 0, 0, 0, "r", out));
-  CHECK_FALSE(expand_prefix("rank}", 0, 0, 0, "r", out));
-  CHECK(expand_prefix("", 0, 0, 0, "r", out));
+  CHECK(expand_prefix("{host}:{rank}> ", 5, 1, 2, "trainer", "gpu7", out));
+  CHECK(out == "gpu7:5> ");
+  CHECK_FALSE(expand_prefix("{hostname}", 0, 0, 0, "r", "h", out));
+  CHECK_FALSE(expand_prefix("{rank", 0, 0, 0, "r", "h", out));
+  CHECK_FALSE(expand_prefix("rank}", 0, 0, 0, "r", "h", out));
+  CHECK(expand_prefix("", 0, 0, 0, "r", "h", out));
   CHECK(out.empty());
 }
 

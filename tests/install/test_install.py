@@ -2,13 +2,15 @@
 
 The prefix is installed once and then moved elsewhere before anything uses it, so every check also shows
 that nothing installed points back into the build tree or at the prefix it was installed to: ddprun finds
-nothing on disk (its job guard is a fork of itself), and the CMake package locates itself.
+nothing on disk but what it installed beside itself (its job guard is a fork of itself; the Python helper is
+found from its own location), and the CMake package locates itself.
 """
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -91,6 +93,7 @@ class InstalledPackage(unittest.TestCase):
     def test_layout(self):
         expected = ["bin/ddprun", "bin/ddprun-rendezvous",
                     "share/bash-completion/completions/ddprun", "share/bash-completion/completions/ddprun-rendezvous",
+                    "share/ddprun/python/ddprun_heartbeat.py",
                     "lib/cmake/ddprun/ddprunConfig.cmake", "lib/cmake/ddprun/ddprunConfigVersion.cmake",
                     "lib/cmake/ddprun/ddprunTargets.cmake"]
         if HAS_SDK:
@@ -128,6 +131,21 @@ class InstalledPackage(unittest.TestCase):
             self.assertNotIn(".debug_info", stripped, exe)
         code, out, err = run([os.path.join(release, "bin", "ddprun"), "--version"], timeout=10)
         self.assertEqual(code, 0, err)
+
+    def test_a_python_worker_imports_the_installed_heartbeat_helper(self):
+        # No PYTHONPATH, no copy beside the script: the installed ddprun adds <prefix>/share/ddprun/python (found
+        # from where it runs, so the moved prefix too) at the end of its Python workers' PYTHONPATH.
+        script = os.path.join(self.tmp, "beats.py")
+        with open(script, "w") as f:
+            f.write("import os, ddprun_heartbeat\nddprun_heartbeat.beat(0)\n"
+                    "print(os.path.realpath(ddprun_heartbeat.__file__))\n")
+        env = self.env()
+        env.pop("PYTHONPATH", None)
+        env["PYTHON_EXEC"] = sys.executable
+        code, out, err = run(["ddprun", "--nproc-per-node", "2", script], env=env, timeout=60, cwd=self.tmp)
+        self.assertEqual(code, 0, err)
+        helper = os.path.realpath(self.at("share", "ddprun", "python", "ddprun_heartbeat.py"))
+        self.assertEqual(sorted(out.splitlines()), [f"[rank0]: {helper}", f"[rank1]: {helper}"], err)
 
     @unittest.skipUnless(HAS_SDK, "the worker SDK was not built (DDPRUN_BUILD_SDK=OFF or no LibTorch)")
     def test_out_of_tree_program_runs_under_installed_ddprun(self):
@@ -190,6 +208,7 @@ class InstalledPackage(unittest.TestCase):
         self.assertIn("--nproc-per-node", self.complete("--nproc"))
         self.assertIn("--nproc_per_node", self.complete("--nproc_"))  # torchrun's spelling
         self.assertEqual(self.complete("--log-level", "wa"), ["warning"])
+        self.assertEqual(self.complete("--local-rank-arg", ""), ["dash", "underscore", "none"])
         # --log-dir takes a directory: directories are offered, files are not.
         os.makedirs(os.path.join(self.tmp, "cwd", "logs_dir"), exist_ok=True)
         open(os.path.join(self.tmp, "cwd", "logs_file"), "w").close()

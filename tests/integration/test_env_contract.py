@@ -52,6 +52,21 @@ class EnvContract(DdprunTestCase):
         envs = self.worker_envs(2)
         self.assertEqual({e["OMP_NUM_THREADS"] for e in envs.values()}, {"4"})
 
+    def test_ddprun_says_once_why_it_sets_omp_num_threads(self):
+        self.env.pop("OMP_NUM_THREADS", None)
+        # Two rounds (a restart): still one line, said at start.
+        r = self.worker("@1:exit=3", nproc=3, extra=("--max-restarts", "1"))
+        self.assertEqual(r.code, 3, r)
+        err = r.stderr.decode()
+        self.assertEqual(err.count("OMP_NUM_THREADS is unset: each of the 3 workers gets OMP_NUM_THREADS=1"), 1, err)
+        self.env["OMP_NUM_THREADS"] = "2"  # the user's value: nothing to say
+        r = self.worker("print=x", nproc=3)
+        self.assertEqual(r.code, 0, r)
+        self.assertNotIn("OMP_NUM_THREADS", r.stderr.decode())
+        del self.env["OMP_NUM_THREADS"]
+        r = self.worker("print=x", nproc=1)  # one worker: ddprun sets nothing
+        self.assertNotIn("OMP_NUM_THREADS", r.stderr.decode())
+
     def test_given_master_port_and_addr_are_passed(self):
         envs = self.worker_envs(2, "--master-addr", "localhost", "--master-port", "29517")
         self.assertEqual({e["MASTER_PORT"] for e in envs.values()}, {"29517"})

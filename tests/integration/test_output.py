@@ -1,5 +1,6 @@
 """Output forwarding: complete, whole lines, prefixed, nothing lost at teardown; log files."""
 import os
+import socket
 
 from harness import DdprunTestCase
 
@@ -48,6 +49,13 @@ class Forwarding(DdprunTestCase):
     def test_prefix_is_configurable(self):
         r = self.worker("print=x", nproc=2, extra=("--prefix", "<{role}:{local_rank}/{rank}> ", "--role", "trainer"))
         self.assertEqual(sorted(r.stdout.decode().splitlines()), ["<trainer:0/0> x", "<trainer:1/1> x"])
+
+    def test_prefix_names_the_host(self):
+        # {host} is the host name ddprun gives everywhere else (the summary's "host ..."): gethostname().
+        r = self.worker("print=x", nproc=2, extra=("--prefix", "{host}/{node_rank}/{rank}| "))
+        self.assertEqual(r.code, 0, r)
+        host = socket.gethostname()
+        self.assertEqual(sorted(r.stdout.decode().splitlines()), [f"{host}/0/0| x", f"{host}/0/1| x"])
 
     def test_local_ranks_filter_shows_only_those_ranks(self):
         r = self.worker("print=x", nproc=3, extra=("--local-ranks-filter", "0,2"))

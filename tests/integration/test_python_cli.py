@@ -1,5 +1,6 @@
 """What ddprun gives a Python worker beyond the environment: its stdin (--stdin-rank), a launch-style
---local-rank argument (--local-rank-arg), and, when the interpreter cannot import a module at start-up, a
+--local-rank argument (when the script declares it, or --local-rank-arg), the heartbeat helper on its
+PYTHONPATH, and, when the interpreter cannot import a module at start-up, a
 summary that names the interpreter and how to choose another. The helper scripts in py/ need no torch: any
 Python 3 runs them (this test's own); the launch-style example needs torch."""
 import fcntl
@@ -16,6 +17,7 @@ from python_env import EXAMPLES, HELPERS, NO_TORCH, torch_python
 ECHO = os.path.join(HELPERS, "echo_stdin.py")
 ARGV = os.path.join(HELPERS, "print_argv.py")
 MISSING = os.path.join(HELPERS, "import_missing.py")
+HEARTBEAT = os.path.join(os.path.dirname(__file__), "..", "..", "python", "ddprun_heartbeat.py")
 
 
 class PythonWorkerCli(DdprunTestCase):
@@ -114,6 +116,71 @@ class PythonWorkerCli(DdprunTestCase):
         self.assertIn("--local-rank-arg and --use-env contradict", res.stderr.decode(), res)
         self.assertNotIn(b"argv", res.stdout)
 
+    def test_a_launch_line_gives_each_rank_its_local_rank(self):
+        # pytorch/examples' launch line (--local_rank defaults to 0) with ddprun as its first word: each rank
+        # gets its own local rank, where passing nothing would have given every rank 0.
+        script = os.path.join(HELPERS, "launch_default.py")
+        res = self.run_ddprun("--nnodes=1", "--nproc_per_node=2", script, "--local_world_size=2")
+        self.assertEqual(res.code, 0, res)
+        out = res.stdout.decode()
+        for rank in (0, 1):
+            self.assertIn(f"[rank{rank}]: rank {rank} parsed local_rank {rank} LOCAL_RANK {rank}\n", out, res)
+        err = res.stderr.decode()
+        self.assertEqual(err.count(" declares --local_rank: each worker gets --local_rank=<its local rank>"), 1, err)
+        self.assertIn("(--local-rank-arg none passes nothing)", err)
+        # --use-env: launch passed nothing, and neither does ddprun; a warning says so before the start.
+        res = self.run_ddprun("--use_env", "--nproc_per_node=2", script)
+        self.assertEqual(res.code, 0, res)
+        self.assertIn("[rank1]: rank 1 parsed local_rank 0 LOCAL_RANK 1", res.stdout.decode())
+        self.assertIn("declares --local_rank, which ddprun does not pass under --use-env", res.stderr.decode())
+        # A script that declares nothing gets nothing (torchrun's way): print_argv.py reads only sys.argv.
+        res = self.run_ddprun("--nproc-per-node", 2, ARGV, "x")
+        self.assertEqual(self.argv_of(res, 1), ["x"])
+        self.assertNotIn("declares", res.stderr.decode())
+
+    def test_argparse_stopping_over_local_rank_names_the_switch(self):
+        # Declared in another file: not seen, not passed; argparse's exit 2, and the summary names the switch.
+        res = self.run_ddprun("--nproc-per-node", 2, os.path.join(HELPERS, "launch_imported_parser.py"))
+        self.assertEqual(res.code, 2, res)
+        err = res.stderr.decode()
+        self.assertIn("'s script requires --local_rank, which torch.distributed.launch passed and torchrun does not; "
+                      "ddprun passes it when the script's own file declares it: --local-rank-arg underscore passes "
+                      "--local_rank=N to every worker", err, res)
+        res = self.run_ddprun("--nproc-per-node", 2, "--local-rank-arg", "underscore",
+                              os.path.join(HELPERS, "launch_imported_parser.py"))
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(sorted(res.stdout.decode().splitlines()), ["[rank0]: local_rank 0", "[rank1]: local_rank 1"])
+        # The wrong spelling given: argparse does not know it, and the summary offers the other one.
+        res = self.run_ddprun("--nproc-per-node", 2, "--local-rank-arg", "dash",
+                              os.path.join(HELPERS, "launch_default.py"))
+        self.assertEqual(res.code, 2, res)
+        self.assertIn("'s script does not take the --local-rank=N ddprun passed: --local-rank-arg underscore passes "
+                      "--local_rank=N instead, --local-rank-arg none passes nothing", res.stderr.decode(), res)
+
+    def test_a_python_worker_imports_the_heartbeat_helper_without_set_up(self):
+        # build/share/ddprun/python holds the helper as <prefix>/share/ddprun/python does once installed; ddprun
+        # finds it beside itself and adds it at the end of a Python worker's PYTHONPATH.
+        helper_dir = os.path.realpath(os.path.join(os.path.dirname(DDPRUN), "..", "share", "ddprun", "python"))
+        with open(os.path.join(helper_dir, "ddprun_heartbeat.py"), "rb") as copy, open(HEARTBEAT, "rb") as source:
+            self.assertEqual(copy.read(), source.read(), "the build tree's copy is not the source's")
+        script = self.path("beats.py")
+        with open(script, "w") as f:
+            f.write("import os, ddprun_heartbeat\nddprun_heartbeat.beat(1)\n"
+                    "print(os.path.realpath(ddprun_heartbeat.__file__), os.environ['PYTHONPATH'])\n")
+        self.env.pop("PYTHONPATH", None)
+        res = self.run_ddprun("--nproc-per-node", 1, script)
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(res.stdout.decode(), f"[rank0]: {helper_dir}/ddprun_heartbeat.py {helper_dir}\n")
+        # The user's PYTHONPATH stays first (a copy of their own there wins), the helper's directory after it.
+        self.env["PYTHONPATH"] = self.tmp
+        res = self.run_ddprun("--nproc-per-node", 1, script)
+        self.assertEqual(res.code, 0, res)
+        self.assertTrue(res.stdout.decode().endswith(f" {self.tmp}:{helper_dir}\n"), res)
+        # A program that is not Python gets the environment as it was.
+        del self.env["PYTHONPATH"]
+        res = self.run_ddprun("--nproc-per-node", 1, "sh", "-c", 'echo "${PYTHONPATH-unset}"')
+        self.assertEqual(res.stdout.decode(), "[rank0]: unset\n", res)
+
     def test_a_missing_module_at_start_up_names_the_interpreter(self):
         res = self.run_ddprun("--nproc-per-node", 2, MISSING)
         self.assertEqual(res.code, 1, res)
@@ -153,6 +220,14 @@ class LaunchStyleScript(DdprunTestCase):
         super().setUp()
         self.env["PYTHON_EXEC"] = torch_python()
 
+    def test_a_launch_line_runs_unchanged(self):
+        # python -m torch.distributed.launch --nnodes=1 --nproc_per_node=2 launch_style.py, first words replaced.
+        res = self.run_ddprun("--nnodes=1", "--nproc_per_node=2", self.SCRIPT, timeout=180)
+        self.assertEqual(res.code, 0, res)
+        out = res.stdout.decode()
+        for rank in (0, 1):
+            self.assertIn(f"rank {rank}: --local_rank={rank} LOCAL_RANK={rank} all_reduce total 9 (expected 9)", out)
+
     def test_a_launch_script_runs_with_local_rank_arg(self):
         res = self.run_ddprun("--nproc-per-node", 2, "--local-rank-arg", "underscore", self.SCRIPT, timeout=180)
         self.assertEqual(res.code, 0, res)
@@ -160,10 +235,11 @@ class LaunchStyleScript(DdprunTestCase):
         for rank in (0, 1):
             self.assertIn(f"rank {rank}: --local_rank={rank} LOCAL_RANK={rank} all_reduce total 9 (expected 9)", out)
 
-    def test_a_launch_script_fails_without_it_as_argparse_says(self):
-        res = self.run_ddprun("--nproc-per-node", 2, self.SCRIPT, timeout=180)
+    def test_a_launch_script_told_to_get_nothing_fails_as_argparse_says(self):
+        res = self.run_ddprun("--nproc-per-node", 2, "--local-rank-arg", "none", self.SCRIPT, timeout=180)
         self.assertEqual(res.code, 2, res)  # argparse's exit code
         self.assertIn("the following arguments are required: --local_rank", res.stdout.decode() + res.stderr.decode())
+        self.assertIn("--local-rank-arg underscore passes --local_rank=N", res.stderr.decode())
 
 
 if __name__ == "__main__":

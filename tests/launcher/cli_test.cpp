@@ -1,15 +1,13 @@
 #include <doctest/doctest.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 
 #include "agent/env_contract.hpp"
 #include "common/error.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/exit_codes.hpp"
+#include "launcher/program.hpp"
+#include "temp_dir.hpp"
 
 using namespace ddprun::launcher;
 using ddprun::UsageError;
@@ -60,21 +58,9 @@ TEST_CASE("a .py program runs under python3 -u, -m runs a module, --no-python ex
 }
 
 TEST_CASE("a file that is not an executable ELF binary or '#!' script runs under Python, as in torchrun") {
-  struct TempDir {
-    std::string path;
-    TempDir() {
-      char d[] = "/tmp/ddprun-cli-test-XXXXXX";
-      REQUIRE(::mkdtemp(d) != nullptr);
-      path = d;
-    }
-    ~TempDir() { std::filesystem::remove_all(path); }
-  } temp;
-  const std::string& dir = temp.path;
+  const TempDir temp;
   const auto file = [&](const std::string& name, const std::string& text, mode_t mode) {
-    const std::string path = dir + "/" + name;
-    std::ofstream(path, std::ios::binary) << text;
-    REQUIRE(::chmod(path.c_str(), mode) == 0);
-    return path;
+    return temp.file(name, text, mode);
   };
   const std::string script = file("train", "print('hi')\n", 0644);
   const std::string no_shebang = file("train_x", "print('hi')\n", 0755);
@@ -104,6 +90,40 @@ TEST_CASE("a file that is not an executable ELF binary or '#!' script runs under
   CHECK(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
     return n.rfind("debug: ", 0) == 0 && n.find("running it with Python") != std::string::npos;
   }));
+}
+
+TEST_CASE("the Python helpers are found beside the executable and added at the end of PYTHONPATH") {
+  const TempDir prefix;
+  const std::string helper = prefix.file("share/ddprun/python/ddprun_heartbeat.py", "def beat(step=-1): pass\n");
+  const std::string dir = helper.substr(0, helper.rfind('/'));
+  const std::string ddprun = prefix.file("bin/ddprun", "", 0755);
+  CHECK(python_helper_dir(ddprun) == dir);  // bin/../share/ddprun/python, resolved
+  CHECK(python_helper_dir(prefix.file("elsewhere/bin/ddprun", "", 0755)).empty());  // nothing beside this one
+  CHECK(python_helper_dir("ddprun").empty());
+
+  using Env = std::vector<std::string>;
+  CHECK(with_python_path({"A=1"}, "/h") == Env{"A=1", "PYTHONPATH=/h"});
+  CHECK(with_python_path({"PYTHONPATH="}, "/h") == Env{"PYTHONPATH=/h"});
+  CHECK(with_python_path({"PYTHONPATH=/mine:/more"}, "/h") == Env{"PYTHONPATH=/mine:/more:/h"});  // the user's first
+  CHECK(with_python_path({"PYTHONPATH=/a:/h"}, "/h") == Env{"PYTHONPATH=/a:/h"});  // a nested ddprun adds nothing
+  CHECK(with_python_path({"PYTHONPATH=/a", "PYTHONPATH=/b"}, "/h") == Env{"PYTHONPATH=/a:/h", "PYTHONPATH=/b"});
+  CHECK(with_python_path({"PYTHONPATH=/a"}, "") == Env{"PYTHONPATH=/a"});
+}
+
+TEST_CASE("several workers with OMP_NUM_THREADS unset: one note says they get 1 and why") {
+  auto omp_notes = [](const std::vector<std::string>& env, const char* nproc) {
+    const auto c = parse_command_line({"--nproc-per-node", nproc, "true"}, env);
+    return std::count_if(c.notes.begin(), c.notes.end(),
+                         [](const std::string& n) { return n.find("OMP_NUM_THREADS") != std::string::npos; });
+  };
+  const auto c = parse({"--nproc-per-node", "3", "true"});
+  const auto note = std::find_if(c.notes.begin(), c.notes.end(),
+                                 [](const std::string& n) { return n.rfind("OMP_NUM_THREADS is unset", 0) == 0; });
+  REQUIRE(note != c.notes.end());
+  CHECK(note->find("each of the 3 workers gets OMP_NUM_THREADS=1") != std::string::npos);
+  CHECK(omp_notes(kEnv, "1") == 0);  // one worker: nothing is set, nothing said
+  CHECK(omp_notes({"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=4"}, "2") == 0);  // the user's value is kept
+  CHECK(omp_notes({"PATH=/usr/bin:/bin", "OMP_NUM_THREADS="}, "2") == 0);   // set, if empty: kept as well
 }
 
 TEST_CASE("master port 0 or unset picks a free port; master addr defaults to loopback") {
@@ -212,7 +232,7 @@ TEST_CASE("bad input is refused with the documented code") {
   CHECK(usage_code({"no-such-program-xyz"}) == kExitNotFound);
   CHECK(usage_code({"/tmp"}) == kExitNotExecutable);
   CHECK(usage_code({"--term-timeout", "-1", "true"}) == kExitUsage);
-  CHECK(usage_code({"--prefix", "{host}", "true"}) == kExitUsage);
+  CHECK(usage_code({"--prefix", "{hostname}", "true"}) == kExitUsage);
   CHECK(usage_code({"--tee", "3", "true"}) == kExitUsage);  // log files need --log-dir
 }
 
