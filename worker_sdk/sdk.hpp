@@ -1,4 +1,5 @@
-// Everything a training program needs from the worker SDK, in one include.
+// Everything a training program needs from the worker SDK, in one include. LibTorch's layers, losses and
+// optimizers are the program's own includes (<torch/nn.h>, <torch/optim.h>): docs/SDK.md says why.
 #pragma once
 
 #include "worker_sdk/checkpoint.hpp"
