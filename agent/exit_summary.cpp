@@ -113,6 +113,7 @@ nlohmann::json worker_json(const WorkerRecord& w) {
     j["time_ms"] = w.end_ms;
   }
   if (!w.error_message.empty()) j["error"] = w.error_message;
+  if (!w.reason.empty()) j["reason"] = w.reason;
   return j;
 }
 
@@ -162,8 +163,11 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
   } else if (root) {
     out << "ddprun: job FAILED after " << elapsed << "\n";
     out << "ddprun: root cause: rank " << root->rank << " (local rank " << root->local_rank << ", node "
-        << ctx.node_rank << ", host " << ctx.host << ", pid " << root->pid << ") " << root->status.describe()
-        << " at " << iso_time(root->end_ms) << "\n";
+        << ctx.node_rank << ", host " << ctx.host;
+    if (root->pid == 0) out << ") could not be started (" << root->status.describe() << ")";
+    else out << ", pid " << root->pid << ") " << root->status.describe();
+    if (!root->reason.empty()) out << ": " << root->reason;
+    out << " at " << iso_time(root->end_ms) << "\n";
     if (!root->error_message.empty()) out << "ddprun: root cause error: " << root->error_message << "\n";
   } else if (policy.preempted()) {
     out << "ddprun: job preempted after " << elapsed << ": a stop notice came and every worker exited 0; exit "
@@ -186,8 +190,12 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
   for (const auto& w : policy.workers()) {
     char line[512];
     const double at = static_cast<double>(w.end_ms - ctx.start_ms) / 1000.0;
-    std::snprintf(line, sizeof line, "ddprun:   rank %-4d local %-3d pid %-8d %-9s %-26s +%.3fs%s\n", w.rank,
-                  w.local_rank, static_cast<int>(w.pid), to_string(w.state), w.status.describe().c_str(), at,
+    // A worker that could not be started has no pid: "-", and its status says so (the reason is above).
+    const bool never_ran = w.pid == 0 && w.state != WorkerState::kRunning;
+    const std::string pid = never_ran ? "-" : std::to_string(w.pid);
+    const std::string status = never_ran ? "not started: " + w.status.describe() : w.status.describe();
+    std::snprintf(line, sizeof line, "ddprun:   rank %-4d local %-3d pid %-8s %-9s %-26s +%.3fs%s\n", w.rank,
+                  w.local_rank, pid.c_str(), to_string(w.state), status.c_str(), at,
                   &w == root ? "  <- root cause" : "");
     out << line;
   }

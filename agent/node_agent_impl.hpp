@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -49,8 +50,14 @@ class NodeAgent {
 
  private:
   // node_agent_workers.cpp
+  // A worker that could not be started: its exec failed (126/127) or a resource ran out (71).
+  struct StartFailure {
+    int local_rank = 0;
+    process::ExitStatus status;
+    std::string reason;
+  };
   void start_workers();
-  void start_worker(int local_rank);
+  std::optional<StartFailure> start_worker(int local_rank);
   int open_target(int local_rank, int stream_bit, bool& console, bool& file);
   void signal_everything(int signal, bool include_descendants);
   // node_agent_rdzv.cpp

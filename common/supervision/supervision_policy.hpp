@@ -35,6 +35,9 @@ struct WorkerRecord {
   process::ExitStatus status;
   std::int64_t end_ms = 0;
   std::string error_message;  // from the worker's error file, when it wrote one
+  // What the supervisor learnt of its end beyond the status, one sentence: why it could not be started
+  // (pid 0), or that the kernel's OOM killer sent its SIGKILL. Empty: nothing more is known.
+  std::string reason;
   bool hung = false;          // silent for --hang-timeout after beating: killed by ddprun (kFailed)
 };
 

@@ -32,6 +32,31 @@ class ExitCodes(DdprunTestCase):
         os.chmod(script, 0o755)
         r = self.run_ddprun("--nproc-per-node", 2, script)
         self.assertEqual(r.code, 127, r)
+        err = r.stderr.decode()
+        # In order: what started, why the rank did not, the teardown; the summary gives the reason, not "pid 0".
+        started = err.index("INFO: started 0 of 2 workers")
+        failed = err.index("ERROR: rank 0 could not be started: cannot execute")
+        self.assertLess(started, failed, err)
+        self.assertLess(failed, err.index("tearing down"), err)
+        self.assertIn("root cause: rank 0 (local rank 0, node 0, host ", err)
+        self.assertIn(") could not be started (exit code 127): cannot execute '" + script + "': No such file or "
+                      "directory (the file exists: its interpreter '/nonexistent/interpreter', named on its '#!' "
+                      "line, does not) at ", err)
+        self.assertRegex(err, r"rank 0 +local 0 +pid - +failed +not started: exit code 127 ")
+        self.assertNotIn("pid 0", err)
+
+    def test_an_interpreter_that_cannot_be_executed_gives_126_with_the_reason(self):
+        interpreter = self.path("not_executable")
+        with open(interpreter, "w") as f:
+            f.write("")
+        script = self.path("script")
+        with open(script, "w") as f:
+            f.write(f"#!{interpreter}\n")
+        os.chmod(script, 0o755)
+        r = self.run_ddprun("--nproc-per-node", 1, script)
+        self.assertEqual(r.code, 126, r)
+        self.assertIn(f"could not be started (exit code 126): cannot execute '{script}': Permission denied at ",
+                      r.stderr.decode(), r)
 
 
 class Teardown(DdprunTestCase):
