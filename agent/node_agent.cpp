@@ -137,9 +137,9 @@ int NodeAgent::run() {
   ctx.error_file_of = [this](int lr) { return layout_.error_file(world_.restart_count, lr); };
   ctx.shown_path = [this](const std::string& p) { return layout_.published(p); };
   ctx.worker_dir_of = [this](int lr) { return layout_.worker_dir(world_.restart_count, lr); };
-  ctx.stderr_tail_of = [this](int lr) {
+  ctx.stderr_tail_of = [this](int lr) -> const StreamTail* {
     auto it = stderr_tails_.find(lr);
-    return it == stderr_tails_.end() ? std::string() : it->second->text();
+    return it == stderr_tails_.end() ? nullptr : it->second.get();
   };
   ctx.python = config_.python;
   ctx.python_origin = config_.python_origin;

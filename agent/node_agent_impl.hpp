@@ -140,7 +140,7 @@ class NodeAgent {
   PumpScratch pump_scratch_;  // declared before pumps_: they hold a reference to it
   std::vector<std::unique_ptr<OutputPump>> pumps_;          // this round's streams
   std::vector<std::unique_ptr<OutputPump>> retired_pumps_;  // earlier rounds' streams waiting for the console
-  std::map<int, std::shared_ptr<StreamTail>> stderr_tails_;  // local rank → its stderr's end (Python workers)
+  std::map<int, std::shared_ptr<StreamTail>> stderr_tails_;  // local rank → its stderr's end
   RendezvousLink link_;
   process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)
   process::JobCgroup cgroup_;  // the workers' cgroup, where one can be made (common/process/job_cgroup.hpp)

@@ -20,8 +20,9 @@
 namespace ddprun::agent {
 using nlohmann::json;
 namespace {
-// Enough for the last lines of a Python traceback; kept per Python worker only.
-constexpr std::size_t kStderrTailBytes = 1024;
+// Enough for a Python traceback's last five frames with their source lines and markers, and the exception
+// (a torch path alone is ~100 bytes); kept for every worker whose stderr is read.
+constexpr std::size_t kStderrTailBytes = 8192;
 
 // What ran out, and what to do about it, in one line.
 std::string resource_advice(int err, const std::string& what) {
@@ -182,7 +183,7 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
       t.file = open_log_queue(rank, r.bit == kStdout ? layout_.stdout_file(w.restart_count, local_rank)
                                                : layout_.stderr_file(w.restart_count, local_rank));
     t.prefix = prefix;
-    if (r.bit == kStderr && !config_.python.empty()) {  // for the summary's import-error note
+    if (r.bit == kStderr) {  // for the summary: the exception of a worker that wrote no error file
       t.tail = std::make_shared<StreamTail>(kStderrTailBytes);
       stderr_tails_[local_rank] = t.tail;
     }

@@ -1,6 +1,7 @@
 """What ddprun gives a Python worker beyond the environment: its stdin (--stdin-rank), a launch-style
---local-rank argument (--local-rank-arg), and, when the interpreter cannot import a module at start-up, a
-summary that names the interpreter and how to choose another. The helper scripts in py/ need no torch: any
+--local-rank argument (--local-rank-arg), a summary that shows the exception a worker without an error file
+printed on stderr, and, when the interpreter cannot import a module at start-up, one that names the
+interpreter and how to choose another. The helper scripts in py/ need no torch: any
 Python 3 runs them (this test's own); the launch-style example needs torch."""
 import fcntl
 import json
@@ -16,6 +17,7 @@ from python_env import EXAMPLES, HELPERS, NO_TORCH, torch_python
 ECHO = os.path.join(HELPERS, "echo_stdin.py")
 ARGV = os.path.join(HELPERS, "print_argv.py")
 MISSING = os.path.join(HELPERS, "import_missing.py")
+RAISES = os.path.join(HELPERS, "raise_without_record.py")
 
 
 class PythonWorkerCli(DdprunTestCase):
@@ -123,6 +125,29 @@ class PythonWorkerCli(DdprunTestCase):
         self.assertIn(f" ran {sys.executable}", err, res)
         self.assertIn("(PYTHON_EXEC), which cannot import that module: name an interpreter that has it with "
                       "PYTHON_EXEC=/path/to/python, or activate its virtual environment", err, res)
+
+    def test_an_exception_without_an_error_file_is_shown_from_stderr(self):
+        events = self.path("events")
+        res = self.run_ddprun("--nproc-per-node", 2, "--events-file", events, RAISES)
+        self.assertEqual(res.code, 1, res)
+        err = res.stderr.decode()
+        summary = err[err.index("ddprun: job FAILED"):]
+        self.assertIn("ddprun: root cause error (rank 1's stderr): RuntimeError: cannot read shard-7: header is "
+                      "truncated\nddprun: root cause traceback (rank 1's stderr, last 4 of 4 frames):\n"
+                      "ddprun: | Traceback (most recent call last):\n", summary, res)
+        self.assertRegex(summary, r'ddprun: \|   File ".*raise_without_record.py", line \d+, in load\n'
+                                  r'ddprun: \|     read_shard\(f"shard-\{epoch\}"\)\n')
+        self.assertIn("ddprun: | RuntimeError: cannot read shard-7: header is truncated\n", summary, res)
+        self.assertNotIn("cannot import that module", summary, res)
+        tb = [e for e in self.events(events) if e["event"] == "summary"][-1]["root_cause"]["traceback"]
+        self.assertEqual((tb["source"], tb["frames_total"], tb["start_kept"]), ("stderr", 4, True))
+        self.assertEqual(tb["exception"], "RuntimeError: cannot read shard-7: header is truncated")
+
+    def test_an_argparse_error_is_shown_as_the_last_line_on_stderr(self):
+        res = self.run_ddprun("--nproc-per-node", 1, RAISES, "--argparse")
+        self.assertEqual(res.code, 2, res)
+        self.assertIn("ddprun: rank 0's last line on stderr: raise_without_record.py: error: the following arguments "
+                      "are required: --lr\n", res.stderr.decode(), res)
 
     def test_the_interpreter_from_path_is_named_as_such(self):
         # A directory of our own on PATH holding "python3": what a pyenv or venv shim looks like to ddprun.
