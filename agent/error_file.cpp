@@ -95,7 +95,18 @@ StderrEnd read_stderr_end(const std::string& tail, bool from_start, std::size_t 
 }
 
 bool is_import_error(const std::string& message) {
-  return starts_with(message, "ModuleNotFoundError") || starts_with(message, "ImportError");
+  return starts_with(message, "ModuleNotFoundError") || starts_with(message, "ImportError") ||
+         is_module_lookup_error(message);
+}
+
+bool is_module_lookup_error(const std::string& line) {
+  // runpy's "<sys.executable>: <message>": an absolute path, then the message.
+  if (!starts_with(line, "/")) return false;
+  for (const char* what : {": No module named ", ": Error while finding module specification for "}) {
+    const std::size_t at = line.find(what);
+    if (at != std::string::npos && line.find("cannot be directly executed", at) == std::string::npos) return true;
+  }
+  return false;
 }
 
 }  // namespace ddprun::agent

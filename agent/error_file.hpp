@@ -40,7 +40,13 @@ struct StderrEnd {
 // then partial and is ignored).
 StderrEnd read_stderr_end(const std::string& tail, bool from_start, std::size_t max_frames = 5);
 
-// True when `message` (an exception's "Type: text" line) is a ModuleNotFoundError or an ImportError.
+// True when `message` (an exception's "Type: text" line) is a ModuleNotFoundError or an ImportError, or
+// what `python -m X` prints when it cannot find X (is_module_lookup_error).
 bool is_import_error(const std::string& message);
+// `python -m X`'s own line when X cannot be found (no traceback: runpy prints it with the interpreter's
+// path): "/usr/bin/python3: No module named X", or "... Error while finding module specification for 'X'
+// (ModuleNotFoundError: No module named 'pkg')". Not the "is a package and cannot be directly executed"
+// case: that package was imported.
+bool is_module_lookup_error(const std::string& line);
 
 }  // namespace ddprun::agent

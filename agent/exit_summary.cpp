@@ -70,10 +70,17 @@ void append_root_detail(std::ostringstream& out, const WorkerRecord& root, const
     }
   }
   if (!error_file) error = append_stderr_end(out, root, ctx);
-  if (is_import_error(error) && !ctx.python.empty())
-    out << "ddprun: " << rank << " ran " << ctx.python << " (" << ctx.python_origin
-        << "), which cannot import that module: name an interpreter that has it with PYTHON_EXEC=/path/to/python, "
-           "or activate its virtual environment before starting ddprun\n";
+  if (is_import_error(error) && !ctx.python.empty()) {
+    out << "ddprun: " << rank << " ran " << ctx.python << " (" << ctx.python_origin;
+    // python -m X found no X: the package may be where this interpreter does not look, as much as missing.
+    if (is_module_lookup_error(error))
+      out << "), which cannot find the module -m names: it looks in the working directory, PYTHONPATH and its own "
+             "site-packages; start ddprun where the package is, add its directory to PYTHONPATH, or name an "
+             "interpreter that has it installed with PYTHON_EXEC=/path/to/python\n";
+    else
+      out << "), which cannot import that module: name an interpreter that has it with PYTHON_EXEC=/path/to/python, "
+             "or activate its virtual environment before starting ddprun\n";
+  }
   if (kept && ctx.worker_dir_of) out << "ddprun: " << rank << "'s files: " << ctx.worker_dir_of(root.local_rank) << "\n";
   if (!kept && error_file) out << "ddprun: --log-dir DIR keeps the full error file and the workers' logs\n";
 }

@@ -122,6 +122,22 @@ TEST_CASE("import errors are recognised by their exception type") {
   CHECK_FALSE(ddprun::agent::is_import_error("ValueError: ImportError in a message"));
 }
 
+TEST_CASE("python -m's own 'No module named' lines are import errors of their own kind") {
+  using ddprun::agent::is_import_error;
+  using ddprun::agent::is_module_lookup_error;
+  for (const char* line : {"/usr/bin/python3: No module named mypkg",
+                           "/opt/venv/bin/python: Error while finding module specification for 'mypkg.train' "
+                           "(ModuleNotFoundError: No module named 'mypkg')"}) {
+    CHECK(is_module_lookup_error(line));
+    CHECK(is_import_error(line));
+  }
+  // A package that was found but has no __main__: imported, so no interpreter to blame.
+  CHECK_FALSE(is_module_lookup_error("/usr/bin/python3: No module named email.__main__; 'email' is a package and "
+                                     "cannot be directly executed"));
+  CHECK_FALSE(is_module_lookup_error("ModuleNotFoundError: No module named 'torch'"));  // a traceback's line
+  CHECK_FALSE(is_module_lookup_error("epoch 3: No module named in the config"));
+}
+
 // What Python 3.11 prints on stderr for an uncaught exception: frames with "^^^^" markers under the call.
 TEST_CASE("a traceback on stderr gives its exception line and its last frames") {
   const std::string err = "loading shard 3\n"

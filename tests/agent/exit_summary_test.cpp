@@ -101,6 +101,15 @@ TEST_CASE("an import error on stderr names the interpreter") {
   CHECK(text.find("rank 1 ran /usr/bin/python3 (PYTHON_EXEC), which cannot import that module") != std::string::npos);
 }
 
+TEST_CASE("python -m that finds no module says where it looked") {
+  Job job(exited(1), "/usr/bin/python3: No module named mypkg.train\n");
+  const std::string text = job.text();
+  CHECK(text.find("root cause error (rank 1's stderr): /usr/bin/python3: No module named mypkg.train\n") !=
+        std::string::npos);
+  CHECK(text.find("rank 1 ran /usr/bin/python3 (PYTHON_EXEC), which cannot find the module -m names: it looks in "
+                  "the working directory, PYTHONPATH") != std::string::npos);
+}
+
 TEST_CASE("a root cause killed by a signal is not explained by whatever it last printed") {
   Job job(killed(SIGSEGV), kTraceback);
   const std::string text = job.text();

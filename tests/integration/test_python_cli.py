@@ -149,6 +149,21 @@ class PythonWorkerCli(DdprunTestCase):
         self.assertIn("ddprun: rank 0's last line on stderr: raise_without_record.py: error: the following arguments "
                       "are required: --lr\n", res.stderr.decode(), res)
 
+    def test_a_module_python_m_cannot_find_names_the_interpreter_and_where_it_looked(self):
+        # python -m prints one line of its own (no traceback) for a module it cannot find, a missing package
+        # or a missing subpackage alike.
+        for module, said in (("ddprun_test_no_such_module", "No module named ddprun_test_no_such_module"),
+                             ("ddprun_test_no_such_package.train", "Error while finding module specification for "
+                              "'ddprun_test_no_such_package.train' (ModuleNotFoundError: No module named "
+                              "'ddprun_test_no_such_package')")):
+            res = self.run_ddprun("--nproc-per-node", 1, "-m", module)
+            self.assertEqual(res.code, 1, res)
+            err = res.stderr.decode()
+            self.assertIn(f"root cause error (rank 0's stderr): {sys.executable}: {said}\n", err, res)
+            self.assertIn(f"rank 0 ran {sys.executable}", err, res)
+            self.assertIn("(PYTHON_EXEC), which cannot find the module -m names: it looks in the working directory, "
+                          "PYTHONPATH and its own site-packages", err, res)
+
     def test_the_interpreter_from_path_is_named_as_such(self):
         # A directory of our own on PATH holding "python3": what a pyenv or venv shim looks like to ddprun.
         bindir = self.path("bin")
