@@ -51,6 +51,21 @@ std::string append_stderr_end(std::ostringstream& out, const WorkerRecord& root,
   return {};
 }
 
+// pdb's BdbQuit from a breakpoint(): a worker's stdin is /dev/null unless it is --stdin-rank's, so pdb read
+// end of file at its first prompt and quit. Said only where that is why (not on the rank that had stdin:
+// there the user quit, or ddprun's own stdin ended).
+void append_breakpoint_note(std::ostringstream& out, int rank, int stdin_rank) {
+  if (rank == stdin_rank) return;
+  const std::string r = std::to_string(rank);
+  out << "ddprun: rank " << r << " stopped at a breakpoint and pdb quit at once: its stdin is /dev/null. ";
+  if (stdin_rank < 0)
+    out << "To debug it, run again with --stdin-rank " << r << ", which gives ddprun's terminal to rank " << r
+        << " alone (the other ranks' breakpoints quit the same way: call breakpoint() on that rank only)\n";
+  else
+    out << "Only rank " << stdin_rank << " (--stdin-rank) reads ddprun's terminal: call breakpoint() on that rank "
+        << "only (e.g. if int(os.environ[\"RANK\"]) == " << stdin_rank << "), or pass --stdin-rank " << r << "\n";
+}
+
 // What explains a root cause that ran on this node: the end of its traceback (from its error file, else
 // from its stderr), the interpreter when it could not import a module, and where the full error file and
 // logs are kept.
@@ -81,6 +96,7 @@ void append_root_detail(std::ostringstream& out, const WorkerRecord& root, const
       out << "), which cannot import that module: name an interpreter that has it with PYTHON_EXEC=/path/to/python, "
              "or activate its virtual environment before starting ddprun\n";
   }
+  if (error.find("BdbQuit") != std::string::npos) append_breakpoint_note(out, root.rank, ctx.stdin_rank);
   if (kept && ctx.worker_dir_of) out << "ddprun: " << rank << "'s files: " << ctx.worker_dir_of(root.local_rank) << "\n";
   if (!kept && error_file) out << "ddprun: --log-dir DIR keeps the full error file and the workers' logs\n";
 }

@@ -40,6 +40,7 @@ struct SummaryContext {
   std::function<const StreamTail*(int local_rank)> stderr_tail_of;
   std::string python;         // the interpreter the workers ran, resolved; empty when the program is not Python
   std::string python_origin;  // how it was chosen, e.g. "PYTHON_EXEC" or "python3 from PATH"
+  int stdin_rank = -1;        // --stdin-rank: the global rank that reads ddprun's stdin; -1: none
   // The rounds before the last that this node ran, oldest first; the summary lists each one's cause.
   std::vector<Attempt> attempts;
   // Output that did not reach its place (a log file that could not be written, a console that closed),

@@ -143,6 +143,7 @@ int NodeAgent::run() {
   };
   ctx.python = config_.python;
   ctx.python_origin = config_.python_origin;
+  ctx.stdin_rank = config_.stdin_rank;
   ctx.attempts = attempts_;
   ctx.output_losses = output_losses_;
   note_console_losses(ctx.output_losses);

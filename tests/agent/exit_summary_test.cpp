@@ -110,6 +110,23 @@ TEST_CASE("python -m that finds no module says where it looked") {
                   "the working directory, PYTHONPATH") != std::string::npos);
 }
 
+TEST_CASE("pdb quitting for want of a terminal points at --stdin-rank") {
+  const std::string quit = "Traceback (most recent call last):\n  File \"/job/train.py\", line 4, in <module>\n"
+                           "  File \"/usr/lib/python3.11/bdb.py\", line 115, in dispatch_line\n"
+                           "    if self.quitting: raise BdbQuit\nbdb.BdbQuit\n";
+  Job job(exited(1), quit);
+  CHECK(job.text().find("ddprun: rank 1 stopped at a breakpoint and pdb quit at once: its stdin is /dev/null. To "
+                        "debug it, run again with --stdin-rank 1, which gives ddprun's terminal to rank 1 alone") !=
+        std::string::npos);
+  job.ctx.stdin_rank = 0;  // another rank had the terminal
+  CHECK(job.text().find("Only rank 0 (--stdin-rank) reads ddprun's terminal: call breakpoint() on that rank only "
+                        "(e.g. if int(os.environ[\"RANK\"]) == 0), or pass --stdin-rank 1\n") != std::string::npos);
+  job.ctx.stdin_rank = 1;  // it had the terminal: the user quit pdb
+  CHECK(job.text().find("stopped at a breakpoint") == std::string::npos);
+  Job other(exited(1), kTraceback);
+  CHECK(other.text().find("stopped at a breakpoint") == std::string::npos);
+}
+
 TEST_CASE("a root cause killed by a signal is not explained by whatever it last printed") {
   Job job(killed(SIGSEGV), kTraceback);
   const std::string text = job.text();

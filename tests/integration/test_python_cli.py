@@ -18,6 +18,7 @@ ECHO = os.path.join(HELPERS, "echo_stdin.py")
 ARGV = os.path.join(HELPERS, "print_argv.py")
 MISSING = os.path.join(HELPERS, "import_missing.py")
 RAISES = os.path.join(HELPERS, "raise_without_record.py")
+BREAKPOINT = os.path.join(HELPERS, "breakpoint_rank.py")
 
 
 class PythonWorkerCli(DdprunTestCase):
@@ -90,6 +91,20 @@ class PythonWorkerCli(DdprunTestCase):
         self.assertNotIn(b"eof", res.stdout)
         res = self.run_ddprun("--nproc-per-node", 2, "--stdin-rank", "one", ECHO)
         self.assertEqual(res.code, 64, res)
+
+    def test_a_breakpoint_without_a_terminal_points_at_stdin_rank(self):
+        self.env.pop("PYTHONBREAKPOINT", None)  # 0 would make breakpoint() do nothing
+        res = self.run_ddprun("--nproc-per-node", 2, BREAKPOINT)
+        self.assertEqual(res.code, 1, res)
+        err = res.stderr.decode()
+        self.assertIn("root cause error (rank 1's stderr): bdb.BdbQuit\n", err, res)
+        self.assertIn("ddprun: rank 1 stopped at a breakpoint and pdb quit at once: its stdin is /dev/null. To debug "
+                      "it, run again with --stdin-rank 1, which gives ddprun's terminal to rank 1 alone", err, res)
+        # Another rank had ddprun's stdin: the note says to stop on that rank only.
+        res = self.run_ddprun("--nproc-per-node", 2, "--stdin-rank", 0, BREAKPOINT)
+        self.assertEqual(res.code, 1, res)
+        self.assertIn("Only rank 0 (--stdin-rank) reads ddprun's terminal: call breakpoint() on that rank only",
+                      res.stderr.decode(), res)
 
     def test_local_rank_arg_goes_after_the_script_as_launch_put_it(self):
         res = self.run_ddprun("--nproc-per-node", 2, "--local-rank-arg", "underscore", ARGV, "--lr", "0.1")
