@@ -57,6 +57,7 @@ class NodeAgent {
     std::string reason;
   };
   void start_workers();
+  std::string oom_kill_reason();
   std::optional<StartFailure> start_worker(int local_rank);
   int open_target(int local_rank, int stream_bit, bool& console, bool& file);
   void signal_everything(int signal, bool include_descendants);
@@ -144,6 +145,8 @@ class NodeAgent {
   RendezvousLink link_;
   process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)
   process::JobCgroup cgroup_;  // the workers' cgroup, where one can be made (common/process/job_cgroup.hpp)
+  process::OomKillCounter oom_;      // the OOM kills in the workers' memory cgroup
+  long long oom_kills_seen_ = -1;    // its count at the round's start plus the kills already put on a worker
   boost::asio::posix::stream_descriptor guard_watch_;  // says when the guard is gone (watch_guard)
   HeartbeatChannel heartbeats_;  // --hang-timeout only
   boost::asio::steady_timer hang_timer_;

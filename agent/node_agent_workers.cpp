@@ -53,6 +53,7 @@ void NodeAgent::start_workers() {
     log_.info("Python interpreter: ", config_.python, " (", config_.python_origin, ")");
   if (heartbeats_.enabled()) heartbeats_.clear();  // no beat of a previous round counts in this one
   round_started_ns_ = monotonic_ns();
+  oom_kills_seen_ = oom_.kills();
   // The first worker that cannot be started stops the loop (the next ones would fail the same way); it is
   // handled once the line saying what started is out, so the log reads in order: started, why one did not,
   // tearing down.
@@ -200,6 +201,15 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
   events_.write(json{{"event", "started"}, {"time_ms", now}, {"rank", rank}, {"local_rank", local_rank},
                      {"pid", pid}, {"node_rank", w.node_rank}});
   return std::nullopt;
+}
+
+// A worker's SIGKILL that ddprun did not send: the OOM killer's when the memory cgroup counted a kill since
+// the last one put on a worker (each kill explains one death). Empty when it did not, or cannot be known.
+std::string NodeAgent::oom_kill_reason() {
+  const long long kills = oom_.kills();
+  if (kills < 0 || oom_kills_seen_ < 0 || kills <= oom_kills_seen_) return {};
+  ++oom_kills_seen_;
+  return "killed by the kernel's OOM killer: " + oom_.limit();
 }
 
 void NodeAgent::signal_everything(int signal, bool include_descendants) {

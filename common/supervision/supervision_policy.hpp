@@ -97,6 +97,11 @@ class SupervisionPolicy {
   // stopped ddprun itself are never restarted (the rendezvous only restarts after worker failures).
   void reset_for_restart();
 
+  // Whether `status`, a worker's end about to be reported by on_exit, is a SIGKILL this policy did not ask
+  // for: not a hung worker's, not after the grace period or a second Ctrl-C. Such a kill came from outside
+  // the job (the kernel's OOM killer, a user, a scheduler): the executor may find out which.
+  bool killed_from_outside(int local_rank, const process::ExitStatus& status) const;
+
   bool all_exited() const;
   Phase phase() const { return phase_; }
   const std::vector<WorkerRecord>& workers() const { return workers_; }
