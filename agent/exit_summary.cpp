@@ -3,23 +3,72 @@
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "agent/error_file.hpp"
 
 namespace ddprun::agent {
 namespace {
-// The last non-empty line of a stream's tail.
-std::string last_line(const std::string& text) {
-  std::size_t end = text.find_last_not_of("\r\n");
-  if (end == std::string::npos) return {};
-  const std::size_t newline = text.rfind('\n', end);
-  const std::size_t start = newline == std::string::npos ? 0 : newline + 1;
-  return text.substr(start, end + 1 - start);
+// The end of a root cause's stderr, when it can explain the failure: the worker wrote no error file, it ran
+// (an exec failure printed nothing), and it exited with a code (one killed by a signal did not get to tell
+// its story: its last line is whatever it was printing).
+std::optional<StderrEnd> stderr_end_of(const WorkerRecord& root, const SummaryContext& ctx) {
+  if (!ctx.stderr_tail_of || root.pid == 0 || root.status.signaled) return std::nullopt;
+  if (ctx.error_file_of && read_error_file(ctx.error_file_of(root.local_rank)).present) return std::nullopt;
+  const StreamTail* tail = ctx.stderr_tail_of(root.local_rank);
+  if (!tail) return std::nullopt;
+  return read_stderr_end(tail->text(), tail->from_start());
 }
 
-// What explains a root cause that ran on this node: the end of its traceback (from its error file), the
-// interpreter when it could not import a module, and where the full error file and logs are kept.
+// "root cause traceback (rank 3, last 5 of 12 frames):" and the lines, each behind "ddprun: | ".
+void append_traceback(std::ostringstream& out, const std::string& source, const TracebackTail& t, bool total_known) {
+  out << "ddprun: root cause traceback (" << source << ", last " << t.frames_shown;
+  if (total_known) out << " of " << t.frames_total << (t.frames_total == 1 ? " frame" : " frames");
+  else out << (t.frames_shown == 1 ? " frame" : " frames") << "; earlier ones were not kept";
+  out << "):\n";
+  for (const std::string& line : t.lines) out << "ddprun: | " << line << "\n";
+}
+
+// No error file: what the worker printed last on stderr. A traceback gives the exception and its last
+// frames; else the last line is shown as what it is (argparse's "error:", sys.exit's message). Returns
+// the exception or import error it names, for the notes that follow.
+std::string append_stderr_end(std::ostringstream& out, const WorkerRecord& root, const SummaryContext& ctx) {
+  const std::optional<StderrEnd> end = stderr_end_of(root, ctx);
+  if (!end) return {};
+  const std::string rank = "rank " + std::to_string(root.rank);
+  if (!end->exception.empty()) {
+    out << "ddprun: root cause error (" << rank << "'s stderr): " << end->exception << "\n";
+    append_traceback(out, rank + "'s stderr", end->traceback, end->start_kept);
+    return end->exception;
+  }
+  if (end->last_line.empty()) return {};
+  if (is_import_error(end->last_line)) {
+    out << "ddprun: root cause error (" << rank << "'s stderr): " << end->last_line << "\n";
+    return end->last_line;
+  }
+  out << "ddprun: " << rank << "'s last line on stderr: " << end->last_line << "\n";
+  return {};
+}
+
+// pdb's BdbQuit from a breakpoint(): a worker's stdin is /dev/null unless it is --stdin-rank's, so pdb read
+// end of file at its first prompt and quit. Said only where that is why (not on the rank that had stdin:
+// there the user quit, or ddprun's own stdin ended).
+void append_breakpoint_note(std::ostringstream& out, int rank, int stdin_rank) {
+  if (rank == stdin_rank) return;
+  const std::string r = std::to_string(rank);
+  out << "ddprun: rank " << r << " stopped at a breakpoint and pdb quit at once: its stdin is /dev/null. ";
+  if (stdin_rank < 0)
+    out << "To debug it, run again with --stdin-rank " << r << ", which gives ddprun's terminal to rank " << r
+        << " alone (the other ranks' breakpoints quit the same way: call breakpoint() on that rank only)\n";
+  else
+    out << "Only rank " << stdin_rank << " (--stdin-rank) reads ddprun's terminal: call breakpoint() on that rank "
+        << "only (e.g. if int(os.environ[\"RANK\"]) == " << stdin_rank << "), or pass --stdin-rank " << r << "\n";
+}
+
+// What explains a root cause that ran on this node: the end of its traceback (from its error file, else
+// from its stderr), the interpreter when it could not import a module, and where the full error file and
+// logs are kept.
 void append_root_detail(std::ostringstream& out, const WorkerRecord& root, const SummaryContext& ctx) {
   const bool kept = !ctx.log_root.empty();
   const std::string rank = "rank " + std::to_string(root.rank);
@@ -31,31 +80,29 @@ void append_root_detail(std::ostringstream& out, const WorkerRecord& root, const
     if (ef.present) {
       error_file = true;
       error = ef.message;
-      if (!ef.where.empty()) {
-        const TracebackTail t = traceback_tail(ef.where);
-        out << "ddprun: root cause traceback (" << rank << ", last " << t.frames_shown << " of " << t.frames_total
-            << (t.frames_total == 1 ? " frame" : " frames") << "):\n";
-        for (const std::string& line : t.lines) out << "ddprun: | " << line << "\n";
-      }
+      if (!ef.where.empty()) append_traceback(out, rank, traceback_tail(ef.where), true);
       if (kept) out << "ddprun: full error file: " << ctx.shown_path(path) << "\n";
     }
   }
-  // No error file: a failure before any handler could write one (an import at start-up) shows on stderr.
-  if (!error_file && ctx.stderr_tail_of) {
-    const std::string line = last_line(ctx.stderr_tail_of(root.local_rank));
-    if (is_import_error(line)) {
-      out << "ddprun: root cause error (" << rank << "'s stderr): " << line << "\n";
-      error = line;
-    }
+  if (!error_file) error = append_stderr_end(out, root, ctx);
+  if (is_import_error(error) && !ctx.python.empty()) {
+    out << "ddprun: " << rank << " ran " << ctx.python << " (" << ctx.python_origin;
+    // python -m X found no X: the package may be where this interpreter does not look, as much as missing.
+    if (is_module_lookup_error(error))
+      out << "), which cannot find the module -m names: it looks in the working directory, PYTHONPATH and its own "
+             "site-packages; start ddprun where the package is, add its directory to PYTHONPATH, or name an "
+             "interpreter that has it installed with PYTHON_EXEC=/path/to/python\n";
+    else
+      out << "), which cannot import that module: name an interpreter that has it with PYTHON_EXEC=/path/to/python, "
+             "or activate its virtual environment before starting ddprun\n";
   }
-  if (is_import_error(error) && !ctx.python.empty())
-    out << "ddprun: " << rank << " ran " << ctx.python << " (" << ctx.python_origin
-        << "), which cannot import that module: name an interpreter that has it with PYTHON_EXEC=/path/to/python, "
-           "or activate its virtual environment before starting ddprun\n";
+  if (error.find("BdbQuit") != std::string::npos) append_breakpoint_note(out, root.rank, ctx.stdin_rank);
   // argparse (exit code 2) stopped the script over launch's --local_rank: say which switch fixes it.
   if (!root.status.signaled && root.status.code == 2 && ctx.stderr_tail_of) {
+    const StreamTail* tail = ctx.stderr_tail_of(root.local_rank);
     const std::string advice =
-        local_rank_arg_advice(last_line(ctx.stderr_tail_of(root.local_rank)), ctx.local_rank_arg);
+        tail ? local_rank_arg_advice(read_stderr_end(tail->text(), tail->from_start()).last_line, ctx.local_rank_arg)
+             : "";
     if (!advice.empty()) out << "ddprun: " << rank << "'s " << advice << "\n";
   }
   if (kept && ctx.worker_dir_of) out << "ddprun: " << rank << "'s files: " << ctx.worker_dir_of(root.local_rank) << "\n";
@@ -76,11 +123,19 @@ const WorkerRecord* root_worker_here(const SupervisionPolicy& policy, const Summ
 // when the root cause ran elsewhere or wrote no call stack.
 nlohmann::json traceback_json(const SupervisionPolicy& policy, const SummaryContext& ctx) {
   const WorkerRecord* root = root_worker_here(policy, ctx);
-  if (!root || !ctx.error_file_of) return nullptr;
+  if (!root) return nullptr;
+  if (const std::optional<StderrEnd> end = stderr_end_of(*root, ctx); end && !end->exception.empty()) {
+    const TracebackTail& t = end->traceback;
+    // "frames_total" counts what was kept when "start_kept" is false.
+    return {{"source", "stderr"}, {"exception", end->exception}, {"frames_total", t.frames_total},
+            {"frames_shown", t.frames_shown}, {"start_kept", end->start_kept}, {"lines", t.lines}};
+  }
+  if (!ctx.error_file_of) return nullptr;
   const ErrorFileContents ef = read_error_file(ctx.error_file_of(root->local_rank));
   if (!ef.present || ef.where.empty()) return nullptr;
   const TracebackTail t = traceback_tail(ef.where);
-  nlohmann::json j{{"frames_total", t.frames_total}, {"frames_shown", t.frames_shown}, {"lines", t.lines}};
+  nlohmann::json j{{"source", "error_file"}, {"frames_total", t.frames_total}, {"frames_shown", t.frames_shown},
+                   {"lines", t.lines}};
   if (!ctx.log_root.empty()) j["error_file"] = ctx.shown_path(ctx.error_file_of(root->local_rank));
   return j;
 }
@@ -139,6 +194,7 @@ nlohmann::json worker_json(const WorkerRecord& w) {
     j["time_ms"] = w.end_ms;
   }
   if (!w.error_message.empty()) j["error"] = w.error_message;
+  if (!w.reason.empty()) j["reason"] = w.reason;
   return j;
 }
 
@@ -188,8 +244,11 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
   } else if (root) {
     out << "ddprun: job FAILED after " << elapsed << "\n";
     out << "ddprun: root cause: rank " << root->rank << " (local rank " << root->local_rank << ", node "
-        << ctx.node_rank << ", host " << ctx.host << ", pid " << root->pid << ") " << root->status.describe()
-        << " at " << iso_time(root->end_ms) << "\n";
+        << ctx.node_rank << ", host " << ctx.host;
+    if (root->pid == 0) out << ") could not be started (" << root->status.describe() << ")";
+    else out << ", pid " << root->pid << ") " << root->status.describe();
+    if (!root->reason.empty()) out << ": " << root->reason;
+    out << " at " << iso_time(root->end_ms) << "\n";
     if (!root->error_message.empty()) out << "ddprun: root cause error: " << root->error_message << "\n";
   } else if (policy.preempted()) {
     out << "ddprun: job preempted after " << elapsed << ": a stop notice came and every worker exited 0; exit "
@@ -212,8 +271,12 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
   for (const auto& w : policy.workers()) {
     char line[512];
     const double at = static_cast<double>(w.end_ms - ctx.start_ms) / 1000.0;
-    std::snprintf(line, sizeof line, "ddprun:   rank %-4d local %-3d pid %-8d %-9s %-26s +%.3fs%s\n", w.rank,
-                  w.local_rank, static_cast<int>(w.pid), to_string(w.state), w.status.describe().c_str(), at,
+    // A worker that could not be started has no pid: "-", and its status says so (the reason is above).
+    const bool never_ran = w.pid == 0 && w.state != WorkerState::kRunning;
+    const std::string pid = never_ran ? "-" : std::to_string(w.pid);
+    const std::string status = never_ran ? "not started: " + w.status.describe() : w.status.describe();
+    std::snprintf(line, sizeof line, "ddprun:   rank %-4d local %-3d pid %-8s %-9s %-26s +%.3fs%s\n", w.rank,
+                  w.local_rank, pid.c_str(), to_string(w.state), status.c_str(), at,
                   &w == root ? "  <- root cause" : "");
     out << line;
   }

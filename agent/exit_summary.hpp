@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/stream_tail.hpp"
 #include "agent/supervision_policy.hpp"
 
 namespace ddprun::agent {
@@ -34,12 +35,13 @@ struct SummaryContext {
   // Where that file is for the user once ddprun ends (with --log-dir: copied into the log tree).
   std::function<std::string(const std::string& path)> shown_path = [](const std::string& p) { return p; };
   std::function<std::string(int local_rank)> worker_dir_of;
-  // The last lines a local rank wrote on stderr (bounded), for failures before any error file could be
-  // written (an import at start-up). Unset or empty: none kept.
-  std::function<std::string(int local_rank)> stderr_tail_of;
+  // The end of what a local rank wrote on stderr (bounded), for failures without an error file: its
+  // traceback, or its last line. Unset, or null: none kept.
+  std::function<const StreamTail*(int local_rank)> stderr_tail_of;
   std::string python;         // the interpreter the workers ran, resolved; empty when the program is not Python
   std::string python_origin;  // how it was chosen, e.g. "PYTHON_EXEC" or "python3 from PATH"
   std::string local_rank_arg;  // the launch-style option each worker got ("--local_rank"), "" none
+  int stdin_rank = -1;        // --stdin-rank: the global rank that reads ddprun's stdin; -1: none
   // The rounds before the last that this node ran, oldest first; the summary lists each one's cause.
   std::vector<Attempt> attempts;
   // Output that did not reach its place (a log file that could not be written, a console that closed),

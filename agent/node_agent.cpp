@@ -137,13 +137,14 @@ int NodeAgent::run() {
   ctx.error_file_of = [this](int lr) { return layout_.error_file(world_.restart_count, lr); };
   ctx.shown_path = [this](const std::string& p) { return layout_.published(p); };
   ctx.worker_dir_of = [this](int lr) { return layout_.worker_dir(world_.restart_count, lr); };
-  ctx.stderr_tail_of = [this](int lr) {
+  ctx.stderr_tail_of = [this](int lr) -> const StreamTail* {
     auto it = stderr_tails_.find(lr);
-    return it == stderr_tails_.end() ? std::string() : it->second->text();
+    return it == stderr_tails_.end() ? nullptr : it->second.get();
   };
   ctx.python = config_.python;
   ctx.python_origin = config_.python_origin;
   ctx.local_rank_arg = config_.local_rank_arg;
+  ctx.stdin_rank = config_.stdin_rank;
   ctx.attempts = attempts_;
   ctx.output_losses = output_losses_;
   note_console_losses(ctx.output_losses);
@@ -238,6 +239,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
     const ErrorFileContents ef = read_error_file(layout_.error_file(world_.restart_count, lr));
     if (ef.present) policy_.worker(lr).error_message = ef.message;
   }
+  if (policy_.killed_from_outside(lr, status)) policy_.worker(lr).reason = oom_kill_reason();
   const Decision d = policy_.on_exit(lr, status, now);
   const WorkerRecord& w = policy_.worker(lr);
   json e = worker_json(w);
@@ -245,7 +247,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
   e["node_rank"] = world_.node_rank;
   events_.write(e);
   if (w.state == WorkerState::kFailed)
-    log_.error("rank ", w.rank, " (pid ", pid, ") failed: ", status.describe());
+    log_.error("rank ", w.rank, " (pid ", pid, ") failed: ", status.describe(), w.reason.empty() ? "" : ": ", w.reason);
   else
     log_.debug("rank ", w.rank, " (pid ", pid, ") ", to_string(w.state), ": ", status.describe());
   // The report first: its frame leaves at once (Asio writes speculatively), so the other nodes start stopping
@@ -359,6 +361,9 @@ void NodeAgent::start_job_guard() {
   guard_ = process::JobGuard::start();
   guard_.remove_on_death(layout_.work_root());  // the whole tree without --log-dir
   cgroup_ = process::JobCgroup::create(guard_.tag());
+  oom_ = process::OomKillCounter::locate(cgroup_.active() ? cgroup_.path() : std::string());
+  log_.debug(oom_.active() ? "OOM kills counted: " + std::to_string(oom_.kills()) + ", " + oom_.limit()
+                           : std::string("no memory cgroup: an OOM kill reads as a plain SIGKILL"));
   if (cgroup_.active()) {
     guard_.kill_cgroup_on_death(cgroup_.path());
     log_.debug("job cgroup: ", cgroup_.path());

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -49,8 +50,15 @@ class NodeAgent {
 
  private:
   // node_agent_workers.cpp
+  // A worker that could not be started: its exec failed (126/127) or a resource ran out (71).
+  struct StartFailure {
+    int local_rank = 0;
+    process::ExitStatus status;
+    std::string reason;
+  };
   void start_workers();
-  void start_worker(int local_rank);
+  std::string oom_kill_reason();
+  std::optional<StartFailure> start_worker(int local_rank);
   int open_target(int local_rank, int stream_bit, bool& console, bool& file);
   void signal_everything(int signal, bool include_descendants);
   // node_agent_rdzv.cpp
@@ -133,10 +141,12 @@ class NodeAgent {
   PumpScratch pump_scratch_;  // declared before pumps_: they hold a reference to it
   std::vector<std::unique_ptr<OutputPump>> pumps_;          // this round's streams
   std::vector<std::unique_ptr<OutputPump>> retired_pumps_;  // earlier rounds' streams waiting for the console
-  std::map<int, std::shared_ptr<StreamTail>> stderr_tails_;  // local rank → its stderr's end (Python workers)
+  std::map<int, std::shared_ptr<StreamTail>> stderr_tails_;  // local rank → its stderr's end
   RendezvousLink link_;
   process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)
   process::JobCgroup cgroup_;  // the workers' cgroup, where one can be made (common/process/job_cgroup.hpp)
+  process::OomKillCounter oom_;      // the OOM kills in the workers' memory cgroup
+  long long oom_kills_seen_ = -1;    // its count at the round's start plus the kills already put on a worker
   boost::asio::posix::stream_descriptor guard_watch_;  // says when the guard is gone (watch_guard)
   HeartbeatChannel heartbeats_;  // --hang-timeout only
   boost::asio::steady_timer hang_timer_;

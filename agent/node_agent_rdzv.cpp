@@ -176,6 +176,7 @@ void NodeAgent::report_worker_failure(int local_rank) {
   else f.exit_code = w.status.code;
   f.time_unix_ms = w.end_ms;
   f.error_file_contents = w.error_message;
+  f.message = w.reason;  // why it could not start, or who killed it: every node's summary says it
   link_.client().report_failure(f);
 }
 

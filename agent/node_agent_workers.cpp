@@ -20,8 +20,9 @@
 namespace ddprun::agent {
 using nlohmann::json;
 namespace {
-// Enough for the last lines of a Python traceback; kept per Python worker only.
-constexpr std::size_t kStderrTailBytes = 1024;
+// Enough for a Python traceback's last five frames with their source lines and markers, and the exception
+// (a torch path alone is ~100 bytes); kept for every worker whose stderr is read.
+constexpr std::size_t kStderrTailBytes = 8192;
 
 // What ran out, and what to do about it, in one line.
 std::string resource_advice(int err, const std::string& what) {
@@ -52,9 +53,14 @@ void NodeAgent::start_workers() {
     log_.info("Python interpreter: ", config_.python, " (", config_.python_origin, ")");
   if (heartbeats_.enabled()) heartbeats_.clear();  // no beat of a previous round counts in this one
   round_started_ns_ = monotonic_ns();
-  for (int lr = 0; lr < w.local_world_size; ++lr) {
-    if (policy_.phase() != Phase::kRunning) break;  // a signal or an early failure already stopped the job
-    start_worker(lr);
+  oom_kills_seen_ = oom_.kills();
+  // The first worker that cannot be started stops the loop (the next ones would fail the same way); it is
+  // handled once the line saying what started is out, so the log reads in order: started, why one did not,
+  // tearing down.
+  std::optional<StartFailure> failed;
+  for (int lr = 0; lr < w.local_world_size && !failed; ++lr) {
+    if (policy_.phase() != Phase::kRunning) break;  // a signal already stopped the job
+    failed = start_worker(lr);
   }
   const std::size_t started = local_rank_of_.size();
   const std::string how_many = started == static_cast<std::size_t>(w.local_world_size)
@@ -63,6 +69,14 @@ void NodeAgent::start_workers() {
   log_.info("started ", how_many, w.local_world_size == 1 ? " worker" : " workers", ": ranks ", w.rank_offset, "-",
             w.rank_offset + w.local_world_size - 1, " of ", w.world_size, " (node ", w.node_rank, " of ", w.nnodes,
             "), master ", w.master_addr, ":", w.master_port, ", run id ", w.run_id, ", attempt ", w.restart_count);
+  if (failed) {
+    WorkerRecord& r = policy_.worker(failed->local_rank);
+    log_.error("rank ", r.rank, " could not be started: ", failed->reason);
+    r.reason = failed->reason;
+    const Decision d = policy_.on_exit(failed->local_rank, failed->status, unix_ms());
+    if (d.teardown_began) report_worker_failure(failed->local_rank);
+    apply(d, "worker_failed");
+  }
   // Not one worker could start (out of descriptors, processes, memory): no exit will ever be reaped, so the
   // round's end is looked for now, once this handler is done.
   if (started == 0) boost::asio::post(io_, [this] { reaper_.reap_now(); });
@@ -81,7 +95,7 @@ int NodeAgent::open_target(int local_rank, int stream_bit, bool& console, bool& 
   return (console || file) ? 0 : -1;
 }
 
-void NodeAgent::start_worker(int local_rank) {
+std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
   const World& w = world_;
   const int rank = w.rank_offset + local_rank;
   process::SpawnOptions opts;
@@ -123,14 +137,12 @@ void NodeAgent::start_worker(int local_rank) {
   Route routes[2] = {{kStdout, 1, {}}, {kStderr, 2, {}}};
   int null_fd = -1;
   pid_t pid = 0;
-  process::ExitStatus exec_failure;
-  bool exec_failed = false;
+  std::optional<StartFailure> failure;
   // Out of a resource (open files, processes, memory): this rank fails to start with
   // exit code 71, the job is torn down like after any failure, and the line says what ran out and what to do.
   auto cannot_start = [&](int err, const char* what) {
-    log_.error("rank ", rank, " cannot start: ", resource_advice(err, what));
-    exec_failure.code = kExitOsError;
-    exec_failed = true;
+    failure = StartFailure{local_rank, {}, resource_advice(err, what)};
+    failure->status.code = kExitOsError;
     for (Route& r : routes) {
       if (r.pipe.read_fd >= 0) ::close(r.pipe.read_fd);
       r.pipe.read_fd = -1;
@@ -152,9 +164,8 @@ void NodeAgent::start_worker(int local_rank) {
     opts.env = worker_environment(config_.base_env, w, env_in);
     pid = process::spawn(opts);
   } catch (const process::ExecError& e) {
-    log_.error("rank ", rank, ": ", e.what());
-    exec_failure.code = e.exit_code();
-    exec_failed = true;
+    failure = StartFailure{local_rank, {}, e.what()};
+    failure->status.code = e.exit_code();
   } catch (const SystemError& e) {  // our pipes
     cannot_start(e.error_number(), e.what());
   } catch (const std::system_error& e) {  // spawn's fork (ddprun_process throws the standard type)
@@ -173,7 +184,7 @@ void NodeAgent::start_worker(int local_rank) {
       t.file = open_log_queue(rank, r.bit == kStdout ? layout_.stdout_file(w.restart_count, local_rank)
                                                : layout_.stderr_file(w.restart_count, local_rank));
     t.prefix = prefix;
-    if (r.bit == kStderr && !config_.python.empty()) {  // for the summary's import-error note
+    if (r.bit == kStderr) {  // for the summary: the exception of a worker that wrote no error file
       t.tail = std::make_shared<StreamTail>(kStderrTailBytes);
       stderr_tails_[local_rank] = t.tail;
     }
@@ -183,17 +194,22 @@ void NodeAgent::start_worker(int local_rank) {
 
   const std::int64_t now = unix_ms();
   policy_.add_worker(rank, local_rank, pid, now);
-  if (exec_failed) {
-    const Decision d = policy_.on_exit(local_rank, exec_failure, now);
-    apply(d, "worker_failed");
-    if (d.teardown_began) report_worker_failure(local_rank);
-    return;
-  }
+  if (failure) return failure;  // start_workers reports it, after saying what did start
   local_rank_of_[pid] = local_rank;
   guard_.watch_group(pid);  // spawn made the worker its group's leader
   log_.debug("rank ", rank, " started, pid ", pid);
   events_.write(json{{"event", "started"}, {"time_ms", now}, {"rank", rank}, {"local_rank", local_rank},
                      {"pid", pid}, {"node_rank", w.node_rank}});
+  return std::nullopt;
+}
+
+// A worker's SIGKILL that ddprun did not send: the OOM killer's when the memory cgroup counted a kill since
+// the last one put on a worker (each kill explains one death). Empty when it did not, or cannot be known.
+std::string NodeAgent::oom_kill_reason() {
+  const long long kills = oom_.kills();
+  if (kills < 0 || oom_kills_seen_ < 0 || kills <= oom_kills_seen_) return {};
+  ++oom_kills_seen_;
+  return "killed by the kernel's OOM killer: " + oom_.limit();
 }
 
 void NodeAgent::signal_everything(int signal, bool include_descendants) {

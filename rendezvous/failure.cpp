@@ -44,7 +44,14 @@ std::string describe(const Failure& failure) {
     return out.str();
   }
   out << "rank " << failure.rank << " (local rank " << failure.local_rank << ", node " << failure.node_rank
-      << ", host " << (failure.host.empty() ? "?" : failure.host) << ", pid " << failure.pid << ")";
+      << ", host " << (failure.host.empty() ? "?" : failure.host);
+  // A worker whose exec failed never had a process of its own: no pid to show, and it did not "exit".
+  if (failure.pid == 0 && failure.exit_code) {
+    out << ") could not be started (exit code " << *failure.exit_code << ")";
+    if (!failure.message.empty()) out << ": " << failure.message;
+    return out.str();
+  }
+  out << ", pid " << failure.pid << ")";
   // A hung worker (ddprun --hang-timeout) was killed by its agent: the reason, not the signal, comes first.
   if (is_hang(failure)) {
     out << " " << failure.message;

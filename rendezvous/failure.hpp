@@ -46,8 +46,9 @@ inline constexpr std::int64_t kMaxPid = 1 << 22;         // PID_MAX_LIMIT on 64-
 inline constexpr std::int64_t kMaxUnixMs = 1LL << 50;    // ~37 000 years after 1970
 inline constexpr std::size_t kMaxMessageBytes = 16 * 1024;
 
-// One line for people: "rank 3 (local rank 1, node 1, host gpu7, pid 4242) exited with code 1" or
-// "node 2 (host gpu9) lost: missed heartbeats for 5.0 s".
+// One line for people: "rank 3 (local rank 1, node 1, host gpu7, pid 4242) exited with code 1",
+// "rank 0 (local rank 0, node 0, host gpu7) could not be started (exit code 127): cannot execute ..." (pid 0:
+// its exec failed) or "node 2 (host gpu9) lost: missed heartbeats for 5.0 s".
 std::string describe(const Failure& failure);
 
 // The exit code ddprun leaves with for this root cause: the worker's code, 128+signal, or 1 for a lost node.

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -25,28 +26,44 @@ bool write_file(const std::string& path, const char* text) {
   return ok;
 }
 
-// The directory of this process's cgroup on the cgroup2 mount, or "" (with `why`) when there is none.
-std::string own_cgroup_dir(std::string& why) {
-  std::string relative;
-  bool found = false;
+// This process's path in a hierarchy, from /proc/self/cgroup: cgroup v2's "0::/path" (controller "") or the
+// cgroup v1 line whose controller list names `controller`. False when there is none.
+bool own_hierarchy_path(const std::string& controller, std::string& relative) {
   std::istringstream cgroups(read_file("/proc/self/cgroup"));
-  for (std::string line; std::getline(cgroups, line);)
-    if (line.rfind("0::", 0) == 0) {
-      relative = line.substr(3);
+  bool found = false;
+  for (std::string line; std::getline(cgroups, line);) {
+    const std::size_t first = line.find(':');
+    const std::size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(first + 1, second - first - 1) + ",";
+    const bool match = controller.empty() ? line.rfind("0::", 0) == 0
+                                          : controllers.find("," + controller + ",") != std::string::npos;
+    if (match) {
+      relative = line.substr(second + 1);
       found = true;
     }
-  if (!found) {
-    why = "this process is in no cgroup v2 hierarchy";
-    return "";
   }
+  return found;
+}
+
+// Where the hierarchy path `relative` is in the file system: on the mount of `fstype` ("cgroup2", or
+// "cgroup" whose options name `controller`). "" when no such mount is seen; `mount_point` gets its root.
+std::string mounted_dir(std::string relative, const std::string& fstype, const std::string& controller,
+                        std::string* mount_point = nullptr) {
   // mountinfo: "id parent major:minor root mount-point options [optional...] - fstype source super-options"
   std::istringstream mounts(read_file("/proc/self/mountinfo"));
   for (std::string line; std::getline(mounts, line);) {
     const std::size_t dash = line.find(" - ");
-    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    if (dash == std::string::npos || line.compare(dash + 3, fstype.size() + 1, fstype + " ") != 0) continue;
+    if (!controller.empty()) {
+      std::istringstream tail(line.substr(dash + 3));
+      std::string type, source, options;
+      tail >> type >> source >> options;
+      if (("," + options + ",").find("," + controller + ",") == std::string::npos) continue;
+    }
     std::istringstream fields(line.substr(0, dash));
-    std::string id, parent, device, root, mount_point;
-    fields >> id >> parent >> device >> root >> mount_point;
+    std::string id, parent, device, root, point;
+    fields >> id >> parent >> device >> root >> point;
     // A mount of a sub-tree (a container's cgroup namespace seen from outside) shows its root: our path is
     // relative to the hierarchy's root, the mount point to the mount's.
     if (root != "/") {
@@ -54,10 +71,22 @@ std::string own_cgroup_dir(std::string& why) {
       relative = relative.substr(root.size());
     }
     if (relative == "/") relative.clear();
-    return mount_point + relative;
+    if (mount_point) *mount_point = point;
+    return point + relative;
   }
-  why = "no cgroup2 file system is mounted";
   return "";
+}
+
+// The directory of this process's cgroup on the cgroup2 mount, or "" (with `why`) when there is none.
+std::string own_cgroup_dir(std::string& why) {
+  std::string relative;
+  if (!own_hierarchy_path("", relative)) {
+    why = "this process is in no cgroup v2 hierarchy";
+    return "";
+  }
+  const std::string dir = mounted_dir(relative, "cgroup2", "");
+  if (dir.empty()) why = "no cgroup2 file system is mounted";
+  return dir;
 }
 
 // `path` and every cgroup below it, parents before children.
@@ -135,6 +164,86 @@ JobCgroup JobCgroup::create(const std::string& name) {
   }
   cg.path_ = path;
   return cg;
+}
+
+namespace {
+// "oom_kill 3" among a file's "key value" lines (memory.events, memory.oom_control, /proc/meminfo's
+// "MemTotal: N kB"); -1: not there.
+long long counter_in(const std::string& text, const std::string& key) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string name;
+    long long value = -1;
+    if (fields >> name >> value && name == key) return value;
+  }
+  return -1;
+}
+
+std::string bytes_text(unsigned long long bytes) {
+  char text[64];
+  if (bytes >= (1ULL << 30)) std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
+  else std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1ULL << 20));
+  return text;
+}
+
+// A limit file's value: memory.max's "max", or v1's "no limit" (the largest page-aligned number), is none.
+bool limit_in(const std::string& text, unsigned long long& bytes) {
+  if (text.empty() || text.rfind("max", 0) == 0) return false;
+  char* end = nullptr;
+  errno = 0;
+  bytes = std::strtoull(text.c_str(), &end, 10);
+  return errno == 0 && end != text.c_str() && bytes < (1ULL << 62);
+}
+}  // namespace
+
+OomKillCounter::OomKillCounter(std::string counter_file, std::string dir, std::string top, std::string limit_name)
+    : counter_file_(std::move(counter_file)), dir_(std::move(dir)), top_(std::move(top)),
+      limit_name_(std::move(limit_name)) {}
+
+OomKillCounter OomKillCounter::locate(const std::string& job_cgroup) {
+  std::string why, top;
+  std::string relative;
+  if (own_hierarchy_path("", relative)) {
+    const std::string own = mounted_dir(relative, "cgroup2", "", &top);
+    std::string dir = job_cgroup.empty() ? own : job_cgroup;
+    for (; !dir.empty() && dir.size() >= top.size(); dir = dir.substr(0, dir.rfind('/'))) {
+      struct stat st {};
+      if (::stat((dir + "/memory.events").c_str(), &st) == 0)
+        return OomKillCounter(dir + "/memory.events", dir, top, "memory.max");
+      if (dir == top) break;
+    }
+  }
+  if (own_hierarchy_path("memory", relative)) {
+    const std::string dir = mounted_dir(relative, "cgroup", "memory", &top);
+    struct stat st {};
+    if (!dir.empty() && ::stat((dir + "/memory.oom_control").c_str(), &st) == 0)
+      return OomKillCounter(dir + "/memory.oom_control", dir, top, "memory.limit_in_bytes");
+  }
+  return {};
+}
+
+long long OomKillCounter::kills() const {
+  return active() ? counter_in(read_file(counter_file_), "oom_kill") : -1;
+}
+
+std::string OomKillCounter::limit() const {
+  // The smallest limit on the way up is the one that binds.
+  unsigned long long lowest = 0;
+  std::string where;
+  for (std::string dir = dir_; !dir.empty() && dir.size() >= top_.size(); dir = dir.substr(0, dir.rfind('/'))) {
+    unsigned long long bytes = 0;
+    if (limit_in(read_file(dir + "/" + limit_name_), bytes) && (where.empty() || bytes < lowest)) {
+      lowest = bytes;
+      where = dir;
+    }
+    if (dir == top_) break;
+  }
+  if (!where.empty()) return "memory limit " + bytes_text(lowest) + ", set by " + limit_name_ + " of " + where;
+  const long long total_kib = counter_in(read_file("/proc/meminfo"), "MemTotal:");
+  return "no cgroup memory limit, so the machine's " +
+         (total_kib > 0 ? bytes_text(static_cast<unsigned long long>(total_kib) * 1024) + " " : std::string()) +
+         "ran out";
 }
 
 JobCgroup::JobCgroup(JobCgroup&& other) noexcept

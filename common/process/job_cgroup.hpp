@@ -54,6 +54,35 @@ class JobCgroup {
   int procs_fd_ = -1;
 };
 
+// The kernel's count of OOM kills in the memory cgroup the workers are charged to, and the memory limit over
+// them: what tells a worker's SIGKILL from the OOM killer apart from anyone else's (a user's kill -9, a
+// scheduler). Read before and after, not parsed from the kernel log. On cgroup v2, the nearest of the job's
+// cgroup (or ddprun's own) and its ancestors with the memory controller: memory.events' oom_kill, which
+// counts the kills below it too. On cgroup v1, the memory controller's cgroup of ddprun, which the workers
+// inherit: memory.oom_control's oom_kill (Linux 4.13). The count is per cgroup, not per process: a kill of
+// another process charged there at the same moment would read the same.
+class OomKillCounter {
+ public:
+  // Inactive (kills() is -1) where neither exists.
+  static OomKillCounter locate(const std::string& job_cgroup);
+  // For tests: the counter in `counter_file` ("oom_kill N" among its lines), the limits in the files named
+  // `limit_name` of `dir` and its parents up to `top`.
+  OomKillCounter(std::string counter_file, std::string dir, std::string top, std::string limit_name);
+  OomKillCounter() = default;
+
+  bool active() const { return !counter_file_.empty(); }
+  long long kills() const;
+  // One clause on the memory limit that applied: "memory limit 64.0 MiB, set by memory.max of
+  // /sys/fs/cgroup/x", or, with none set, "no cgroup memory limit, so the machine's 23.5 GiB ran out".
+  std::string limit() const;
+
+ private:
+  std::string counter_file_;
+  std::string dir_;         // the cgroup whose counter it is
+  std::string top_;         // the hierarchy's mount point: limits are looked for up to it
+  std::string limit_name_;  // memory.max (v2) or memory.limit_in_bytes (v1)
+};
+
 // Kills every process in the cgroup at `path` and its sub-cgroups (cgroup.kill, or one by one from
 // cgroup.procs on kernels before 5.14), waits until they are gone (at most ~2 s) and removes the
 // directories, deepest first. Returns the number of processes found inside. Safe after fork in a

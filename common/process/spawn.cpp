@@ -131,8 +131,30 @@ void remember_inherited_ignores() {
 
 bool ignored_at_start(int signal) { return g_ignores_known && sigismember(&g_ignored_at_start, signal) == 1; }
 
+namespace {
+// execve says ENOENT both for a file that is not there and for one whose interpreter is not: the kernel
+// looks up the '#!' line's program too. Said plainly, as the shell's "bad interpreter" does.
+std::string missing_interpreter_note(const std::string& program, int err) {
+  if (err != ENOENT || program.find('/') == std::string::npos) return {};
+  const int fd = ::open(program.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char head[256];
+  const ssize_t n = ::read(fd, head, sizeof head);
+  ::close(fd);
+  if (n < 3 || head[0] != '#' || head[1] != '!') return " (the file exists: the loader it needs is missing)";
+  std::string line(head + 2, static_cast<std::size_t>(n) - 2);
+  line = line.substr(0, line.find('\n'));
+  const std::size_t start = line.find_first_not_of(" \t");
+  line = start == std::string::npos ? std::string() : line.substr(start);
+  return " (the file exists: its interpreter '" + line.substr(0, line.find_first_of(" \t")) + "', named on its '#!' "
+         "line, does not)";
+}
+}  // namespace
+
 ExecError::ExecError(const std::string& program, int err)
-    : std::runtime_error("cannot execute '" + program + "': " + std::strerror(err)), err_(err) {}
+    : std::runtime_error("cannot execute '" + program + "': " + std::strerror(err) +
+                         missing_interpreter_note(program, err)),
+      err_(err) {}
 
 int ExecError::exit_code() const noexcept { return (err_ == ENOENT || err_ == ENOTDIR) ? 127 : 126; }
 

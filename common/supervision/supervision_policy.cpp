@@ -146,6 +146,12 @@ void SupervisionPolicy::reset_for_restart() {
   job_cause_.reset();
 }
 
+bool SupervisionPolicy::killed_from_outside(int local_rank, const process::ExitStatus& status) const {
+  require(local_rank >= 0 && static_cast<std::size_t>(local_rank) < workers_.size(), "no such local rank");
+  return status.signaled && status.signal == SIGKILL && phase_ != Phase::kKilling &&
+         !workers_[static_cast<std::size_t>(local_rank)].hung;
+}
+
 bool SupervisionPolicy::all_exited() const {
   return std::none_of(workers_.begin(), workers_.end(),
                       [](const WorkerRecord& w) { return w.state == WorkerState::kRunning; });

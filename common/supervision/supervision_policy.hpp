@@ -35,6 +35,9 @@ struct WorkerRecord {
   process::ExitStatus status;
   std::int64_t end_ms = 0;
   std::string error_message;  // from the worker's error file, when it wrote one
+  // What the supervisor learnt of its end beyond the status, one sentence: why it could not be started
+  // (pid 0), or that the kernel's OOM killer sent its SIGKILL. Empty: nothing more is known.
+  std::string reason;
   bool hung = false;          // silent for --hang-timeout after beating: killed by ddprun (kFailed)
 };
 
@@ -93,6 +96,11 @@ class SupervisionPolicy {
   // A restart round: every worker of this attempt is down; forget them and run again. Signals that
   // stopped ddprun itself are never restarted (the rendezvous only restarts after worker failures).
   void reset_for_restart();
+
+  // Whether `status`, a worker's end about to be reported by on_exit, is a SIGKILL this policy did not ask
+  // for: not a hung worker's, not after the grace period or a second Ctrl-C. Such a kill came from outside
+  // the job (the kernel's OOM killer, a user, a scheduler): the executor may find out which.
+  bool killed_from_outside(int local_rank, const process::ExitStatus& status) const;
 
   bool all_exited() const;
   Phase phase() const { return phase_; }

@@ -121,3 +121,74 @@ TEST_CASE("import errors are recognised by their exception type") {
   CHECK(ddprun::agent::is_import_error("ImportError: cannot import name 'x' from 'y'"));
   CHECK_FALSE(ddprun::agent::is_import_error("ValueError: ImportError in a message"));
 }
+
+TEST_CASE("python -m's own 'No module named' lines are import errors of their own kind") {
+  using ddprun::agent::is_import_error;
+  using ddprun::agent::is_module_lookup_error;
+  for (const char* line : {"/usr/bin/python3: No module named mypkg",
+                           "/opt/venv/bin/python: Error while finding module specification for 'mypkg.train' "
+                           "(ModuleNotFoundError: No module named 'mypkg')"}) {
+    CHECK(is_module_lookup_error(line));
+    CHECK(is_import_error(line));
+  }
+  // A package that was found but has no __main__: imported, so no interpreter to blame.
+  CHECK_FALSE(is_module_lookup_error("/usr/bin/python3: No module named email.__main__; 'email' is a package and "
+                                     "cannot be directly executed"));
+  CHECK_FALSE(is_module_lookup_error("ModuleNotFoundError: No module named 'torch'"));  // a traceback's line
+  CHECK_FALSE(is_module_lookup_error("epoch 3: No module named in the config"));
+}
+
+// What Python 3.11 prints on stderr for an uncaught exception: frames with "^^^^" markers under the call.
+TEST_CASE("a traceback on stderr gives its exception line and its last frames") {
+  const std::string err = "loading shard 3\n"
+                          "Traceback (most recent call last):\n"
+                          "  File \"/job/train.py\", line 40, in <module>\n    main()\n"
+                          "  File \"/job/train.py\", line 31, in main\n    step(batch)\n    ^^^^^^^^^^^\n"
+                          "  File \"/job/train.py\", line 12, in step\n    raise RuntimeError(\"boom\")\n"
+                          "RuntimeError: boom\n"
+                          "[W socket.cpp:436] a warning printed at exit\n";
+  const auto e = ddprun::agent::read_stderr_end(err, true, 2);
+  CHECK(e.exception == "RuntimeError: boom");
+  CHECK(e.start_kept);
+  CHECK(e.last_line == "[W socket.cpp:436] a warning printed at exit");
+  CHECK(e.traceback.frames_total == 3);
+  CHECK(e.traceback.frames_shown == 2);
+  REQUIRE(e.traceback.lines.size() == 8);
+  CHECK(e.traceback.lines[0] == "Traceback (most recent call last):");
+  CHECK(e.traceback.lines[1] == "  ... 1 earlier frame not shown");
+  CHECK(e.traceback.lines[2] == "  File \"/job/train.py\", line 31, in main");
+  CHECK(e.traceback.lines.back() == "RuntimeError: boom");  // what came after it is not the traceback's
+}
+
+TEST_CASE("a SyntaxError in the script has no header: its frame and caret are the traceback") {
+  const std::string err = "  File \"/job/train.py\", line 1\n    def f(:\n          ^\nSyntaxError: invalid syntax\n";
+  const auto e = ddprun::agent::read_stderr_end(err, true);
+  CHECK(e.exception == "SyntaxError: invalid syntax");
+  CHECK(e.start_kept);  // all of stderr was kept: no header means there was none
+  CHECK(e.traceback.frames_total == 1);
+  CHECK(e.traceback.lines.front() == "  File \"/job/train.py\", line 1");
+}
+
+TEST_CASE("a tail cut inside a traceback drops its partial first line and says the start is lost") {
+  const std::string err = "ne 20, in f2\n    f3()\n  File \"/job/train.py\", line 30, in f3\n    f4()\n"
+                          "ValueError: bad batch\n";
+  const auto e = ddprun::agent::read_stderr_end(err, false);
+  CHECK(e.exception == "ValueError: bad batch");
+  CHECK_FALSE(e.start_kept);
+  CHECK(e.traceback.frames_total == 1);
+  CHECK(e.traceback.lines.front() == "  File \"/job/train.py\", line 30, in f3");
+  // The same bytes as the whole stream: the first line is kept (and is no frame).
+  CHECK(ddprun::agent::read_stderr_end(err, true).start_kept);
+}
+
+TEST_CASE("stderr without a traceback gives only its last line") {
+  const std::string err = "usage: train.py [-h] --lr LR\ntrain.py: error: the following arguments are required: --lr\n\n";
+  const auto e = ddprun::agent::read_stderr_end(err, true);
+  CHECK(e.exception.empty());
+  CHECK(e.traceback.lines.empty());
+  CHECK(e.last_line == "train.py: error: the following arguments are required: --lr");
+  // Frames whose exception never came (the process was cut short) name nothing.
+  CHECK(ddprun::agent::read_stderr_end("Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n", true)
+            .exception.empty());
+  CHECK(ddprun::agent::read_stderr_end("", true).last_line.empty());
+}

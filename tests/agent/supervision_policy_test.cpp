@@ -264,3 +264,15 @@ TEST_CASE("outside a batch scheduler a notice stays a notice (exit 0) and SIGTER
   for (int lr = 0; lr < 3; ++lr) q.on_exit(lr, exited(0), 2);
   CHECK(q.exit_code() == 128 + SIGTERM);
 }
+
+TEST_CASE("a SIGKILL is from outside the job unless the policy sent it or the worker hung") {
+  auto p = three_workers();
+  CHECK(p.killed_from_outside(0, killed(SIGKILL)));  // the OOM killer, a user's kill -9
+  CHECK_FALSE(p.killed_from_outside(0, killed(SIGSEGV)));
+  CHECK_FALSE(p.killed_from_outside(0, exited(137)));
+  p.on_hung(1, 5);  // ddprun kills a hung worker itself
+  CHECK_FALSE(p.killed_from_outside(1, killed(SIGKILL)));
+  CHECK(p.killed_from_outside(2, killed(SIGKILL)));  // during the SIGTERM grace period: not ddprun's
+  p.on_grace_expired(10);  // from now on every SIGKILL may be ddprun's
+  CHECK_FALSE(p.killed_from_outside(2, killed(SIGKILL)));
+}

@@ -11,28 +11,16 @@
 #include <csignal>
 #include <cstdlib>
 #include <doctest/doctest.h>
-#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 #include <string>
 
-namespace fs = std::filesystem;
+#include "temp_dir.hpp"
+
 using ddprun::WriteQueue;
 
 namespace {
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/ddprun-wq-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 struct Break {
   std::mutex mu;
   int err = 0;

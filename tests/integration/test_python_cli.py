@@ -1,7 +1,8 @@
 """What ddprun gives a Python worker beyond the environment: its stdin (--stdin-rank), a launch-style
 --local-rank argument (when the script declares it, or --local-rank-arg), the heartbeat helper on its
-PYTHONPATH, and, when the interpreter cannot import a module at start-up, a
-summary that names the interpreter and how to choose another. The helper scripts in py/ need no torch: any
+PYTHONPATH, a summary that shows the exception a worker without an error file printed on stderr, and,
+when the interpreter cannot import a module at start-up, one that names the interpreter and how to
+choose another. The helper scripts in py/ need no torch: any
 Python 3 runs them (this test's own); the launch-style example needs torch."""
 import fcntl
 import json
@@ -18,6 +19,8 @@ ECHO = os.path.join(HELPERS, "echo_stdin.py")
 ARGV = os.path.join(HELPERS, "print_argv.py")
 MISSING = os.path.join(HELPERS, "import_missing.py")
 HEARTBEAT = os.path.join(os.path.dirname(__file__), "..", "..", "python", "ddprun_heartbeat.py")
+RAISES = os.path.join(HELPERS, "raise_without_record.py")
+BREAKPOINT = os.path.join(HELPERS, "breakpoint_rank.py")
 
 
 class PythonWorkerCli(DdprunTestCase):
@@ -90,6 +93,20 @@ class PythonWorkerCli(DdprunTestCase):
         self.assertNotIn(b"eof", res.stdout)
         res = self.run_ddprun("--nproc-per-node", 2, "--stdin-rank", "one", ECHO)
         self.assertEqual(res.code, 64, res)
+
+    def test_a_breakpoint_without_a_terminal_points_at_stdin_rank(self):
+        self.env.pop("PYTHONBREAKPOINT", None)  # 0 would make breakpoint() do nothing
+        res = self.run_ddprun("--nproc-per-node", 2, BREAKPOINT)
+        self.assertEqual(res.code, 1, res)
+        err = res.stderr.decode()
+        self.assertIn("root cause error (rank 1's stderr): bdb.BdbQuit\n", err, res)
+        self.assertIn("ddprun: rank 1 stopped at a breakpoint and pdb quit at once: its stdin is /dev/null. To debug "
+                      "it, run again with --stdin-rank 1, which gives ddprun's terminal to rank 1 alone", err, res)
+        # Another rank had ddprun's stdin: the note says to stop on that rank only.
+        res = self.run_ddprun("--nproc-per-node", 2, "--stdin-rank", 0, BREAKPOINT)
+        self.assertEqual(res.code, 1, res)
+        self.assertIn("Only rank 0 (--stdin-rank) reads ddprun's terminal: call breakpoint() on that rank only",
+                      res.stderr.decode(), res)
 
     def test_local_rank_arg_goes_after_the_script_as_launch_put_it(self):
         res = self.run_ddprun("--nproc-per-node", 2, "--local-rank-arg", "underscore", ARGV, "--lr", "0.1")
@@ -190,6 +207,44 @@ class PythonWorkerCli(DdprunTestCase):
         self.assertIn(f" ran {sys.executable}", err, res)
         self.assertIn("(PYTHON_EXEC), which cannot import that module: name an interpreter that has it with "
                       "PYTHON_EXEC=/path/to/python, or activate its virtual environment", err, res)
+
+    def test_an_exception_without_an_error_file_is_shown_from_stderr(self):
+        events = self.path("events")
+        res = self.run_ddprun("--nproc-per-node", 2, "--events-file", events, RAISES)
+        self.assertEqual(res.code, 1, res)
+        err = res.stderr.decode()
+        summary = err[err.index("ddprun: job FAILED"):]
+        self.assertIn("ddprun: root cause error (rank 1's stderr): RuntimeError: cannot read shard-7: header is "
+                      "truncated\nddprun: root cause traceback (rank 1's stderr, last 4 of 4 frames):\n"
+                      "ddprun: | Traceback (most recent call last):\n", summary, res)
+        self.assertRegex(summary, r'ddprun: \|   File ".*raise_without_record.py", line \d+, in load\n'
+                                  r'ddprun: \|     read_shard\(f"shard-\{epoch\}"\)\n')
+        self.assertIn("ddprun: | RuntimeError: cannot read shard-7: header is truncated\n", summary, res)
+        self.assertNotIn("cannot import that module", summary, res)
+        tb = [e for e in self.events(events) if e["event"] == "summary"][-1]["root_cause"]["traceback"]
+        self.assertEqual((tb["source"], tb["frames_total"], tb["start_kept"]), ("stderr", 4, True))
+        self.assertEqual(tb["exception"], "RuntimeError: cannot read shard-7: header is truncated")
+
+    def test_an_argparse_error_is_shown_as_the_last_line_on_stderr(self):
+        res = self.run_ddprun("--nproc-per-node", 1, RAISES, "--argparse")
+        self.assertEqual(res.code, 2, res)
+        self.assertIn("ddprun: rank 0's last line on stderr: raise_without_record.py: error: the following arguments "
+                      "are required: --lr\n", res.stderr.decode(), res)
+
+    def test_a_module_python_m_cannot_find_names_the_interpreter_and_where_it_looked(self):
+        # python -m prints one line of its own (no traceback) for a module it cannot find, a missing package
+        # or a missing subpackage alike.
+        for module, said in (("ddprun_test_no_such_module", "No module named ddprun_test_no_such_module"),
+                             ("ddprun_test_no_such_package.train", "Error while finding module specification for "
+                              "'ddprun_test_no_such_package.train' (ModuleNotFoundError: No module named "
+                              "'ddprun_test_no_such_package')")):
+            res = self.run_ddprun("--nproc-per-node", 1, "-m", module)
+            self.assertEqual(res.code, 1, res)
+            err = res.stderr.decode()
+            self.assertIn(f"root cause error (rank 0's stderr): {sys.executable}: {said}\n", err, res)
+            self.assertIn(f"rank 0 ran {sys.executable}", err, res)
+            self.assertIn("(PYTHON_EXEC), which cannot find the module -m names: it looks in the working directory, "
+                          "PYTHONPATH and its own site-packages", err, res)
 
     def test_the_interpreter_from_path_is_named_as_such(self):
         # A directory of our own on PATH holding "python3": what a pyenv or venv shim looks like to ddprun.

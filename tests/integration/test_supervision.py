@@ -1,9 +1,78 @@
 """Failure semantics on one node: the first failure tears everything down, exit codes are exact."""
 import os
+import re
 import signal
+import subprocess
+import sys
 import time
+import unittest
 
-from harness import DdprunTestCase, WORKER, pid_alive
+from harness import DDPRUN, DdprunTestCase, WORKER, pid_alive
+
+
+def _own_cgroup_dir(version):
+    """This process's cgroup directory: cgroup v2's, or cgroup v1's memory controller's; None if not mounted."""
+    path = None
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            hierarchy, controllers, where = line.rstrip("\n").split(":", 2)
+            if (version == 2 and hierarchy == "0" and controllers == "") or \
+                    (version == 1 and "memory" in controllers.split(",")):
+                path = where
+    if path is None:
+        return None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields, rest = line.split(" - ", 1)
+            fstype, _, options = rest.split()[:3]
+            root, point = fields.split()[3:5]
+            if (version == 2 and fstype == "cgroup2") or (version == 1 and fstype == "cgroup" and
+                                                          "memory" in options.split(",")):
+                if not path.startswith(root):
+                    continue
+                return point + path[len(root.rstrip("/")):].rstrip("/")
+    return None
+
+
+def make_memory_cgroup(name, limit):
+    """A new memory cgroup `name` below this process's own, limited to `limit` bytes, swap off where that can
+    be set: (its directory, the limit file's name). Raises SkipTest saying why where none can be made."""
+    why = []
+    for version, limit_file, swap_file, swap_value in ((2, "memory.max", "memory.swap.max", "0"),
+                                                        (1, "memory.limit_in_bytes", "memory.swappiness", "0")):
+        own = _own_cgroup_dir(version)
+        if own is None:
+            why.append(f"no cgroup v{version} memory hierarchy")
+            continue
+        path = os.path.join(own, name)
+        try:
+            os.mkdir(path)
+        except OSError as e:
+            why.append(f"cannot create {path}: {e.strerror}")
+            continue
+        try:
+            with open(os.path.join(path, limit_file), "w") as f:
+                f.write(str(limit))
+        except OSError as e:
+            os.rmdir(path)  # no memory controller there (cgroup v2 without it delegated), or not ours to set
+            why.append(f"cannot set {limit_file} in {path}: {e.strerror}")
+            continue
+        try:
+            with open(os.path.join(path, swap_file), "w") as f:
+                f.write(swap_value)
+        except OSError:
+            pass  # no swap accounting: a machine without swap needs none
+        return path, limit_file
+    raise unittest.SkipTest("no memory cgroup with a limit can be made here (" + "; ".join(why) + ")")
+
+
+def remove_cgroup(path):
+    for _ in range(100):  # the last processes may take a moment to leave it
+        try:
+            os.rmdir(path)
+            return
+        except OSError:
+            time.sleep(0.05)
 
 
 class ExitCodes(DdprunTestCase):
@@ -23,6 +92,7 @@ class ExitCodes(DdprunTestCase):
             self.assertEqual(r.code, 128 + getattr(signal, "SIG" + sig), r)
             self.assertIn("root cause: rank 1", r.stderr.decode(), r)
             self.assertIn("SIG" + sig, r.stderr.decode(), r)
+            self.assertNotIn("OOM killer", r.stderr.decode(), r)  # only the kernel's kills say so
 
     def test_program_that_fails_to_exec_at_run_time_gives_127(self):
         # Passes validation (an executable file), but execve fails: its interpreter does not exist.
@@ -32,6 +102,31 @@ class ExitCodes(DdprunTestCase):
         os.chmod(script, 0o755)
         r = self.run_ddprun("--nproc-per-node", 2, script)
         self.assertEqual(r.code, 127, r)
+        err = r.stderr.decode()
+        # In order: what started, why the rank did not, the teardown; the summary gives the reason, not "pid 0".
+        started = err.index("INFO: started 0 of 2 workers")
+        failed = err.index("ERROR: rank 0 could not be started: cannot execute")
+        self.assertLess(started, failed, err)
+        self.assertLess(failed, err.index("tearing down"), err)
+        self.assertIn("root cause: rank 0 (local rank 0, node 0, host ", err)
+        self.assertIn(") could not be started (exit code 127): cannot execute '" + script + "': No such file or "
+                      "directory (the file exists: its interpreter '/nonexistent/interpreter', named on its '#!' "
+                      "line, does not) at ", err)
+        self.assertRegex(err, r"rank 0 +local 0 +pid - +failed +not started: exit code 127 ")
+        self.assertNotIn("pid 0", err)
+
+    def test_an_interpreter_that_cannot_be_executed_gives_126_with_the_reason(self):
+        interpreter = self.path("not_executable")
+        with open(interpreter, "w") as f:
+            f.write("")
+        script = self.path("script")
+        with open(script, "w") as f:
+            f.write(f"#!{interpreter}\n")
+        os.chmod(script, 0o755)
+        r = self.run_ddprun("--nproc-per-node", 1, script)
+        self.assertEqual(r.code, 126, r)
+        self.assertIn(f"could not be started (exit code 126): cannot execute '{script}': Permission denied at ",
+                      r.stderr.decode(), r)
 
 
 class Teardown(DdprunTestCase):
@@ -117,3 +212,39 @@ class Teardown(DdprunTestCase):
         last = max(e["time_ms"] for e in ev if e["event"] == "exited")
         # Generous bound for a shared CI machine; the benchmark measures the real figure.
         self.assertLess(last - failed["time_ms"], 1000, ev)
+
+
+class OomKill(DdprunTestCase):
+    """A worker the kernel's OOM killer ends is named as such, with the memory limit it ran into."""
+
+    def test_a_worker_over_its_memory_limit_is_reported_as_killed_by_the_oom_killer(self):
+        limit = 96 << 20
+        cgroup, limit_file = make_memory_cgroup(f"ddprun-oom-test-{os.getpid()}", limit)
+        self.addCleanup(remove_cgroup, cgroup)
+
+        def enter_cgroup():  # ddprun, and so its workers, run inside the limit
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write("0")
+
+        def run(*args):
+            proc = subprocess.Popen([DDPRUN, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
+                                    preexec_fn=enter_cgroup)
+            out, err = proc.communicate(timeout=60)
+            return proc.returncode, err.decode()
+
+        events = self.path("events")
+        grow = "import os, time\nif os.environ['RANK'] == '1': data = b'x' * (1 << 30)\ntime.sleep(60)\n"
+        code, err = run("--nproc-per-node", 2, "--events-file", events, sys.executable, "-c", grow)
+        self.assertEqual(code, 137, err)  # still the signal's code: the reason is in the words
+        self.assertRegex(err, r"root cause: rank 1 \(local rank 1, node 0, host [^)]*, pid \d+\) was killed by signal 9 "
+                              r"\(SIGKILL\): killed by the kernel's OOM killer: memory limit 96\.0 MiB, set by " +
+                         re.escape(f"{limit_file} of {cgroup}") + " at ")
+        exited = [e for e in self.events(events) if e["event"] == "exited" and e["rank"] == 1]
+        self.assertTrue(exited[0]["reason"].startswith("killed by the kernel's OOM killer: memory limit 96.0 MiB"),
+                        exited)
+        # A SIGKILL from anyone else, under the same limit, is only a SIGKILL.
+        code, err = run("--nproc-per-node", 2, WORKER, "@1:kill=KILL", "@0:hang")
+        self.assertEqual(code, 137, err)
+        self.assertIn("root cause: rank 1", err)
+        self.assertNotIn("OOM", err)

@@ -106,6 +106,8 @@ class Environment(DdprunTestCase):
         out, err = proc.communicate(timeout=60)
         self.assertEqual(proc.returncode, OS_ERROR, err.decode())
         self.assertIn("Too many open files: this process may open only 40 files (ulimit -n)", err.decode())
+        self.assertRegex(err.decode(), r"root cause: rank \d+ \(local rank \d+, node 0, host [^)]*\) could not be "
+                                       r"started \(exit code 71\): .*Too many open files")
         self.assertNotIn("internal error", err.decode())
 
     def test_a_signal_ignored_at_start_stays_ignored_for_ddprun_and_its_workers(self):

@@ -143,6 +143,16 @@ TEST_CASE("a failure describes itself for people") {
   CHECK(exit_status_of(node) == 1);
 }
 
+TEST_CASE("a worker whose exec failed is described by its reason, with no pid") {
+  Failure f = sample_failure();
+  f.pid = 0;
+  f.exit_code = 127;
+  f.message = "cannot execute './train': No such file or directory";
+  CHECK(describe(f) == "rank 5 (local rank 1, node 1, host gpu7) could not be started (exit code 127): cannot "
+                       "execute './train': No such file or directory");
+  CHECK(exit_status_of(f) == 127);
+}
+
 TEST_CASE("a newcomer's re-form names a join, not a lost node") {
   Failure joined;
   joined.host = "vm";
