@@ -1,8 +1,9 @@
 """What a Python worker under ddprun can ask of it, as the C++ SDK offers (stdlib only, one file, no torch):
-heartbeats and quiet phases for hang detection, and a stop request for preemption.
+heartbeats and quiet phases for hang detection, a stop request for preemption, and the error file of @record.
 
     import ddprun_heartbeat          # also asks for Python stacks when ddprun finds the worker hung
 
+    @ddprun_heartbeat.record         # an uncaught exception becomes the root cause's message in ddprun's summary
     def main():
         ddprun_heartbeat.handle_stop_signals()   # SIGTERM/SIGUSR1 now ask the loop to stop instead of killing
         for step, batch in enumerate(loader):
@@ -19,7 +20,7 @@ end of a Python worker's PYTHONPATH.
 
 Importing it changes nothing in the process but one thing, and only under `ddprun --hang-timeout`: faulthandler
 is registered for DDPRUN_STACKS_SIGNAL (the real-time signal ddprun sends for the stacks). No other signal's
-disposition changes until the program calls handle_stop_signals().
+disposition changes until the program calls handle_stop_signals() or a function decorated with record().
 
 Heartbeats (README "Hang detection"). Outside ddprun, or without --hang-timeout, beat() and quiet() do nothing.
 The channel: the descriptor DDPRUN_HEARTBEAT_FD is a shared page; the worker's slot at byte
@@ -51,14 +52,32 @@ handlers there, between bytecodes: while the main thread is inside a long C call
 set once the call returns). It replaces any handler the program had for SIGTERM and SIGUSR1. A child forked
 later (a DataLoader worker) never checks the flag: there the handler puts the default action back and lets the
 signal do what it would have done.
+
+The error file (README "Python": failures). record() is the stdlib counterpart of torch's
+torch.distributed.elastic.multiprocessing.errors.record, for the main function: an exception escaping it is
+written to TORCHELASTIC_ERROR_FILE (each worker's own path, set by ddprun) in torchelastic's layout,
+    {"message": {"message": "<Type>: <text>", "extraInfo": {"py_callstack": "<traceback>", "timestamp": "<unix s>"}}}
+and raised again, so the process exits 1 with its traceback on stderr as Python's own handler prints it; ddprun's
+summary then shows "root cause error: <Type>: <text>" and the traceback's last frames. The file is replaced if it
+exists, as torch's @record and the SDK's run_main do: ddprun gives each worker of each attempt a file of its own
+in a new directory, so anything there was written by this process, and the last exception recorded is the one
+that ended it (with nested @record, the outer one's traceback, which is the longer). SystemExit and
+KeyboardInterrupt pass through unrecorded, as with torch's. Without TORCHELASTIC_ERROR_FILE (outside a launcher)
+nothing is written. Like torch's, the decorated function enables faulthandler for fatal signals (SIGSEGV, SIGABRT,
+...) when it is called, so a crash in native code prints the Python stacks of every thread. Unlike torch's, the
+call stack leaves out the decorator's own frame.
 """
 import contextlib
 import faulthandler
+import functools
+import json
 import mmap
 import os
 import signal
 import struct
+import sys
 import time
+import traceback
 
 _page = None
 _offset = 0
@@ -140,6 +159,43 @@ def stop_requested():
 def stop_signal():
     """The signal that asked first (signal.SIGTERM or signal.SIGUSR1; `.name` for a log line), None when none."""
     return _stop_by
+
+
+def _error_file_json(error):
+    """torchelastic's error file for `error`, being handled in a record() wrapper whose frame is left out."""
+    tb = error.__traceback__.tb_next if error.__traceback__ is not None else None
+    return json.dumps({"message": {
+        "message": f"{type(error).__name__}: {error}",
+        "extraInfo": {
+            "py_callstack": "".join(traceback.format_exception(type(error), error, tb)),
+            "timestamp": str(int(time.time())),
+        },
+    }})
+
+
+def record(fn):
+    """Decorates the main function: an exception escaping it is written to TORCHELASTIC_ERROR_FILE (when set) in
+    torchelastic's layout, as torch's @record writes it, then raised again (exit code 1)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            faulthandler.enable(all_threads=True)
+        except Exception:  # no usable stderr (closed, not a file): the error file still works
+            pass
+        try:
+            return fn(*args, **kwargs)
+        except Exception as error:
+            path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+            if path:
+                try:
+                    text = _error_file_json(error)
+                    with open(path, "w") as f:
+                        f.write(text)
+                except Exception as failure:  # never hide the exception that ends the worker behind this one
+                    print(f"ddprun_heartbeat: could not write the error file {path}: {type(failure).__name__}: "
+                          f"{failure}", file=sys.stderr, flush=True)
+            raise
+    return wrapper
 
 
 _setup()
