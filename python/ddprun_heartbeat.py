@@ -1,25 +1,83 @@
-"""Heartbeats and stack dumps for a Python worker under `ddprun --hang-timeout SEC` (stdlib only, one file).
+"""What a Python worker under ddprun can ask of it, as the C++ SDK offers (stdlib only, one file, no torch):
+heartbeats and quiet phases for hang detection, a stop request for preemption, and the error file of @record.
 
     import ddprun_heartbeat          # also asks for Python stacks when ddprun finds the worker hung
-    for step, batch in enumerate(loader):
-        ...
-        ddprun_heartbeat.beat(step)  # a store into shared memory: no system call, safe to call every step
-    with ddprun_heartbeat.quiet(600):  # evaluation, a checkpoint save: silent for at most 10 minutes
-        evaluate(model)
+
+    @ddprun_heartbeat.record         # an uncaught exception becomes the root cause's message in ddprun's summary
+    def main():
+        ddprun_heartbeat.handle_stop_signals()   # SIGTERM/SIGUSR1 now ask the loop to stop instead of killing
+        for step, batch in enumerate(loader):
+            ...
+            ddprun_heartbeat.beat(step)  # a store into shared memory: no system call, safe to call every step
+            if ddprun_heartbeat.stop_requested():  # agree across ranks first (below), then save and exit 0
+                save_checkpoint(step)
+                return 0
+        with ddprun_heartbeat.quiet(600):  # evaluation, a checkpoint save: silent for at most 10 minutes
+            evaluate(model)
 
 Installed with ddprun (<prefix>/share/ddprun/python), it needs no set-up: ddprun adds its directory to the
-end of a Python worker's PYTHONPATH. Outside ddprun, or without --hang-timeout, both do nothing. The channel
-(README "Hang detection"): the descriptor DDPRUN_HEARTBEAT_FD is a shared page; the worker's slot at byte
+end of a Python worker's PYTHONPATH.
+
+Importing it changes nothing in the process but one thing, and only under `ddprun --hang-timeout`: faulthandler
+is registered for DDPRUN_STACKS_SIGNAL (the real-time signal ddprun sends for the stacks). No other signal's
+disposition changes until the program calls handle_stop_signals() or a function decorated with record().
+
+Heartbeats (README "Hang detection"). Outside ddprun, or without --hang-timeout, beat() and quiet() do nothing.
+The channel: the descriptor DDPRUN_HEARTBEAT_FD is a shared page; the worker's slot at byte
 DDPRUN_HEARTBEAT_OFFSET holds int64 step, then int64 CLOCK_MONOTONIC nanoseconds (time.monotonic_ns()),
 written last; at +16 the end of a quiet phase (CLOCK_MONOTONIC nanoseconds, 0: none), written before the beat
 that opens it.
+
+Stop requests (preemption; the C++ SDK's worker_sdk/stop_request.hpp). A scheduler that wants the nodes back
+warns before it kills: SLURM's `--signal=B:USR1@120` sends SIGUSR1, scancel and most schedulers SIGTERM followed
+by SIGKILL after a grace period. ddprun forwards both to every worker: SIGUSR1 as a notice (the job goes on),
+SIGTERM as the start of a teardown (SIGKILL after --term-timeout, 30 s by default). By default either kills a
+Python worker. After handle_stop_signals() they only set a flag that stop_requested() reads, and the training
+loop stops at a step boundary: save a checkpoint, return, exit 0 within the grace period. The ranks get the
+signal at slightly different moments, so a loop in which every step is a collective must agree before it stops
+(a rank that stopped alone would leave the others waiting in the next allreduce); with torch.distributed:
+
+    flag = torch.tensor([1.0 if ddprun_heartbeat.stop_requested() else 0.0])
+    dist.all_reduce(flag)            # every rank, at the same point of every step
+    if flag.item() > 0: ...          # every rank stops after the same step
+
+What ddprun then exits with (README "Exit codes"): in a SLURM job (SLURM_JOB_ID set), 79 "preempted" when a
+SIGUSR1/SIGUSR2 notice or SIGTERM reached ddprun and every worker then exited 0, so the batch script requeues;
+outside SLURM, 128+15 = 143 after a SIGTERM (the job was stopped), 0 after a SIGUSR1 (a notice only).
+
+The handlers are installed only by handle_stop_signals(), never by the import nor by stop_requested(), which
+until then returns False: a program that never checks the flag must keep dying by SIGTERM, or ddprun's teardown
+would wait the whole grace period for it. Call it first in the worker, from the main thread (Python runs signal
+handlers there, between bytecodes: while the main thread is inside a long C call, a collective say, the flag is
+set once the call returns). It replaces any handler the program had for SIGTERM and SIGUSR1. A child forked
+later (a DataLoader worker) never checks the flag: there the handler puts the default action back and lets the
+signal do what it would have done.
+
+The error file (README "Python": failures). record() is the stdlib counterpart of torch's
+torch.distributed.elastic.multiprocessing.errors.record, for the main function: an exception escaping it is
+written to TORCHELASTIC_ERROR_FILE (each worker's own path, set by ddprun) in torchelastic's layout,
+    {"message": {"message": "<Type>: <text>", "extraInfo": {"py_callstack": "<traceback>", "timestamp": "<unix s>"}}}
+and raised again, so the process exits 1 with its traceback on stderr as Python's own handler prints it; ddprun's
+summary then shows "root cause error: <Type>: <text>" and the traceback's last frames. The file is replaced if it
+exists, as torch's @record and the SDK's run_main do: ddprun gives each worker of each attempt a file of its own
+in a new directory, so anything there was written by this process, and the last exception recorded is the one
+that ended it (with nested @record, the outer one's traceback, which is the longer). SystemExit and
+KeyboardInterrupt pass through unrecorded, as with torch's. Without TORCHELASTIC_ERROR_FILE (outside a launcher)
+nothing is written. Like torch's, the decorated function enables faulthandler for fatal signals (SIGSEGV, SIGABRT,
+...) when it is called, so a crash in native code prints the Python stacks of every thread. Unlike torch's, the
+call stack leaves out the decorator's own frame.
 """
 import contextlib
 import faulthandler
+import functools
+import json
 import mmap
 import os
+import signal
 import struct
+import sys
 import time
+import traceback
 
 _page = None
 _offset = 0
@@ -63,6 +121,81 @@ def quiet(seconds):
     finally:
         struct.pack_into("q", _page, _offset + 16, previous)
         beat(_step)
+
+
+# The stop request. The signals are the C++ SDK's: SIGUSR1 (SLURM's notice) and SIGTERM (scancel, a teardown).
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+_stop_owner = None  # the pid that called handle_stop_signals(); a forked child has another
+_stop_by = None     # the signal that asked first, None: no request
+
+
+def _on_stop_signal(signum, frame):
+    global _stop_by
+    if os.getpid() != _stop_owner:  # a forked child, which never looks at the flag: the default action
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    if _stop_by is None:  # the first request wins
+        _stop_by = signal.Signals(signum)
+
+
+def handle_stop_signals():
+    """From now on SIGTERM and SIGUSR1 set the stop request (stop_requested()) instead of killing the process.
+    Call it from the main thread, first in the worker. Idempotent."""
+    global _stop_owner
+    if _stop_owner == os.getpid():
+        return
+    _stop_owner = os.getpid()
+    for s in _STOP_SIGNALS:
+        signal.signal(s, _on_stop_signal)
+
+
+def stop_requested():
+    """True once SIGTERM or SIGUSR1 arrived after handle_stop_signals(): stop at the next step boundary (save a
+    checkpoint, exit 0). Always False before handle_stop_signals()."""
+    return _stop_by is not None
+
+
+def stop_signal():
+    """The signal that asked first (signal.SIGTERM or signal.SIGUSR1; `.name` for a log line), None when none."""
+    return _stop_by
+
+
+def _error_file_json(error):
+    """torchelastic's error file for `error`, being handled in a record() wrapper whose frame is left out."""
+    tb = error.__traceback__.tb_next if error.__traceback__ is not None else None
+    return json.dumps({"message": {
+        "message": f"{type(error).__name__}: {error}",
+        "extraInfo": {
+            "py_callstack": "".join(traceback.format_exception(type(error), error, tb)),
+            "timestamp": str(int(time.time())),
+        },
+    }})
+
+
+def record(fn):
+    """Decorates the main function: an exception escaping it is written to TORCHELASTIC_ERROR_FILE (when set) in
+    torchelastic's layout, as torch's @record writes it, then raised again (exit code 1)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            faulthandler.enable(all_threads=True)
+        except Exception:  # no usable stderr (closed, not a file): the error file still works
+            pass
+        try:
+            return fn(*args, **kwargs)
+        except Exception as error:
+            path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+            if path:
+                try:
+                    text = _error_file_json(error)
+                    with open(path, "w") as f:
+                        f.write(text)
+                except Exception as failure:  # never hide the exception that ends the worker behind this one
+                    print(f"ddprun_heartbeat: could not write the error file {path}: {type(failure).__name__}: "
+                          f"{failure}", file=sys.stderr, flush=True)
+            raise
+    return wrapper
 
 
 _setup()

@@ -1,5 +1,6 @@
 """The job's contract (common/contract/worker_contract.hpp, dumped as JSON by tests/bin/contract_dump) against the
-sides that cannot include it: the Python helper (python/ddprun_heartbeat.py) and a real worker's environment."""
+sides that cannot include it: the Python helper (python/ddprun_heartbeat.py: the variables it reads, the heartbeat
+slot it writes, the error file it writes) and a real worker's environment."""
 import json
 import mmap
 import os
@@ -61,6 +62,25 @@ class Contract(DdprunTestCase):
         # Inside the quiet phase, its end (now + 100 s) was at +16; after it, 0 again.
         self.assertTrue(before + 100 * 10**9 <= inside <= after + 100 * 10**9, (before, inside, after))
         self.assertEqual(after_phase, 0)
+
+    def test_the_python_helpers_error_file_has_the_contract_keys(self):
+        keys = self.c["error_file"]
+        path = os.path.join(self.tmp, "error.json")
+        code = (f"import sys; sys.path.insert(0, {os.path.dirname(HELPER)!r}); import ddprun_heartbeat\n"
+                "@ddprun_heartbeat.record\n"
+                "def main():\n"
+                "    raise RuntimeError('broken on purpose')\n"
+                "main()\n")
+        r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, TORCHELASTIC_ERROR_FILE=path),
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        with open(path) as f:
+            data = json.load(f)
+        self.assertEqual(set(data), {keys["message"]})
+        message = data[keys["message"]]
+        self.assertEqual(set(message), {keys["message"], keys["extra_info"]})
+        self.assertEqual(message[keys["message"]], "RuntimeError: broken on purpose")
+        self.assertEqual(set(message[keys["extra_info"]]), {keys["callstack"], keys["timestamp"]})
 
     def test_a_worker_under_ddprun_gets_exactly_the_contract(self):
         names = self.c["worker_env"] + self.c["never_in_worker_env"] + self.c["embedded_only"]
