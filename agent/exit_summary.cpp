@@ -233,7 +233,12 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
   char elapsed[32];
   std::snprintf(elapsed, sizeof elapsed, "%.3f s", secs);
   const auto& cause = policy.job_cause();
-  if (cause) {
+  // Preempted first: a SIGTERM that reached another node first is the rendezvous' cause, yet every worker here
+  // stopped cleanly and the exit code is kExitPreempted, so the job did not fail.
+  if (policy.preempted()) {
+    out << "ddprun: job preempted after " << elapsed << ": a stop notice came and every worker exited 0; exit "
+        << "code " << kExitPreempted << " asks the batch script to requeue\n";
+  } else if (cause) {
     // The job's root cause, possibly on another node: the same lines on every node.
     out << "ddprun: job FAILED after " << elapsed << "\n";
     out << "ddprun: root cause: " << cause->text;
@@ -250,9 +255,6 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
     if (!root->reason.empty()) out << ": " << root->reason;
     out << " at " << iso_time(root->end_ms) << "\n";
     if (!root->error_message.empty()) out << "ddprun: root cause error: " << root->error_message << "\n";
-  } else if (policy.preempted()) {
-    out << "ddprun: job preempted after " << elapsed << ": a stop notice came and every worker exited 0; exit "
-        << "code " << kExitPreempted << " asks the batch script to requeue\n";
   } else if (policy.stop_signal() != 0) {
     out << "ddprun: job stopped by " << process::signal_name(policy.stop_signal()) << " after " << elapsed << "\n";
   } else if (policy.exit_code() != 0) {

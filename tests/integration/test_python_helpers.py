@@ -110,7 +110,10 @@ class PythonHelpers(DdprunTestCase):
         plain = self.run_ddprun("--nproc-per-node", 2, failing)
         self.assertEqual(plain.code, 1, plain)
         self.assertIn("ddprun: root cause: rank 1 ", plain.stderr.decode(), plain)
-        self.assertNotIn("root cause error", plain.stderr.decode(), plain)  # without an error file: only the code
+        # Without an error file the summary reads the exception from the rank's stderr, on its node only; with
+        # record it comes from the error file, which the rendezvous carries to every node.
+        self.assertIn("ddprun: root cause error (rank 1's stderr): ValueError", plain.stderr.decode(), plain)
+        self.assertNotIn("ddprun: root cause error: ", plain.stderr.decode(), plain)
 
         logs = self.path("logs")
         t0 = int(time.time())
@@ -226,9 +229,11 @@ class PythonHelpers(DdprunTestCase):
     def test_sigterm_in_a_slurm_job_is_preempted_79(self):
         res, saved = self.stop_job(signal.SIGTERM, slurm=True)
         self.assert_stopped_cleanly(res, saved, signal.SIGTERM)
-        # 79 as the README says. (Its summary reads "job FAILED" with ddprun's SIGTERM as the root cause above that
-        # exit code: the SIGUSR1 case's says "job preempted".)
+        # 79 as the README says, and a summary that says so (it read "job FAILED", with ddprun's SIGTERM as the
+        # root cause, above that exit code).
         self.assertEqual(res.code, 79, res)
+        self.assertIn("ddprun: job preempted after", res.stderr.decode(), res)
+        self.assertNotIn("FAILED", res.stderr.decode(), res)
 
     def test_a_sigusr1_notice_in_a_slurm_job_is_preempted_79_and_outside_one_succeeds(self):
         res, saved = self.stop_job(signal.SIGUSR1, slurm=True)
