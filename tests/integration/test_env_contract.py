@@ -1,9 +1,15 @@
 """The worker environment, as real workers see it (README "Worker environment")."""
 import os
+import socket
 import sys
+import textwrap
+import unittest
 
-from harness import DdprunTestCase
+from harness import DdprunTestCase, read_until
 from ports import free_port
+from python_env import NO_TORCH, torch_python
+
+TORCH_PYTHON = torch_python()
 
 CONTRACT = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
             "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
@@ -97,6 +103,42 @@ class EnvContract(DdprunTestCase):
     def test_a_port_the_user_gave_is_kept_for_every_round(self):
         port = str(free_port())
         self.assertEqual(self.master_ports_per_round("--master-port", port), (port, port))
+
+    @unittest.skipIf(TORCH_PYTHON is None, NO_TORCH)
+    def test_a_restart_whose_old_port_was_taken_meanwhile_still_forms_its_group(self):
+        # Real gloo ranks: round 0 says its MASTER_PORT and waits; the test takes that port (another program
+        # listening there), then round 0 fails. Round 1's rank 0 must host its store elsewhere: with the old port
+        # kept, every later round failed in its bind ("Address already in use") until the restarts ran out.
+        script = self.path("job.py")
+        go = self.path("go")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent(f'''
+                import os, sys, time, torch, torch.distributed as dist
+                if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+                    print("port", os.environ["MASTER_PORT"], flush=True)
+                    while not os.path.exists({go!r}):
+                        time.sleep(0.05)
+                    sys.exit(1)
+                dist.init_process_group("gloo")
+                t = torch.ones(1)
+                dist.all_reduce(t)
+                print("formed on", os.environ["MASTER_PORT"], "sum", int(t.item()), flush=True)
+            '''))
+        self.env["PYTHON_EXEC"] = TORCH_PYTHON
+        proc = self.start("--nproc-per-node", 2, "--max-restarts", 1, script)
+        line = read_until(proc, b"", b"\n", "round 0's port")
+        port = int(line.split(b"port ")[1].split()[0])
+        with socket.socket() as thief:
+            thief.bind(("0.0.0.0", port))
+            thief.listen()
+            with open(go, "w"):
+                pass
+            out, err = proc.communicate(timeout=120)
+        text = (line + out).decode()
+        self.assertEqual(proc.returncode, 0, text + err.decode())
+        self.assertIn("formed on", text)
+        self.assertNotIn(f"formed on {port} ", text)
+        self.assertEqual(text.count("sum 2"), 2, text)
 
     def test_python_script_runs_unbuffered_under_python_exec(self):
         script = self.path("show.py")
