@@ -127,27 +127,7 @@ int NodeAgent::run() {
   // The job signals are still blocked (the signalfd never unblocks them): a SIGUSR1 or SIGTERM arriving now
   // (a scheduler's notice racing the job's end) is held and discarded at exit, not the job's exit code.
 
-  const std::int64_t end_ms = unix_ms();
-  SummaryContext ctx;
-  ctx.host = config_.host;
-  ctx.node_rank = world_.node_rank;
-  ctx.start_ms = start_ms_;
-  ctx.end_ms = end_ms;
-  ctx.log_root = layout_.temporary() ? std::string() : layout_.root();
-  ctx.error_file_of = [this](int lr) { return layout_.error_file(world_.restart_count, lr); };
-  ctx.shown_path = [this](const std::string& p) { return layout_.published(p); };
-  ctx.worker_dir_of = [this](int lr) { return layout_.worker_dir(world_.restart_count, lr); };
-  ctx.stderr_tail_of = [this](int lr) -> const StreamTail* {
-    auto it = stderr_tails_.find(lr);
-    return it == stderr_tails_.end() ? nullptr : it->second.get();
-  };
-  ctx.python = config_.python;
-  ctx.python_origin = config_.python_origin;
-  ctx.local_rank_arg = config_.local_rank_arg;
-  ctx.stdin_rank = config_.stdin_rank;
-  ctx.attempts = attempts_;
-  ctx.output_losses = output_losses_;
-  note_console_losses(ctx.output_losses);
+  const SummaryContext ctx = summary_context();
   int code = policy_.exit_code();
   if (code != 0 || !ctx.output_losses.empty()) {
     console::write(2, summary_text(policy_, ctx));

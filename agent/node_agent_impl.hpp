@@ -121,6 +121,7 @@ class NodeAgent {
   void watch_guard();
   void on_guard_gone();
   void note_console_losses(std::vector<std::string>& losses) const;
+  SummaryContext summary_context() const;  // what the end-of-job summary needs from this node, as it ends
   void on_log_file_failure(int rank, const FileWriteFailure& f);
   int events_exit_code(int job_code);
 

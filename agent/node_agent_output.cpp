@@ -1,6 +1,6 @@
 // The agent's output side: ddprun's console (common/console.hpp), the workers' log files (a WriteQueue
 // each, common/write_queue.hpp) and the streams waiting for room in either, log and events files that
-// cannot be written, and what of the output was lost, for the summary.
+// cannot be written, what of the output was lost, and what the end-of-job summary is made from.
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -163,6 +163,30 @@ void NodeAgent::resume_waiting_pumps() {
   std::vector<OutputPump*> waiting;
   waiting.swap(pump_scratch_.waiting_for_room);
   for (OutputPump* p : waiting) p->resume();
+}
+
+SummaryContext NodeAgent::summary_context() const {
+  SummaryContext ctx;
+  ctx.host = config_.host;
+  ctx.node_rank = world_.node_rank;
+  ctx.start_ms = start_ms_;
+  ctx.end_ms = unix_ms();
+  ctx.log_root = layout_.temporary() ? std::string() : layout_.root();
+  ctx.error_file_of = [this](int lr) { return layout_.error_file(world_.restart_count, lr); };
+  ctx.shown_path = [this](const std::string& p) { return layout_.published(p); };
+  ctx.worker_dir_of = [this](int lr) { return layout_.worker_dir(world_.restart_count, lr); };
+  ctx.stderr_tail_of = [this](int lr) -> const StreamTail* {
+    auto it = stderr_tails_.find(lr);
+    return it == stderr_tails_.end() ? nullptr : it->second.get();
+  };
+  ctx.python = config_.python;
+  ctx.python_origin = config_.python_origin;
+  ctx.local_rank_arg = config_.local_rank_arg;
+  ctx.stdin_rank = config_.stdin_rank;
+  ctx.attempts = attempts_;
+  ctx.output_losses = output_losses_;
+  note_console_losses(ctx.output_losses);
+  return ctx;
 }
 
 // A console that broke (its reader gone for good: EPIPE, EIO) lost what came after: the summary says how much.

@@ -18,14 +18,11 @@
 #include "launcher/exit_codes.hpp"
 
 namespace ddprun::launcher {
+using process::regular_file;
+
 namespace {
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool regular_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 // What the kernel runs itself: an executable file that is an ELF binary or starts with "#!". One that cannot be

@@ -1,14 +1,15 @@
 #include "launcher/python_source.hpp"
 
-#include <sys/stat.h>
-
 #include <cctype>
 #include <fstream>
 
 #include "common/contract/worker_contract.hpp"
+#include "common/process/spawn.hpp"
 #include "launcher/option_values.hpp"
 
 namespace ddprun::launcher {
+using process::regular_file;
+
 namespace {
 constexpr std::size_t kMaxSourceBytes = 1 << 20;
 
@@ -47,11 +48,6 @@ bool read_literal(const std::string& s, std::size_t& i, std::string& text) {
   if (at >= s.size()) return false;
   i = at + 1;
   return true;
-}
-
-bool regular_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 }  // namespace
 

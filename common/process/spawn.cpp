@@ -174,6 +174,11 @@ std::string path_of(const std::vector<std::string>& env) {
   return "/usr/local/bin:/usr/bin:/bin";
 }
 
+bool regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 ResolvedProgram resolve_program(const std::string& name, const std::string& path_env) {
   auto check = [](const std::string& path) {
     struct stat st {};

@@ -74,6 +74,10 @@ struct ResolvedProgram {
 // Looks `name` up as execvp would: a name containing '/' is used as is, otherwise each PATH entry is tried.
 ResolvedProgram resolve_program(const std::string& name, const std::string& path_env);
 
+// Whether `path` names a regular file (symbolic links followed): what may be read to learn about a program
+// without blocking (a FIFO's open waits for a writer) or consuming it.
+bool regular_file(const std::string& path);
+
 // Makes this process's group the foreground group of the terminal on `fd` again (after a child took it
 // with take_terminal), with SIGTTOU blocked meanwhile so a background caller is not stopped. Returns false
 // when `fd` is not this process's controlling terminal or the call failed.

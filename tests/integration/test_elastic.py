@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 
-from harness import DDPRUN, Result, WORKER, pid_alive
+from harness import DDPRUN, WORKER, pid_alive
 from multinode import MultiNodeCase
 
 REFUSED = 77
@@ -176,18 +176,13 @@ class ElasticCase(MultiNodeCase):
         return p
 
     def wait_all(self, procs, timeout=BOUND):
-        results = []
-        t0 = time.monotonic()
-        for p in procs:
-            try:
-                out, err = p.communicate(timeout=max(1, timeout - (time.monotonic() - t0)))
-            except subprocess.TimeoutExpired:
-                self.fail(f"ddprun {p.name} (pid {p.pid}) did not finish within {timeout}s")  # tearDown kills
-            if p.log_file:
-                with open(p.log_file, "rb") as f:
-                    err = f.read()
-            results.append(Result(p, out, err, time.monotonic() - t0))
-        return results
+        return super().wait_all(procs, timeout)
+
+    def stderr_of(self, proc, err):
+        if proc.log_file:
+            with open(proc.log_file, "rb") as f:
+                return f.read()
+        return err
 
     def wait_ready(self, ranks):
         self.wait_for_files([os.path.join(self.ready, f"ready.{r}") for r in ranks], timeout=BOUND)
