@@ -75,6 +75,9 @@ std::string declared_local_rank_option(const std::string& source) {
 }
 
 std::string declared_local_rank_option_in_file(const std::string& path) {
+  // A regular file only: a script given as a pipe (`ddprun <(…)`, a FIFO) would be consumed here, leaving
+  // Python nothing to run, and its open would wait for a writer.
+  if (!regular_file(path)) return {};
   std::ifstream file(path, std::ios::binary);
   if (!file) return {};
   std::string text(kMaxSourceBytes, '\0');

@@ -136,7 +136,8 @@ namespace {
 // looks up the '#!' line's program too. Said plainly, as the shell's "bad interpreter" does.
 std::string missing_interpreter_note(const std::string& program, int err) {
   if (err != ENOENT || program.find('/') == std::string::npos) return {};
-  const int fd = ::open(program.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: this runs on the agent's loop, and a FIFO put at the path since the exec must not hold it.
+  const int fd = ::open(program.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return {};
   char head[256];
   const ssize_t n = ::read(fd, head, sizeof head);

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import termios
+import threading
 import unittest
 
 from harness import DDPRUN, DdprunTestCase
@@ -274,6 +275,24 @@ class LaunchStyleScript(DdprunTestCase):
     def setUp(self):
         super().setUp()
         self.env["PYTHON_EXEC"] = torch_python()
+
+    def test_a_script_given_as_a_pipe_reaches_python_whole(self):
+        # `ddprun <(…)` or a FIFO: the look for a --local_rank declaration reads regular files only; it read the
+        # pipe before, so Python got nothing to run.
+        script = self.path("piped.py")
+        os.mkfifo(script)
+
+        def feed():
+            with open(script, "w") as f:  # waits for the reader: Python
+                f.write("print('from the pipe')\n")
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+        res = self.run_ddprun("--nproc-per-node", 1, script)
+        if writer.is_alive():  # nobody opened it: unblock the writer, the assertion below says why
+            os.close(os.open(script, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join(timeout=5)
+        self.assertEqual(res.code, 0, res)
+        self.assertIn(b"from the pipe", res.stdout, res)
 
     def test_a_launch_line_runs_unchanged(self):
         # python -m torch.distributed.launch --nnodes=1 --nproc_per_node=2 launch_style.py, first words replaced.
