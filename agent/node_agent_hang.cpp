@@ -123,9 +123,7 @@ void NodeAgent::start_job_capture() {
   auto add = [&](const WorkerRecord& w) { targets.push_back({w.rank, w.local_rank, w.pid, stacks_file(w.local_rank)}); };
   for (const HungWorker& h : hung_) add(policy_.worker(h.local_rank));
   for (const WorkerRecord& w : policy_.workers())
-    if (w.state == WorkerState::kRunning && w.pid > 0 &&
-        std::none_of(hung_.begin(), hung_.end(), [&](const HungWorker& h) { return h.local_rank == w.local_rank; }))
-      add(w);
+    if (w.state == WorkerState::kRunning && w.pid > 0 && !found_hung(w.local_rank)) add(w);
   hang_stacks_path_ = hang_stacks_file();
   layout_.keep(hang_stacks_path_);
   capture_.start(std::move(targets), hang_stacks_path_, env_value(config_.base_env, "PATH", "/usr/bin:/bin"),
@@ -148,6 +146,10 @@ void NodeAgent::on_stacks_captured() {
                  " s: deciding on this node's workers alone");
     decide_hang_locally();
   });
+}
+
+bool NodeAgent::found_hung(int local_rank) const {
+  return std::any_of(hung_.begin(), hung_.end(), [&](const HungWorker& h) { return h.local_rank == local_rank; });
 }
 
 // This node's workers as the verdict compares them: step and silence of each, read now.
@@ -174,7 +176,7 @@ rdzv::HangViewMsg NodeAgent::hang_view() const {
       r.python_stack = true;
       r.collective = torch_collective_in(py);
     }
-    r.hung = std::any_of(hung_.begin(), hung_.end(), [&](const HungWorker& h) { return h.local_rank == w.local_rank; });
+    r.hung = found_hung(w.local_rank);
     view.ranks.push_back(r);
   }
   return view;

@@ -86,6 +86,7 @@ class NodeAgent {
   void start_job_capture();
   void on_stacks_captured();
   rendezvous::HangViewMsg hang_view() const;
+  bool found_hung(int local_rank) const;  // by this node's own hang watch, in the capture under way
   void decide_hang_locally();
   void on_hang_verdict(const rendezvous::Failure& root_cause);
   void report_hang(const HungWorker& h);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <iterator>
 #include <cstdio>
 #include <map>
 #include <tuple>
@@ -18,10 +19,14 @@ constexpr std::size_t kMaxStepsListed = 8;
 // Orders ranks from most to least suspect: a rank inside a quiet phase it declared last (its silence is by
 // its word: an evaluation, a save, or waiting for one); then behind first (a rank that never beat before every
 // rank that did, then the smallest step), then silent longest, then the lowest rank for a stable answer.
-auto suspicion(const RankBeat& r) {
-  const std::int64_t progress = r.never_beat ? -2 : r.step;
-  return std::make_tuple(r.quiet, progress, -r.silent_ms, r.rank);
-}
+std::int64_t progress(const RankBeat& r) { return r.never_beat ? -2 : r.step; }
+auto suspicion(const RankBeat& r) { return std::make_tuple(r.quiet, progress(r), -r.silent_ms, r.rank); }
+auto how_far(const RankBeat& r) { return std::make_pair(r.quiet, progress(r)); }  // suspicion's first part
+
+struct Candidate {
+  const RankBeat* rank;
+  const NodeHangView* node;
+};
 
 std::string where(const RankBeat& r) {
   std::string at = r.never_beat ? "before its first heartbeat"
@@ -33,10 +38,10 @@ std::string where(const RankBeat& r) {
 // Among ranks equally far (the same step), what their Python stacks say: ranks waiting in a collective wait for
 // those that are not in one; if all are in one, the odd one out is in another (it skipped the others' call).
 // Returns the candidates left; unchanged when the stacks do not tell.
-std::vector<const RankBeat*> by_stacks(std::vector<const RankBeat*> tied) {
-  std::map<std::string, std::vector<const RankBeat*>> in;  // collective → ranks; "" = outside any
-  for (const RankBeat* r : tied)
-    if (r->python_stack) in[r->collective].push_back(r);
+std::vector<Candidate> by_stacks(std::vector<Candidate> tied) {
+  std::map<std::string, std::vector<Candidate>> in;  // collective → ranks; "" = outside any
+  for (const Candidate& c : tied)
+    if (c.rank->python_stack) in[c.rank->collective].push_back(c);
   if (in.size() < 2) return tied;
   if (auto outside = in.find(""); outside != in.end()) return outside->second;
   const auto smallest = std::min_element(in.begin(), in.end(), [](const auto& a, const auto& b) {
@@ -87,23 +92,20 @@ std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t
 
 Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_unix_ms) {
   // The least advanced ranks (and not quiet by their word), then what the stacks say, then the longest silence.
-  const RankBeat* first = nullptr;
+  std::vector<Candidate> all;
   for (const NodeHangView& v : views)
-    for (const RankBeat& r : v.view.ranks)
-      if (!first || suspicion(r) < suspicion(*first)) first = &r;
-  std::vector<const RankBeat*> tied;
-  std::map<const RankBeat*, const NodeHangView*> node_of;
-  for (const NodeHangView& v : views)
-    for (const RankBeat& r : v.view.ranks) {
-      node_of[&r] = &v;
-      if (std::get<0>(suspicion(r)) == std::get<0>(suspicion(*first)) &&
-          std::get<1>(suspicion(r)) == std::get<1>(suspicion(*first)))
-        tied.push_back(&r);
-    }
-  const RankBeat* suspect = nullptr;
-  for (const RankBeat* r : by_stacks(tied))
-    if (!suspect || suspicion(*r) < suspicion(*suspect)) suspect = r;
-  const NodeHangView* suspect_node = suspect ? node_of[suspect] : nullptr;
+    for (const RankBeat& r : v.view.ranks) all.push_back({&r, &v});
+  auto more_suspect = [](const Candidate& a, const Candidate& b) { return suspicion(*a.rank) < suspicion(*b.rank); };
+  std::vector<Candidate> tied;
+  if (!all.empty()) {
+    const auto furthest_behind = how_far(*std::min_element(all.begin(), all.end(), more_suspect)->rank);
+    std::copy_if(all.begin(), all.end(), std::back_inserter(tied),
+                 [&](const Candidate& c) { return how_far(*c.rank) == furthest_behind; });
+  }
+  const std::vector<Candidate> left = by_stacks(tied);
+  const auto chosen = std::min_element(left.begin(), left.end(), more_suspect);
+  const RankBeat* suspect = chosen == left.end() ? nullptr : chosen->rank;
+  const NodeHangView* suspect_node = chosen == left.end() ? nullptr : chosen->node;
   Failure f;
   f.time_unix_ms = now_unix_ms;
   f.signal = SIGKILL;
@@ -124,23 +126,23 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
   f.pid = suspect->pid;
 
   // Evidence: where the others were, grouped by position ("ranks 0,2-3 at step 42").
-  std::map<std::tuple<std::int64_t, bool, bool, std::string>, std::vector<int>> others;  // where → ranks
+  // (progress, never beat, stack seen, collective) → the ranks there, and one of them to say where that is
+  std::map<std::tuple<std::int64_t, bool, bool, std::string>, std::pair<std::vector<int>, const RankBeat*>> others;
   std::vector<std::string> stacks;
   for (const NodeHangView& v : views) {
     // One node: its path; several: each prefixed with its host, where the file is.
     if (!v.view.stacks.empty()) stacks.push_back(views.size() == 1 ? v.view.stacks : v.host + ":" + v.view.stacks);
     for (const RankBeat& r : v.view.ranks)
-      if (&r != suspect) others[{r.never_beat ? -2 : r.step, r.never_beat, r.python_stack, r.collective}].push_back(r.rank);
+      if (&r != suspect) {
+        auto& group = others[{progress(r), r.never_beat, r.python_stack, r.collective}];
+        group.first.push_back(r.rank);
+        group.second = &r;
+      }
   }
   std::string evidence;
   std::size_t listed = 0;
   for (auto it = others.rbegin(); it != others.rend() && listed < kMaxStepsListed; ++it, ++listed) {
-    RankBeat at;
-    at.step = std::get<0>(it->first);
-    at.never_beat = std::get<1>(it->first);
-    at.python_stack = std::get<2>(it->first);
-    at.collective = std::get<3>(it->first);
-    evidence += (evidence.empty() ? "" : ", ") + rank_list(it->second) + " " + where(at);
+    evidence += (evidence.empty() ? "" : ", ") + rank_list(it->second.first) + " " + where(*it->second.second);
   }
   if (others.size() > kMaxStepsListed) evidence += ", and others";
   if (!evidence.empty()) {
