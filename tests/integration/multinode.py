@@ -40,10 +40,10 @@ class MultiNodeCase(DdprunTestCase):
                         pass
                 out, err = p.communicate()
                 self.fail(f"ddprun pid {p.pid} did not finish within {timeout}s:\n{err[-3000:]!r}")
-            results.append(Result(p, out, self.stderr_of(p, err), time.monotonic() - t0))
+            results.append(Result(p, out, self.result_stderr(p, err), time.monotonic() - t0))
         return results
 
-    def stderr_of(self, proc, err):
+    def result_stderr(self, proc, err):
         """What wait_all reports as `proc`'s stderr: the pipe's (subclasses whose agents log to a file read it)."""
         return err
 

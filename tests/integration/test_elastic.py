@@ -178,7 +178,7 @@ class ElasticCase(MultiNodeCase):
     def wait_all(self, procs, timeout=BOUND):
         return super().wait_all(procs, timeout)
 
-    def stderr_of(self, proc, err):
+    def result_stderr(self, proc, err):
         if proc.log_file:
             with open(proc.log_file, "rb") as f:
                 return f.read()

@@ -218,6 +218,9 @@ class OomKill(DdprunTestCase):
     """A worker the kernel's OOM killer ends is named as such, with the memory limit it ran into."""
 
     def test_a_worker_over_its_memory_limit_is_reported_as_killed_by_the_oom_killer(self):
+        if "ASAN_OPTIONS" in os.environ:  # scripts/test --sanitize
+            self.skipTest("an AddressSanitizer ddprun shares the 96 MiB limit and can outgrow the rank that fills it, "
+                          "so the OOM killer may pick ddprun itself (seen in scripts/test --sanitize)")
         limit = 96 << 20
         cgroup, limit_file = make_memory_cgroup(f"ddprun-oom-test-{os.getpid()}", limit)
         self.addCleanup(remove_cgroup, cgroup)
