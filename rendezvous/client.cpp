@@ -119,8 +119,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     heartbeat_timer_.cancel();
     decoder_ = FrameDecoder(config_.max_frame_bytes);  // drop a challenge cut short
     ++attempt_;  // a read or timer of this connection still pending is now stale
-    next_port();
-    retry(why);
+    retry(why, /*rotate=*/true);
   }
 
   void connect() {
@@ -150,8 +149,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       error_code ignored;
       self->socket_.close(ignored);
       self->lookup_.cancel();
-      self->next_port();
-      self->retry("no answer within " + text::seconds(kAttemptLimit));
+      self->retry("no answer within " + text::seconds(kAttemptLimit), /*rotate=*/true);
     });
   }
 
@@ -171,8 +169,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       if (self->done_ || attempt != self->attempt_) return;
       if (ec) {
         self->attempt_timer_.cancel();
-        self->next_port();
-        return self->retry(ec.message());
+        return self->retry(ec.message(), /*rotate=*/true);
       }
       self->attempt_timer_.cancel();
       self->connected_at_ = Clock::now();
@@ -186,7 +183,8 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   // The server may not be up yet (node 0 starts it): retry with backoff until connect_timeout.
-  void retry(const std::string& why) {
+  // rotate: with candidate ports, the next attempt tries the next one (the server was not found at this one).
+  void retry(const std::string& why, bool rotate = false) {
     const auto now = Clock::now();
     if (now >= connect_deadline_) {
       const std::string ports = candidates() ? " (ports " + port_list() + ")" : "";
@@ -197,6 +195,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
                                            text::seconds(connect_limit_) + ": " + why + name);
     }
     logger_.debug("rendezvous server at ", where(), " not reachable yet (", why, "); retrying");
+    if (rotate) next_port();
     // The last wait is cut to the deadline, where one more attempt is made: the timeout the user gave is the
     // time ddprun keeps trying, not up to one back-off step less.
     retry_timer_.expires_after(std::min(std::chrono::duration_cast<Clock::duration>(retry_delay_),
@@ -208,8 +207,11 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   void read_some() {
-    socket_.async_read_some(asio::buffer(read_buffer_), [self = shared_from_this()](error_code ec, std::size_t n) {
-      if (self->done_) return;
+    socket_.async_read_some(asio::buffer(read_buffer_), [self = shared_from_this(), attempt = attempt_](
+                                                            error_code ec, std::size_t n) {
+      // A connection abandoned before its challenge (candidate ports) still completes its read, aborted:
+      // it must not touch the next connection.
+      if (self->done_ || attempt != self->attempt_) return;
       if (ec && self->leaving_) return self->fail(ErrorKind::kUnavailable, self->cannot_join_);
       if (ec && !self->challenged_ && Clock::now() < self->connect_deadline_) {
         // Closed before its challenge: a server at its connection limit (a flood of strangers) or still
@@ -225,7 +227,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
         self->decoder_.feed(std::string_view(self->read_buffer_.data(), n));
         while (auto payload = self->decoder_.next()) {
           self->handle(decode_server_message(*payload));
-          if (self->done_) return;
+          if (self->done_ || attempt != self->attempt_) return;  // ended, or abandoned (another job's server)
         }
       } catch (const ProtocolError& e) {
         return self->fail(ErrorKind::kProtocol, "bad message from the rendezvous server at " + self->where() +
