@@ -45,8 +45,11 @@ def judge_sweep(job_id, outputs, steps=4):
             text = f.read()
         ok = re.search(r"^rc=0$", text, re.M) is not None
         ranks = worker_lines(text)
-        own = all(r.get("TORCHELASTIC_RUN_ID") == f"slurm-{job_id}.{r.get('SLURM_STEP_ID')}" and
-                  r.get("WORLD_SIZE") == "2" for r in ranks.values())
+        # One world: both workers share its master port and size; a run id naming a step names their own.
+        own = len({r.get("MASTER_PORT") for r in ranks.values()}) == 1 and all(
+            r.get("WORLD_SIZE") == "2" and r.get("TORCHELASTIC_RUN_ID") in (f"slurm-{job_id}.{r.get('SLURM_STEP_ID')}",
+                                                                            f"slurm-{job_id}")
+            for r in ranks.values())
         if not ok or sorted(ranks) != [0, 1]:
             failed += 1
             details.append(f"step {i} failed:\n{text}")
