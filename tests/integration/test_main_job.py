@@ -111,7 +111,12 @@ class MainJob(DdprunTestCase):
             records = [json.loads(line) for line in f]
         steps = [x for x in records if x["kind"] == "step"]
         epochs = [x for x in records if x["kind"] == "epoch"]
-        self.assertEqual([x["global_step"] for x in steps], [20, 40, 60, 84, 104, 124])
+        # A step record every 10 steps (--metrics-every's default), whatever --log-every prints: enough to draw
+        # the loss curve; each with the wall clock and both ranks' step rates (scripts/plot_step_rate).
+        self.assertEqual([x["global_step"] for x in steps], [10, 20, 30, 40, 50, 60, 74, 84, 94, 104, 114, 124])
+        for x in steps:
+            self.assertTrue(x["steps_per_s_rank0"] > 0 and x["steps_per_s_rank1"] > 0, x)
+            self.assertLess(abs(x["time_ms"] / 1000 - time.time()), 600, x)
         self.assertEqual([x["epoch"] for x in epochs], [1, 2])
         for x in epochs:
             self.assertTrue(0 <= x["accuracy"] <= 100 and x["test_loss"] > 0 and x["train_loss"] > 0, x)
@@ -124,7 +129,7 @@ class MainJob(DdprunTestCase):
             self.skipTest(p.stderr.strip())
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(png_size(png), (1200, 450))
-        for curve in ("train loss per step (6 points)", "train loss per epoch (2 points)",
+        for curve in ("train loss per step (12 points, moving average over 3)", "train loss per epoch (2 points)",
                       "test loss per epoch (2 points)", "test accuracy per epoch (2 points"):
             self.assertIn(curve, p.stdout)
 
