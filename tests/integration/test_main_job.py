@@ -133,6 +133,33 @@ class MainJob(DdprunTestCase):
                       "test loss per epoch (2 points)", "test accuracy per epoch (2 points"):
             self.assertIn(curve, p.stdout)
 
+    def test_step_rate_per_rank_of_a_restarted_run(self):
+        events = self.path("events")
+        proc = self.start("--max-restarts", 1, "--events-file", events,
+                          *self.train_args("--epochs", 2, "--log-every", 4, "--checkpoint-dir", self.ckpt))
+        killer = threading.Timer(120, lambda: os.killpg(proc.pid, signal.SIGKILL))
+        killer.start()
+        self.addCleanup(killer.cancel)
+        out = read_until(proc, b"", b"train epoch 1 step 24/64", "24 steps trained")
+        rank1 = [e["pid"] for e in self.events(events) if e["event"] == "started" and e["rank"] == 1][-1]
+        os.kill(rank1, signal.SIGKILL)  # a restart: ddprun starts both ranks again, they resume
+        out += proc.communicate()[0]
+        self.assertEqual(proc.returncode, 0, out)
+        png = self.path("step_rate.png")
+        p = subprocess.run([SYSTEM_PYTHON, os.path.join(ROOT, "scripts/plot_step_rate"), "-o", png,
+                            os.path.join(self.ckpt, "metrics.jsonl"), events],
+                           capture_output=True, text=True, timeout=120)
+        if p.returncode != 0 and "matplotlib is missing" in p.stderr:
+            self.skipTest(p.stderr.strip())
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(png_size(png), (1200, 450))
+        self.assertRegex(p.stdout, r": 2 ranks, \d+ points, 1 restarts, 0 hung, 0 stragglers marked \(restart at ")
+        # Both ranks drew points before the restart and after it.
+        restart = next(e["time_ms"] for e in self.events(events) if e["event"] == "restarting")
+        with open(os.path.join(self.ckpt, "metrics.jsonl")) as f:
+            times = [r["time_ms"] for r in map(json.loads, f) if r["kind"] == "step"]
+        self.assertTrue(any(t < restart for t in times) and any(t > restart for t in times), (restart, times))
+
     def test_sigusr1_checkpoints_mid_epoch_exits_0_and_resume_goes_on_from_that_step(self):
         args = self.train_args("--epochs", 3, "--log-every", 5, "--checkpoint-dir", self.ckpt)
         events = self.path("events")

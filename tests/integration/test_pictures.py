@@ -2,13 +2,15 @@
 
 The job timeline (scripts/plot_events) of real jobs (a failure on one node, a restart, a 3-node elastic re-form,
 a hang), rendered by rsvg-convert: every text, rendered alone, must stay inside the picture and meet no other
-text, and no leader line may cross a text.
+text, and no leader line may cross a text. The step-rate picture (scripts/plot_step_rate) of a synthetic metrics
+file and events file with a straggler line: the straggler is marked, in its colour, where the events say.
 
 DDPRUN_KEEP_PICTURES=DIR keeps a copy of every picture (SVG and PNG) in DIR, to look at them."""
 import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import unittest
 
 import rendered
@@ -106,6 +108,80 @@ class ElasticTimeline(TimelineChecks, ElasticCase):
         boxes = self.timeline("elastic", *[self.path(f"ev_{n}.jsonl") for n in "abc"])
         self.assert_labels(boxes, "re-form", "rendezvous (round 0, world 6)", "rendezvous (round 1, world 4)",
                            "exit 0")
+
+
+class StepRate(unittest.TestCase):
+    """scripts/plot_step_rate on synthetic files: two ranks at 5 steps/s, a restart, and a straggler event line
+    (the form another part of issue 21 may write: an event named like `straggler` with a rank)."""
+
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory(prefix="ddprun_step_rate_")
+        self.addCleanup(tmp.cleanup)
+        self.tmp = tmp.name
+
+    def write(self, name, lines):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write("".join(line + "\n" for line in lines))
+        return path
+
+    def plot(self, name, *files):
+        png = os.path.join(self.tmp, "rate.png")
+        p = subprocess.run([SYSTEM_PYTHON, os.path.join(ROOT, "scripts/plot_step_rate"), "-o", png, *files],
+                           capture_output=True, text=True, timeout=120)
+        if p.returncode != 0 and "matplotlib is missing" in p.stderr:
+            self.skipTest(p.stderr.strip())
+        self.assertEqual(p.returncode, 0, p.stderr)
+        keep(png, f"step_rate_{name}.png")
+        return p.stdout, png
+
+    def metrics(self):
+        t0 = 1_700_000_000_000
+        lines = []
+        for i in range(1, 21):  # 20 records, 2 s apart; rank 1 slower from the 10th on; a restart after the 12th
+            t = t0 + i * 2000 + (6000 if i > 12 else 0)
+            lines.append(f'{{"kind":"step","global_step":{10 * i},"loss":1.0,"time_ms":{t},'
+                         f'"steps_per_s_rank0":5,"steps_per_s_rank1":{5 if i < 10 else 3.5}}}')
+        events = [f'{{"event":"rendezvous","time_ms":{t0},"node_rank":0,"world_size":2,"restart_count":0}}',
+                  f'{{"event":"restarting","time_ms":{t0 + 26000},"cause":"rank 1 exit 3","reason":"restart 1 of 1",'
+                  '"membership":false}',
+                  f'{{"event":"rendezvous","time_ms":{t0 + 29000},"node_rank":0,"world_size":2,"restart_count":1}}']
+        return t0, lines, events
+
+    @staticmethod
+    def colour_pixels(png, rgb):
+        width, height, rows, ch = rendered.read_png(png)
+        return [(x, y) for y, row in enumerate(rows) for x in range(width) if tuple(row[x * ch:x * ch + 3]) == rgb]
+
+    def test_a_straggler_event_is_marked_on_its_rank_and_a_restart_breaks_the_lines(self):
+        t0, lines, events = self.metrics()
+        straggler = f'{{"event":"straggler","time_ms":{t0 + 22000},"rank":1,"node_rank":0,"rate":3.5,"median":5}}'
+        out, png = self.plot("straggler", self.write("metrics.jsonl", lines),
+                             self.write("events", events + [straggler]))
+        self.assertIn("2 ranks, 40 points, 1 restarts, 0 hung, 1 stragglers marked", out)
+        self.assertIn("rank 1 straggler at +22.0 s", out)
+        self.assertIn("restart at +26.0 s", out)
+        marker = self.colour_pixels(png, (0xad, 0x14, 0x57))
+        self.assertGreater(len(marker), 20, "no straggler marker in the picture")
+        restart = self.colour_pixels(png, (0x6a, 0x1b, 0x9a))
+        rank0 = self.colour_pixels(png, (0x15, 0x65, 0xc0))
+        mx, my = (sum(c) / len(marker) for c in zip(*marker))
+        # Where the events put it: before the restart (+22 s, +26 s), on rank 1's line, below rank 0's (3.5 < 5).
+        self.assertLess(mx, min(x for x, _ in restart))
+        self.assertGreater(my, sum(y for _, y in rank0) / len(rank0) + 10)
+        # The same files without the straggler line: nothing in its colour.
+        out, png = self.plot("no_straggler", self.write("metrics.jsonl", lines), self.write("events", events))
+        self.assertIn("0 stragglers marked", out)
+        self.assertEqual(self.colour_pixels(png, (0xad, 0x14, 0x57)), [])
+        self.assertGreater(len(self.colour_pixels(png, (0x6a, 0x1b, 0x9a))), 20, "no restart line in the picture")
+
+    def test_metrics_without_per_rank_rates_are_refused_with_a_reason(self):
+        path = self.write("metrics.jsonl", ['{"kind":"step","global_step":10,"loss":1.0}'])
+        p = subprocess.run([SYSTEM_PYTHON, os.path.join(ROOT, "scripts/plot_step_rate"), "-o",
+                            os.path.join(self.tmp, "x.png"), path], capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("no step records with time_ms and steps_per_s_rank<R> fields", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "x.png")))
 
 
 if __name__ == "__main__":
