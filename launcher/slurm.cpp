@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/contract/worker_contract.hpp"
+#include "common/counted.hpp"
 #include "common/error.hpp"
 #include "launcher/exit_codes.hpp"
 #include "launcher/hostlist.hpp"
@@ -89,6 +90,14 @@ std::string proctrack_type(const std::string& conf_path) {
   return found;
 }
 
+// SLURM_HET_SIZE (SLURM_PACK_SIZE before 19.05): how many components a heterogeneous job has; 0 when not one.
+int het_job_components(const std::vector<std::string>& env) {
+  int n = 0;
+  if (parse_int_strict(contract::env_value(env, "SLURM_HET_SIZE", contract::env_value(env, "SLURM_PACK_SIZE", "")), n))
+    return n;
+  return 0;
+}
+
 }  // namespace
 
 bool slurm_signals_reach_workers(const std::vector<std::string>& env) {
@@ -108,6 +117,14 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
   if (!parse_int_strict(contract::env_value(env, "SLURM_STEP_ID", ""), step) || step < 0) {
     // The batch script or an salloc shell (no SLURM_STEP_ID in 22.05), or one of SLURM's special steps (batch,
     // extern: ids near 2^32, or names): one process on one node of the allocation.
+    // A heterogeneous job (sbatch -N1 : -N2, #SBATCH hetjob): the script sees only its first component
+    // (SLURM_JOB_NUM_NODES=1 there), yet the job holds the other components' nodes too.
+    if (const int components = het_job_components(env); components > 1)
+      throw UsageError("ddprun runs outside a job step in SLURM heterogeneous job " + job_text + " of " +
+                           counted(components, "component") + " (SLURM_HET_SIZE=" + std::to_string(components) +
+                           "), so it would start workers on this node only; " + kOneTaskAdvice +
+                           " (srun --het-group=0,1,... for one world over several components)",
+                       kExitUsage);
     const std::string job_nodes = contract::env_value(env, "SLURM_JOB_NUM_NODES", contract::env_value(env, "SLURM_NNODES", "1"));
     int n = 1;
     if (parse_int_strict(job_nodes, n) && n <= 1) return false;  // a one-node job: a local run is all there is

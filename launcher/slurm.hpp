@@ -19,8 +19,9 @@ namespace ddprun::launcher {
 // - in a step over several nodes: static node ranks, node 0 = the step's first host, run id "slurm-JOBID",
 //   rendezvous port 29400 + JOBID % 1000 (jobs sharing a first node do not collide). Returns true.
 // - in a one-node step: nothing (a local job). Returns false.
-// Throws UsageError (exit 64) with advice when ddprun was run outside any step in a job of several nodes (the
-// batch script or an salloc shell: the other nodes would never start a ddprun), when the step runs several
+// Throws UsageError (exit 64) with advice when ddprun was run outside any step in a job of several nodes or in
+// a heterogeneous job (the batch script or an salloc shell: the other nodes would never start a ddprun; a het
+// job's script sees one component only), when the step runs several
 // tasks on a node (several ddprun would share each node), or when a SLURM variable cannot be understood
 // (naming the variable and its value): never a silent single-node job.
 bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_given,

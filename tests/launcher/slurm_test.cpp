@@ -107,3 +107,24 @@ TEST_CASE("several tasks per node are refused with advice, whichever variable sh
   CHECK(usage_error({"true"}, with(step_env("n3", "1"), "SLURM_STEP_NUM_TASKS", "3")).find("several tasks") !=
         std::string::npos);
 }
+
+TEST_CASE("the batch script of a heterogeneous job is refused with the srun advice, even when it sees one node") {
+  // What SLURM 22.05 sets in the batch script of `sbatch -N1 : -N2` (the first component's view, plus *_HET_*).
+  const Env het{"PATH=/usr/bin:/bin",       "SLURM_JOB_ID=780707",   "SLURM_JOB_NODELIST=n1",
+                "SLURM_JOB_NUM_NODES=1",    "SLURM_NNODES=1",        "SLURM_NODEID=0",
+                "SLURM_LOCALID=0",          "SLURM_PROCID=0",        "SLURMD_NODENAME=n1",
+                "SLURM_HET_SIZE=2",         "SLURM_PACK_SIZE=2",     "SLURM_JOB_NODELIST_HET_GROUP_0=n1",
+                "SLURM_JOB_NODELIST_HET_GROUP_1=n[2-3]", "SLURM_JOB_NUM_NODES_HET_GROUP_1=2"};
+  const std::string why = usage_error({"true"}, het);
+  CHECK(why.find("outside a job step in SLURM heterogeneous job 780707 of 2 components") != std::string::npos);
+  CHECK(why.find("srun --ntasks-per-node=1 ddprun") != std::string::npos);
+  CHECK(why.find("--het-group") != std::string::npos);
+  CHECK(parse_command_line({"--standalone", "true"}, het).agent.rdzv.job.max_nodes == 1);
+  // A step of a heterogeneous job (srun --het-group=1, or srun over all components) is a step like any other:
+  // SLURM 22.05 gives it one node list and node ids across its components.
+  Env step = step_env("n3", "1");
+  step.push_back("SLURM_HET_SIZE=2");
+  const auto c = parse_command_line({"true"}, step);
+  CHECK(c.agent.rdzv.job.max_nodes == 2);
+  CHECK(*c.agent.rdzv.node_rank == 1);
+}

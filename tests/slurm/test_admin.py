@@ -1,0 +1,62 @@
+"""What a SLURM admin expects of ddprun (issue 18), on the real test cluster, one section per expectation. One
+cluster for the whole file, with the backfill scheduler: SLURM schedules heterogeneous jobs with no other."""
+import os
+
+import test_jobs
+from test_steps import DDPRUN, WORKER, worker_env
+
+USAGE = 64
+
+
+def lines(text):
+    return [line for line in text.splitlines() if line.strip()]
+
+
+class Admin(test_jobs.JobCase):
+    SCHEDULER = "backfill"
+
+    def read(self, name):
+        with open(self.path(name)) as f:
+            return f.read()
+
+    # ---- heterogeneous jobs ---------------------------------------------------------------------------------
+    def test_ddprun_straight_in_a_het_batch_script_is_refused_with_advice(self):
+        # The script sees its first component only (SLURM_JOB_NUM_NODES=1): it used to run as a one-node job.
+        # Both ways of asking for a het job: components on the command line, and #SBATCH hetjob.
+        body = f"{DDPRUN} --nproc-per-node 1 {WORKER} print=started\n"
+        scripts = {"cli": ("#!/bin/sh\n" + body, ["-N1", ":", "--partition=test", "-N2"]),
+                   "hetjob": ("#!/bin/sh\n#SBATCH -N1\n#SBATCH hetjob\n#SBATCH -N2\n" + body, [])}
+        for name, (script, args) in scripts.items():
+            out = self.path(f"{name}.out")
+            job, info = self.cluster.sbatch_wait(script, "-o", out, *args, timeout=60)
+            text = self.read(f"{name}.out")
+            self.assertEqual(info["ExitCode"], f"{USAGE}:0", (name, text))
+            self.assertNotIn("started", text, name)
+            self.assertEqual(len(lines(text)), 1, text)
+            self.assertIn(f"heterogeneous job {job} of 2 components", text)
+            self.assertIn("srun --ntasks-per-node=1 ddprun", text)
+
+    def test_a_step_of_a_het_job_is_one_world_over_its_components(self):
+        # Chosen: a step is a step. SLURM 22.05 gives a step one node list and node ids across the components it
+        # spans: --het-group=1 is a world over that component's 2 nodes, a step over both components (srun
+        # --het-group=0,1, or srun's own het job) one world over all 3.
+        script = "\n".join([
+            "#!/bin/sh",
+            f"srun --het-group=1 {DDPRUN} --nproc-per-node 1 {WORKER} env=WORLD_SIZE env=GROUP_RANK "
+            f"env=MASTER_ADDR > {self.path('group1.out')}",
+            "echo rc=$? >> " + self.path("group1.out"),
+            f"srun --het-group=0,1 {DDPRUN} --nproc-per-node 1 {WORKER} env=WORLD_SIZE env=GROUP_RANK "
+            f"env=MASTER_ADDR > {self.path('both.out')}",
+            "echo rc=$? >> " + self.path("both.out"), ""])
+        job, info = self.cluster.sbatch_wait(script, "-o", self.path("job.out"), "-N1", ":", "--partition=test",
+                                             "-N2", timeout=60)
+        self.assertEqual(info["ExitCode"], "0:0", self.read("job.out"))
+        for name, nodes, master in (("group1.out", 2, "n2"), ("both.out", 3, "n1")):
+            text = self.read(name)
+            self.assertIn("rc=0", text, (name, self.read("job.out")))
+            ranks = worker_env(text)
+            self.assertEqual(sorted(ranks), list(range(nodes)), text)
+            for rank, env in ranks.items():
+                self.assertEqual(env["WORLD_SIZE"], str(nodes), text)
+                self.assertEqual(env["GROUP_RANK"], str(rank), text)
+                self.assertEqual(env["MASTER_ADDR"], master, text)
