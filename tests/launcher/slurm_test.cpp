@@ -128,3 +128,10 @@ TEST_CASE("the batch script of a heterogeneous job is refused with the srun advi
   CHECK(c.agent.rdzv.job.max_nodes == 2);
   CHECK(*c.agent.rdzv.node_rank == 1);
 }
+
+TEST_CASE("reports name the node as SLURM does (SLURMD_NODENAME), else the machine's hostname") {
+  CHECK(parse_command_line({"true"}, step_env("n3", "1")).agent.host == "n3");
+  const auto plain = parse_command_line({"true"}, {"PATH=/usr/bin:/bin"}).agent.host;
+  CHECK(!plain.empty());
+  CHECK(parse_command_line({"true"}, {"PATH=/usr/bin:/bin", "SLURMD_NODENAME=bad name"}).agent.host == plain);
+}

@@ -1,6 +1,8 @@
 """What a SLURM admin expects of ddprun (issue 18), on the real test cluster, one section per expectation. One
 cluster for the whole file, with the backfill scheduler: SLURM schedules heterogeneous jobs with no other."""
+import json
 import os
+import socket
 
 import test_jobs
 from test_steps import DDPRUN, WORKER, worker_env
@@ -60,3 +62,26 @@ class Admin(test_jobs.JobCase):
                 self.assertEqual(env["WORLD_SIZE"], str(nodes), text)
                 self.assertEqual(env["GROUP_RANK"], str(rank), text)
                 self.assertEqual(env["MASTER_ADDR"], master, text)
+
+    # ---- the SLURM node's name in every report --------------------------------------------------------------
+    def test_root_cause_summary_events_and_prefix_name_the_slurm_node(self):
+        # The test cluster's nodes n1..n3 all run on this machine: its hostname is none of them.
+        machine = socket.gethostname()
+        self.assertNotIn(machine, ("n1", "n2", "n3"))
+        events = self.path("events")
+        res = self.cluster.srun("-N2", "--ntasks-per-node=1", "bash", "-c",
+                                f'exec {DDPRUN} --nproc-per-node 2 --prefix "[{{host}} {{rank}}]: " '
+                                f'--events-file {events}.$SLURMD_NODENAME {WORKER} print=hello @3:exit=7')
+        self.assertEqual(res.code, 7, res)
+        causes = [line for line in res.err.splitlines() if line.startswith("ddprun: root cause: ")]
+        self.assertEqual(len(causes), 2, res)
+        for line in causes:
+            self.assertIn("node 1, host n2", line, res)
+        self.assertNotIn(f"host {machine}", res.err, res)
+        self.assertIn("[n2 3]: hello", res.out, res)
+        self.assertIn("[n1 0]: hello", res.out, res)
+        for node in ("n1", "n2"):
+            with open(f"{events}.{node}") as f:
+                summary = [json.loads(line) for line in f if '"summary"' in line][-1]
+            self.assertEqual(summary["host"], node)
+        self.assertIn("node rank      1 of 2 (host n2)", res.err, res)
