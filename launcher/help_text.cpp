@@ -80,6 +80,8 @@ std::string epilog() {
          "  DDPRUN_LOG_LEVEL      default for --log-level\n"
          "  PYTHON_EXEC           the Python for a script PROGRAM or -m (default python3 on PATH)\n"
          "  CUDA_VISIBLE_DEVICES  the devices --nproc-per-node auto|gpu counts\n"
+         "  DDPRUN_MUNGE_SOCKET   munged's socket (default: AuthInfo=socket= of slurm.conf, else\n"
+         "                        libmunge's /run/munge/munge.socket.2)\n"
          "  SLURM_*               in a SLURM step: the nodes, this node's rank and the job id (README)\n"
          "  TMPDIR                where the run directory goes (default /dev/shm)\n"
          "\n"

@@ -75,17 +75,30 @@ int step_node_index(const std::vector<std::string>& env, const std::vector<std::
   return at.front();
 }
 
-// ProctrackType from slurm.conf, lower-case; "" when unreadable or not set.
-std::string proctrack_type(const std::string& conf_path) {
-  std::ifstream in(conf_path);
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// A key's value in slurm.conf (SLURM_CONF, else /etc/slurm/slurm.conf): the last `Key=value` line for it, the
+// key matched without regard to case as SLURM does, the value up to the first blank or '#', its quotes taken
+// off. "" when the file cannot be read or does not set the key. (Include lines are not followed.)
+std::string slurm_conf_value(const std::vector<std::string>& env, const std::string& key) {
+  std::ifstream in(contract::env_value(env, "SLURM_CONF", "/etc/slurm/slurm.conf"));
+  const std::string wanted = lower(key);
   std::string line, found;
   while (std::getline(in, line)) {
-    std::string lower;
-    for (char c : line) lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-    const auto start = lower.find_first_not_of(" \t");
-    if (start == std::string::npos || lower.compare(start, 14, "proctracktype=") != 0) continue;
-    found = lower.substr(start + 14);
-    found = found.substr(0, found.find_first_of(" \t#"));
+    const auto start = line.find_first_not_of(" \t");
+    const auto eq = line.find('=');
+    if (start == std::string::npos || eq == std::string::npos || eq < start) continue;
+    std::string name = line.substr(start, eq - start);
+    name = name.substr(0, name.find_last_not_of(" \t") + 1);
+    if (lower(name) != wanted) continue;
+    std::string value = line.substr(eq + 1);
+    value = value.substr(std::min(value.find_first_not_of(" \t"), value.size()));
+    if (!value.empty() && value.front() == '"') value = value.substr(1, value.find('"', 1) - 1);
+    else value = value.substr(0, value.find_first_of(" \t#"));
+    found = value;
   }
   return found;
 }
@@ -102,8 +115,20 @@ int het_job_components(const std::vector<std::string>& env) {
 
 bool slurm_signals_reach_workers(const std::vector<std::string>& env) {
   if (contract::env_value(env, "SLURM_STEP_ID", "").empty()) return false;
-  const std::string type = proctrack_type(contract::env_value(env, "SLURM_CONF", "/etc/slurm/slurm.conf"));
-  return type != "proctrack/pgid";  // unknown: SLURM's default, cgroup
+  return lower(slurm_conf_value(env, "ProctrackType")) != "proctrack/pgid";  // unknown: SLURM's default, cgroup
+}
+
+std::string slurm_munge_socket(const std::vector<std::string>& env) {
+  // AuthInfo=socket=/run/munge/munge.socket.2,ttl=60: comma-separated key=value pairs.
+  const std::string info = slurm_conf_value(env, "AuthInfo");
+  std::size_t pos = 0;
+  while (pos < info.size()) {
+    const auto end = std::min(info.find(',', pos), info.size());
+    const std::string item = info.substr(pos, end - pos);
+    if (item.rfind("socket=", 0) == 0) return item.substr(7);
+    pos = end + 1;
+  }
+  return {};
 }
 
 bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_given,

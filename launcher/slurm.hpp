@@ -33,4 +33,8 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
 // worker has its own). cgroup (SLURM's default, and most clusters') and linuxproc signal the whole step.
 bool slurm_signals_reach_workers(const std::vector<std::string>& env);
 
+// munged's socket as slurm.conf names it (AuthInfo=socket=PATH; SLURM_CONF, else /etc/slurm/slurm.conf), "" when
+// it names none: where ddprun asks for MUNGE credentials when DDPRUN_MUNGE_SOCKET is not set.
+std::string slurm_munge_socket(const std::vector<std::string>& env);
+
 }  // namespace ddprun::launcher

@@ -7,6 +7,8 @@
 #include "common/error.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/exit_codes.hpp"
+#include "launcher/slurm.hpp"
+#include "temp_dir.hpp"
 
 using namespace ddprun::launcher;
 using Env = std::vector<std::string>;
@@ -134,4 +136,33 @@ TEST_CASE("reports name the node as SLURM does (SLURMD_NODENAME), else the machi
   const auto plain = parse_command_line({"true"}, {"PATH=/usr/bin:/bin"}).agent.host;
   CHECK(!plain.empty());
   CHECK(parse_command_line({"true"}, {"PATH=/usr/bin:/bin", "SLURMD_NODENAME=bad name"}).agent.host == plain);
+}
+
+TEST_CASE("slurm.conf is read once for every key: ProctrackType and AuthInfo's munged socket") {
+  TempDir dir;
+  const std::string conf = dir.file("slurm.conf",
+                                    "# AuthInfo=socket=/commented/out\n"
+                                    "ClusterName=c\n"
+                                    "  authinfo = socket=/var/run/munge/other.socket,ttl=60 # the site's munged\n"
+                                    "PROCTRACKTYPE=Proctrack/PGID\n");
+  Env env = step_env("n3", "1");
+  env.push_back("SLURM_CONF=" + conf);
+  CHECK(slurm_munge_socket(env) == "/var/run/munge/other.socket");
+  CHECK_FALSE(slurm_signals_reach_workers(env));
+  const std::string quoted = dir.file("quoted.conf", "AuthInfo=\"ttl=30,socket=/m/s\"\nProctrackType=proctrack/cgroup\n");
+  env.back() = "SLURM_CONF=" + quoted;
+  CHECK(slurm_munge_socket(env) == "/m/s");
+  CHECK(slurm_signals_reach_workers(env));
+  env.back() = "SLURM_CONF=" + dir.path + "/missing.conf";
+  CHECK(slurm_munge_socket(env).empty());
+  CHECK(slurm_signals_reach_workers(env));
+}
+
+TEST_CASE("without DDPRUN_MUNGE_SOCKET a SLURM step asks the munged that slurm.conf names") {
+  TempDir dir;
+  Env env = step_env("n3", "1");
+  env.push_back("SLURM_CONF=" + dir.file("slurm.conf", "AuthInfo=socket=/cluster/munge.socket\n"));
+  CHECK(parse_command_line({"true"}, env).agent.rdzv.job.munge_socket == "/cluster/munge.socket");
+  env.push_back("DDPRUN_MUNGE_SOCKET=/mine.socket");
+  CHECK(parse_command_line({"true"}, env).agent.rdzv.job.munge_socket == "/mine.socket");
 }

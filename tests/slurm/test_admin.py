@@ -8,6 +8,7 @@ import test_jobs
 from test_steps import DDPRUN, WORKER, worker_env
 
 USAGE = 64
+MUNGE_LINE = "each with a MUNGE credential of uid 0"
 
 
 def lines(text):
@@ -85,3 +86,14 @@ class Admin(test_jobs.JobCase):
                 summary = [json.loads(line) for line in f if '"summary"' in line][-1]
             self.assertEqual(summary["host"], node)
         self.assertIn("node rank      1 of 2 (host n2)", res.err, res)
+
+    # ---- MUNGE where slurm.conf says ------------------------------------------------------------------------
+    def test_munge_socket_from_slurm_conf_without_ddprun_munge_socket(self):
+        # The cluster's munged listens in its temp dir (AuthInfo=socket=... in its slurm.conf), not at libmunge's
+        # default; nothing tells ddprun but slurm.conf.
+        env = self.cluster.env()
+        self.assertNotIn("DDPRUN_MUNGE_SOCKET", env)
+        res = self.cluster.srun("-N2", "--ntasks-per-node=1", DDPRUN, "--rdzv-auth", "munge", "--nproc-per-node", 1,
+                                WORKER, "exit=0", env=env)
+        self.assertEqual(res.code, 0, res)
+        self.assertIn(MUNGE_LINE, res.err, res)
