@@ -64,6 +64,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
   world_.nnodes = a.nnodes;
   world_.rank_offset = a.rank_offset;
   world_.world_size = a.world_size;
+  world_.nprocs = a.nprocs;
   world_.master_addr = a.master_addr;
   world_.master_port = a.master_port;
   world_.run_id = a.run_id;

@@ -97,3 +97,23 @@ class Admin(test_jobs.JobCase):
                                 WORKER, "exit=0", env=env)
         self.assertEqual(res.code, 0, res)
         self.assertIn(MUNGE_LINE, res.err, res)
+
+    # ---- SLURM's task variables per worker ------------------------------------------------------------------
+    def test_each_worker_has_its_own_slurm_procid(self):
+        names = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "SLURM_PROCID",
+                 "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_NODEID", "SLURM_STEP_NUM_TASKS",
+                 "SLURM_STEP_TASKS_PER_NODE"]
+        res = self.cluster.srun("-N2", "--ntasks-per-node=1", DDPRUN, "--nproc-per-node", 2, WORKER,
+                                *[f"env={n}" for n in names])
+        self.assertEqual(res.code, 0, res)
+        ranks = worker_env(res.out)
+        self.assertEqual(sorted(ranks), [0, 1, 2, 3], res)
+        for rank, env in ranks.items():
+            self.assertEqual(env["SLURM_PROCID"], env["RANK"], res)
+            self.assertEqual(env["SLURM_PROCID"], str(rank), res)
+            self.assertEqual(env["SLURM_LOCALID"], env["LOCAL_RANK"], res)
+            self.assertEqual(env["SLURM_NTASKS"], "4", res)
+            self.assertEqual(env["SLURM_NTASKS_PER_NODE"], "2", res)
+            self.assertEqual(env["SLURM_NODEID"], env["GROUP_RANK"], res)
+            self.assertEqual(env["SLURM_STEP_NUM_TASKS"], "4", res)
+            self.assertEqual(env["SLURM_STEP_TASKS_PER_NODE"], "2(x2)", res)
