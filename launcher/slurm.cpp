@@ -173,8 +173,8 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
     bad_variable(list_var, list, std::string(e.what()) + "; give --master-addr HOST --nnodes N --node-rank R");
   }
   if (static_cast<int>(hosts.size()) != nnodes)
-    bad_variable(list_var, list, "names " + std::to_string(hosts.size()) + " hosts but " + count_var + " is " +
-                                     std::to_string(nnodes));
+    bad_variable(list_var, list, "names " + counted(static_cast<long long>(hosts.size()), "host") + " but " +
+                                     count_var + " is " + std::to_string(nnodes));
   const std::string& host0 = hosts.front();
   const bool digits_only = std::all_of(host0.begin(), host0.end(), [](char c) { return std::isdigit(c) != 0; });
   if (!valid_host(host0) || digits_only)

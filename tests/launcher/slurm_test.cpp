@@ -80,6 +80,8 @@ TEST_CASE("an unreadable step node list is exit 64 naming the variable and its v
         "SLURM_STEP_NODELIST='n[2-3': unclosed '[' in 'n[2-3'; give --master-addr HOST --nnodes N --node-rank R");
   CHECK(usage_error({"true"}, with(step_env("n3", "1"), "SLURM_STEP_NODELIST", "n[2-4]")) ==
         "SLURM_STEP_NODELIST='n[2-4]': names 3 hosts but SLURM_STEP_NUM_NODES is 2");
+  CHECK(usage_error({"true"}, with(step_env("n2", "0"), "SLURM_STEP_NODELIST", "n2")) ==
+        "SLURM_STEP_NODELIST='n2': names 1 host but SLURM_STEP_NUM_NODES is 2");
   CHECK(usage_error({"true"}, with(step_env("2", "1"), "SLURM_STEP_NODELIST", "[1-2]"))
             .find("'1' is not a usable host name (it would be read as an IP address)") != std::string::npos);
   CHECK(usage_error({"true"}, with(step_env("n3", "1"), "SLURM_STEP_NUM_NODES", "two")) ==

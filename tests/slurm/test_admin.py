@@ -8,6 +8,7 @@ import test_jobs
 from test_steps import DDPRUN, WORKER, worker_env
 
 USAGE = 64
+PREEMPTED = 79
 MUNGE_LINE = "each with a MUNGE credential of uid 0"
 
 
@@ -117,3 +118,33 @@ class Admin(test_jobs.JobCase):
             self.assertEqual(env["SLURM_NODEID"], env["GROUP_RANK"], res)
             self.assertEqual(env["SLURM_STEP_NUM_TASKS"], "4", res)
             self.assertEqual(env["SLURM_STEP_TASKS_PER_NODE"], "2(x2)", res)
+
+    # ---- wording --------------------------------------------------------------------------------------------
+    def test_sigterm_and_usr1_preemption_read_alike(self):
+        # Workers that save and exit 0 on the signal: scancel's SIGTERM (what preemption sends) and a USR1 notice
+        # are both a preemption, exit 79, said the same way: no "FAILED", no ERROR line, no phantom "SIG0".
+        for sig in ("TERM", "USR1"):
+            for f in os.listdir(self.path("ready")):
+                os.unlink(os.path.join(self.path("ready"), f))
+            events = self.path(f"events.{sig}")
+            proc = self.cluster.popen("srun", "--partition=test", "-N2", "--ntasks-per-node=1", "bash", "-c",
+                                      f"exec {DDPRUN} --term-timeout 5 --events-file {events}.$SLURMD_NODENAME "
+                                      f"--nproc-per-node 2 {WORKER} trap={sig} ready={self.path('ready')} hang")
+            self.wait_ready(4)
+            job = self.job_id_of()
+            self.cluster.run("scancel", "-s", sig, job)
+            out, err = proc.communicate(timeout=30)
+            self.assertEqual(proc.returncode, PREEMPTED, err)
+            self.assertEqual(err.count("ddprun: job preempted after"), 2, err)
+            self.assertNotIn("FAILED", err)
+            self.assertNotIn("SIG0", err)
+            self.assertEqual([line for line in err.splitlines() if "ERROR" in line], [], err)
+            if sig == "TERM":
+                self.assertIn("slurmstepd already sent it to every worker, ddprun sends no copy", err)
+            for node in ("n1", "n2"):
+                with open(f"{events}.{node}") as f:
+                    summary = [json.loads(line) for line in f if '"summary"' in line][-1]
+                self.assertEqual(summary["exit_code"], PREEMPTED, summary)
+                self.assertIs(summary.get("preempted"), True, summary)
+                self.assertNotIn("root_cause", summary)
+            self.cluster.wait_job(job, timeout=20)
