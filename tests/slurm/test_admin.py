@@ -148,3 +148,15 @@ class Admin(test_jobs.JobCase):
                 self.assertIs(summary.get("preempted"), True, summary)
                 self.assertNotIn("root_cause", summary)
             self.cluster.wait_job(job, timeout=20)
+
+    # ---- srun --kill-on-bad-exit=1 --------------------------------------------------------------------------
+    def test_kill_on_bad_exit_ends_the_step_when_a_ddprun_fails_at_start(self):
+        # What docs/MULTINODE.md says -K adds: node 1's ddprun exits 64 before it joins (a bad option there);
+        # srun ends the step at once instead of node 0 waiting out --rdzv-timeout (30 s here).
+        res = self.cluster.srun("-N2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "bash", "-c",
+                                f'if [ "$SLURM_NODEID" = 1 ]; then exec {DDPRUN} --no-such-option; fi; '
+                                f'exec {DDPRUN} --rdzv-timeout 30 --nproc-per-node 1 {WORKER} exit=0', timeout=60)
+        self.assertNotEqual(res.code, 0, res)
+        self.assertIn("unknown option --no-such-option", res.err, res)
+        self.assertIn("task 1: Exited with exit code 64", res.err, res)
+        self.assertLess(res.elapsed, 10, res)
