@@ -7,6 +7,50 @@
 namespace ddprun::agent {
 namespace c = ddprun::contract;
 
+namespace {
+
+// SLURM's notation for tasks per node, by node: "2(x3),1".
+std::string tasks_per_node(const World& w) {
+  std::vector<int> nprocs = w.nprocs;
+  if (nprocs.empty()) nprocs.assign(static_cast<std::size_t>(w.nnodes), w.local_world_size);
+  std::string out;
+  for (std::size_t i = 0; i < nprocs.size();) {
+    std::size_t same = 1;
+    while (i + same < nprocs.size() && nprocs[i + same] == nprocs[i]) ++same;
+    if (!out.empty()) out += ",";
+    out += std::to_string(nprocs[i]);
+    if (same > 1) out += "(x" + std::to_string(same) + ")";
+    i += same;
+  }
+  return out;
+}
+
+// ddprun is one of SLURM's tasks (srun starts one per node; the batch script is one too), and its workers
+// inherit that task's view: SLURM_PROCID = the node index, the same for every worker of a node. Code that takes
+// its rank from SLURM (PyTorch Lightning's SLURMEnvironment, submitit, many scripts) would then give several
+// workers one rank. Each worker is the job's task here: SLURM's variables say what RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE and GROUP_RANK say, in this round (an elastic round changes them). Outside SLURM (no
+// SLURM_PROCID) nothing is added.
+void set_slurm_task_view(std::map<std::string, std::string>& vars, const World& w, int rank, int local_rank) {
+  if (vars.find("SLURM_PROCID") == vars.end()) return;
+  const auto set_if_present = [&](const char* k, const std::string& v) {
+    if (auto it = vars.find(k); it != vars.end()) it->second = v;
+  };
+  vars["SLURM_PROCID"] = std::to_string(rank);
+  vars["SLURM_LOCALID"] = std::to_string(local_rank);
+  vars["SLURM_NTASKS"] = std::to_string(w.world_size);
+  vars["SLURM_NTASKS_PER_NODE"] = std::to_string(w.local_world_size);
+  set_if_present("SLURM_NPROCS", std::to_string(w.world_size));  // SLURM_NTASKS' old name
+  set_if_present("SLURM_NODEID", std::to_string(w.node_rank));
+  set_if_present("SLURM_STEP_NUM_TASKS", std::to_string(w.world_size));
+  set_if_present("SLURM_STEP_TASKS_PER_NODE", tasks_per_node(w));
+  std::string gtids;  // the global task ids on this node
+  for (int i = 0; i < w.local_world_size; ++i) gtids += (i ? "," : "") + std::to_string(w.rank_offset + i);
+  set_if_present("SLURM_GTIDS", gtids);
+}
+
+}  // namespace
+
 std::vector<std::string> worker_environment(const std::vector<std::string>& base, const World& w,
                                             const WorkerEnvInputs& in) {
   const int rank = w.rank_offset + in.local_rank;
@@ -74,6 +118,7 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
     for (const char* k : {c::kHeartbeatFd, c::kHeartbeatOffset, c::kStacksFile, c::kStacksSignal})
       vars.erase(k);
   }
+  set_slurm_task_view(vars, w, rank, in.local_rank);
   // The job's rendezvous secret stays with ddprun: whatever a worker runs (and logs) never sees it.
   vars.erase(c::kToken);
 

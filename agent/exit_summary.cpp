@@ -203,7 +203,12 @@ nlohmann::json summary_json(const SupervisionPolicy& policy, const SummaryContex
   for (const auto& w : policy.workers()) workers.push_back(worker_json(w));
   nlohmann::json j{{"event", "summary"}, {"time_ms", ctx.end_ms}, {"exit_code", policy.exit_code()},
                    {"host", ctx.host}, {"node_rank", ctx.node_rank}, {"workers", workers}};
-  if (const auto& cause = policy.job_cause()) {
+  // Preempted: by a notice (SIGUSR1) or by SIGTERM, here or on another node, the same outcome with no root
+  // cause, as the text says.
+  if (policy.preempted()) {
+    j["preempted"] = true;
+    if (policy.stop_signal() != 0) j["stopped_by_signal"] = process::signal_name(policy.stop_signal());
+  } else if (const auto& cause = policy.job_cause()) {
     j["root_cause"] = {{"description", cause->text}, {"node_rank", cause->node_rank}, {"rank", cause->rank},
                        {"exit_code", cause->exit_code}, {"time_ms", cause->time_ms}};
     if (!cause->error.empty()) j["root_cause"]["error"] = cause->error;

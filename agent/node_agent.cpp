@@ -248,7 +248,11 @@ void NodeAgent::apply(const Decision& d, const char* reason) {
     hang_timer_.cancel();
     hang_verdict_timer_.cancel();
     capture_.abandon();  // stopped for another reason while capturing: the teardown takes the hung worker too
-    log_.info("tearing down: ", reason, ", sending ", process::signal_name(d.signal_all), " to every worker");
+    // No signal to send: slurmstepd's reached every worker already (on_signal), and a copy would be a second one.
+    if (d.signal_all == 0)
+      log_.info("tearing down: ", reason, "; slurmstepd already sent it to every worker, ddprun sends no copy");
+    else
+      log_.info("tearing down: ", reason, ", sending ", process::signal_name(d.signal_all), " to every worker");
     events_.write(json{{"event", "teardown"}, {"time_ms", policy_.teardown_ms()}, {"reason", reason},
                        {"signal", d.signal_all}});
   }

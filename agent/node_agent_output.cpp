@@ -13,6 +13,7 @@
 
 #include <boost/asio/post.hpp>
 #include "common/console.hpp"
+#include "common/counted.hpp"
 #include "common/process/wait_status.hpp"
 #include "common/time.hpp"
 
@@ -21,6 +22,13 @@ namespace {
 // After every process is gone the pipes reach end of file at once; this only bounds the wait for a
 // writer that escaped through fd passing to a process outside our tree.
 constexpr std::chrono::seconds kDrainLimit{2};
+
+// "3 lines (120 bytes)": what a log file or a console channel lost (WriteQueueStats, console::ChannelStats).
+template <typename Stats>
+std::string lines_and_bytes(const Stats& st) {
+  return counted(static_cast<long long>(st.lost_lines), "line") + " (" +
+         counted(static_cast<long long>(st.lost_bytes), "byte") + ")";
+}
 }  // namespace
 
 sigset_t stop_signals() {
@@ -51,7 +59,7 @@ int NodeAgent::events_exit_code(int job_code) {
                                                           : "writing it failed (" +
                                                                 std::string(std::strerror(events_.failed_errno())) + ")";
   const std::string what = "the events file " + config_.events_file + " is incomplete: " + why + " after " +
-                           std::to_string(events_.bytes_written()) + " bytes";
+                           counted(static_cast<long long>(events_.bytes_written()), "byte");
   if (job_code != 0) {
     log_.error(what, "; the exit code stays the job's (", job_code, ")");
     return job_code;
@@ -114,9 +122,8 @@ void NodeAgent::drain_log_files() {
   for (LogFile& f : log_files_) {
     const WriteQueueStats st = f.queue->stats();
     if (st.abandoned && st.broken_errno == 0 && st.lost_bytes > 0)
-      output_losses_.push_back("rank " + std::to_string(f.rank) + "'s " + f.path + ": " + std::to_string(st.lost_lines) +
-                               " lines (" + std::to_string(st.lost_bytes) + " bytes) not written (given up on the "
-                               "file system)");
+      output_losses_.push_back("rank " + std::to_string(f.rank) + "'s " + f.path + ": " + lines_and_bytes(st) +
+                               " not written (given up on the file system)");
   }
 }
 
@@ -198,8 +205,7 @@ void NodeAgent::note_console_losses(std::vector<std::string>& losses) const {
     losses.push_back("ddprun's " + console::channel_name(fd) + " " +
                      (st.broken_errno != 0 ? "closed (" + std::string(std::strerror(st.broken_errno)) + ")"
                                            : std::string("was abandoned")) +
-                     ": " + std::to_string(st.lost_lines) + " lines (" + std::to_string(st.lost_bytes) +
-                     " bytes) not shown" + (layout_.temporary() ? "" : "; files under --log-dir keep what was teed"));
+                     ": " + lines_and_bytes(st) + " not shown" + (layout_.temporary() ? "" : "; files under --log-dir keep what was teed"));
   }
 }
 

@@ -64,6 +64,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
   world_.nnodes = a.nnodes;
   world_.rank_offset = a.rank_offset;
   world_.world_size = a.world_size;
+  world_.nprocs = a.nprocs;
   world_.master_addr = a.master_addr;
   world_.master_port = a.master_port;
   world_.run_id = a.run_id;
@@ -107,7 +108,11 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   // server's reason goes with it: which rule ended the job ("1 node left, fewer than the 2 that --nnodes 2:3
   // needs"), or, to a node that left an elastic job, that the others go on without it.
   const bool ours = order.root_cause.node_rank == world_.node_rank && (policy_.root_cause() || policy_.stop_signal());
-  if (!ours) log_.error("job stopped: ", cause.text, order.reason.empty() ? "" : " (" + order.reason + ")");
+  // Another node's ddprun was told to stop (scancel, preemption): a warning, as here; a failure is an error.
+  const bool stopped = order.root_cause.is_node_failure() && order.root_cause.signal.has_value();
+  const std::string said = order.reason.empty() ? "" : " (" + order.reason + ")";
+  if (!ours && stopped) log_.warning("job stopped: ", cause.text, said);
+  else if (!ours) log_.error("job stopped: ", cause.text, said);
   else if (!order.reason.empty() && config_.rdzv.job.min_nodes < config_.rdzv.job.max_nodes)  // elastic: does the job go on?
     log_.warning("the rendezvous says: ", order.reason);
   // Another node's ddprun got a signal inside a SLURM step (scancel, a time limit): slurmstepd is sending the

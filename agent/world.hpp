@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace ddprun::agent {
 
@@ -12,6 +13,7 @@ struct World {
   int local_world_size = 1;  // workers on this node
   int rank_offset = 0;       // global rank of this node's local rank 0 (prefix sum of earlier nodes' workers)
   int world_size = 1;        // workers on all nodes
+  std::vector<int> nprocs{};  // workers of each node, by node rank (the rendezvous'); empty: local_world_size each
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string run_id = "none";

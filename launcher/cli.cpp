@@ -212,7 +212,12 @@ std::string self_executable() {
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
 }
 
-std::string host_name() {
+// This node's one name in every report (the rendezvous' hello, root causes, summaries, the events file, the
+// {host} output prefix): SLURM's node name where slurmd started ddprun (SLURMD_NODENAME, the name sinfo,
+// squeue and scontrol use, which may differ from the machine's hostname), else the hostname.
+std::string host_name(const std::vector<std::string>& env) {
+  const std::string slurm_node = contract::env_value(env, "SLURMD_NODENAME", "");
+  if (valid_host(slurm_node)) return slurm_node;
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
   return buf;
@@ -302,7 +307,7 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   agent::AgentConfig& cfg = result.agent;
   cfg.log = Logger(resolve_log_level(o, env), "ddprun", "");
   cfg.base_env = env;
-  cfg.host = host_name();
+  cfg.host = host_name(env);
 
   const int nproc = resolve_nproc(o.nproc, env, result.notes);
   agent::World& w = cfg.world;

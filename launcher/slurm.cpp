@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/contract/worker_contract.hpp"
+#include "common/counted.hpp"
 #include "common/error.hpp"
 #include "launcher/exit_codes.hpp"
 #include "launcher/hostlist.hpp"
@@ -75,27 +76,60 @@ int step_node_index(const std::vector<std::string>& env, const std::vector<std::
   return at.front();
 }
 
-// ProctrackType from slurm.conf, lower-case; "" when unreadable or not set.
-std::string proctrack_type(const std::string& conf_path) {
-  std::ifstream in(conf_path);
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// A key's value in slurm.conf (SLURM_CONF, else /etc/slurm/slurm.conf): the last `Key=value` line for it, the
+// key matched without regard to case as SLURM does, the value up to the first blank or '#', its quotes taken
+// off. "" when the file cannot be read or does not set the key. (Include lines are not followed.)
+std::string slurm_conf_value(const std::vector<std::string>& env, const std::string& key) {
+  std::ifstream in(contract::env_value(env, "SLURM_CONF", "/etc/slurm/slurm.conf"));
+  const std::string wanted = lower(key);
   std::string line, found;
   while (std::getline(in, line)) {
-    std::string lower;
-    for (char c : line) lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-    const auto start = lower.find_first_not_of(" \t");
-    if (start == std::string::npos || lower.compare(start, 14, "proctracktype=") != 0) continue;
-    found = lower.substr(start + 14);
-    found = found.substr(0, found.find_first_of(" \t#"));
+    const auto start = line.find_first_not_of(" \t");
+    const auto eq = line.find('=');
+    if (start == std::string::npos || eq == std::string::npos || eq < start) continue;
+    std::string name = line.substr(start, eq - start);
+    name = name.substr(0, name.find_last_not_of(" \t") + 1);
+    if (lower(name) != wanted) continue;
+    std::string value = line.substr(eq + 1);
+    value = value.substr(std::min(value.find_first_not_of(" \t"), value.size()));
+    if (!value.empty() && value.front() == '"') value = value.substr(1, value.find('"', 1) - 1);
+    else value = value.substr(0, value.find_first_of(" \t#"));
+    found = value;
   }
   return found;
+}
+
+// SLURM_HET_SIZE (SLURM_PACK_SIZE before 19.05): how many components a heterogeneous job has; 0 when not one.
+int het_job_components(const std::vector<std::string>& env) {
+  int n = 0;
+  if (parse_int_strict(contract::env_value(env, "SLURM_HET_SIZE", contract::env_value(env, "SLURM_PACK_SIZE", "")), n))
+    return n;
+  return 0;
 }
 
 }  // namespace
 
 bool slurm_signals_reach_workers(const std::vector<std::string>& env) {
   if (contract::env_value(env, "SLURM_STEP_ID", "").empty()) return false;
-  const std::string type = proctrack_type(contract::env_value(env, "SLURM_CONF", "/etc/slurm/slurm.conf"));
-  return type != "proctrack/pgid";  // unknown: SLURM's default, cgroup
+  return lower(slurm_conf_value(env, "ProctrackType")) != "proctrack/pgid";  // unknown: SLURM's default, cgroup
+}
+
+std::string slurm_munge_socket(const std::vector<std::string>& env) {
+  // AuthInfo=socket=/run/munge/munge.socket.2,ttl=60: comma-separated key=value pairs.
+  const std::string info = slurm_conf_value(env, "AuthInfo");
+  std::size_t pos = 0;
+  while (pos < info.size()) {
+    const auto end = std::min(info.find(',', pos), info.size());
+    const std::string item = info.substr(pos, end - pos);
+    if (item.rfind("socket=", 0) == 0) return item.substr(7);
+    pos = end + 1;
+  }
+  return {};
 }
 
 bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_given,
@@ -109,6 +143,14 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
   if (!parse_int_strict(contract::env_value(env, "SLURM_STEP_ID", ""), step) || step < 0) {
     // The batch script or an salloc shell (no SLURM_STEP_ID in 22.05), or one of SLURM's special steps (batch,
     // extern: ids near 2^32, or names): one process on one node of the allocation.
+    // A heterogeneous job (sbatch -N1 : -N2, #SBATCH hetjob): the script sees only its first component
+    // (SLURM_JOB_NUM_NODES=1 there), yet the job holds the other components' nodes too.
+    if (const int components = het_job_components(env); components > 1)
+      throw UsageError("ddprun runs outside a job step in SLURM heterogeneous job " + job_text + " of " +
+                           counted(components, "component") + " (SLURM_HET_SIZE=" + std::to_string(components) +
+                           "), so it would start workers on this node only; " + kOneTaskAdvice +
+                           " (srun --het-group=0,1,... for one world over several components)",
+                       kExitUsage);
     const std::string job_nodes = contract::env_value(env, "SLURM_JOB_NUM_NODES", contract::env_value(env, "SLURM_NNODES", "1"));
     int n = 1;
     if (parse_int_strict(job_nodes, n) && n <= 1) return false;  // a one-node job: a local run is all there is
@@ -132,8 +174,8 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
     bad_variable(list_var, list, std::string(e.what()) + "; give --master-addr HOST --nnodes N --node-rank R");
   }
   if (static_cast<int>(hosts.size()) != nnodes)
-    bad_variable(list_var, list, "names " + std::to_string(hosts.size()) + " hosts but " + count_var + " is " +
-                                     std::to_string(nnodes));
+    bad_variable(list_var, list, "names " + counted(static_cast<long long>(hosts.size()), "host") + " but " +
+                                     count_var + " is " + std::to_string(nnodes));
   const std::string& host0 = hosts.front();
   const bool digits_only = std::all_of(host0.begin(), host0.end(), [](char c) { return std::isdigit(c) != 0; });
   if (!valid_host(host0) || digits_only)

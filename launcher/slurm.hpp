@@ -19,8 +19,9 @@ namespace ddprun::launcher {
 // - in a step over several nodes: static node ranks, node 0 = the step's first host, run id "slurm-JOBID",
 //   rendezvous port 29400 + JOBID % 1000 (jobs sharing a first node do not collide). Returns true.
 // - in a one-node step: nothing (a local job). Returns false.
-// Throws UsageError (exit 64) with advice when ddprun was run outside any step in a job of several nodes (the
-// batch script or an salloc shell: the other nodes would never start a ddprun), when the step runs several
+// Throws UsageError (exit 64) with advice when ddprun was run outside any step in a job of several nodes or in
+// a heterogeneous job (the batch script or an salloc shell: the other nodes would never start a ddprun; a het
+// job's script sees one component only), when the step runs several
 // tasks on a node (several ddprun would share each node), or when a SLURM variable cannot be understood
 // (naming the variable and its value): never a silent single-node job.
 bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_given,
@@ -31,5 +32,9 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
 // /etc/slurm/slurm.conf) says ProctrackType=proctrack/pgid, which signals only the task's process group (each
 // worker has its own). cgroup (SLURM's default, and most clusters') and linuxproc signal the whole step.
 bool slurm_signals_reach_workers(const std::vector<std::string>& env);
+
+// munged's socket as slurm.conf names it (AuthInfo=socket=PATH; SLURM_CONF, else /etc/slurm/slurm.conf), "" when
+// it names none: where ddprun asks for MUNGE credentials when DDPRUN_MUNGE_SOCKET is not set.
+std::string slurm_munge_socket(const std::vector<std::string>& env);
 
 }  // namespace ddprun::launcher

@@ -6,6 +6,7 @@
 #include "launcher/exit_codes.hpp"
 #include "launcher/option_values.hpp"
 #include "launcher/ports.hpp"
+#include "launcher/slurm.hpp"
 #include "rendezvous/auth.hpp"
 
 namespace ddprun::launcher {
@@ -169,6 +170,8 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
   r.munge = resolve_munge_use(o.rdzv_auth, env, local_only);
   job.token = resolve_token(o, env, local_only, w.run_id, r.munge != agent::MungeUse::kNo, notes);
   job.munge_socket = contract::env_value(env, "DDPRUN_MUNGE_SOCKET", "");
+  // Else the cluster's own setting (AuthInfo=socket=... in slurm.conf), then libmunge's default.
+  if (job.munge_socket.empty() && r.munge != agent::MungeUse::kNo) job.munge_socket = slurm_munge_socket(env);
   if (local_only) {
     // One node: an in-process server on loopback, a free port, ranks as given.
     r.hosting = agent::Hosting::kYes;

@@ -3,6 +3,8 @@
 #include <sstream>
 
 #include "rendezvous/state_machine_rules.hpp"
+
+#include "common/counted.hpp"
 #include "rendezvous/text.hpp"
 
 namespace ddprun::rendezvous::rules {
@@ -86,11 +88,11 @@ void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool sto
   tell("this node " + how + "; the job re-forms without it");
   if (state.phase == Phase::kRestarting) {
     out.push_back(Log{LogLevel::kWarning, who + " left while the job re-formed (" + describe(failure) + "); " +
-                                              std::to_string(left) + " nodes go on"});
+                                              counted(left, "node") + (left == 1 ? " goes on" : " go on")});
     return start_next_round_if_stopped(state, out);
   }
-  std::string reason = "re-forming the job without " + who + ": " + std::to_string(left) + " node" +
-                       (left == 1 ? "" : "s") + " left (a node gone while --nnodes MIN remain: no restart used)";
+  std::string reason = "re-forming the job without " + who + ": " + counted(left, "node") +
+                       " left (a node gone while --nnodes MIN remain: no restart used)";
   // membership stays false: on the wire it means "a node joined"; this is a loss, told with its cause.
   begin_reform(state, std::move(failure), reason, /*membership=*/false, out);
   start_next_round_if_stopped(state, out);  // nobody of the round left to stop: newcomers only
@@ -176,7 +178,10 @@ void stop_job(RendezvousState& state, Failure root_cause, const std::string& rea
   state.phase = Phase::kStopped;
   state.root_cause = root_cause;
   state.deadlines.clear();  // final: nobody's silence matters any more
-  out.push_back(Log{LogLevel::kError, "stopping the job (" + reason + "); root cause: " + describe(root_cause)});
+  // A node's ddprun told to stop (scancel, preemption, Ctrl-C) is no error: the job may yet end preempted.
+  const bool stopped = root_cause.is_node_failure() && root_cause.signal.has_value();
+  out.push_back(Log{stopped ? LogLevel::kWarning : LogLevel::kError,
+                    "stopping the job (" + reason + "); root cause: " + describe(root_cause)});
   out.push_back(Broadcast{all_conns(state), StopMsg{std::move(root_cause), reason, false}});
 }
 

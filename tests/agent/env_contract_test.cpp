@@ -4,13 +4,21 @@
 
 using namespace ddprun::agent;
 
-TEST_CASE("every variable of the torchrun contract is set from the world") {
+namespace {
+// Where a node's workers sit: node `node_rank` of `nnodes`, `local` workers from global rank `offset`, of `size`.
+World placed(int node_rank, int nnodes, int local, int offset, int size) {
   World w;
-  w.node_rank = 1;
-  w.nnodes = 2;
-  w.local_world_size = 4;
-  w.rank_offset = 4;
-  w.world_size = 8;
+  w.node_rank = node_rank;
+  w.nnodes = nnodes;
+  w.local_world_size = local;
+  w.rank_offset = offset;
+  w.world_size = size;
+  return w;
+}
+}  // namespace
+
+TEST_CASE("every variable of the torchrun contract is set from the world") {
+  World w = placed(1, 2, 4, 4, 8);
   w.master_addr = "10.1.2.3";
   w.master_port = 29511;
   w.run_id = "job7";
@@ -107,4 +115,55 @@ TEST_CASE("DDPRUN_CONSOLE_TTY says the worker's stdout ends on a terminal, and i
   CHECK(env_value(worker_environment({}, w, tty), "DDPRUN_CONSOLE_TTY") == "1");
   // An enclosing ddprun's value says nothing about this one's console.
   CHECK(env_value(worker_environment({"DDPRUN_CONSOLE_TTY=1"}, w, {}), "DDPRUN_CONSOLE_TTY", "unset") == "unset");
+}
+
+namespace {
+WorkerEnvInputs local_rank(int lr) {
+  WorkerEnvInputs in;
+  in.local_rank = lr;
+  return in;
+}
+
+// Every NAME=value of `expected` is in `env` ("unset": NAME is not).
+void check_vars(const std::vector<std::string>& env, const std::vector<std::pair<std::string, std::string>>& expected) {
+  for (const auto& [name, value] : expected) {
+    INFO(name);
+    CHECK(env_value(env, name, "unset") == value);
+  }
+}
+}  // namespace
+
+TEST_CASE("in a SLURM task each worker's SLURM_PROCID, SLURM_LOCALID and counts are its own, not its ddprun's") {
+  // What srun -N3 --ntasks-per-node=1 gives ddprun on the second node; node 1 of 3 runs 2 workers, node 2 runs 1.
+  const std::vector<std::string> task{"SLURM_JOB_ID=7",         "SLURM_STEP_ID=0",        "SLURM_PROCID=1",
+                                      "SLURM_LOCALID=0",        "SLURM_NODEID=1",         "SLURM_NTASKS=3",
+                                      "SLURM_NPROCS=3",         "SLURM_STEP_NUM_TASKS=3", "SLURM_GTIDS=1",
+                                      "SLURM_STEP_TASKS_PER_NODE=1(x3)"};
+  World w = placed(1, 3, 2, 2, 5);
+  w.nprocs = {2, 2, 1};
+  for (int local = 0; local < 2; ++local) {
+    const auto env = worker_environment(task, w, local_rank(local));
+    CHECK(env_value(env, "SLURM_PROCID") == env_value(env, "RANK"));
+    // SLURM_NTASKS_PER_NODE is set even when srun had no --ntasks-per-node (Lightning wants it beside NTASKS).
+    check_vars(env, {{"SLURM_PROCID", std::to_string(2 + local)}, {"SLURM_LOCALID", std::to_string(local)},
+                     {"SLURM_NODEID", "1"}, {"SLURM_NTASKS", "5"}, {"SLURM_NPROCS", "5"},
+                     {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_STEP_NUM_TASKS", "5"},
+                     {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"}, {"SLURM_GTIDS", "2,3"}, {"SLURM_JOB_ID", "7"}});
+  }
+  // An elastic round of other sizes: the same variables follow it.
+  w.nnodes = 2;
+  w.world_size = 4;
+  w.nprocs = {};
+  check_vars(worker_environment(task, w, local_rank(1)),
+             {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}});
+}
+
+TEST_CASE("outside SLURM no SLURM variable is added; absent optional ones stay absent") {
+  World w;
+  w.local_world_size = 2;
+  w.world_size = 2;
+  check_vars(worker_environment({"PATH=/bin"}, w, local_rank(1)), {{"SLURM_PROCID", "unset"}, {"SLURM_NTASKS", "unset"}});
+  // A batch script (SLURM_PROCID=0, no step): the workers are the job's tasks there too.
+  check_vars(worker_environment({"SLURM_JOB_ID=7", "SLURM_PROCID=0"}, w, local_rank(1)),
+             {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NUM_TASKS", "unset"}, {"SLURM_GTIDS", "unset"}});
 }

@@ -8,7 +8,9 @@
 #include "common/error.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/exit_codes.hpp"
+#include "launcher/slurm.hpp"
 #include "launcher/slurm_ports.hpp"
+#include "temp_dir.hpp"
 
 using namespace ddprun::launcher;
 using Env = std::vector<std::string>;
@@ -108,6 +110,8 @@ TEST_CASE("an unreadable step node list is exit 64 naming the variable and its v
         "SLURM_STEP_NODELIST='n[2-3': unclosed '[' in 'n[2-3'; give --master-addr HOST --nnodes N --node-rank R");
   CHECK(usage_error({"true"}, with(step_env("n3", "1"), "SLURM_STEP_NODELIST", "n[2-4]")) ==
         "SLURM_STEP_NODELIST='n[2-4]': names 3 hosts but SLURM_STEP_NUM_NODES is 2");
+  CHECK(usage_error({"true"}, with(step_env("n2", "0"), "SLURM_STEP_NODELIST", "n2")) ==
+        "SLURM_STEP_NODELIST='n2': names 1 host but SLURM_STEP_NUM_NODES is 2");
   CHECK(usage_error({"true"}, with(step_env("2", "1"), "SLURM_STEP_NODELIST", "[1-2]"))
             .find("'1' is not a usable host name (it would be read as an IP address)") != std::string::npos);
   CHECK(usage_error({"true"}, with(step_env("n3", "1"), "SLURM_STEP_NUM_NODES", "two")) ==
@@ -136,4 +140,61 @@ TEST_CASE("several tasks per node are refused with advice, whichever variable sh
         std::string::npos);
   CHECK(usage_error({"true"}, with(step_env("n3", "1"), "SLURM_STEP_NUM_TASKS", "3")).find("several tasks") !=
         std::string::npos);
+}
+
+TEST_CASE("the batch script of a heterogeneous job is refused with the srun advice, even when it sees one node") {
+  // What SLURM 22.05 sets in the batch script of `sbatch -N1 : -N2` (the first component's view, plus *_HET_*).
+  const Env het{"PATH=/usr/bin:/bin",       "SLURM_JOB_ID=780707",   "SLURM_JOB_NODELIST=n1",
+                "SLURM_JOB_NUM_NODES=1",    "SLURM_NNODES=1",        "SLURM_NODEID=0",
+                "SLURM_LOCALID=0",          "SLURM_PROCID=0",        "SLURMD_NODENAME=n1",
+                "SLURM_HET_SIZE=2",         "SLURM_PACK_SIZE=2",     "SLURM_JOB_NODELIST_HET_GROUP_0=n1",
+                "SLURM_JOB_NODELIST_HET_GROUP_1=n[2-3]", "SLURM_JOB_NUM_NODES_HET_GROUP_1=2"};
+  const std::string why = usage_error({"true"}, het);
+  CHECK(why.find("outside a job step in SLURM heterogeneous job 780707 of 2 components") != std::string::npos);
+  CHECK(why.find("srun --ntasks-per-node=1 ddprun") != std::string::npos);
+  CHECK(why.find("--het-group") != std::string::npos);
+  CHECK(parse_command_line({"--standalone", "true"}, het).agent.rdzv.job.max_nodes == 1);
+  // A step of a heterogeneous job (srun --het-group=1, or srun over all components) is a step like any other:
+  // SLURM 22.05 gives it one node list and node ids across its components.
+  Env step = step_env("n3", "1");
+  step.push_back("SLURM_HET_SIZE=2");
+  const auto c = parse_command_line({"true"}, step);
+  CHECK(c.agent.rdzv.job.max_nodes == 2);
+  CHECK(*c.agent.rdzv.node_rank == 1);
+}
+
+TEST_CASE("reports name the node as SLURM does (SLURMD_NODENAME), else the machine's hostname") {
+  CHECK(parse_command_line({"true"}, step_env("n3", "1")).agent.host == "n3");
+  const auto plain = parse_command_line({"true"}, {"PATH=/usr/bin:/bin"}).agent.host;
+  CHECK(!plain.empty());
+  CHECK(parse_command_line({"true"}, {"PATH=/usr/bin:/bin", "SLURMD_NODENAME=bad name"}).agent.host == plain);
+}
+
+TEST_CASE("slurm.conf is read once for every key: ProctrackType and AuthInfo's munged socket") {
+  TempDir dir;
+  const std::string conf = dir.file("slurm.conf",
+                                    "# AuthInfo=socket=/commented/out\n"
+                                    "ClusterName=c\n"
+                                    "  authinfo = socket=/var/run/munge/other.socket,ttl=60 # the site's munged\n"
+                                    "PROCTRACKTYPE=Proctrack/PGID\n");
+  Env env = step_env("n3", "1");
+  env.push_back("SLURM_CONF=" + conf);
+  CHECK(slurm_munge_socket(env) == "/var/run/munge/other.socket");
+  CHECK_FALSE(slurm_signals_reach_workers(env));
+  const std::string quoted = dir.file("quoted.conf", "AuthInfo=\"ttl=30,socket=/m/s\"\nProctrackType=proctrack/cgroup\n");
+  env.back() = "SLURM_CONF=" + quoted;
+  CHECK(slurm_munge_socket(env) == "/m/s");
+  CHECK(slurm_signals_reach_workers(env));
+  env.back() = "SLURM_CONF=" + dir.path + "/missing.conf";
+  CHECK(slurm_munge_socket(env).empty());
+  CHECK(slurm_signals_reach_workers(env));
+}
+
+TEST_CASE("without DDPRUN_MUNGE_SOCKET a SLURM step asks the munged that slurm.conf names") {
+  TempDir dir;
+  Env env = step_env("n3", "1");
+  env.push_back("SLURM_CONF=" + dir.file("slurm.conf", "AuthInfo=socket=/cluster/munge.socket\n"));
+  CHECK(parse_command_line({"true"}, env).agent.rdzv.job.munge_socket == "/cluster/munge.socket");
+  env.push_back("DDPRUN_MUNGE_SOCKET=/mine.socket");
+  CHECK(parse_command_line({"true"}, env).agent.rdzv.job.munge_socket == "/mine.socket");
 }

@@ -201,6 +201,15 @@ TEST_CASE("an agent's address override wins over the address the server observed
   CHECK(find_one<SendAssignments>(step(state, hello(n0), at(0ms))).round.master_addr == "node0.cluster");
 }
 
+TEST_CASE("the rendezvous' log counts one node as '1 node'") {
+  RendezvousState state(job(1, true), at(0ms).steady);
+  Joiner n0;
+  n0.node_rank = 0;
+  std::string said;
+  for (const auto& log : find_all<Log>(step(state, hello(n0), at(0ms)))) said += log.text + "\n";
+  CHECK(said.find("rendezvous complete: run \"run1\", 1 node, world size 2,") != std::string::npos);
+}
+
 TEST_CASE("a join after the rendezvous completed is refused") {
   RendezvousState state(job(1, false), at(0ms).steady);
   join_all(state, 1, at(0ms));

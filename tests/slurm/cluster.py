@@ -102,11 +102,12 @@ class Result:
 class SlurmCluster:
     """A SLURM cluster of `nodes` nodes with `cpus` CPUs each, one partition 'test' holding all of them."""
 
-    def __init__(self, nodes=3, cpus=2, proctrack="linuxproc", extra_conf=""):
+    def __init__(self, nodes=3, cpus=2, proctrack="linuxproc", extra_conf="", scheduler="builtin"):
         self.nodes = [f"n{i}" for i in range(1, nodes + 1)]
         self.cpus = cpus
         self.proctrack = proctrack
         self.extra_conf = extra_conf
+        self.scheduler = scheduler
         self.dir = None
         self.daemons = {}
         self._hosts_mounted = False
@@ -328,7 +329,7 @@ ProctrackType=proctrack/{self.proctrack}
 TaskPlugin=task/none
 SwitchType=switch/none
 MpiDefault=none
-SchedulerType=sched/builtin
+SchedulerType=sched/{self.scheduler}
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
@@ -342,6 +343,7 @@ KillWait=5
 MessageTimeout=5
 SlurmdTimeout=30
 InactiveLimit=0
+{"SchedulerParameters=bf_interval=1" if self.scheduler == "backfill" else ""}
 {self.extra_conf}
 {node_lines}
 PartitionName=test Nodes=n[{lo}-{hi}] Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
@@ -408,10 +410,11 @@ class SlurmClusterCase(unittest.TestCase):
     NODES = 3
     CPUS = 2
     PROCTRACK = "linuxproc"
+    SCHEDULER = "builtin"  # heterogeneous jobs need "backfill" (SLURM schedules them with no other)
 
     @classmethod
     def setUpClass(cls):
-        cls.cluster = SlurmCluster(nodes=cls.NODES, cpus=cls.CPUS, proctrack=cls.PROCTRACK)
+        cls.cluster = SlurmCluster(nodes=cls.NODES, cpus=cls.CPUS, proctrack=cls.PROCTRACK, scheduler=cls.SCHEDULER)
         cls.cluster.start()
 
     @classmethod
