@@ -54,7 +54,7 @@ NodeAgent::NodeAgent(const AgentConfig& config)
       grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), peer_signal_timer_(io_),
       link_(io_, config, rendezvous_handlers()),
       guard_watch_(io_), hang_timer_(io_), probe_timer_(io_), capture_(io_),
-      hang_verdict_timer_(io_) {}
+      hang_verdict_timer_(io_), status_timer_(io_), view_timer_(io_) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -120,6 +120,7 @@ int NodeAgent::run() {
     drain_console();
     return kExitRdzvUnavailable;
   }
+  start_status();
   io_.run();
   console::set_on_room(nullptr);  // the loop is done: nothing may be posted to it any more
   drain_log_files();
@@ -342,6 +343,7 @@ void NodeAgent::maybe_finish() {
   hang_verdict_timer_.cancel();
   probe_timer_.cancel();
   capture_.abandon();
+  stop_status();
   guard_watch_.close();
   link_.finish([] {});
 }

@@ -25,10 +25,12 @@
 #include "agent/event_log.hpp"
 #include "agent/exit_summary.hpp"
 #include "agent/heartbeat_channel.hpp"
+#include "agent/live_status.hpp"
 #include "agent/output_pump.hpp"
 #include "agent/rendezvous_link.hpp"
 #include "agent/run_layout.hpp"
 #include "agent/signal_reader.hpp"
+#include "agent/status_socket.hpp"
 #include "agent/stack_capture.hpp"
 #include "agent/supervision_policy.hpp"
 #include "common/process/job_cgroup.hpp"
@@ -92,6 +94,15 @@ class NodeAgent {
   void report_hang(const HungWorker& h);
   std::string hang_stacks_file() const;
   std::string stacks_file(int local_rank) const;
+  // node_agent_status.cpp: the live view
+  void start_status();
+  void stop_status();
+  void on_status_tick();
+  std::string agent_state() const;
+  NodeStatus sample_status(bool remember);
+  void answer_status(StatusSocket::Reply reply);
+  void on_job_view(const rendezvous::JobViewMsg& view);
+  void answer_pending_views(const rendezvous::JobViewMsg* view);
   // node_agent.cpp
   void on_signal(const ReceivedSignal& received);
   void suspend_job();
@@ -174,6 +185,14 @@ class NodeAgent {
   bool announcing_start_failure_ = false;  // link_.announce_start_failure runs: a stop signal ends it
   bool hang_view_suspect_ = false;  // the capture under way is for a hang found here (else: asked by the server)
   boost::asio::steady_timer hang_verdict_timer_;  // bounds the wait for the rendezvous' verdict
+  // The live view (node_agent_status.cpp).
+  boost::asio::steady_timer status_timer_;
+  boost::asio::steady_timer view_timer_;  // bounds the wait for the rendezvous' view of the other nodes
+  std::unique_ptr<StatusSocket> status_socket_;
+  std::vector<StatusSocket::Reply> pending_views_;
+  RateHistory status_rates_;
+  std::map<pid_t, double> status_cpu_;  // each worker tree's CPU seconds at the last sample
+  std::int64_t status_sampled_ns_ = 0;
   AgentLifecycle lifecycle_;  // round stage, what the round leads to, clean-up (agent/agent_lifecycle.hpp)
   std::int64_t start_ms_ = 0;
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary

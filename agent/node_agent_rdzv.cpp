@@ -53,7 +53,8 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
         c.time_ms = unix_ms();
         on_outcome(&c, "rendezvous_error");
       },
-      [this] { on_capture_requested(); }};
+      [this] { on_capture_requested(); },
+      [this](const rdzv::JobViewMsg& view) { on_job_view(view); }};
 }
 
 void NodeAgent::on_assignment(const rdzv::Assignment& a) {

@@ -75,6 +75,7 @@ struct ClientHandlers {
   std::function<void()> on_job_complete;                 // every worker on every node exited 0
   std::function<void(const ClientError&)> on_error;      // refused, timed out, lost the server, protocol
   std::function<void()> on_capture;  // a hang elsewhere: capture every worker's stacks, then report_hang_view
+  std::function<void(const JobViewMsg&)> on_job_view;  // the answer to request_view
 };
 
 class Client {
@@ -92,6 +93,8 @@ class Client {
   void report_node_done();   // every local worker exited 0
   void report_stopped();     // restart round: every local worker is down (with a fresh master port offer)
   void report_hang_view(const HangViewMsg& view);  // --hang-timeout: this node's workers, judged
+  void report_status(std::string status_json);     // the live view: this node's latest (agent/live_status.hpp)
+  void request_view();                             // every node's latest status: on_job_view
   void close();              // no more handlers; idempotent
 
   class Impl;

@@ -77,6 +77,12 @@ json to_json_value(const ClientMessage& message) {
           j["ranks"] = std::move(ranks);
           j["stacks"] = m.stacks;
           return j;
+        } else if constexpr (std::is_same_v<T, NodeStatusMsg>) {
+          json j = typed("node_status");
+          j["status"] = m.status;
+          return j;
+        } else if constexpr (std::is_same_v<T, ViewRequestMsg>) {
+          return typed("view_request");
         } else {
           static_assert(std::is_same_v<T, StoppedMsg>);
           json j = typed("stopped");
@@ -134,6 +140,11 @@ std::string encode(const ServerMessage& message) {
           return dump(j);
         } else if constexpr (std::is_same_v<T, CompleteMsg>) {
           return dump(typed("complete"));
+        } else if constexpr (std::is_same_v<T, JobViewMsg>) {
+          json j = typed("job_view");
+          j["nodes"] = m.nodes;
+          j["ages_ms"] = m.ages_ms;
+          return dump(j);
         } else {
           static_assert(std::is_same_v<T, CaptureMsg>);
           return dump(typed("capture"));

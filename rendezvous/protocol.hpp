@@ -14,6 +14,7 @@
 //                                                its agent found one hung (suspect) or the server asked
 //   server → capture to every other node of the round, on a suspect view: capture stacks, send hang_view
 //   server → stop{root_cause, reason, restarting} to every node | complete when every node is done
+//   client → node_status{status} (every few seconds) | view_request   server → job_view{nodes, ages_ms}
 // Unknown message types and malformed fields are ProtocolErrors: the receiver closes that connection only.
 #pragma once
 
@@ -89,7 +90,14 @@ struct HangViewMsg {
   std::vector<RankBeat> ranks;  // every running worker of the node
   std::string stacks;          // the node's stack file (its path there); "" when none was written
 };
-using ClientMessage = std::variant<HelloMsg, HeartbeatMsg, FailureMsg, NodeDoneMsg, StoppedMsg, HangViewMsg>;
+// The live view (agent/live_status.hpp): a node's status, sent every few seconds, kept by the server as the
+// latest word of that node; and a node's request for every node's latest, for ddprun-status on that node.
+// The status is JSON text the server keeps and hands back without reading it.
+inline constexpr std::size_t kMaxNodeStatusBytes = 256 * 1024;
+struct NodeStatusMsg { std::string status; };
+struct ViewRequestMsg {};
+using ClientMessage = std::variant<HelloMsg, HeartbeatMsg, FailureMsg, NodeDoneMsg, StoppedMsg, HangViewMsg,
+                                   NodeStatusMsg, ViewRequestMsg>;
 
 // ---- server → client ----
 struct ChallengeMsg {
@@ -146,9 +154,14 @@ struct StopMsg {
   bool membership = false;
 };
 struct CompleteMsg {};
-struct CaptureMsg {};  // a hang was found elsewhere: capture every worker's stacks and answer with hang_view
+struct CaptureMsg {};
+// The answer to view_request: every connected node's latest status (JSON text each), and how old each is.
+struct JobViewMsg {
+  std::vector<std::string> nodes;
+  std::vector<std::int64_t> ages_ms;
+};  // a hang was found elsewhere: capture every worker's stacks and answer with hang_view
 using ServerMessage =
-    std::variant<ChallengeMsg, ErrorMsg, Assignment, HeartbeatAckMsg, StopMsg, CompleteMsg, CaptureMsg>;
+    std::variant<ChallengeMsg, ErrorMsg, Assignment, HeartbeatAckMsg, StopMsg, CompleteMsg, CaptureMsg, JobViewMsg>;
 
 // ---- encoding: payloads (JSON text), not frames ----
 std::string encode(const ClientMessage& message);

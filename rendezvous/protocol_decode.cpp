@@ -117,6 +117,24 @@ HangViewMsg decode_hang_view(const json& j) {
   return m;
 }
 
+// The server's answer to view_request: one status per node, each as bounded as a node_status.
+JobViewMsg decode_job_view(const json& j) {
+  JobViewMsg m;
+  const json& nodes = required(j, "nodes");
+  const json& ages = required(j, "ages_ms");
+  if (!nodes.is_array() || !ages.is_array() || nodes.size() != ages.size())
+    throw ProtocolError("fields \"nodes\" and \"ages_ms\" are not arrays of one length");
+  if (nodes.size() > static_cast<std::size_t>(kMaxNodes)) throw ProtocolError("more nodes than a job can have");
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (!nodes[i].is_string() || nodes[i].get_ref<const std::string&>().size() > kMaxNodeStatusBytes ||
+        !ages[i].is_number_integer())
+      throw ProtocolError("a node of a job view is not a bounded string with an age");
+    m.nodes.push_back(nodes[i].get<std::string>());
+    m.ages_ms.push_back(std::max<std::int64_t>(0, ages[i].get<std::int64_t>()));
+  }
+  return m;
+}
+
 }  // namespace
 
 ClientMessage decode_client_message(std::string_view payload) {
@@ -142,6 +160,8 @@ ClientMessage decode_client_message(std::string_view payload) {
   if (type == "node_done") return NodeDoneMsg{};
   if (type == "stopped") return StoppedMsg{get_optional_int_in(j, "master_port", 1, 65535).value_or(0)};
   if (type == "hang_view") return decode_hang_view(j);
+  if (type == "node_status") return NodeStatusMsg{get_string(j, "status", kMaxNodeStatusBytes)};
+  if (type == "view_request") return ViewRequestMsg{};
   throw ProtocolError("unknown message type");  // not echoed: the peer's text does not go into our log
 }
 
@@ -168,6 +188,7 @@ ServerMessage decode_server_message(std::string_view payload) {
                    get_bool(j, "restarting", false), get_bool(j, "membership", false)};
   if (type == "complete") return CompleteMsg{};
   if (type == "capture") return CaptureMsg{};
+  if (type == "job_view") return decode_job_view(j);
   throw ProtocolError("unknown message type");
 }
 

@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
+#include <map>
 #include <unordered_map>
 
 #include "common/error.hpp"
@@ -119,6 +120,10 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
             run(NodeDone{id});
           } else if constexpr (std::is_same_v<T, HangViewMsg>) {
             run(HangReport{id, std::move(m)});
+          } else if constexpr (std::is_same_v<T, NodeStatusMsg>) {
+            if (state_.nodes.count(id)) statuses_[id] = NodeStatusEntry{std::move(m.status), Clock::now()};
+          } else if constexpr (std::is_same_v<T, ViewRequestMsg>) {
+            if (state_.nodes.count(id)) conn->send(frame_of(job_view()));
           } else {
             static_assert(std::is_same_v<T, StoppedMsg>);
             run(NodeStopped{id, m.master_port});
@@ -133,6 +138,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     bool greeted = it->second->greeted;
     if (it->second->joined) --joined_open_;
     conns_.erase(it);
+    statuses_.erase(id);
     if (!greeted) return;
     --greeted_open_;
     run(Disconnected{id, reason});
@@ -140,6 +146,17 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   }
 
   const RendezvousState& state() const { return state_; }
+
+  // The live view: every connected node's latest status, oldest first by node order of arrival.
+  JobViewMsg job_view() const {
+    JobViewMsg view;
+    const auto now = Clock::now();
+    for (const auto& [id, entry] : statuses_) {
+      view.nodes.push_back(entry.status);
+      view.ages_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(now - entry.at).count());
+    }
+    return view;
+  }
   void cannot_start(Failure failure) { run(CannotStart{std::move(failure)}); }
   std::size_t connection_count() const { return conns_.size(); }
 
@@ -373,6 +390,11 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   Clock::time_point last_evict_log_{};
   ConnId next_id_ = 1;
   bool stopped_ = false;
+  struct NodeStatusEntry {
+    std::string status;  // JSON text, kept as sent (agent/live_status.hpp)
+    Clock::time_point at;
+  };
+  std::map<std::uint64_t, NodeStatusEntry> statuses_;  // by connection: the latest of each joined node
   std::function<void()> drain_done_;
   std::function<void()> job_end_;
 };

@@ -59,12 +59,14 @@ struct Recorder {
   std::vector<StopOrder> stops;
   bool complete = false;
   int captures = 0;
+  std::vector<JobViewMsg> views;
   std::optional<ClientError> error;
 
   ClientHandlers handlers() {
     return ClientHandlers{[this](const Assignment& a) { assignments.push_back(a); },
                           [this](const StopOrder& s) { stops.push_back(s); }, [this] { complete = true; },
-                          [this](const ClientError& e) { error = e; }, [this] { ++captures; }};
+                          [this](const ClientError& e) { error = e; }, [this] { ++captures; },
+                          [this](const JobViewMsg& v) { views.push_back(v); }};
   }
 };
 

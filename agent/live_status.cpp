@@ -1,0 +1,146 @@
+#include "agent/live_status.hpp"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/process/process_tree.hpp"
+
+namespace ddprun::agent {
+using nlohmann::json;
+
+namespace {
+
+template <typename T>
+json or_null(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+struct ProcCpu {
+  pid_t ppid = 0;
+  double cpu_s = 0;  // utime + stime
+};
+
+// Fields 4 (ppid), 14 and 15 (utime, stime in clock ticks) of /proc/PID/stat; false when gone.
+bool read_cpu(const std::string& pid_dir, ProcCpu& out) {
+  const std::string stat = process::read_file("/proc/" + pid_dir + "/stat", 4096);
+  const auto close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  std::istringstream in(stat.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  long long ppid = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 4) ppid = std::atoll(field.c_str());
+    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  static const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  out.ppid = static_cast<pid_t>(ppid);
+  out.cpu_s = static_cast<double>(utime + stime) / ticks;
+  return true;
+}
+
+// Resident pages (the second field of /proc/PID/statm) in bytes; 0 when gone.
+std::int64_t rss_bytes(pid_t pid) {
+  const std::string statm = process::read_file("/proc/" + std::to_string(pid) + "/statm", 256);
+  long long size = 0, resident = 0;
+  if (std::sscanf(statm.c_str(), "%lld %lld", &size, &resident) != 2) return 0;
+  static const long long page = ::sysconf(_SC_PAGESIZE);
+  return resident * page;
+}
+
+}  // namespace
+
+void to_json(json& out, const RankStatus& r) {
+  out = json{{"rank", r.rank},
+             {"local_rank", r.local_rank},
+             {"pid", r.pid},
+             {"state", r.state},
+             {"step", or_null(r.step)},
+             {"steps_per_s", or_null(r.steps_per_s)},
+             {"beat_age_s", or_null(r.beat_age_s)},
+             {"cpu_percent", or_null(r.cpu_percent)},
+             {"rss_bytes", or_null(r.rss_bytes)}};
+}
+
+void to_json(json& out, const NodeStatus& n) {
+  out = json{{"node_rank", n.node_rank},  {"host", n.host},
+             {"state", n.state},          {"run_id", n.run_id},
+             {"restart_count", n.restart_count}, {"max_restarts", n.max_restarts},
+             {"world_size", n.world_size}, {"nnodes", n.nnodes},
+             {"started_ms", n.started_ms}, {"time_ms", n.time_ms},
+             {"ranks", n.ranks}};
+}
+
+void RateHistory::add(int rank, std::int64_t pid, std::int64_t time_ns, std::int64_t step) {
+  Series& s = samples_[rank];
+  if (s.pid != pid) s = Series{pid, {}};  // a new round's worker: its steps are not the last one's
+  s.samples.push_back(Sample{time_ns, step});
+  // Keep one sample at or before the window's start, so that the rate spans the whole minute.
+  while (s.samples.size() > 2 && s.samples[1].time_ns <= time_ns - kRateWindowNs) s.samples.pop_front();
+}
+
+std::optional<double> RateHistory::rate(int rank) const {
+  auto it = samples_.find(rank);
+  if (it == samples_.end() || it->second.samples.size() < 2) return std::nullopt;
+  const Sample& first = it->second.samples.front();
+  const Sample& last = it->second.samples.back();
+  if (last.time_ns <= first.time_ns || last.step < first.step) return std::nullopt;
+  return static_cast<double>(last.step - first.step) * 1e9 / static_cast<double>(last.time_ns - first.time_ns);
+}
+
+std::map<pid_t, TreeUsage> tree_usages(const std::vector<pid_t>& roots) {
+  std::map<pid_t, ProcCpu> procs;
+  if (DIR* dir = ::opendir("/proc")) {
+    while (const dirent* e = ::readdir(dir)) {
+      if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+      ProcCpu p;
+      if (read_cpu(e->d_name, p)) procs.emplace(static_cast<pid_t>(std::atoll(e->d_name)), p);
+    }
+    ::closedir(dir);
+  }
+  std::map<pid_t, TreeUsage> out;
+  const std::set<pid_t> wanted(roots.begin(), roots.end());
+  std::map<pid_t, pid_t> root_of;  // memo: a process's root among `wanted`, 0 for none
+  auto find_root = [&](pid_t pid) {
+    std::vector<pid_t> path;
+    pid_t at = pid, found = 0;
+    for (int depth = 0; at > 1 && depth < 4096; ++depth) {
+      if (auto m = root_of.find(at); m != root_of.end()) {
+        found = m->second;
+        break;
+      }
+      path.push_back(at);
+      if (wanted.count(at)) {
+        found = at;
+        break;
+      }
+      auto p = procs.find(at);
+      if (p == procs.end()) break;
+      at = p->second.ppid;
+    }
+    for (pid_t q : path) root_of[q] = found;
+    return found;
+  };
+  for (const auto& [pid, p] : procs) {
+    const pid_t root = find_root(pid);
+    if (root == 0) continue;
+    TreeUsage& u = out[root];
+    u.cpu_s += p.cpu_s;
+    u.rss_bytes += rss_bytes(pid);
+  }
+  return out;
+}
+
+std::optional<double> cpu_percent(std::optional<double> before_s, std::optional<double> now_s, double dt_s) {
+  if (!before_s || !now_s || dt_s <= 0 || *now_s < *before_s) return std::nullopt;
+  return (*now_s - *before_s) * 100.0 / dt_s;
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,86 @@
+// The live view of a running job (ddprun-status, README "Watching a job"): per rank its state, step, step rate
+// over the last minute, time since its last beat, CPU and memory; per node its agent's state.
+//
+// Everything here is what the agent already knows: its workers' records, the heartbeat slots it reads anyway
+// for hang detection, and /proc. Nothing asks a worker anything. The agent samples every kStatusPeriod
+// (node_agent_status.cpp); a rank's rate is the steps between the oldest sample of the last minute and now.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace ddprun::agent {
+
+inline constexpr std::chrono::milliseconds kStatusPeriod{5000};
+inline constexpr std::int64_t kRateWindowNs = 60'000'000'000;
+
+// One worker as the view shows it. Absent values (no beats, no /proc) are null in JSON, blank in the table.
+struct RankStatus {
+  int rank = 0;
+  int local_rank = 0;
+  std::int64_t pid = 0;
+  std::string state;                        // starting, running, stopping, hung, exited, failed
+  std::optional<std::int64_t> step;         // the last beat's step
+  std::optional<double> steps_per_s;        // over the last minute (or since its first beat, if younger)
+  std::optional<double> beat_age_s;         // since its last beat
+  std::optional<double> cpu_percent;        // the worker and its descendants, over the last sample period
+  std::optional<std::int64_t> rss_bytes;    // the worker and its descendants
+};
+
+struct NodeStatus {
+  int node_rank = 0;
+  std::string host;
+  std::string state;  // the agent's: rendezvous, running, restarting, stopping, done
+  std::string run_id;
+  int restart_count = 0;
+  int max_restarts = 0;
+  int world_size = 0;
+  int nnodes = 0;
+  std::int64_t started_ms = 0;  // the agent's start (unix ms): the job's age on this node
+  std::int64_t time_ms = 0;     // when this status was taken (unix ms)
+  std::vector<RankStatus> ranks;
+};
+
+void to_json(nlohmann::json& out, const RankStatus& r);
+void to_json(nlohmann::json& out, const NodeStatus& n);
+
+// Step samples per rank for the rate over the last minute. A new round (new pids) starts afresh.
+class RateHistory {
+ public:
+  void add(int rank, std::int64_t pid, std::int64_t time_ns, std::int64_t step);
+  std::optional<double> rate(int rank) const;
+  void clear() { samples_.clear(); }
+
+ private:
+  struct Sample {
+    std::int64_t time_ns;
+    std::int64_t step;
+  };
+  struct Series {
+    std::int64_t pid = 0;
+    std::deque<Sample> samples;
+  };
+  std::map<int, Series> samples_;
+};
+
+// CPU time (seconds) and resident memory of each root process and all its descendants, from one pass over
+// /proc (one read of each process's stat, one of statm for those in a tree); a root that is gone is absent.
+struct TreeUsage {
+  double cpu_s = 0;
+  std::int64_t rss_bytes = 0;
+};
+std::map<pid_t, TreeUsage> tree_usages(const std::vector<pid_t>& roots);
+
+// The CPU percentage between two readings of a tree's CPU time `dt_s` apart (100 = one core).
+std::optional<double> cpu_percent(std::optional<double> before_s, std::optional<double> now_s, double dt_s);
+
+}  // namespace ddprun::agent

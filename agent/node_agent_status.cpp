@@ -1,0 +1,157 @@
+// The live view (agent/live_status.hpp): every kStatusPeriod the agent samples its workers (the heartbeat slots
+// it reads anyway, /proc), tells the rendezvous (multi-node jobs), and answers ddprun-status on its private
+// Unix socket (agent/status_socket.hpp): this node fresh, the others as the rendezvous last heard them.
+#include <algorithm>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "agent/node_agent_impl.hpp"
+#include "common/time.hpp"
+
+namespace ddprun::agent {
+using nlohmann::json;
+
+namespace {
+// How long a request waits for the rendezvous' view of the other nodes before it is answered with this one.
+constexpr std::chrono::milliseconds kViewWait{2000};
+
+// DDPRUN_STATUS_PERIOD_MS (tests, benchmarks): another sampling period; 0 samples only when asked.
+std::chrono::milliseconds status_period() {
+  const char* text = std::getenv("DDPRUN_STATUS_PERIOD_MS");
+  if (text == nullptr || *text == '\0') return kStatusPeriod;
+  return std::chrono::milliseconds(std::max(0L, std::atol(text)));
+}
+}  // namespace
+
+void NodeAgent::start_status() {
+  status_socket_ = std::make_unique<StatusSocket>(io_, [this](StatusSocket::Reply reply) { answer_status(std::move(reply)); });
+  std::string problem;
+  if (!status_socket_->open(world_.run_id, problem)) log_.warning("no live view for ddprun-status: ", problem);
+  else log_.debug("live view: ", status_socket_->path());
+  on_status_tick();
+}
+
+void NodeAgent::stop_status() {
+  status_timer_.cancel();
+  view_timer_.cancel();
+  if (status_socket_) status_socket_->close();
+  answer_pending_views(nullptr);
+}
+
+void NodeAgent::on_status_tick() {
+  if (lifecycle_.finished()) return;
+  const NodeStatus status = sample_status(/*remember=*/true);
+  if (world_.nnodes > 1 && lifecycle_.placed_once()) link_.client().report_status(json(status).dump());
+  const auto period = status_period();
+  if (period.count() == 0) return;
+  status_timer_.expires_after(std::max(period, std::chrono::milliseconds(50)));
+  status_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) on_status_tick();
+  });
+}
+
+std::string NodeAgent::agent_state() const {
+  switch (lifecycle_.stage()) {
+    case AgentLifecycle::Stage::kAwaitingRound: return lifecycle_.placed_once() ? "restarting" : "rendezvous";
+    case AgentLifecycle::Stage::kRunning:
+      return policy_.phase() == Phase::kRunning ? "running" : "stopping";
+    case AgentLifecycle::Stage::kRoundOver: return lifecycle_.restarting() ? "restarting" : "stopping";
+    case AgentLifecycle::Stage::kNothingRan:
+    case AgentLifecycle::Stage::kFinished: return "done";
+  }
+  return "?";
+}
+
+NodeStatus NodeAgent::sample_status(bool remember) {
+  NodeStatus s;
+  s.node_rank = world_.node_rank;
+  s.host = config_.host;
+  s.state = agent_state();
+  s.run_id = world_.run_id;
+  s.restart_count = world_.restart_count;
+  s.max_restarts = world_.max_restarts;
+  s.world_size = world_.world_size;
+  s.nnodes = world_.nnodes;
+  s.started_ms = start_ms_;
+  s.time_ms = unix_ms();
+  const std::int64_t now_ns = monotonic_ns();
+  std::vector<pid_t> pids;
+  for (const WorkerRecord& w : policy_.workers())
+    if (w.state == WorkerState::kRunning && w.pid > 0) pids.push_back(w.pid);
+  const std::map<pid_t, TreeUsage> usage = tree_usages(pids);
+  const double dt_s = static_cast<double>(now_ns - status_sampled_ns_) / 1e9;
+  std::map<pid_t, double> cpu_now;
+  for (const WorkerRecord& w : policy_.workers()) {
+    RankStatus r;
+    r.rank = w.rank;
+    r.local_rank = w.local_rank;
+    r.pid = w.pid;
+    const bool running = w.state == WorkerState::kRunning;
+    if (heartbeats_.enabled() && w.local_rank < heartbeats_.slots()) {
+      const Beat beat = heartbeats_.read(w.local_rank);
+      if (beat.ever() && running) {
+        if (beat.step >= 0) r.step = beat.step;
+        r.beat_age_s = static_cast<double>(now_ns - beat.time_ns) / 1e9;
+        if (beat.step >= 0 && remember) status_rates_.add(w.rank, w.pid, now_ns, beat.step);
+      }
+      if (running) r.steps_per_s = status_rates_.rate(w.rank);
+    }
+    if (auto u = usage.find(w.pid); running && u != usage.end()) {
+      r.rss_bytes = u->second.rss_bytes;
+      cpu_now[w.pid] = u->second.cpu_s;
+      auto before = status_cpu_.find(w.pid);
+      r.cpu_percent = cpu_percent(before == status_cpu_.end() ? std::nullopt : std::optional<double>(before->second),
+                                  u->second.cpu_s, dt_s);
+    }
+    if (!running) r.state = w.state == WorkerState::kSucceeded ? "exited" : w.hung ? "hung" : "failed";
+    else if (policy_.phase() != Phase::kRunning) r.state = "stopping";
+    else if (found_hung(w.local_rank)) r.state = "hung";
+    else if (heartbeats_.enabled() && !r.beat_age_s) r.state = "starting";
+    else r.state = "running";
+    s.ranks.push_back(std::move(r));
+  }
+  if (remember) {
+    status_cpu_ = std::move(cpu_now);
+    status_sampled_ns_ = now_ns;
+  }
+  return s;
+}
+
+void NodeAgent::answer_status(StatusSocket::Reply reply) {
+  pending_views_.push_back(std::move(reply));
+  if (pending_views_.size() > 1) return;  // a request to the rendezvous is already out
+  if (world_.nnodes <= 1 || !lifecycle_.placed_once() || lifecycle_.finished()) return answer_pending_views(nullptr);
+  link_.client().request_view();
+  view_timer_.expires_after(kViewWait);
+  view_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) answer_pending_views(nullptr);
+  });
+}
+
+void NodeAgent::on_job_view(const rendezvous::JobViewMsg& view) {
+  view_timer_.cancel();
+  answer_pending_views(&view);
+}
+
+// {"nodes": [...]}: this node sampled now (age 0), then every other node as the rendezvous last heard it.
+void NodeAgent::answer_pending_views(const rendezvous::JobViewMsg* view) {
+  if (pending_views_.empty()) return;
+  json nodes = json::array();
+  json here = sample_status(/*remember=*/false);
+  here["age_ms"] = 0;
+  nodes.push_back(here);
+  if (view != nullptr) {
+    for (std::size_t i = 0; i < view->nodes.size(); ++i) {
+      json other = json::parse(view->nodes[i], nullptr, /*allow_exceptions=*/false);
+      if (!other.is_object() || other.value("node_rank", -1) == world_.node_rank) continue;
+      other["age_ms"] = view->ages_ms[i];
+      nodes.push_back(std::move(other));
+    }
+  }
+  const std::string document = json{{"nodes", nodes}, {"complete", view != nullptr || world_.nnodes <= 1}}.dump();
+  auto replies = std::move(pending_views_);
+  pending_views_.clear();
+  for (auto& reply : replies) reply(document);
+}
+
+}  // namespace ddprun::agent

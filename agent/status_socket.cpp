@@ -1,0 +1,125 @@
+#include "agent/status_socket.hpp"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace ddprun::agent {
+namespace asio = boost::asio;
+using local = asio::local::stream_protocol;
+using boost::system::error_code;
+
+namespace {
+constexpr std::size_t kMaxRequestBytes = 256;
+}  // namespace
+
+std::string status_directory(std::string& problem) {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  const std::string dir = runtime != nullptr && runtime[0] == '/' ? std::string(runtime) + "/ddprun"
+                                                                  : "/tmp/ddprun-" + std::to_string(::geteuid());
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    problem = "cannot create " + dir + ": " + std::strerror(errno);
+    return {};
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+      (st.st_mode & 077) != 0) {
+    problem = dir + " is not a private directory of this user (a directory, owned by uid " +
+              std::to_string(::geteuid()) + ", mode 0700): not used, so other users cannot reach this job";
+    return {};
+  }
+  return dir;
+}
+
+class StatusSocket::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(asio::io_context& io, Answer answer) : io_(io), acceptor_(io), answer_(std::move(answer)) {}
+
+  bool open(const std::string& run_id, std::string& problem) {
+    const std::string dir = status_directory(problem);
+    if (dir.empty()) return false;
+    path_ = dir + "/" + run_id + "." + std::to_string(::getpid()) + ".sock";
+    ::unlink(path_.c_str());  // a pid's old socket: that process is gone (pids are unique among the living)
+    error_code ec;
+    acceptor_.open(local(), ec);
+    if (!ec) acceptor_.bind(local::endpoint(path_), ec);
+    if (!ec) acceptor_.listen(16, ec);
+    if (ec) {
+      problem = "cannot listen on " + path_ + ": " + ec.message();
+      path_.clear();
+      return false;
+    }
+    accept();
+    return true;
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    error_code ignored;
+    acceptor_.close(ignored);
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Peer {
+    explicit Peer(asio::io_context& io) : socket(io) {}
+    local::socket socket;
+    asio::streambuf request{kMaxRequestBytes};
+    std::string reply;
+  };
+
+  void accept() {
+    auto peer = std::make_shared<Peer>(io_);
+    acceptor_.async_accept(peer->socket, [self = shared_from_this(), peer](error_code ec) {
+      if (ec == asio::error::operation_aborted || self->closed_) return;
+      if (!ec && self->same_user(*peer)) self->read_request(peer);
+      self->accept();
+    });
+  }
+
+  static bool same_user(Peer& peer) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    return ::getsockopt(peer.socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+           cred.uid == ::geteuid();
+  }
+
+  void read_request(const std::shared_ptr<Peer>& peer) {
+    asio::async_read_until(peer->socket, peer->request, '\n', [self = shared_from_this(), peer](error_code ec, std::size_t) {
+      if (ec || self->closed_) return;
+      self->answer_([self, peer](const std::string& document) {
+        peer->reply = document + "\n";
+        asio::async_write(peer->socket, asio::buffer(peer->reply), [peer](error_code, std::size_t) {
+          error_code ignored;
+          peer->socket.close(ignored);
+        });
+      });
+    });
+  }
+
+  asio::io_context& io_;
+  local::acceptor acceptor_;
+  Answer answer_;
+  std::string path_;
+  bool closed_ = false;
+};
+
+StatusSocket::StatusSocket(asio::io_context& io, Answer answer)
+    : impl_(std::make_shared<Impl>(io, std::move(answer))) {}
+StatusSocket::~StatusSocket() { impl_->close(); }
+bool StatusSocket::open(const std::string& run_id, std::string& problem) { return impl_->open(run_id, problem); }
+void StatusSocket::close() { impl_->close(); }
+const std::string& StatusSocket::path() const { return impl_->path(); }
+
+}  // namespace ddprun::agent

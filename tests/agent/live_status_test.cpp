@@ -1,0 +1,69 @@
+// The live view's numbers (agent/live_status.hpp): rates over the last minute, CPU from two readings, a tree's
+// usage from /proc, and the JSON the view carries.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <nlohmann/json.hpp>
+
+#include "agent/live_status.hpp"
+
+using namespace ddprun::agent;
+
+namespace {
+constexpr std::int64_t kSecond = 1'000'000'000;
+}
+
+TEST_CASE("a rank's rate spans the last minute, and a new worker of the rank starts afresh") {
+  RateHistory h;
+  CHECK_FALSE(h.rate(0).has_value());
+  h.add(0, 100, 0, 0);
+  CHECK_FALSE(h.rate(0).has_value());  // one sample: no rate yet
+  for (int i = 1; i <= 30; ++i) h.add(0, 100, i * 5 * kSecond, i * 50);  // 10 steps/s for 150 s
+  CHECK(*h.rate(0) == doctest::Approx(10.0));
+  h.add(0, 100, 155 * kSecond, 1500 + 20 * 5);  // the last 5 s at 20 steps/s: the minute's mean moves a little
+  CHECK(*h.rate(0) == doctest::Approx((1600.0 - 950.0) / 60.0));  // from the sample at 95 s, the minute's start
+  h.add(0, 200, 160 * kSecond, 0);  // a restart: another pid
+  CHECK_FALSE(h.rate(0).has_value());
+  CHECK_FALSE(h.rate(1).has_value());
+}
+
+TEST_CASE("CPU percent needs two readings and time between them") {
+  CHECK_FALSE(cpu_percent(std::nullopt, 1.0, 5).has_value());
+  CHECK_FALSE(cpu_percent(1.0, 2.0, 0).has_value());
+  CHECK(*cpu_percent(1.0, 3.5, 5) == doctest::Approx(50.0));
+}
+
+TEST_CASE("a tree's usage counts the root and its descendants, and a gone root is absent") {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::setpgid(0, 0);  // one group, so that the test kills the grandchild too
+    if (::fork() == 0) ::pause();  // a grandchild
+    ::pause();
+    ::_exit(0);
+  }
+  ::usleep(100'000);
+  const auto usage = tree_usages({child, 999'999'999});
+  REQUIRE(usage.count(child) == 1);
+  CHECK(usage.at(child).rss_bytes > 0);
+  CHECK(usage.count(999'999'999) == 0);
+  ::kill(-child, SIGKILL);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+}
+
+TEST_CASE("the view's JSON leaves out what is not known as null, never a made-up number") {
+  RankStatus r;
+  r.rank = 3;
+  r.state = "starting";
+  const nlohmann::json j = r;
+  CHECK(j["rank"] == 3);
+  CHECK(j["step"].is_null());
+  CHECK(j["steps_per_s"].is_null());
+  CHECK(j["beat_age_s"].is_null());
+  NodeStatus n;
+  n.ranks.push_back(r);
+  CHECK(nlohmann::json(n)["ranks"][0]["state"] == "starting");
+}

@@ -1,0 +1,130 @@
+"""Issue 21's live view: ddprun-status, from another terminal, shows every rank of a running job (state, step,
+step rate over the last minute, last beat, CPU, memory) on every node, as a table, as JSON, and in a watch mode;
+what is not known (no beats) is blank; other users cannot reach it; the socket goes with the job."""
+import json
+import os
+import pwd
+import signal
+import subprocess
+import time
+
+from harness import DDPRUN, WORKER
+from multinode import MultiNodeCase
+
+STATUS = os.path.join(os.path.dirname(os.path.abspath(DDPRUN)), "ddprun-status")
+
+
+class LiveView(MultiNodeCase):
+    def setUp(self):
+        super().setUp()
+        self.runtime = self.path("runtime")
+        os.mkdir(self.runtime, 0o700)
+        self.env.update(XDG_RUNTIME_DIR=self.runtime, DDPRUN_STATUS_PERIOD_MS="300")
+
+    def status(self, *args):
+        r = subprocess.run([STATUS, *args], env=self.env, capture_output=True, text=True, timeout=20)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def jobs(self, *args):
+        return json.loads(self.status("--json", *args))
+
+    def wait_view(self, ready, *args, timeout=20):
+        deadline = time.monotonic() + timeout
+        jobs = []
+        while time.monotonic() < deadline:
+            jobs = self.jobs(*args)
+            if jobs and ready(jobs):
+                return jobs
+            time.sleep(0.2)
+        self.fail(f"the view never became ready: {jobs}")
+
+    def sockets(self):
+        d = os.path.join(self.runtime, "ddprun")
+        return [f for f in os.listdir(d) if f.endswith(".sock")] if os.path.isdir(d) else []
+
+    def test_a_beating_job_shows_every_rank_with_its_step_rate_and_resources(self):
+        proc = self.start("--standalone", "--nproc-per-node", 2, "--hang-timeout", 30, "--run-id", "viewed", WORKER,
+                          "beatfor=6:100")
+        self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        jobs = self.wait_view(lambda j: all(r["steps_per_s"] for r in j[0]["nodes"][0]["ranks"]))
+        self.assertEqual(len(jobs), 1, jobs)
+        node = jobs[0]["nodes"][0]
+        self.assertEqual((node["run_id"], node["state"], node["world_size"]), ("viewed", "running", 2), node)
+        self.assertEqual(jobs[0]["pid"], proc.pid)
+        for r in node["ranks"]:
+            self.assertEqual(r["state"], "running", r)
+            self.assertGreaterEqual(r["step"], 0)
+            self.assertGreater(r["steps_per_s"], 4, r)   # test_worker beats 10 times a second
+            self.assertLess(r["steps_per_s"], 16, r)
+            self.assertLess(r["beat_age_s"], 2, r)
+            self.assertGreater(r["rss_bytes"], 0, r)
+            self.assertIsNotNone(r["cpu_percent"], r)
+        table = self.status()
+        self.assertIn("run viewed  round 0 (max restarts 0)  world 2 on 1 node", table)
+        self.assertIn("RANK  NODE  HOST", table)
+        self.assertEqual(proc.wait(timeout=30), 0)
+        self.assertEqual(self.sockets(), [])  # gone with the job
+        self.assertIn("no ddprun job of this user runs on this node", self.status())
+
+    def test_without_beats_the_columns_that_need_them_are_blank(self):
+        proc = self.start("--standalone", "--nproc-per-node", 1, WORKER, "sleep=3")
+        self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        jobs = self.wait_view(lambda j: j[0]["nodes"][0]["ranks"] and
+                              j[0]["nodes"][0]["ranks"][0]["cpu_percent"] is not None)
+        r = jobs[0]["nodes"][0]["ranks"][0]
+        self.assertEqual(r["state"], "running")
+        self.assertIsNone(r["step"])
+        self.assertIsNone(r["steps_per_s"])
+        self.assertIsNone(r["beat_age_s"])
+        self.assertEqual(proc.wait(timeout=30), 0)
+
+    def test_a_two_node_job_is_seen_whole_from_either_node(self):
+        procs = [self.node(n, 2, "beatfor=6:100", nproc=2, extra=("--hang-timeout", 30, "--run-id", "twonodes"))
+                 for n in range(2)]
+        for p in procs:
+            self.addCleanup(lambda p=p: p.poll() is None and os.killpg(p.pid, signal.SIGKILL))
+
+        def whole(jobs):
+            return len(jobs) == 2 and all(len(j["nodes"]) == 2 and j["complete"] for j in jobs)
+        jobs = self.wait_view(whole, "--run-id", "twonodes")
+        for job in jobs:
+            ranks = sorted(r["rank"] for n in job["nodes"] for r in n["ranks"])
+            self.assertEqual(ranks, [0, 1, 2, 3], job)
+            self.assertEqual(sorted(n["node_rank"] for n in job["nodes"]), [0, 1])
+            self.assertEqual(job["nodes"][0]["age_ms"], 0)  # the node asked answers fresh
+        self.assertEqual(self.jobs("--run-id", "another"), [])
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 0, res)
+
+    def test_watch_redraws(self):
+        proc = self.start("--standalone", "--nproc-per-node", 1, WORKER, "sleep=4")
+        self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        self.wait_view(lambda j: True)
+        watch = subprocess.Popen([STATUS, "--watch", "--interval", "0.3"], env=self.env, stdout=subprocess.PIPE,
+                                 text=True)
+        time.sleep(1.2)
+        watch.terminate()
+        out, _ = watch.communicate(timeout=10)
+        self.assertGreaterEqual(out.count("RANK  NODE"), 3, out)
+        self.assertEqual(proc.wait(timeout=30), 0)
+
+    def test_other_users_cannot_reach_it(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to run a process as another user")
+        proc = self.start("--standalone", "--nproc-per-node", 1, WORKER, "sleep=4")
+        self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        self.wait_view(lambda j: True)
+        directory = os.path.join(self.runtime, "ddprun")
+        self.assertEqual(os.stat(directory).st_mode & 0o777, 0o700)
+        os.chmod(self.tmp, 0o755)
+        os.chmod(self.runtime, 0o755)  # even with the way to it open, the private directory stops a stranger
+        sock = os.path.join(directory, self.sockets()[0])
+        nobody = pwd.getpwnam("nobody")
+        probe = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(sys.argv[1])\n"
+                 "    s.sendall(b'view\\n'); print('answer:', s.recv(100))\nexcept OSError as e:\n    print('refused:', e)\n")
+        r = subprocess.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+                            "/usr/bin/python3", "-c", probe, sock], capture_output=True, text=True, timeout=20)
+        self.assertIn("refused:", r.stdout, r)
+        self.assertIn("Permission denied", r.stdout, r)
+        self.assertEqual(proc.wait(timeout=30), 0)

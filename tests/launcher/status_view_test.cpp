@@ -1,0 +1,40 @@
+// ddprun-status's screen (launcher/status_view.hpp) from a two-node document.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/status_view.hpp"
+
+using namespace ddprun::launcher;
+using nlohmann::json;
+
+TEST_CASE("one screen: the job's line, a line per node, a line per rank in rank order, blanks for the unknown") {
+  const json rank2 = {{"rank", 2}, {"local_rank", 0}, {"pid", 300}, {"state", "running"}, {"step", 41},
+                      {"steps_per_s", 2.5}, {"beat_age_s", 0.25}, {"cpu_percent", 97.0}, {"rss_bytes", 1610612736}};
+  const json rank0 = {{"rank", 0}, {"local_rank", 0}, {"pid", 100}, {"state", "starting"}, {"step", nullptr},
+                      {"steps_per_s", nullptr}, {"beat_age_s", nullptr}, {"cpu_percent", nullptr},
+                      {"rss_bytes", nullptr}};
+  const json job = {{"complete", true},
+                    {"nodes",
+                     {{{"node_rank", 1}, {"host", "n2"}, {"state", "running"}, {"run_id", "slurm-7.0"},
+                       {"restart_count", 1}, {"max_restarts", 3}, {"world_size", 3}, {"nnodes", 2},
+                       {"started_ms", 1000}, {"age_ms", 0}, {"ranks", {rank2}}},
+                      {{"node_rank", 0}, {"host", "n1"}, {"state", "running"}, {"age_ms", 2300},
+                       {"ranks", {rank0}}}}}};
+  const std::string screen = render_job(job, 1000 + 3723'000);
+  CHECK(screen.rfind("run slurm-7.0  round 1 (max restarts 3)  world 3 on 2 nodes  age 01:02:03\n", 0) == 0);
+  CHECK(screen.find("0     n1    running  1      2.3s ago") != std::string::npos);
+  const auto r0 = screen.find("\n0     0     n1    100  starting\n");
+  const auto r2 = screen.find("\n2     1     n2    300  running   41    2.50     0.2s       97    1.5G\n");
+  CHECK(r0 != std::string::npos);
+  CHECK(r2 != std::string::npos);
+  CHECK(r0 < r2);
+}
+
+TEST_CASE("sizes and ages for people") {
+  CHECK(human_bytes(json(512)) == "512B");
+  CHECK(human_bytes(json(3 * 1024 * 1024)) == "3.0M");
+  CHECK(human_bytes(json(nullptr)).empty());
+  CHECK(human_age(59'999) == "00:00:59");
+  CHECK(human_age(90'061'000) == "1d 01:01:01");
+}
