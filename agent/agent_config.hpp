@@ -60,6 +60,9 @@ struct RendezvousConfig {
   std::string bind_address = "127.0.0.1";  // where a hosted server listens
   std::string server_host = "127.0.0.1";   // where this node's client connects
   int server_port = 0;                      // 0: a free port (hosted server only)
+  // A SLURM step's further candidates (launcher/slurm_ports.hpp): node 0 hosts on the first of server_port and
+  // these that it can bind; the others look for it there in the same order.
+  std::vector<int> more_server_ports;
   MungeUse munge = MungeUse::kNo;           // job.require_munge follows from it where this node hosts
   std::optional<int> node_rank;  // static mode only
   std::string local_addr;        // how the other nodes reach this one (join.address); empty: as the server sees it

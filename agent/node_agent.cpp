@@ -105,8 +105,14 @@ int NodeAgent::run() {
   try {
     link_.start();
   } catch (const rendezvous::RendezvousError& e) {
-    console::set_on_room(nullptr);
     console::write(2, std::string("ddprun: error: ") + e.what() + "\n");
+    // The other nodes of the job would wait --rdzv-timeout for this one: they are told now, and end with
+    // this reason (exit 69 everywhere). A signal cuts the telling short.
+    if (link_.announce_start_failure(e.what(), [this] { io_.stop(); })) {
+      announcing_start_failure_ = true;
+      io_.run();
+    }
+    console::set_on_room(nullptr);
     guard_watch_.close();
     cgroup_.end();
     layout_.cleanup();
@@ -160,6 +166,7 @@ void block_job_signals() {
 
 void NodeAgent::on_signal(const ReceivedSignal& received) {
   const int signal = received.signal;
+  if (announcing_start_failure_ && is_stop_signal(signal)) return io_.stop();  // the exit stays 69
   if (signal == SIGTSTP) return suspend_job();
   if (signal == SIGCONT) return resume_job();
   // Every process is gone and only a stalled console holds the end back: a stop signal means "stop

@@ -25,6 +25,9 @@ bool is_local_address(boost::asio::io_context& io, const std::string& host) {
   return false;
 }
 
+// How long node 0's server stays to tell late nodes that the job could not start.
+constexpr std::chrono::milliseconds kStartFailureLinger{10'000};
+
 }  // namespace
 
 int exit_code_of(const rdzv::ClientError& error) {
@@ -33,6 +36,7 @@ int exit_code_of(const rdzv::ClientError& error) {
     case rdzv::ErrorKind::kTimeout: return kExitRdzvTimeout;
     case rdzv::ErrorKind::kLostServer: return kExitRdzvLost;
     case rdzv::ErrorKind::kProtocol: return kExitRdzvProtocol;
+    case rdzv::ErrorKind::kUnavailable: return kExitRdzvUnavailable;
   }
   return kExitRdzvProtocol;
 }
@@ -87,7 +91,7 @@ void RendezvousLink::start() {
     auto server = std::make_unique<rdzv::Server>(io_, job, log_);
     try {
       if (bind_address.empty()) throw rdzv::ConnectionError(r.server_host + " is not an address of this machine");
-      server->start(bind_address, static_cast<std::uint16_t>(r.server_port));
+      listen_on_a_candidate(*server, bind_address);
       server_ = std::move(server);
     } catch (const rdzv::ConnectionError& e) {
       // Dynamic mode: the endpoint is another machine, or a server (ddprun-rendezvous, another agent on
@@ -96,9 +100,38 @@ void RendezvousLink::start() {
       log_.debug("not hosting the rendezvous here: ", e.what());
     }
   }
+  client_ = std::make_unique<rdzv::Client>(io_, client_config(), handlers_, log_);
+  client_->start();
+}
+
+void RendezvousLink::listen_on_a_candidate(rdzv::Server& server, const std::string& bind_address) {
+  const RendezvousConfig& r = config_.rdzv;
+  std::vector<int> ports{r.server_port};
+  ports.insert(ports.end(), r.more_server_ports.begin(), r.more_server_ports.end());
+  std::string tried;
+  for (int port : ports) {
+    try {
+      server.start(bind_address, static_cast<std::uint16_t>(port));
+      if (port != ports.front()) log_.info("the rendezvous listens on port ", port, ", the first free one of ", ports.size(),
+                                           " candidates of this SLURM step");
+      return;
+    } catch (const rdzv::ConnectionError& e) {
+      if (ports.size() == 1) throw;
+      tried += (tried.empty() ? "" : ", ") + std::to_string(port);
+      log_.debug("rendezvous port ", port, " unavailable: ", e.what());
+    }
+  }
+  throw rdzv::ConnectionError("the rendezvous ports of this SLURM step (" + tried + ") are all in use on this node: "
+                              "give every node the same free port with --rdzv-port PORT");
+}
+
+rdzv::ClientConfig RendezvousLink::client_config() const {
+  const RendezvousConfig& r = config_.rdzv;
   rdzv::ClientConfig c;
   c.server_host = r.server_host;
   c.server_port = server_port();
+  // Our own server's port is known; elsewhere node 0 took the first free candidate, which is looked for.
+  if (!server_) c.more_ports.assign(r.more_server_ports.begin(), r.more_server_ports.end());
   c.run_id = r.job.run_id;
   c.token = r.job.token;
   c.munge_socket = r.job.munge_socket;
@@ -110,8 +143,47 @@ void RendezvousLink::start() {
   c.join.master_port_fixed = r.master_port_fixed;
   c.join.hosts_server = server_ != nullptr;
   c.connect_timeout = r.job.join_timeout;
-  client_ = std::make_unique<rdzv::Client>(io_, c, handlers_, log_);
-  client_->start();
+  return c;
+}
+
+bool RendezvousLink::announce_start_failure(const std::string& why, std::function<void()> done) {
+  const RendezvousConfig& r = config_.rdzv;
+  if (r.job.max_nodes <= 1 || r.hosting == Hosting::kIfLocal) return false;
+  if (r.hosting == Hosting::kNo) {  // a joiner: say it to node 0's server
+    rdzv::ClientConfig c = client_config();
+    c.cannot_join = why;
+    rdzv::ClientHandlers h;
+    h.on_error = [done](const rdzv::ClientError&) { done(); };
+    client_ = std::make_unique<rdzv::Client>(io_, c, h, log_);
+    client_->start();
+    return true;
+  }
+  // Node 0: a server that only tells (no MUNGE: munged may be why we are here; the token still applies).
+  rdzv::JobConfig job = r.job;
+  job.require_munge = false;
+  auto server = std::make_unique<rdzv::Server>(io_, job, log_);
+  try {
+    listen_on_a_candidate(*server, r.bind_address);
+  } catch (const rdzv::ConnectionError& e) {
+    log_.debug("cannot tell the other nodes: ", e.what());
+    return false;
+  }
+  rdzv::Failure failure;
+  failure.node_rank = r.node_rank.value_or(0);
+  failure.host = config_.host;
+  failure.exit_code = kExitRdzvUnavailable;
+  failure.message = why;
+  failure.time_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
+  server->cannot_start(failure);
+  server_ = std::move(server);
+  log_.info("telling the other nodes that this one could not start (at most ", kStartFailureLinger.count() / 1000,
+            " s)");
+  server_->async_wait_drained(kStartFailureLinger, [this, done = std::move(done)] {
+    server_->stop();
+    done();
+  });
+  return true;
 }
 
 void RendezvousLink::finish(std::function<void()> done) {
@@ -120,7 +192,10 @@ void RendezvousLink::finish(std::function<void()> done) {
     done();
     return;
   }
-  server_->async_wait_drained(std::chrono::seconds(2), [this, done = std::move(done)] {
+  // Ended by a node that could not start: the nodes not yet here are told as they come (server.hpp).
+  const auto& cause = server_->state().root_cause;
+  const auto wait = cause && rdzv::is_start_failure(*cause) ? kStartFailureLinger : std::chrono::milliseconds(2000);
+  server_->async_wait_drained(wait, [this, done = std::move(done)] {
     server_->stop();
     done();
   });

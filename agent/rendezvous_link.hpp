@@ -24,8 +24,13 @@ class RendezvousLink {
   ~RendezvousLink();
 
   // Hosts the server when asked, then starts the client. Throws rendezvous::ConnectionError when the
-  // server must be hosted here and cannot listen.
+  // server must be hosted here and cannot listen, MungeError when it must require MUNGE and munged is silent.
   void start();
+  // start() threw `why` on a node whose job has other nodes: tells them, so that they end now with this
+  // reason instead of waiting --rdzv-timeout (state_machine_start.cpp). Node 0 serves the reason on its
+  // port until every node heard it (at most 10 s); another node says it to node 0's server. Then `done`.
+  // False when there is no one to tell (one node) or no way to (node 0 cannot listen either).
+  bool announce_start_failure(const std::string& why, std::function<void()> done);
   rendezvous::Client& client() { return *client_; }
   bool hosting() const { return server_ != nullptr; }
   std::uint16_t server_port() const;
@@ -36,6 +41,9 @@ class RendezvousLink {
 
  private:
   bool wants_munge(const RendezvousConfig& r);
+  // Listens on the first of the candidate ports that is free; throws ConnectionError naming them all.
+  void listen_on_a_candidate(rendezvous::Server& server, const std::string& bind_address);
+  rendezvous::ClientConfig client_config() const;
 
   boost::asio::io_context& io_;
   const AgentConfig& config_;

@@ -10,6 +10,7 @@
 #include "launcher/exit_codes.hpp"
 #include "launcher/hostlist.hpp"
 #include "launcher/option_values.hpp"
+#include "launcher/slurm_ports.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -187,10 +188,17 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
   o.node_rank = std::to_string(node_index);
   o.node_rank_given = true;
   o.master_addr = host0;
-  if (o.run_id == "none" && o.rdzv_id.empty()) o.run_id = "slurm-" + job_text;
-  if (!rdzv_port_given) o.rdzv_port = std::to_string(29400 + job % 1000);
+  // Each step is a job of its own: two steps of one allocation (a sweep runs many) never share a world.
+  if (o.run_id == "none" && o.rdzv_id.empty()) o.run_id = "slurm-" + job_text + "." + std::to_string(step);
+  if (!rdzv_port_given) {
+    const std::vector<int> ports = slurm_rdzv_ports(static_cast<std::uint64_t>(job), static_cast<std::uint64_t>(step));
+    o.rdzv_port = std::to_string(ports.front());
+    o.more_rdzv_ports.assign(ports.begin() + 1, ports.end());
+  }
   notes.push_back("SLURM job " + job_text + " step " + contract::env_value(env, "SLURM_STEP_ID", "") + ": node " +
-                  o.node_rank + " of " + o.nnodes + " (" + list + "), rendezvous at " + host0 + ":" + o.rdzv_port);
+                  o.node_rank + " of " + o.nnodes + " (" + list + "), rendezvous at " + host0 + ":" + o.rdzv_port +
+                  (o.more_rdzv_ports.empty() ? "" : " (or the next free of " + std::to_string(o.more_rdzv_ports.size() + 1) +
+                                                       " candidates)"));
   return true;
 }
 

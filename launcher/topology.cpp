@@ -198,6 +198,7 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
   // Static: node 0 hosts the server on every interface at --rdzv-port; every node (0 too) reaches it at
   // --master-addr, which is also node 0's MASTER_ADDR unless --local-addr says otherwise.
   r.server_port = parse_int_in("--rdzv-port", o.rdzv_port, 1, 65535);
+  r.more_server_ports = o.more_rdzv_ports;
   r.server_host = w.master_addr;
   job.static_node_ranks = true;
   r.node_rank = node_rank;

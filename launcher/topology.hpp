@@ -23,6 +23,7 @@ struct TopologyOptions {
   std::string rdzv_id;
   std::string rdzv_backend;
   std::string rdzv_port = "29400";
+  std::vector<int> more_rdzv_ports;  // a SLURM step's further candidates (slurm_ports.hpp)
   std::string rdzv_token;
   std::string rdzv_token_file;
   std::string rdzv_auth = "auto";  // auto | munge | token (resolve_munge_use in topology.cpp)

@@ -44,18 +44,40 @@ Sha256Digest hmac_sha256(std::string_view key, std::string_view message) {
   return digest;
 }
 
-std::string compute_mac(std::string_view token, std::string_view nonce, std::string_view run_id) {
-  std::string message = "ddprun-rdzv/1\n";
-  message.append(nonce).append("\n").append(run_id);
+namespace {
+std::string labelled_mac(std::string_view label, std::string_view token, std::string_view nonce,
+                         std::string_view run_id) {
+  std::string message(label);
+  message.append("\n").append(nonce).append("\n").append(run_id);
   const Sha256Digest digest = hmac_sha256(token, message);
   return to_hex(digest.data(), digest.size());
 }
 
-bool verify_mac(std::string_view token, std::string_view nonce, std::string_view run_id, std::string_view mac) {
-  const std::string expected = compute_mac(token, nonce, run_id);
-  // The length is public (always 64 hex digits); the contents are compared in constant time.
+// The length is public (always 64 hex digits); the contents are compared in constant time.
+bool same_mac(const std::string& expected, std::string_view mac) {
   if (mac.size() != expected.size()) return false;
   return sodium_memcmp(expected.data(), mac.data(), expected.size()) == 0;
+}
+
+constexpr std::string_view kClientLabel = "ddprun-rdzv/1";
+constexpr std::string_view kServerLabel = "ddprun-rdzv/1 server";
+}  // namespace
+
+std::string compute_mac(std::string_view token, std::string_view nonce, std::string_view run_id) {
+  return labelled_mac(kClientLabel, token, nonce, run_id);
+}
+
+bool verify_mac(std::string_view token, std::string_view nonce, std::string_view run_id, std::string_view mac) {
+  return same_mac(compute_mac(token, nonce, run_id), mac);
+}
+
+std::string compute_server_proof(std::string_view token, std::string_view nonce, std::string_view run_id) {
+  return labelled_mac(kServerLabel, token, nonce, run_id);
+}
+
+bool verify_server_proof(std::string_view token, std::string_view nonce, std::string_view run_id,
+                         std::string_view proof) {
+  return same_mac(compute_server_proof(token, nonce, run_id), proof);
 }
 
 std::string random_hex(std::size_t bytes) {

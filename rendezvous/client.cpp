@@ -10,6 +10,7 @@
 #include "common/stall_clock.hpp"
 #include "rendezvous/auth.hpp"
 #include "rendezvous/munge_auth.hpp"
+#include "rendezvous/name_lookup.hpp"
 #include "rendezvous/text.hpp"
 #include "rendezvous/framing.hpp"
 
@@ -32,20 +33,32 @@ constexpr milliseconds kMaxRetry{1000};
 // One connect attempt (or name look-up) may take this long, and never past the connect deadline: a server
 // whose SYNs vanish (a firewall, a full accept queue) would otherwise hold a connect() for ~2 minutes.
 constexpr milliseconds kAttemptLimit{3000};
+// With candidate ports (a SLURM step), a port whose listener sends no challenge this soon is not our server
+// (an unrelated program holds it): the next candidate is tried.
+constexpr milliseconds kCandidateChallengeLimit{1000};
+// A node that cannot take part tries this long to say so; the others started with it (a SLURM step), and one
+// that cannot be reached in this time is failing too.
+constexpr milliseconds kCannotJoinTellLimit{30'000};
 }  // namespace
 
 class Client::Impl : public std::enable_shared_from_this<Impl> {
  public:
   Impl(asio::io_context& io, ClientConfig config, ClientHandlers handlers, Logger logger)
       : config_(std::move(config)), handlers_(std::move(handlers)), logger_(logger.for_part("rendezvous")),
-        resolver_(io), socket_(io), retry_timer_(io), attempt_timer_(io), heartbeat_timer_(io), decoder_(config_.max_frame_bytes) {}
+        lookup_(io), socket_(io), retry_timer_(io), attempt_timer_(io), heartbeat_timer_(io),
+        decoder_(config_.max_frame_bytes) {
+    ports_.push_back(config_.server_port);
+    ports_.insert(ports_.end(), config_.more_ports.begin(), config_.more_ports.end());
+    cannot_join_ = config_.cannot_join;
+  }
 
   void start() {
     JoinRequest& join = config_.join;
     if (join.host.empty()) join.host = local_hostname();
     bool may_be_node0 = !join.node_rank || *join.node_rank == 0;
     if (join.master_port == 0 && may_be_node0) join.master_port = pick_free_port();
-    connect_deadline_ = Clock::now() + config_.connect_timeout;
+    connect_limit_ = cannot_join_.empty() ? config_.connect_timeout : std::min(config_.connect_timeout, kCannotJoinTellLimit);
+    connect_deadline_ = Clock::now() + connect_limit_;
     connect();
   }
 
@@ -78,7 +91,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     if (done_) return;
     done_ = true;
     error_code ignored;
-    resolver_.cancel();
+    lookup_.cancel();
     retry_timer_.cancel();
     attempt_timer_.cancel();
     heartbeat_timer_.cancel();
@@ -89,23 +102,41 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
  private:
   using Clock = std::chrono::steady_clock;
 
-  std::string where() const { return config_.server_host + ":" + std::to_string(config_.server_port); }
+  std::uint16_t port() const { return ports_[port_index_]; }
+  std::string where() const { return config_.server_host + ":" + std::to_string(port()); }
+  bool candidates() const { return ports_.size() > 1; }
+
+  // Candidate ports: the server was not found at this one; the next attempt tries the next.
+  void next_port() {
+    if (candidates()) port_index_ = (port_index_ + 1) % ports_.size();
+  }
+
+  // Drops a connection that has not been challenged (or whose challenge was not our server's) and tries again.
+  void abandon_connection(const std::string& why) {
+    error_code ignored;
+    socket_.close(ignored);
+    connected_ = challenged_ = false;
+    heartbeat_timer_.cancel();
+    decoder_ = FrameDecoder(config_.max_frame_bytes);  // drop a challenge cut short
+    ++attempt_;  // a read or timer of this connection still pending is now stale
+    retry(why, /*rotate=*/true);
+  }
 
   void connect() {
     const unsigned attempt = ++attempt_;
     arm_attempt_limit(attempt);
     error_code ec;
     auto address = asio::ip::make_address(config_.server_host, ec);
-    if (!ec) return connect_to(tcp::endpoint(address, config_.server_port), attempt);
-    resolver_.async_resolve(config_.server_host, std::to_string(config_.server_port),
-                            [self = shared_from_this(), attempt](error_code rec, tcp::resolver::results_type results) {
-                              if (self->done_ || attempt != self->attempt_) return;  // given up on meanwhile
-                              if (rec || results.empty()) {
-                                self->say_unresolved(rec ? rec.message() : "no address");
-                                return self->retry(rec ? rec.message() : "no address");
-                              }
-                              self->connect_to(results.begin()->endpoint(), attempt);
-                            });
+    if (!ec) return connect_to(tcp::endpoint(address, port()), attempt);
+    lookup_.start(config_.server_host, port(), [self = shared_from_this(), attempt](const LookupResult& r) {
+      if (self->done_ || attempt != self->attempt_) return;  // given up on meanwhile
+      if (!r.ok) {
+        self->say_unresolved(r.error);
+        self->name_problem_ = r.error;  // kept to the end: a later time-out must not hide it
+        return self->retry(r.error);
+      }
+      self->connect_to(r.endpoint, attempt);
+    });
   }
 
   // The attempt's own deadline: past it, the look-up's late answer is ignored and the connect is cancelled.
@@ -117,7 +148,8 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       ++self->attempt_;  // the pending look-up or connect now belongs to a finished attempt
       error_code ignored;
       self->socket_.close(ignored);
-      self->retry("no answer within " + text::seconds(kAttemptLimit));
+      self->lookup_.cancel();
+      self->retry("no answer within " + text::seconds(kAttemptLimit), /*rotate=*/true);
     });
   }
 
@@ -137,9 +169,10 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       if (self->done_ || attempt != self->attempt_) return;
       if (ec) {
         self->attempt_timer_.cancel();
-        return self->retry(ec.message());
+        return self->retry(ec.message(), /*rotate=*/true);
       }
       self->attempt_timer_.cancel();
+      self->connected_at_ = Clock::now();
       error_code opt_ec;
       self->socket_.set_option(tcp::no_delay(true), opt_ec);
       self->last_heard_ = StallClock::now();
@@ -150,12 +183,19 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   // The server may not be up yet (node 0 starts it): retry with backoff until connect_timeout.
-  void retry(const std::string& why) {
+  // rotate: with candidate ports, the next attempt tries the next one (the server was not found at this one).
+  void retry(const std::string& why, bool rotate = false) {
     const auto now = Clock::now();
-    if (now >= connect_deadline_)
-      return fail(ErrorKind::kTimeout, "could not reach the rendezvous server at " + where() + " within " +
-                                           text::seconds(config_.connect_timeout) + ": " + why);
+    if (now >= connect_deadline_) {
+      const std::string ports = candidates() ? " (ports " + port_list() + ")" : "";
+      std::string name = name_problem_.empty() || name_problem_ == why
+                             ? ""
+                             : "; the name \"" + config_.server_host + "\" did not resolve: " + name_problem_;
+      return fail(ErrorKind::kTimeout, "could not reach the rendezvous server at " + where() + ports + " within " +
+                                           text::seconds(connect_limit_) + ": " + why + name);
+    }
     logger_.debug("rendezvous server at ", where(), " not reachable yet (", why, "); retrying");
+    if (rotate) next_port();
     // The last wait is cut to the deadline, where one more attempt is made: the timeout the user gave is the
     // time ddprun keeps trying, not up to one back-off step less.
     retry_timer_.expires_after(std::min(std::chrono::duration_cast<Clock::duration>(retry_delay_),
@@ -167,15 +207,16 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   void read_some() {
-    socket_.async_read_some(asio::buffer(read_buffer_), [self = shared_from_this()](error_code ec, std::size_t n) {
-      if (self->done_) return;
+    socket_.async_read_some(asio::buffer(read_buffer_), [self = shared_from_this(), attempt = attempt_](
+                                                            error_code ec, std::size_t n) {
+      // A connection abandoned before its challenge (candidate ports) still completes its read, aborted:
+      // it must not touch the next connection.
+      if (self->done_ || attempt != self->attempt_) return;
+      if (ec && self->leaving_) return self->fail(ErrorKind::kUnavailable, self->cannot_join_);
       if (ec && !self->challenged_ && Clock::now() < self->connect_deadline_) {
         // Closed before its challenge: a server at its connection limit (a flood of strangers) or still
         // starting. Not a lost server yet: connect again, within the connect deadline.
-        self->connected_ = false;
-        self->heartbeat_timer_.cancel();
-        self->decoder_ = FrameDecoder(self->config_.max_frame_bytes);  // drop a challenge cut short
-        return self->retry("closed before the challenge");
+        return self->abandon_connection("closed before the challenge");
       }
       if (ec) {
         return self->fail(ErrorKind::kLostServer, "lost the rendezvous server at " + self->where() + ": " +
@@ -186,7 +227,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
         self->decoder_.feed(std::string_view(self->read_buffer_.data(), n));
         while (auto payload = self->decoder_.next()) {
           self->handle(decode_server_message(*payload));
-          if (self->done_) return;
+          if (self->done_ || attempt != self->attempt_) return;  // ended, or abandoned (another job's server)
         }
       } catch (const ProtocolError& e) {
         return self->fail(ErrorKind::kProtocol, "bad message from the rendezvous server at " + self->where() +
@@ -200,6 +241,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     if (auto* challenge = std::get_if<ChallengeMsg>(&message)) return on_challenge(*challenge);
     if (!hello_sent_) throw ProtocolError("expected a challenge first");
     if (auto* error = std::get_if<ErrorMsg>(&message)) {
+      if (leaving_) return fail(ErrorKind::kUnavailable, cannot_join_);
       std::string prefix = error->kind == ErrorKind::kRefused ? "the rendezvous server refused this node: " : "";
       return fail(error->kind, prefix + error->message);
     }
@@ -226,21 +268,27 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
                                             kProtocolName + " v" + std::to_string(kProtocolVersion));
     if (challenge.heartbeat_interval_ms <= 0 || challenge.heartbeat_timeout_ms <= challenge.heartbeat_interval_ms)
       throw ProtocolError("nonsensical heartbeat settings in the challenge");
+    // Candidate ports: another job's server (another step of the allocation) is passed by before this node
+    // says anything to it; so is a server that is not a ddprun of this version.
+    if (candidates() && !verify_server_proof(config_.token, challenge.nonce, config_.run_id, challenge.proof))
+      return abandon_connection("the server at " + where() + " belongs to another job");
     heartbeat_interval_ = milliseconds(challenge.heartbeat_interval_ms);
     heartbeat_timeout_ = milliseconds(challenge.heartbeat_timeout_ms);
     HelloMsg hello;
     hello.run_id = config_.run_id;
     hello.mac = compute_mac(config_.token, challenge.nonce, config_.run_id);
-    if (challenge.munge) {
+    if (challenge.munge && cannot_join_.empty()) {
       try {
         hello.munge_credential = make_munge_credential(config_.munge_socket, challenge.nonce, config_.run_id);
       } catch (const MungeError& e) {
-        // Without munged this node cannot prove who it is: nothing to retry (DDPRUN_MUNGE_SOCKET names another).
-        return fail(ErrorKind::kRefused, "the rendezvous server at " + where() +
-                                             " requires a MUNGE credential and this node cannot make one: " +
-                                             e.what() + " (start munged, or set DDPRUN_MUNGE_SOCKET to its socket)");
+        // Without munged this node cannot prove who it is: nothing to retry (DDPRUN_MUNGE_SOCKET names
+        // another). It says so instead of joining, so that the others need not wait for it.
+        cannot_join_ = "the rendezvous requires a MUNGE credential and this node cannot make one: " +
+                       std::string(e.what()) + " (start munged, or set DDPRUN_MUNGE_SOCKET to its socket)";
       }
     }
+    hello.cannot_join = cannot_join_;
+    leaving_ = !cannot_join_.empty();
     hello.node_rank = config_.join.node_rank;
     hello.nproc = config_.join.nproc;
     hello.host = config_.join.host;
@@ -256,6 +304,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   void write_next() {
+    if (outbox_.empty() && leaving_ && !done_) return fail(ErrorKind::kUnavailable, cannot_join_);  // said
     if (outbox_.empty() || done_ || !connected_) {
       writing_ = false;
       return;
@@ -277,6 +326,9 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       if (ec || self->done_) return;
       // The handshake is part of getting in: a server that accepts but never sends its challenge (wedged,
       // or not a rendezvous server) is bounded by the same deadline as connecting.
+      if (!self->challenged_ && self->candidates() && Clock::now() - self->connected_at_ >= kCandidateChallengeLimit)
+        return self->abandon_connection("the listener at " + self->where() + " sent no challenge within " +
+                                        text::seconds(kCandidateChallengeLimit));
       if (!self->challenged_ && Clock::now() >= self->connect_deadline_)
         return self->fail(ErrorKind::kTimeout, "the rendezvous server at " + self->where() +
                                                    " accepted the connection but sent no challenge within " +
@@ -300,7 +352,21 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   void fail(ErrorKind kind, const std::string& message) {
     if (done_) return;
     close();
-    if (handlers_.on_error) handlers_.on_error(ClientError{kind, message});
+    // A node that cannot take part ends for that reason, whether or not the others could be told.
+    if (!cannot_join_.empty() && kind != ErrorKind::kUnavailable)
+      return report(ClientError{ErrorKind::kUnavailable, cannot_join_ + " (the rendezvous could not be told: " +
+                                                             message + ")"});
+    report(ClientError{kind, message});
+  }
+
+  void report(const ClientError& error) {
+    if (handlers_.on_error) handlers_.on_error(error);
+  }
+
+  std::string port_list() const {
+    std::string out;
+    for (std::uint16_t p : ports_) out += (out.empty() ? "" : ", ") + std::to_string(p);
+    return out;
   }
 
   static std::string local_hostname() {
@@ -312,7 +378,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   ClientConfig config_;
   ClientHandlers handlers_;
   Logger logger_;
-  tcp::resolver resolver_;
+  NameLookup lookup_;
   tcp::socket socket_;
   asio::steady_timer retry_timer_;
   asio::steady_timer attempt_timer_;
@@ -322,6 +388,13 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   std::deque<std::string> outbox_;
   std::vector<std::string> pending_;  // reports made before the hello went out
   Clock::time_point connect_deadline_;
+  milliseconds connect_limit_{0};
+  Clock::time_point connected_at_;
+  std::vector<std::uint16_t> ports_;  // server_port, then more_ports
+  std::size_t port_index_ = 0;
+  std::string name_problem_;  // the name look-up's last failure, for the final message
+  std::string cannot_join_;   // this node cannot take part: why (ClientConfig::cannot_join, or no MUNGE here)
+  bool leaving_ = false;      // the hello saying cannot_join is out: the connection's end is ours
   Clock::time_point last_heard_;
   milliseconds retry_delay_ = kFirstRetry;
   milliseconds heartbeat_interval_ = kHandshakeInterval;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -42,12 +43,20 @@ struct JoinRequest {
 struct ClientConfig {
   std::string server_host;  // name or address of the rendezvous server
   std::uint16_t server_port = 0;
+  // More ports to try, in this order after server_port, when the server is not found there: a SLURM step's
+  // candidates (launcher/slurm_ports.hpp), for the server, node 0, binds the first free one. A port where
+  // nothing listens, where no challenge comes within a second, or whose challenge lacks this job's server
+  // proof (another step's server) passes to the next; around the cycle with the usual back-off.
+  std::vector<std::uint16_t> more_ports;
   std::string run_id;
   std::string token;
   // munged's socket for the MUNGE credential a server may ask for in its challenge ("" = libmunge's default).
   // The server decides whether one is needed (JobConfig::require_munge); the client follows.
   std::string munge_socket;
   JoinRequest join;
+  // Non-empty: this node cannot take part (why). The client connects only to say so (hello.cannot_join), so
+  // that a job of fixed size ends at once instead of waiting for it, then ends with kUnavailable and `why`.
+  std::string cannot_join;
   // Keep retrying the connection this long: node 0 may start its in-process server after the others.
   std::chrono::milliseconds connect_timeout{900'000};
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;

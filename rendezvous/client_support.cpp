@@ -13,6 +13,7 @@ void ClientError::raise() const {
     case ErrorKind::kTimeout: throw TimeoutError(message);
     case ErrorKind::kLostServer: throw ConnectionError(message);
     case ErrorKind::kProtocol: throw ProtocolError(message);
+    case ErrorKind::kUnavailable: break;  // a node could not start: the base error
   }
   throw RendezvousError(message);
 }

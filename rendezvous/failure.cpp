@@ -38,6 +38,12 @@ std::string describe(const Failure& failure) {
     out << "host " << (failure.host.empty() ? "?" : failure.host) << " joined the job";
     return out.str();
   }
+  if (is_start_failure(failure)) {
+    out << "node " << failure.node_rank << " (host " << (failure.host.empty() ? "?" : failure.host)
+        << ") could not start";
+    if (!failure.message.empty()) out << ": " << failure.message;
+    return out.str();
+  }
   if (failure.is_node_failure()) {
     out << "node " << failure.node_rank << " (host " << (failure.host.empty() ? "?" : failure.host) << ") lost";
     if (!failure.message.empty()) out << ": " << failure.message;
@@ -108,7 +114,9 @@ void from_json(const nlohmann::json& in, Failure& failure) {
   if (f.exit_code && f.signal) throw ProtocolError("a failure cannot both exit with a code and be killed by a signal");
   if (f.rank >= 0 && !f.exit_code && !f.signal)
     throw ProtocolError("a worker's failure needs an exit code or a signal");
-  if (f.rank < 0 && f.exit_code) throw ProtocolError("a node's failure has no exit code (only a signal)");
+  // A node that could not start (is_start_failure) ends the job with ddprun's 69; no other node failure has a code.
+  if (f.rank < 0 && f.exit_code && *f.exit_code != kExitUnavailable)
+    throw ProtocolError("a node's failure has no exit code but 69, could not start (else only a signal)");
   // to_json cuts at kMaxErrorFileBytes, but encoding replaces each invalid UTF-8 byte by U+FFFD (3 bytes).
   f.error_file_contents = get_optional_string(in, "error_file_contents", 3 * kMaxErrorFileBytes + 64);
   f.message = get_optional_string(in, "message", kMaxMessageBytes);

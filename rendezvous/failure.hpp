@@ -36,6 +36,10 @@ inline bool is_join(const Failure& f) {
   return f.node_rank < 0 && f.rank < 0 && !f.signal && !f.exit_code && f.message == kJoinedMessage;
 }
 
+// A node that could not take part at all (munged down there, no free rendezvous port): no worker ran, its
+// message says why, and its exit code (69, ddprun's EX_UNAVAILABLE) is every node's (state_machine_start.cpp).
+inline bool is_start_failure(const Failure& f) { return f.is_node_failure() && !f.signal && f.exit_code.has_value(); }
+
 // Error files can be large; frames cannot. Contents beyond this are cut (with a marker) when serialised.
 inline constexpr std::size_t kMaxErrorFileBytes = 64 * 1024;
 // What from_json accepts from a peer; anything outside is a ProtocolError.

@@ -28,6 +28,7 @@ const char* to_string(ErrorKind kind) {
     case ErrorKind::kTimeout: return "timeout";
     case ErrorKind::kLostServer: return "lost_server";
     case ErrorKind::kProtocol: return "protocol";
+    case ErrorKind::kUnavailable: return "unavailable";
   }
   return "refused";
 }
@@ -55,6 +56,7 @@ json to_json_value(const ClientMessage& message) {
           j["master_port"] = m.master_port;
           if (!m.munge_credential.empty()) j["munge"] = m.munge_credential;
           if (m.hosts_server) j["hosts_server"] = true;
+          if (!m.cannot_join.empty()) j["cannot_join"] = m.cannot_join;
           return j;
         } else if constexpr (std::is_same_v<T, HeartbeatMsg>) {
           return typed("heartbeat");
@@ -110,6 +112,7 @@ std::string encode(const ServerMessage& message) {
           j["heartbeat_interval_ms"] = m.heartbeat_interval_ms;
           j["heartbeat_timeout_ms"] = m.heartbeat_timeout_ms;
           if (m.munge) j["munge"] = true;
+          if (!m.proof.empty()) j["proof"] = m.proof;
           return dump(j);
         } else if constexpr (std::is_same_v<T, ErrorMsg>) {
           json j = typed("error");

@@ -4,7 +4,9 @@
 //   server → challenge{proto, v, nonce, heartbeat intervals}    as soon as the connection is accepted
 //   client → hello{v, run_id, mac, join fields}                 mac = HMAC-SHA256(token, nonce, run_id), auth.hpp
 //                 (+ munge: a MUNGE credential over nonce and run id when the challenge asks, munge_auth.hpp)
-//   server → error{kind, message} and closes                    refused: version, run id, token, node rank...
+//   server → error{kind, message} and closes                    refused: version, run id, token, node rank...;
+//                                                               unavailable: a node could not start
+//   (client → hello{..., cannot_join: why} instead of joining, when this node cannot take part)
 //          | assignment{node rank, rank offset, round}           when every expected node has joined
 //   client → heartbeat (every interval)       server → heartbeat (the reply proves the server is alive)
 //   client → failure{Failure} | node_done | stopped (restart round: local workers are down)
@@ -53,6 +55,10 @@ struct HelloMsg {
   int master_port = 0;            // free port picked on this node; used if it becomes node 0
   std::string munge_credential;   // when the challenge asked for one; "" otherwise
   bool hosts_server = false;      // this node's agent hosts the server (absent on the wire when false)
+  // Non-empty: this node cannot take part, and says why instead of joining (munged down here, say). A job
+  // of fixed size still gathering its first round ends at once with it as the root cause, instead of waiting
+  // --rdzv-timeout for a node that is not coming (state_machine.cpp, on_cannot_join).
+  std::string cannot_join;
 };
 struct HeartbeatMsg {};
 struct FailureMsg { Failure failure; };
@@ -93,9 +99,12 @@ struct ChallengeMsg {
   std::int64_t heartbeat_interval_ms = 0;
   std::int64_t heartbeat_timeout_ms = 0;
   bool munge = false;  // the hello must carry a MUNGE credential (absent on the wire when false)
+  std::string proof;   // auth.hpp compute_server_proof: this server knows the job's token and run id
 };
 
-enum class ErrorKind { kRefused, kTimeout, kLostServer, kProtocol };
+// kUnavailable: a node of the job could not start (it said why: cannot_join, or node 0's server answers only
+// that); every node ends with ddprun's exit code 69, as the node that failed.
+enum class ErrorKind { kRefused, kTimeout, kLostServer, kProtocol, kUnavailable };
 const char* to_string(ErrorKind kind);
 struct ErrorMsg { ErrorKind kind = ErrorKind::kRefused; std::string message; };
 

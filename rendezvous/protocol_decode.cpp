@@ -85,7 +85,8 @@ Assignment decode_assignment(const json& j) {
 }
 
 ErrorKind parse_error_kind(const std::string& text) {
-  for (ErrorKind kind : {ErrorKind::kRefused, ErrorKind::kTimeout, ErrorKind::kLostServer, ErrorKind::kProtocol})
+  for (ErrorKind kind : {ErrorKind::kRefused, ErrorKind::kTimeout, ErrorKind::kLostServer, ErrorKind::kProtocol,
+                         ErrorKind::kUnavailable})
     if (text == to_string(kind)) return kind;
   return ErrorKind::kRefused;  // a newer server's kind: still an error that ends the client
 }
@@ -134,6 +135,7 @@ ClientMessage decode_client_message(std::string_view payload) {
     m.master_port = get_int_in(j, "master_port", 0, 65535);  // 0: this node has none (it cannot be node 0)
     m.munge_credential = get_optional_string(j, "munge", kMaxMungeCredentialBytes);
     m.hosts_server = get_bool(j, "hosts_server", false);
+    m.cannot_join = get_optional_string(j, "cannot_join", kMaxMessageBytes);
     return m;
   }
   if (type == "failure") return FailureMsg{get_failure(j, "failure")};
@@ -156,6 +158,7 @@ ServerMessage decode_server_message(std::string_view payload) {
     m.heartbeat_interval_ms = get_int_in(j, "heartbeat_interval_ms", std::int64_t{1}, kMaxHeartbeatMs);
     m.heartbeat_timeout_ms = get_int_in(j, "heartbeat_timeout_ms", m.heartbeat_interval_ms + 1, kMaxHeartbeatMs);
     m.munge = get_bool(j, "munge", false);
+    m.proof = get_optional_string(j, "proof", kMaxHexBytes);
     return m;
   }
   if (type == "error")

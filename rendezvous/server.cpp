@@ -140,6 +140,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   }
 
   const RendezvousState& state() const { return state_; }
+  void cannot_start(Failure failure) { run(CannotStart{std::move(failure)}); }
   std::size_t connection_count() const { return conns_.size(); }
 
  private:
@@ -209,6 +210,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     challenge.heartbeat_interval_ms = state_.config.heartbeat_interval.count();
     challenge.heartbeat_timeout_ms = state_.config.heartbeat_timeout.count();
     challenge.munge = state_.config.require_munge;
+    challenge.proof = compute_server_proof(state_.config.token, conn->nonce, state_.config.run_id);
     conn->send(std::make_shared<const std::string>(encode_frame(encode(ServerMessage{challenge}))));
     conn->start();
   }
@@ -337,7 +339,12 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
 
   void check_drained() {
     if (!drain_done_) return;
-    if (job_ended() && greeted_open_ == 0) fire_drained();
+    if (job_ended() && greeted_open_ == 0 && !telling_start_failure()) fire_drained();
+  }
+
+  // A start failure ended the job before its first round: nodes still to come are told why as they arrive.
+  bool telling_start_failure() const {
+    return state_.root_cause && is_start_failure(*state_.root_cause) && !every_node_informed(state_);
   }
 
   void fire_drained() {
@@ -378,6 +385,7 @@ Server::~Server() { impl_->stop(); }
 void Server::start(const std::string& bind_address, std::uint16_t port) { impl_->start(bind_address, port); }
 std::uint16_t Server::port() const { return impl_->port(); }
 void Server::stop() { impl_->stop(); }
+void Server::cannot_start(Failure failure) { impl_->cannot_start(std::move(failure)); }
 void Server::async_wait_drained(std::chrono::milliseconds max_wait, std::function<void()> done) {
   impl_->async_wait_drained(max_wait, std::move(done));
 }

@@ -32,12 +32,16 @@ class Server {
   void start(const std::string& bind_address, std::uint16_t port);
   std::uint16_t port() const;
 
+  // This server's own node cannot take part (state_machine_start.cpp): the job ends before its first round,
+  // and every node that comes is told `failure` (kUnavailable). async_wait_drained then waits for all of them.
+  void cannot_start(Failure failure);
+
   // Closes the listener and every connection now. Idempotent; pending handlers finish as aborted.
   void stop();
 
   // Calls `done` (once, on the loop) when the job has ended (complete or stopped) and every agent has hung
   // up, or after max_wait, whichever is first: so a node that hosts the server does not exit before the
-  // other nodes have read their last message.
+  // other nodes have read their last message. After a start failure, also every expected node was told.
   void async_wait_drained(std::chrono::milliseconds max_wait, std::function<void()> done);
 
   // Calls `done` (once, on the loop) when the job ends: complete, stopped, or rendezvous timed out.

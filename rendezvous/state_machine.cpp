@@ -39,6 +39,7 @@ std::vector<Action> step(RendezvousState& state, const Event& event, const Now& 
         else if constexpr (std::is_same_v<T, NodeStopped>) rules::on_node_stopped(state, e, now, out);
         else if constexpr (std::is_same_v<T, Disconnected>) rules::on_disconnected(state, e, now, out);
         else if constexpr (std::is_same_v<T, HangReport>) rules::on_hang_report(state, e, now, out);
+        else if constexpr (std::is_same_v<T, CannotStart>) rules::on_cannot_start(state, e, out);
         else rules::on_tick(state, now, out);
       },
       event);
@@ -150,6 +151,7 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
     out.push_back(Close{event.conn});
     return;
   }
+  if (on_start_failure_hello(state, event, now, out)) return;
   if (std::string why = check_hello(state, event); !why.empty()) return refuse(event.conn, why, event, state, out);
 
   const HelloMsg& hello = event.hello;

@@ -97,7 +97,13 @@ struct RendezvousState {
   };
   std::optional<HangInquiry> hang;
   std::uint64_t next_join_seq = 0;
+  // A start failure (state_machine_start.cpp) ended the job before its first round: how many nodes know it
+  // (the failing one, those joined then, late ones told since). The hosting agent lingers until all do.
+  int informed = 0;
 };
+
+// Every node the job expects knows of the start failure that ended it (the host may go).
+bool every_node_informed(const RendezvousState& state);
 
 // ---- events: what the server observed ----
 struct Hello {                // an authenticated-or-not hello; the machine checks it
@@ -117,8 +123,12 @@ struct NodeDone { ConnId conn = 0; };
 struct NodeStopped { ConnId conn = 0; int master_port = 0; };  // master_port: the node's new offer, 0: keep
 struct HangReport { ConnId conn = 0; HangViewMsg view; };  // --hang-timeout: a node's workers, judged
 struct Disconnected { ConnId conn = 0; std::string reason; };
+// This server's own node cannot take part (node 0's munged is down): the job ends before it starts, and every
+// node that comes is told why (kUnavailable) instead of waiting --rdzv-timeout for it.
+struct CannotStart { Failure failure; };
 struct Tick {};  // time passed; the server sends one at least every heartbeat_interval / 2
-using Event = std::variant<Hello, Heartbeat, FailureReport, NodeDone, NodeStopped, Disconnected, Tick, HangReport>;
+using Event =
+    std::variant<Hello, Heartbeat, FailureReport, NodeDone, NodeStopped, Disconnected, Tick, HangReport, CannotStart>;
 
 // ---- actions: what the server must do, in order ----
 struct Send { ConnId conn = 0; ServerMessage message; };

@@ -15,6 +15,10 @@ void on_node_done(RendezvousState& state, const NodeDone& event, const Now& now,
 void on_node_stopped(RendezvousState& state, const NodeStopped& event, const Now& now, Actions& out);
 void on_disconnected(RendezvousState& state, const Disconnected& event, const Now& now, Actions& out);
 void on_tick(RendezvousState& state, const Now& now, Actions& out);
+// Start failures (state_machine_start.cpp): this server's own node's, and a hello that says it cannot join
+// (or comes after a start failure ended the job); true when the hello was handled so.
+void on_cannot_start(RendezvousState& state, const CannotStart& event, Actions& out);
+bool on_start_failure_hello(RendezvousState& state, const Hello& event, const Now& now, Actions& out);
 
 // Assigns node ranks (dynamic), rank offsets and the master address, and sends every node its assignment.
 void start_round(RendezvousState& state, Actions& out);

@@ -30,6 +30,8 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "examples/fashion_mnist/idx.hpp"
 #include "examples/fashion_mnist/net.hpp"
@@ -51,6 +53,27 @@ struct Split {
 constexpr std::chrono::minutes kQuietAtMost{10};
 // An exception's first line (LibTorch's carry a C++ backtrace after it).
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// The wall clock in Unix milliseconds: the time of ddprun's --events-file, so the step rates of the metrics
+// and the job's events share one time axis.
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// This rank's steps per second between two metrics records (its own clock: a slow rank's is its own).
+struct StepRate {
+  std::chrono::steady_clock::time_point since;
+  int64_t steps = 0;
+
+  double per_second(std::chrono::steady_clock::time_point now) {
+    const double seconds = std::chrono::duration<double>(now - since).count();
+    const double rate = seconds > 0 ? static_cast<double>(steps) / seconds : 0;
+    since = now;
+    steps = 0;
+    return rate;
+  }
+};
 
 constexpr double kMean = 0.2860;
 constexpr double kStd = 0.3530;
@@ -192,6 +215,7 @@ int train(const sdk::WorldInfo& world, const ex::TrainOptions& opts) {
   sdk::Progress progress(rank0, sdk::stdout_is_terminal(), opts.epochs, total_steps - step, global_batch);
   std::vector<sdk::EpochRow> rows;
   const auto run_start = std::chrono::steady_clock::now();
+  StepRate rates{run_start};
   bool stopped = false;
 
   // Where the last completed step left the model: what a rank saves alone when the group breaks.
@@ -222,13 +246,27 @@ int train(const sdk::WorldInfo& world, const ex::TrainOptions& opts) {
         loss_sum += local_loss * static_cast<double>(idx.size(0));
         loss_count += static_cast<double>(idx.size(0));
         progress.step(s + 1, local_loss);
-        if ((s + 1) % opts.log_every == 0) {
-          const double mean_loss = pg->mean(local_loss);  // every rank calls: a collective
-          const double samples_per_s = progress.log(s + 1, mean_loss, lr);
-          const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-          metrics.record("step", {{"epoch", epoch}, {"step", s + 1}, {"steps_per_epoch", steps_per_epoch},
-                                  {"global_step", step}, {"loss", mean_loss}, {"lr", lr},
-                                  {"samples_per_s", samples_per_s}, {"time_s", elapsed}});
+        ++rates.steps;
+        const bool log_now = (s + 1) % opts.log_every == 0, record_now = (s + 1) % opts.metrics_every == 0;
+        if (log_now || record_now) {
+          // One collective (every rank calls) for both: the loss averaged over the ranks, and when a record is
+          // due each rank's own steps/s since its last record (scripts/plot_step_rate draws them).
+          const auto now = std::chrono::steady_clock::now();
+          std::vector<double> slots(1 + static_cast<size_t>(pg->size()), 0.0);
+          slots[0] = local_loss / pg->size();
+          if (record_now) slots[1 + static_cast<size_t>(pg->rank())] = rates.per_second(now);
+          slots = pg->sum(slots);
+          if (log_now) progress.log(s + 1, slots[0], lr);
+          if (record_now) {
+            const double elapsed = std::chrono::duration<double>(now - run_start).count();
+            sdk::MetricsLog::Fields fields{{"epoch", epoch}, {"step", s + 1}, {"steps_per_epoch", steps_per_epoch},
+                                           {"global_step", step}, {"loss", slots[0]}, {"lr", lr},
+                                           {"samples_per_s", slots[1] * static_cast<double>(global_batch)},
+                                           {"time_s", elapsed}, {"time_ms", static_cast<double>(unix_ms())}};
+            for (int r = 0; r < pg->size(); ++r)
+              fields.emplace_back("steps_per_s_rank" + std::to_string(r), slots[1 + static_cast<size_t>(r)]);
+            metrics.record("step", fields);
+          }
         }
         // Every rank asks every step, so all stop after the same step (see stop_request.hpp).
         if (sdk::stop_requested_on_any_rank(*pg)) {

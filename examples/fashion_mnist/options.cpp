@@ -10,10 +10,12 @@ const char* const kUsage =
     "                     [--momentum X] [--weight-decay X] [--schedule onecycle|constant] [--warmup F]\n"
     "                     [--norm batchnorm|syncbn|none] [--syncbn] [--seed N] [--data-dir DIR]\n"
     "                     [--checkpoint-dir DIR] [--resume] [--max-steps N] [--nproc N] [--log-every N]\n"
-    "                     [--threads N]\n"
+    "                     [--metrics-every N] [--threads N]\n"
     "Trains the MNIST CNN on Fashion-MNIST with DDP. Under ddprun it is one worker; started alone it\n"
     "launches --nproc workers itself. With --checkpoint-dir it saves DIR/checkpoint.pt after each epoch and\n"
-    "writes DIR/metrics.jsonl. SIGUSR1 or SIGTERM: it saves a checkpoint and exits 0; --resume goes on from\n"
+    "writes DIR/metrics.jsonl: a step record every --metrics-every steps (default 10: the loss averaged over\n"
+    "the ranks, and each rank's steps/s), an epoch record after each epoch. --log-every (default 100): the\n"
+    "steps between two progress lines (in a log; a terminal gets a bar). SIGUSR1 or SIGTERM: it saves a checkpoint and exits 0; --resume goes on from\n"
     "the checkpoint (from the step where it stopped).\n";
 
 namespace {
@@ -76,6 +78,7 @@ TrainOptions parse_options(int argc, char** argv) {
     else if (flag == "--nproc") o.nproc = number<int>(flag, next(), 1);
     else if (flag == "--syncbn") o.norm = "syncbn";
     else if (flag == "--log-every") o.log_every = number<int>(flag, next(), 1);
+    else if (flag == "--metrics-every") o.metrics_every = number<int>(flag, next(), 1);
     else if (flag == "--threads") o.threads = number<int>(flag, next(), 0);
     else throw std::invalid_argument("unknown option '" + flag + "'");
   }

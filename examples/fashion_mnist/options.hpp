@@ -23,7 +23,8 @@ struct TrainOptions {
   bool resume = false;
   std::int64_t max_steps = 0;  // total optimizer steps, 0: no limit
   int nproc = 1;               // embedded spawn when not started by ddprun
-  int log_every = 100;
+  int log_every = 100;         // steps between progress lines
+  int metrics_every = 10;      // steps between step records of DIR/metrics.jsonl: enough to draw the loss curve
   int threads = 0;             // intra-op threads per rank, 0: OMP_NUM_THREADS or LibTorch's default
   bool help = false;
 };

@@ -111,7 +111,12 @@ class MainJob(DdprunTestCase):
             records = [json.loads(line) for line in f]
         steps = [x for x in records if x["kind"] == "step"]
         epochs = [x for x in records if x["kind"] == "epoch"]
-        self.assertEqual([x["global_step"] for x in steps], [20, 40, 60, 84, 104, 124])
+        # A step record every 10 steps (--metrics-every's default), whatever --log-every prints: enough to draw
+        # the loss curve; each with the wall clock and both ranks' step rates (scripts/plot_step_rate).
+        self.assertEqual([x["global_step"] for x in steps], [10, 20, 30, 40, 50, 60, 74, 84, 94, 104, 114, 124])
+        for x in steps:
+            self.assertTrue(x["steps_per_s_rank0"] > 0 and x["steps_per_s_rank1"] > 0, x)
+            self.assertLess(abs(x["time_ms"] / 1000 - time.time()), 600, x)
         self.assertEqual([x["epoch"] for x in epochs], [1, 2])
         for x in epochs:
             self.assertTrue(0 <= x["accuracy"] <= 100 and x["test_loss"] > 0 and x["train_loss"] > 0, x)
@@ -124,9 +129,36 @@ class MainJob(DdprunTestCase):
             self.skipTest(p.stderr.strip())
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(png_size(png), (1200, 450))
-        for curve in ("train loss per step (6 points)", "train loss per epoch (2 points)",
+        for curve in ("train loss per step (12 points, moving average over 3)", "train loss per epoch (2 points)",
                       "test loss per epoch (2 points)", "test accuracy per epoch (2 points"):
             self.assertIn(curve, p.stdout)
+
+    def test_step_rate_per_rank_of_a_restarted_run(self):
+        events = self.path("events")
+        proc = self.start("--max-restarts", 1, "--events-file", events,
+                          *self.train_args("--epochs", 2, "--log-every", 4, "--checkpoint-dir", self.ckpt))
+        killer = threading.Timer(120, lambda: os.killpg(proc.pid, signal.SIGKILL))
+        killer.start()
+        self.addCleanup(killer.cancel)
+        out = read_until(proc, b"", b"train epoch 1 step 24/64", "24 steps trained")
+        rank1 = [e["pid"] for e in self.events(events) if e["event"] == "started" and e["rank"] == 1][-1]
+        os.kill(rank1, signal.SIGKILL)  # a restart: ddprun starts both ranks again, they resume
+        out += proc.communicate()[0]
+        self.assertEqual(proc.returncode, 0, out)
+        png = self.path("step_rate.png")
+        p = subprocess.run([SYSTEM_PYTHON, os.path.join(ROOT, "scripts/plot_step_rate"), "-o", png,
+                            os.path.join(self.ckpt, "metrics.jsonl"), events],
+                           capture_output=True, text=True, timeout=120)
+        if p.returncode != 0 and "matplotlib is missing" in p.stderr:
+            self.skipTest(p.stderr.strip())
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(png_size(png), (1200, 450))
+        self.assertRegex(p.stdout, r": 2 ranks, \d+ points, 1 restarts, 0 hung, 0 stragglers marked \(restart at ")
+        # Both ranks drew points before the restart and after it.
+        restart = next(e["time_ms"] for e in self.events(events) if e["event"] == "restarting")
+        with open(os.path.join(self.ckpt, "metrics.jsonl")) as f:
+            times = [r["time_ms"] for r in map(json.loads, f) if r["kind"] == "step"]
+        self.assertTrue(any(t < restart for t in times) and any(t > restart for t in times), (restart, times))
 
     def test_sigusr1_checkpoints_mid_epoch_exits_0_and_resume_goes_on_from_that_step(self):
         args = self.train_args("--epochs", 3, "--log-every", 5, "--checkpoint-dir", self.ckpt)

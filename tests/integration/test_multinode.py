@@ -197,7 +197,7 @@ class Slurm(MultiNodeCase):
             self.assertEqual(res.code, 0, res)
             out = res.stdout.decode()
             self.assertIn(f"RANK={2 * node + 1}\n", out, res)
-            self.assertIn("TORCHELASTIC_RUN_ID=slurm-4242\n", out, res)
+            self.assertIn("TORCHELASTIC_RUN_ID=slurm-4242.0\n", out, res)  # job 4242, step 0
 
 
 class Restarts(MultiNodeCase):

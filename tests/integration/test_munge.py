@@ -103,21 +103,24 @@ class MungeJobs(MungeCase):
         host_err = results[0].stderr.decode()
         self.assertIn(f"MUNGE credential of another user than the job's uid {os.geteuid()}", host_err)
 
-    def test_a_joiner_whose_munged_is_down_is_refused_with_the_reason(self):
-        host = self.node(0, 2, "exit=0", extra=("--rdzv-auth", "munge"))
+    def test_a_joiner_whose_munged_is_down_ends_the_job_at_once_with_its_reason(self):
+        # Before issue 18 it was refused (77) and node 0 waited --rdzv-timeout for it; now both end, 69, its reason.
+        host = self.node(0, 2, f"ready={self.ready}", extra=("--rdzv-auth", "munge"))
         self.addCleanup(self.kill_if_running, host)
         saved = self.env
         self.env = dict(saved, DDPRUN_MUNGE_SOCKET=self.path("no-munged.socket"))
         try:
-            lost = self.wait_all([self.node(1, 2, f"ready={self.ready}")])[0]
+            lost = self.node(1, 2, f"ready={self.ready}")
         finally:
             self.env = saved
-        self.assertEqual(lost.code, REFUSED, lost)
-        self.assertIn("requires a MUNGE credential and this node cannot make one", lost.stderr.decode(), lost)
-        self.assertIn("no-munged.socket", lost.stderr.decode(), lost)
-        self.assertEqual(os.listdir(self.ready), [])  # its worker never started
-        for res in self.wait_all([host, self.node(1, 2, "exit=0")]):
-            self.assertEqual(res.code, 0, res)
+        results = self.wait_all([host, lost])
+        for res in results:
+            self.assertEqual(res.code, UNAVAILABLE, res)
+        self.assertIn("requires a MUNGE credential and this node cannot make one", results[1].stderr.decode())
+        self.assertIn("no-munged.socket", results[1].stderr.decode())
+        self.assertRegex(results[0].stderr.decode(), r"root cause: node 1 \(host [^)]+\) could not start: the "
+                                                     r"rendezvous requires a MUNGE credential")
+        self.assertEqual(os.listdir(self.ready), [])  # no worker started anywhere
 
     def test_dynamic_node_ranks_with_munge(self):
         # The endpoint's machine hosts (the first agent to bind it); the other joins it and answers the challenge.

@@ -3,11 +3,13 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "common/error.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/exit_codes.hpp"
 #include "launcher/slurm.hpp"
+#include "launcher/slurm_ports.hpp"
 #include "temp_dir.hpp"
 
 using namespace ddprun::launcher;
@@ -50,10 +52,38 @@ TEST_CASE("a step on a subset of the job takes node 0, the count and this node's
   CHECK(*c.agent.rdzv.node_rank == 1);
   CHECK(c.agent.rdzv.server_host == "n2");
   CHECK(c.agent.world.master_addr == "n2");
-  CHECK(c.agent.rdzv.server_port == 29400 + 456);
-  CHECK(c.agent.world.run_id == "slurm-123456");
+  const std::vector<int> ports = slurm_rdzv_ports(123456, 0);
+  CHECK(c.agent.rdzv.server_port == ports.front());
+  CHECK(c.agent.rdzv.more_server_ports == std::vector<int>(ports.begin() + 1, ports.end()));
+  CHECK(c.agent.world.run_id == "slurm-123456.0");
   const auto node0 = parse_command_line({"true"}, step_env("n2", "0"));
   CHECK(*node0.agent.rdzv.node_rank == 0);
+}
+
+TEST_CASE("each step has its own run id and its own candidate ports, the same on every node of the step") {
+  const auto a = parse_command_line({"true"}, step_env("n3", "1"));
+  const auto a0 = parse_command_line({"true"}, step_env("n2", "0"));
+  const auto b = parse_command_line({"true"}, with(step_env("n3", "1"), "SLURM_STEP_ID", "1"));
+  CHECK(a.agent.world.run_id == a0.agent.world.run_id);
+  CHECK(a.agent.rdzv.server_port == a0.agent.rdzv.server_port);
+  CHECK(a.agent.rdzv.more_server_ports == a0.agent.rdzv.more_server_ports);
+  CHECK(b.agent.world.run_id == "slurm-123456.1");
+  CHECK(b.agent.rdzv.server_port != a.agent.rdzv.server_port);
+  // --rdzv-port: exactly that port, no candidates.
+  const auto fixed = parse_command_line({"--rdzv-port", "29999", "true"}, step_env("n3", "1"));
+  CHECK(fixed.agent.rdzv.server_port == 29999);
+  CHECK(fixed.agent.rdzv.more_server_ports.empty());
+}
+
+TEST_CASE("a SLURM step's candidate ports: 8 distinct, in 29400-30399, and jobs 1000 apart differ") {
+  for (std::uint64_t job : {1ULL, 1001ULL, 123456ULL, 4294967295ULL}) {
+    const std::vector<int> ports = slurm_rdzv_ports(job, 0);
+    CHECK(ports.size() == 8);
+    CHECK(std::set<int>(ports.begin(), ports.end()).size() == 8);
+    for (int p : ports) CHECK((p >= 29400 && p < 30400));
+  }
+  CHECK(slurm_rdzv_ports(1, 0) != slurm_rdzv_ports(1001, 0));
+  CHECK(slurm_rdzv_ports(7, 0) == slurm_rdzv_ports(7, 0));
 }
 
 TEST_CASE("this node's index is where SLURMD_NODENAME stands in the step list, SLURM_NODEID without it") {

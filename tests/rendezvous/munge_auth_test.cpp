@@ -79,7 +79,7 @@ TEST_CASE("munged unreachable: making a credential throws naming the socket") {
   CHECK_FALSE(check_munge_credential(kNowhere, "MUNGE:x:", "n", "r", ::geteuid()).ok);
 }
 
-TEST_CASE("a MUNGE job over loopback: nodes with credentials join; one without munged is refused") {
+TEST_CASE("a MUNGE job over loopback: nodes with credentials join") {
   const std::string socket = munge_socket();
   asio::io_context io;
   JobConfig config = test_job(2, true);
@@ -87,15 +87,6 @@ TEST_CASE("a MUNGE job over loopback: nodes with credentials join; one without m
   config.munge_socket = socket;
   Server server(io, config, quiet_logger());
   server.start("127.0.0.1", 0);
-
-  ClientConfig lost = client_config(server.port(), 1, 1);
-  lost.munge_socket = kNowhere;
-  auto stranger = start_agent(io, lost);
-  REQUIRE(run_until(io, [&] { return stranger->events.error.has_value(); }));
-  CHECK(stranger->events.error->kind == ErrorKind::kRefused);
-  CHECK(stranger->events.error->message.find("requires a MUNGE credential") != std::string::npos);
-  CHECK(stranger->events.error->message.find(kNowhere) != std::string::npos);
-
   std::vector<std::unique_ptr<Agent>> agents;
   for (int rank = 0; rank < 2; ++rank) {
     ClientConfig c = client_config(server.port(), rank, 1);
@@ -107,6 +98,45 @@ TEST_CASE("a MUNGE job over loopback: nodes with credentials join; one without m
   }));
   CHECK_FALSE(agents[0]->events.error.has_value());
   CHECK(agents[1]->events.assignments.front().nnodes == 2);
+}
+
+TEST_CASE("a node without munged says it cannot join: the job ends at once, and a later node is told why") {
+  const std::string socket = munge_socket();
+  asio::io_context io;
+  JobConfig config = test_job(3, true);
+  config.require_munge = true;
+  config.munge_socket = socket;
+  Server server(io, config, quiet_logger());
+  server.start("127.0.0.1", 0);
+
+  ClientConfig first = client_config(server.port(), 0, 1);
+  first.munge_socket = socket;
+  auto node0 = start_agent(io, first);
+  REQUIRE(run_until(io, [&] { return server.state().nodes.size() == 1; }));
+  ClientConfig lost = client_config(server.port(), 1, 1);
+  lost.munge_socket = kNowhere;
+  auto without = start_agent(io, lost);
+  REQUIRE(run_until(io, [&] { return without->events.error.has_value() && !node0->events.stops.empty(); }));
+  CHECK(without->events.error->kind == ErrorKind::kUnavailable);
+  CHECK(without->events.error->message.find("requires a MUNGE credential") != std::string::npos);
+  CHECK(without->events.error->message.find(kNowhere) != std::string::npos);
+  // Node 0, joined and waiting, is stopped with node 1's reason, which exits 69 everywhere.
+  const Failure& cause = node0->events.stops.front().root_cause;
+  CHECK(is_start_failure(cause));
+  CHECK(cause.node_rank == 1);
+  CHECK(exit_status_of(cause) == 69);
+  CHECK(describe(cause).find("node 1 (host ") != std::string::npos);
+  CHECK(describe(cause).find("could not start: the rendezvous requires a MUNGE credential") != std::string::npos);
+  CHECK(server.phase() == Phase::kStopped);
+
+  // Node 2 comes late, with a credential: it is told, not refused as a stranger.
+  ClientConfig late = client_config(server.port(), 2, 1);
+  late.munge_socket = socket;
+  auto node2 = start_agent(io, late);
+  REQUIRE(run_until(io, [&] { return node2->events.error.has_value(); }));
+  CHECK(node2->events.error->kind == ErrorKind::kUnavailable);
+  CHECK(node2->events.error->message.find("the job ended before this node joined: node 1") != std::string::npos);
+  CHECK(every_node_informed(server.state()));
 }
 
 TEST_CASE("a MUNGE job refuses a hello without a credential the same way as a wrong token") {

@@ -19,8 +19,10 @@ TEST_CASE("client messages survive an encode/decode round trip") {
   hello.host = "h";
   hello.address = "10.0.0.2";
   hello.master_port = 29500;
+  hello.cannot_join = "munged is down";
   auto back = std::get<HelloMsg>(decode_client_message(encode(ClientMessage{hello})));
   CHECK(back.run_id == "job1");
+  CHECK(back.cannot_join == "munged is down");
   CHECK(back.node_rank == std::optional<int>(2));
   CHECK(back.nproc == 4);
   CHECK(back.address == "10.0.0.2");
@@ -74,13 +76,16 @@ TEST_CASE("an assignment carries heterogeneous nprocs run-length encoded") {
 }
 
 TEST_CASE("server messages survive an encode/decode round trip") {
-  ChallengeMsg challenge{kProtocolName, kProtocolVersion, "0123abcd", 1000, 5000};
+  ChallengeMsg challenge{kProtocolName, kProtocolVersion, "0123abcd", 1000, 5000, false, "beef"};
   auto c = std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{challenge})));
   CHECK(c.nonce == "0123abcd");
   CHECK(c.heartbeat_timeout_ms == 5000);
+  CHECK(c.proof == "beef");
   auto e = std::get<ErrorMsg>(decode_server_message(encode(ServerMessage{ErrorMsg{ErrorKind::kTimeout, "late"}})));
   CHECK(e.kind == ErrorKind::kTimeout);
   CHECK(e.message == "late");
+  auto u = std::get<ErrorMsg>(decode_server_message(encode(ServerMessage{ErrorMsg{ErrorKind::kUnavailable, "x"}})));
+  CHECK(u.kind == ErrorKind::kUnavailable);
   auto s = std::get<StopMsg>(decode_server_message(encode(ServerMessage{StopMsg{sample_failure(), "why", true}})));
   CHECK(s.root_cause == sample_failure());
   CHECK(s.restarting);

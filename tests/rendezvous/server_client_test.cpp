@@ -121,7 +121,7 @@ TEST_CASE("a client notices a server that stays connected but falls silent") {
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   tcp::socket silent(io);
   acceptor.async_accept(silent, [&](boost::system::error_code) {
-    ChallengeMsg challenge{kProtocolName, kProtocolVersion, "0f", 50, 300};
+    ChallengeMsg challenge{kProtocolName, kProtocolVersion, "0f", 50, 300, false, ""};
     asio::write(silent, asio::buffer(encode_frame(encode(ServerMessage{challenge}))));
   });
   auto agent = start_agent(io, client_config(acceptor.local_endpoint().port(), 0, 1));
@@ -136,7 +136,7 @@ TEST_CASE("a client refuses a server that speaks another protocol version") {
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   tcp::socket future(io);
   acceptor.async_accept(future, [&](boost::system::error_code) {
-    ChallengeMsg challenge{kProtocolName, kProtocolVersion + 1, "0f", 50, 300};
+    ChallengeMsg challenge{kProtocolName, kProtocolVersion + 1, "0f", 50, 300, false, ""};
     asio::write(future, asio::buffer(encode_frame(encode(ServerMessage{challenge}))));
   });
   auto agent = start_agent(io, client_config(acceptor.local_endpoint().port(), 0, 1));
@@ -209,4 +209,48 @@ TEST_CASE("a failure with restarts left runs a restart round with the restart co
     a->client->report_node_done();
   }
   CHECK(job.all([](const Agent& a) { return a.events.complete; }));
+}
+
+TEST_CASE("candidate ports: a node passes another job's server, a silent listener and a closed port to find its own") {
+  asio::io_context io;
+  JobConfig other_job = test_job(1, true);
+  other_job.run_id = "job41";  // another step of the allocation: same token rules, another run
+  Server other(io, other_job, quiet_logger());
+  other.start("127.0.0.1", 0);
+  tcp::acceptor silent_listener(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  tcp::socket held(io);
+  silent_listener.async_accept(held, [](boost::system::error_code) {});  // accepts, never speaks
+  std::uint16_t closed_port = 0;
+  {
+    tcp::acceptor probe(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    closed_port = probe.local_endpoint().port();
+  }
+  Server ours(io, test_job(2, true), quiet_logger());
+  ours.start("127.0.0.1", 0);
+
+  ClientConfig node1 = client_config(other.port(), 1, 1);
+  node1.more_ports = {silent_listener.local_endpoint().port(), closed_port, ours.port()};
+  node1.connect_timeout = 10s;
+  auto joiner = start_agent(io, node1);
+  auto host = start_agent(io, client_config(ours.port(), 0, 1));
+  REQUIRE(run_until(io, [&] { return !joiner->events.assignments.empty() || joiner->events.error; }, 8000ms));
+  CHECK_FALSE(joiner->events.error.has_value());
+  CHECK(joiner->events.assignments.front().run_id == "job42");
+  CHECK(other.state().nodes.empty());  // it said nothing to the other job's server
+}
+
+TEST_CASE("a node that cannot take part says so to its server, then ends with its own reason") {
+  asio::io_context io;
+  Server server(io, test_job(2, true), quiet_logger());
+  server.start("127.0.0.1", 0);
+  auto host = start_agent(io, client_config(server.port(), 0, 1));
+  REQUIRE(run_until(io, [&] { return server.state().nodes.size() == 1; }));
+  ClientConfig failing = client_config(server.port(), 1, 1);
+  failing.cannot_join = "the program is missing on this node";
+  auto node1 = start_agent(io, failing);
+  REQUIRE(run_until(io, [&] { return node1->events.error && !host->events.stops.empty(); }));
+  CHECK(node1->events.error->kind == ErrorKind::kUnavailable);
+  CHECK(node1->events.error->message == "the program is missing on this node");
+  CHECK(describe(host->events.stops.front().root_cause) ==
+        "node 1 (host testhost) could not start: the program is missing on this node");
 }
