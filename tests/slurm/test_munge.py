@@ -1,12 +1,12 @@
 """MUNGE on the real SLURM test cluster: a step's nodes prove the job's user with the cluster's own munged
 (--rdzv-auth auto, nothing configured but munged's socket), and a process of another user (nobody) that knows
-the run id and the port (both follow from the job id) is refused with 77 while the job goes on."""
+the run id and the port (both follow from the job and step ids) is refused with 77 while the job goes on."""
 import os
 import pwd
 import subprocess
 import time
 
-from cluster import SlurmClusterCase
+from cluster import SlurmClusterCase, slurm_rdzv_ports
 
 DDPRUN = os.environ.get("DDPRUN", os.path.join(os.path.dirname(__file__), "../../build/launcher/ddprun"))
 WORKER = os.environ.get("TEST_WORKER", os.path.join(os.path.dirname(__file__), "../../build/tests/bin/test_worker"))
@@ -45,8 +45,9 @@ class MungeInSteps(SlurmClusterCase):
             # Everything a stranger can know: node 0's name, the port and run id that follow from the job id.
             intruder = subprocess.run(
                 ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", DDPRUN,
-                 "--nnodes", "2", "--node-rank", "1", "--master-addr", "n1", "--rdzv-port", str(29400 + job_id % 1000),
-                 "--run-id", f"slurm-{job_id}", "--rdzv-timeout", "10", "--nproc-per-node", "1",
+                 "--nnodes", "2", "--node-rank", "1", "--master-addr", "n1",
+                 "--rdzv-port", str(slurm_rdzv_ports(job_id, 0)[0]),
+                 "--run-id", f"slurm-{job_id}.0", "--rdzv-timeout", "10", "--nproc-per-node", "1",
                  "--rdzv-auth", "munge", WORKER, "exit=0"],
                 env=self.munge_env(TMPDIR=nobody_tmp, HOME=nobody_tmp), capture_output=True, text=True, timeout=30)
             self.assertEqual(intruder.returncode, REFUSED, intruder.stderr)
