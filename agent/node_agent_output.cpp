@@ -205,7 +205,8 @@ void NodeAgent::note_console_losses(std::vector<std::string>& losses) const {
     losses.push_back("ddprun's " + console::channel_name(fd) + " " +
                      (st.broken_errno != 0 ? "closed (" + std::string(std::strerror(st.broken_errno)) + ")"
                                            : std::string("was abandoned")) +
-                     ": " + lines_and_bytes(st) + " not shown" + (layout_.temporary() ? "" : "; files under --log-dir keep what was teed"));
+                     ": " + lines_and_bytes(st) + " not shown" +
+                     (layout_.temporary() ? "" : "; files under --log-dir keep what was teed"));
   }
 }
 

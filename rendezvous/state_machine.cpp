@@ -112,7 +112,7 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
     return std::string("the rendezvous of run \"") + config.run_id + "\" is closed (job " + to_string(state.phase) +
            "); this node is not part of it";
   if (state.phase != Phase::kJoining && static_cast<int>(state.nodes.size()) >= config.max_nodes)
-    return "the job already has " + counted(config.max_nodes, "node") + ", the most --nnodes " +
+    return "the job already has " + std::to_string(config.max_nodes) + " nodes, the most --nnodes " +
            std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes) + " allows";
   if (hello.nproc < 1) return "a node must run at least one worker (nproc >= 1)";
   if (auto it = state.departures.find(hello.host); it != state.departures.end() && it->second >= config.max_departures)
@@ -138,8 +138,7 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
     if (hello.node_rank)
       return "this job assigns node ranks dynamically (--rdzv-endpoint); do not pass --node-rank";
     if (static_cast<int>(state.nodes.size()) >= config.max_nodes)
-      return "the rendezvous is full: " + counted(config.max_nodes, "node") +
-             (config.max_nodes == 1 ? " has" : " have") + " already joined";
+      return "the rendezvous is full: " + std::to_string(config.max_nodes) + " nodes have already joined";
     if (hello.master_port <= 0) return "a node must supply a master port candidate";
   }
   return {};

@@ -2,9 +2,8 @@
 #include <algorithm>
 #include <sstream>
 
-#include "rendezvous/state_machine_rules.hpp"
-
 #include "common/counted.hpp"
+#include "rendezvous/state_machine_rules.hpp"
 #include "rendezvous/text.hpp"
 
 namespace ddprun::rendezvous::rules {
