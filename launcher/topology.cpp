@@ -8,6 +8,7 @@
 #include "launcher/ports.hpp"
 #include "launcher/slurm.hpp"
 #include "rendezvous/auth.hpp"
+#include "rendezvous/job_config.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -137,6 +138,8 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
   job.min_nodes = range.min;
   job.max_departures = parse_int_in("--rdzv-conf max_departures", o.max_departures, 1, 1000000);
   job.last_call = parse_duration("--rdzv-conf last_call_timeout", o.last_call);
+  rendezvous::parse_join_policy(o.join_policy, job.join_policy);  // apply_rdzv_conf checked it
+  job.join_min_interval = parse_duration("--rdzv-conf join_min_interval", o.join_min_interval);
   w.node_rank = node_rank;
   w.rank_offset = 0;
   w.world_size = w.local_world_size;

@@ -34,6 +34,8 @@ struct TopologyOptions {
   std::string max_restarts = "0";
   // --rdzv-conf max_departures: elastic jobs, a host's departures before it is refused
   std::string max_departures = "3";
+  std::string join_policy = "now";     // --rdzv-conf join_policy: elastic jobs, when a late joiner is placed
+  std::string join_min_interval = "0";  // --rdzv-conf join_min_interval: with join_policy now, seconds
   std::string last_call = "30";  // --rdzv-conf last_call_timeout: elastic jobs, seconds to wait after MIN joined
   std::optional<bool> is_host;  // --rdzv-conf is_host: dynamic mode hosts the server here (true) or joins (false)
 };

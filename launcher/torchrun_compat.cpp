@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "launcher/exit_codes.hpp"
 #include "launcher/option_values.hpp"
+#include "rendezvous/job_config.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -134,6 +135,14 @@ void apply_rdzv_conf(const std::string& text, const std::set<std::string>& given
     } else if (key == "max_departures") {  // ddprun's own: elastic jobs' flapping bound (docs/MULTINODE.md)
       parse_int_in(option, value, 1, 1000000);
       o.max_departures = value;
+    } else if (key == "join_policy") {  // ddprun's own: when an elastic job places a late joiner
+      rendezvous::JoinPolicy policy;
+      if (!rendezvous::parse_join_policy(value, policy))
+        usage(option + " '" + value + "': expected " + rendezvous::kJoinPolicyValues);
+      o.join_policy = value;
+    } else if (key == "join_min_interval") {  // ddprun's own: with join_policy now, the least a round runs
+      parse_duration(option, value);
+      o.join_min_interval = value;
     } else if (key == "read_timeout") {
       parse_duration(option, value);
       notes.push_back("debug: --rdzv-conf read_timeout ignored: ddprun's agents notice a silent server by its "
@@ -141,7 +150,7 @@ void apply_rdzv_conf(const std::string& text, const std::set<std::string>& given
     } else {
       usage("--rdzv-conf key '" + key + "' is not supported by ddprun: it understands timeout, join_timeout, "
             "last_call_timeout, read_timeout, is_host, keep_alive_interval, keep_alive_max_attempt and (its own) "
-            "max_departures");
+            "max_departures, join_policy, join_min_interval");
     }
   }
   // torch: a node is lost after keep_alive_max_attempt missed keep-alives (default 3).

@@ -26,7 +26,8 @@ std::vector<std::string> options_from_pet_env(const std::vector<std::string>& en
 
 // --rdzv-conf "k=v,k=v": timeout/join_timeout → --rdzv-timeout, keep_alive_interval → --heartbeat-interval,
 // keep_alive_max_attempt → --heartbeat-timeout (interval × attempts), is_host → o.is_host, last_call_timeout →
-// o.last_call (elastic jobs), max_departures (ddprun's own) → o.max_departures; read_timeout is checked and
+// o.last_call (elastic jobs), max_departures, join_policy, join_min_interval (ddprun's own) → o's fields of the
+// same names; read_timeout is checked and
 // ignored (noted at debug level). An option given by its ddprun name wins.
 // Other keys: UsageError naming the key.
 void apply_rdzv_conf(const std::string& text, const std::set<std::string>& given, TopologyOptions& o,

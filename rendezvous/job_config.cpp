@@ -27,10 +27,24 @@ void validate(const JobConfig& config) {
   if (config.join_timeout.count() <= 0) fail("--rdzv-timeout must be positive");
   if (config.last_call.count() < 0) fail("the last call (--rdzv-conf last_call_timeout) must not be negative");
   if (config.max_departures < 1) fail("the departures a host is allowed before it is refused must be at least 1");
+  if (config.join_min_interval.count() < 0) fail("join_min_interval must not be negative");
+  if (config.join_policy == JoinPolicy::kAtFailure && config.join_min_interval.count() > 0)
+    fail("join_min_interval applies to join_policy now: with at_failure a join never re-forms the job");
   if (config.max_restarts < 0 || config.max_restarts > kMaxRestarts)
     fail("--max-restarts must be in 0.." + std::to_string(kMaxRestarts));
   if (config.max_frame_bytes < kHandshakeMaxFrameBytes || config.max_outbox_bytes < config.max_frame_bytes + kFrameHeaderBytes)
     fail("the outbox bound must hold the largest frame, which must hold a hello");
+}
+
+const char* to_string(JoinPolicy policy) {
+  return policy == JoinPolicy::kAtFailure ? "at_failure" : "now";
+}
+
+bool parse_join_policy(std::string_view text, JoinPolicy& policy) {
+  if (text == "now") policy = JoinPolicy::kNow;
+  else if (text == "at_failure") policy = JoinPolicy::kAtFailure;
+  else return false;
+  return true;
 }
 
 std::size_t pending_connection_limit(const JobConfig& config) {

@@ -4,10 +4,24 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "rendezvous/framing.hpp"
 
 namespace ddprun::rendezvous {
+
+// Elastic: when a node that joins a running job is placed. Every re-form costs every node its progress since
+// its last checkpoint, so a job may choose to take newcomers only when it re-forms anyway.
+//   kNow       its arrival re-forms the job (torchrun's behaviour), but not before the current round has run
+//              join_min_interval: until then joiners wait, and are placed together when it has passed.
+//   kAtFailure it waits, unplaced, until the job re-forms for another reason (a worker failure's restart, a
+//              node lost or stopped) and is placed in that round: kNow with an infinite interval.
+// Either way a waiting joiner is placed by any re-form, and told `complete` if the job completes first.
+enum class JoinPolicy { kNow, kAtFailure };
+const char* to_string(JoinPolicy policy);
+// "now" or "at_failure"; false for anything else.
+bool parse_join_policy(std::string_view text, JoinPolicy& policy);
+inline constexpr const char* kJoinPolicyValues = "now or at_failure";
 
 struct JobConfig {
   std::string run_id;
@@ -32,6 +46,8 @@ struct JobConfig {
   // admitted again: a flapping node would otherwise re-form the job forever (each re-form costs every node its
   // progress since the last checkpoint). A departure itself uses no restart while MIN nodes remain.
   int max_departures = 3;
+  JoinPolicy join_policy = JoinPolicy::kNow;           // see JoinPolicy
+  std::chrono::milliseconds join_min_interval{0};      // kNow only: a round runs this long before a join ends it
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  // after authentication; kHandshakeMaxFrameBytes before
   // Connections that have not joined (no hello yet, or refused and closing) held at once; 0 = the larger
   // of 1024 and 64 + 4 x max_nodes. Beyond it the oldest such connection is closed to admit the new one: a flood of strangers

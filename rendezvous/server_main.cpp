@@ -49,9 +49,10 @@ int run(int argc, char** argv) {
   // (completions/ddprun.bash) reads the options from --help by that gap.
   app.get_formatter()->column_width(36);
   JobConfig config;
-  std::string host = "0.0.0.0", nnodes = "1", token, token_file, port_file, log_level = "info";
+  std::string host = "0.0.0.0", nnodes = "1", token, token_file, port_file, log_level = "info", join_policy = "now";
   std::uint16_t port = 29400;
-  double heartbeat_interval = 1.0, heartbeat_timeout = 15.0, join_timeout = 900.0, last_call = 30.0;
+  double heartbeat_interval = 1.0, heartbeat_timeout = 15.0, join_timeout = 900.0, last_call = 30.0,
+         join_min_interval = 0.0;
   app.add_option("--rdzv-id", config.run_id, "run id the agents must present")->required();
   app.add_option("--nnodes", nnodes, "expected nodes: N, or MIN:MAX for an elastic job");
   app.add_option("--host", host, "address to listen on")->capture_default_str();
@@ -68,6 +69,12 @@ int run(int argc, char** argv) {
   app.add_option("--last-call", last_call, "elastic jobs: seconds to wait for more nodes after MIN")->capture_default_str();
   app.add_option("--max-departures", config.max_departures,
                  "elastic jobs: a host that left this many times is not admitted again")->capture_default_str();
+  app.add_option("--join-policy", join_policy,
+                 "elastic jobs: a late joiner re-forms the job now, or waits for a re-form at_failure")
+      ->capture_default_str();
+  app.add_option("--join-min-interval", join_min_interval,
+                 "elastic jobs, --join-policy now: seconds a round runs before a join re-forms it")
+      ->capture_default_str();
   app.add_option("--max-restarts", config.max_restarts, "restart rounds after worker failures");
   app.add_option("--max-pending-connections", config.max_pending_connections,
                  "connections not yet joined held at once; beyond it the oldest is closed (0 = max(1024, 64 + 4 x nodes))")
@@ -99,6 +106,14 @@ int run(int argc, char** argv) {
   config.heartbeat_timeout = ms(heartbeat_timeout);
   config.join_timeout = ms(join_timeout);
   config.last_call = ms(last_call);
+  if (!parse_join_policy(join_policy, config.join_policy))
+    throw UsageError("--join-policy '" + join_policy + "': expected " + kJoinPolicyValues, kUsageError);
+  config.join_min_interval = ms(join_min_interval);
+  try {
+    validate(config);  // bad settings are a usage error, before anything listens
+  } catch (const RendezvousError& e) {
+    throw UsageError(e.what(), kUsageError);
+  }
 
   boost::asio::io_context io;
   Server server(io, config, logger);

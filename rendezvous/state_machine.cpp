@@ -8,6 +8,7 @@
 #include "common/error.hpp"
 #include "rendezvous/auth.hpp"
 #include "rendezvous/state_machine_rules.hpp"
+#include "rendezvous/text.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -29,6 +30,8 @@ RendezvousState::RendezvousState(JobConfig job, Clock::time_point started_at)
 
 std::vector<Action> step(RendezvousState& state, const Event& event, const Now& now) {
   std::vector<Action> out;
+  const Phase phase_before = state.phase;
+  const int restarts_before = state.restart_count;
   std::visit(
       [&](const auto& e) {
         using T = std::decay_t<decltype(e)>;
@@ -44,6 +47,9 @@ std::vector<Action> step(RendezvousState& state, const Event& event, const Now& 
       },
       event);
   if (state.phase != Phase::kRunning) state.hang.reset();  // stopped or re-forming: nothing left to judge
+  // A round started (the first, or a re-formed one): join_min_interval counts from here.
+  if (state.phase == Phase::kRunning && (phase_before != Phase::kRunning || state.restart_count != restarts_before))
+    state.round_started = now.steady;
   return out;
 }
 
@@ -56,6 +62,7 @@ std::optional<Clock::time_point> next_deadline(const RendezvousState& state) {
   }
   if (!state.deadlines.empty()) consider(state.deadlines.front().first);
   if (state.hang) consider(state.hang->deadline);
+  if (auto joiners = rules::joiners_reform_at(state)) consider(*joiners);
   return next;
 }
 
@@ -174,7 +181,7 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
   touch(state, stored, now);
 
   int joined = static_cast<int>(state.nodes.size());
-  if (state.phase != Phase::kJoining) return admit_late_joiner(state, stored, out);
+  if (state.phase != Phase::kJoining) return admit_late_joiner(state, stored, now, out);
   out.push_back(Log{LogLevel::kDebug, "node joined: host \"" + stored.host + "\" (" + stored.address + "), " +
                                           std::to_string(joined) + " of " + std::to_string(state.config.max_nodes)});
   if (joined == state.config.max_nodes) return start_round(state, out);
@@ -182,25 +189,51 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
     state.last_call_deadline = now.steady + state.config.last_call;
 }
 
-// An elastic job's node that joined after the first round: it waits, unplaced, for the next round. While
-// every node of the round still works, its arrival re-forms the job at once (torchrun restarts the worker group
-// too, after its next monitor poll); the re-form uses no restart of max_restarts. Once a node reported done the
-// job is finishing: the newcomer waits, and gets `complete` with the others if nothing re-forms the job first.
-void admit_late_joiner(RendezvousState& state, const NodeEntry& node, Actions& out) {
-  const int nodes = static_cast<int>(state.nodes.size());
-  std::string who = "host \"" + node.host + "\" (" + node.address + ")";
-  if (state.phase == Phase::kRestarting || state.done_count > 0) {
-    out.push_back(Log{LogLevel::kInfo, "node joined: " + who + "; it waits for the next round (" +
-                                           std::string(state.phase == Phase::kRestarting ? "the job is re-forming"
-                                                                                         : "the job is finishing") +
-                                           ")"});
-    return;
+// An elastic job's node that joined after the first round: it waits, unplaced, for the next round; any re-form
+// places it. While every node of the round still works, config.join_policy says whether its arrival re-forms
+// the job: `now` (torchrun restarts the worker group too, after its next monitor poll) once the round has run
+// join_min_interval, `at_failure` never. The re-form uses no restart of max_restarts. Once a node reported
+// done the job is finishing: the newcomer waits, and gets `complete` with the others if nothing re-forms the
+// job first.
+void admit_late_joiner(RendezvousState& state, const NodeEntry& node, const Now& now, Actions& out) {
+  std::string why;
+  if (state.phase == Phase::kRestarting) why = "the job is re-forming";
+  else if (state.done_count > 0) why = "the job is finishing";
+  else if (state.config.join_policy == JoinPolicy::kAtFailure)
+    why = "join_policy at_failure: the job re-forms with it after a failure or a departure";
+  else if (auto at = joiners_reform_at(state); at && now.steady < *at)
+    why = "join_min_interval " + text::seconds(state.config.join_min_interval) + ": the round has run " +
+          text::seconds(std::chrono::duration_cast<std::chrono::milliseconds>(now.steady - state.round_started));
+  if (why.empty()) return admit_waiting_joiners(state, now, out);
+  out.push_back(Log{LogLevel::kInfo, "node joined: host \"" + node.host + "\" (" + node.address +
+                                         "); it waits for the next round (" + why + ")"});
+}
+
+std::optional<Clock::time_point> joiners_reform_at(const RendezvousState& state) {
+  const bool waiting = static_cast<int>(state.nodes.size()) > state.round_size;  // nodes not placed
+  if (state.phase != Phase::kRunning || !waiting || state.done_count > 0 ||
+      state.config.join_policy != JoinPolicy::kNow)
+    return std::nullopt;
+  return state.round_started + state.config.join_min_interval;
+}
+
+void admit_waiting_joiners(RendezvousState& state, const Now& now, Actions& out) {
+  auto at = joiners_reform_at(state);
+  if (!at || now.steady < *at) return;
+  const NodeEntry* first = nullptr;  // the earliest joiner names them all
+  int joiners = 0;
+  for (const auto& [conn, node] : state.nodes) {
+    if (node.node_rank >= 0) continue;
+    ++joiners;
+    if (!first || node.join_seq < first->join_seq) first = &node;
   }
   Failure joined;  // no failure: names the newcomer for the agents' logs
-  joined.host = node.host;
+  joined.host = first->host;
   joined.message = kJoinedMessage;
+  std::string who = "host \"" + first->host + "\" (" + first->address + ")" +
+                    (joiners > 1 ? " and " + std::to_string(joiners - 1) + " more" : "");
   begin_reform(state, std::move(joined),
-               "re-forming the job: " + who + " joined, " + std::to_string(nodes) +
+               "re-forming the job: " + who + " joined, " + std::to_string(state.nodes.size()) +
                    " nodes in the next round (a membership change: no restart used)",
                /*membership=*/true, out);
 }

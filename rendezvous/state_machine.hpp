@@ -41,7 +41,9 @@ struct Now {
 //                                     `stopped`, and gets the next round's assignment. Causes: a worker failure
 //                                     with restarts left (same nodes, same node ranks); a node lost or stopped
 //                                     with restarts left and at least min_nodes left (the rest, ranks kept
-//                                     contiguous); a node joining an elastic job that has room (no restart used)
+//                                     contiguous); a node joining an elastic job that has room (no restart used;
+//                                     when, config.join_policy says: at once, once the round has run
+//                                     join_min_interval, or never for a join alone: it waits for another cause)
 //   kRestarting → kStopped            a node gone during the re-form with fewer than min_nodes left
 // kStopped and kComplete are final: joins are refused, late failures (the teardown's victims) are ignored.
 // restart_count counts rounds after the first, whatever re-formed them, and is the same for every node of a
@@ -77,6 +79,7 @@ struct RendezvousState {
   std::vector<ConnId> by_rank;                   // node rank → conn (0 = empty slot: a static rank not yet
                                                  // joined, or a node gone during a re-form)
   int round_size = 0;                            // nodes of the current round still connected
+  Clock::time_point round_started{};             // when the current round started (join_min_interval)
   // Heartbeat deadlines in arrival order. `now` never goes back, so pushes keep it sorted; entries made
   // stale by a later heartbeat are skipped when popped. O(1) per heartbeat, no per-node timer.
   std::deque<std::pair<Clock::time_point, ConnId>> deadlines;

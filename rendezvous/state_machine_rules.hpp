@@ -26,7 +26,11 @@ void start_round(RendezvousState& state, Actions& out);
 // then starts the next round). membership: nodes joined, nothing failed.
 void begin_reform(RendezvousState& state, Failure cause, const std::string& reason, bool membership, Actions& out);
 // An elastic job's newcomer after the first round (on_hello): waits for, or triggers, the next round.
-void admit_late_joiner(RendezvousState& state, const NodeEntry& node, Actions& out);
+void admit_late_joiner(RendezvousState& state, const NodeEntry& node, const Now& now, Actions& out);
+// When the waiting late joiners may re-form the running job (config.join_policy); nullopt: not by themselves.
+std::optional<Clock::time_point> joiners_reform_at(const RendezvousState& state);
+// on_tick: the waiting joiners' time has come (joiners_reform_at): the job re-forms with them.
+void admit_waiting_joiners(RendezvousState& state, const Now& now, Actions& out);
 // Records liveness: any message from a node proves it is alive.
 void touch(RendezvousState& state, NodeEntry& node, const Now& now);
 // Ends the job: root cause recorded, every connected node told to stop.

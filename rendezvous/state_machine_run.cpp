@@ -292,6 +292,7 @@ void on_tick(RendezvousState& state, const Now& now, Actions& out) {
     node_lost(state, conn, "missed heartbeats for " + text::seconds(state.config.heartbeat_timeout), now, out);
   }
   check_hang_deadline(state, now, out);
+  admit_waiting_joiners(state, now, out);  // join_min_interval passed
 }
 
 }  // namespace ddprun::rendezvous::rules

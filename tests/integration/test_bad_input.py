@@ -127,6 +127,16 @@ class BadInput(DdprunTestCase):
     def test_elastic_nnodes_without_an_endpoint(self):
         self.refused(["--nnodes", "1:4", *self.ok_worker], USAGE, ["elastic node count needs --rdzv-endpoint"])
 
+    def test_join_policy_unknown(self):
+        self.refused(["--nnodes", "1:3", "--rdzv-endpoint", "127.0.0.1:29400", "--rdzv-id", "j", "--rdzv-conf",
+                      "join_policy=later", *self.ok_worker], USAGE,
+                     ["--rdzv-conf join_policy 'later'", "expected now or at_failure"])
+
+    def test_join_min_interval_with_at_failure(self):
+        self.refused(["--nnodes", "1:3", "--rdzv-endpoint", "127.0.0.1:29400", "--rdzv-id", "j", "--rdzv-conf",
+                      "join_policy=at_failure,join_min_interval=60", *self.ok_worker], USAGE,
+                     ["join_min_interval applies to join_policy now"])
+
     def test_node_rank_out_of_range(self):
         self.refused(["--node-rank", "1", *self.ok_worker], USAGE, ["--node-rank"])
 

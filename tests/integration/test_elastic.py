@@ -196,6 +196,14 @@ class ElasticCase(MultiNodeCase):
         with open(self.go, "w"):
             pass
 
+    def release_all_ok(self, procs, names="abc"):
+        """Lets the workers finish; every agent of `procs` must exit 0. Returns {name: result}."""
+        self.release()
+        results = dict(zip(names, self.wait_all(procs)))
+        for res in results.values():
+            self.assertEqual(res.code, 0, res)
+        return results
+
     def events_of(self, name):
         """Node NAME's events so far: none before its file exists, complete lines only while it is written."""
         try:
@@ -532,10 +540,7 @@ class ElasticEdges(ElasticCase):
             time.sleep(0.01)
         c = self.agent("1:3", f"ready={self.ready}", f"waitfile={self.go}", "exit=0", name="c", max_restarts=1)
         self.wait_ready(range(6))
-        self.release()
-        results = dict(zip("abc", self.wait_all([a, b, c])))
-        for n, res in results.items():
-            self.assertEqual(res.code, 0, res)
+        self.release_all_ok([a, b, c])
         for n in "ab":
             self.assertEqual(self.worlds(n), [(0, 2, 4), (1, 3, 6)], n)
             self.assertEqual([e["membership"] for e in self.of_event(n, "restarting")], [False])
@@ -982,3 +987,64 @@ class ElasticEdges(ElasticCase):
         os.kill(a.pid, signal.SIGTERM)
         res_a = self.wait_all([a])[0]
         self.assertEqual(res_a.code, 128 + signal.SIGTERM, res_a)
+
+
+class JoinAdmission(ElasticCase):
+    """--rdzv-conf join_policy / join_min_interval (rendezvous/job_config.hpp JoinPolicy): when a node that joins a
+    running elastic job is placed. The default, join_policy=now, is what the tests above show."""
+
+    def waiting(self):
+        return [f"ready={self.ready}", f"waitfile={self.go}", "exit=0"]
+
+    def test_at_failure_a_joiner_waits_and_the_failure_restart_places_it(self):
+        # Two nodes run; a third joins and waits, unplaced, while the first round's workers run on (restart count
+        # 0, nobody restarted); a worker is then killed: the restart (1 of 1) re-forms the job with three nodes.
+        conf = "join_policy=at_failure"
+        a = self.host_agent("2:3", *self.waiting(), name="a", max_restarts=1, last_call=LAST_CALL, rdzv_conf=conf,
+                            log_file=True)
+        b = self.agent("2:3", *self.waiting(), name="b", max_restarts=1, last_call=LAST_CALL, rdzv_conf=conf)
+        self.wait_ready(range(4))
+        first_workers = self.worker_pids(range(4))
+        self.clear_ready()
+        c = self.agent("2:3", *self.waiting(), name="c", max_restarts=1, rdzv_conf=conf)
+        self.wait_for_log(a, "; it waits for the next round (join_policy at_failure: the job re-forms with it after "
+                             "a failure or a departure)")
+        time.sleep(1)  # a re-form on loopback takes milliseconds: one would have shown by now
+        for n in "ab":
+            self.assertEqual(self.worlds(n), [(0, 2, 4)], n)
+            self.assertEqual(self.of_event(n, "restarting"), [], n)
+        self.assertEqual(self.rounds("c"), [])
+        self.assertIsNone(c.poll())
+        self.assertEqual([p for p in first_workers if not pid_alive(p)], [], "a first-round worker was stopped")
+        with open(self.pids) as f:
+            self.assertEqual(len(f.readlines()), 4)  # no worker started anew
+
+        os.kill(self.worker_pids([0])[0], signal.SIGKILL)
+        self.wait_ready(range(6))
+        results = self.release_all_ok([a, b, c])
+        for n in "ab":
+            first = self.rounds(n)[0]
+            self.assertEqual(self.rounds(n), [first, (1, 3, 6, first.node_rank, first.rank_offset)], n)
+            restarting = self.of_event(n, "restarting")
+            self.assertEqual([(e["membership"], e["reason"]) for e in restarting],
+                             [(False, "restarting the job (restart 1 of 1)")], n)
+            runs = worker_runs(results[n].stdout)
+            self.assertEqual(sorted((r["TORCHELASTIC_RESTART_COUNT"], r["WORLD_SIZE"]) for r in runs),
+                             [(0, 4), (0, 4), (1, 6), (1, 6)], results[n])
+        # The joiner ran only the restart round, as node 2 with ranks 4 and 5.
+        self.assertEqual(self.rounds("c"), [(1, 3, 6, 2, 4)])
+        self.assertEqual(sorted((r["TORCHELASTIC_RESTART_COUNT"], r["WORLD_SIZE"], r["RANK"])
+                                for r in worker_runs(results["c"].stdout)), [(1, 6, 4), (1, 6, 5)])
+
+    def test_bad_join_settings_stop_ddprun_rendezvous_before_it_listens(self):
+        for args, words in ((["--join-policy", "later"], "--join-policy 'later': expected now or at_failure"),
+                            (["--join-policy", "at_failure", "--join-min-interval", "5"],
+                             "join_min_interval applies to join_policy now")):
+            r = subprocess.run([RENDEZVOUS, "--rdzv-id", "elastic", "--nnodes", "1:3", "--host", "127.0.0.1", "--port",
+                                str(self.port), *args], env=self.env, capture_output=True, timeout=BOUND)
+            self.assertEqual(r.returncode, 64, r)
+            lines = r.stderr.decode().splitlines()
+            self.assertEqual(len(lines), 1, r)
+            self.assertTrue(lines[0].startswith("ddprun-rendezvous: ") and words in lines[0], r)
+            self.assertEqual(r.stdout, b"", r)
+            self.assertFalse(listening(self.port))

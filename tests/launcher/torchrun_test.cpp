@@ -171,6 +171,19 @@ const std::vector<Verdict>& verdicts() {
          CHECK(c.agent.rdzv.job.heartbeat_interval.count() == 2000);
          CHECK(c.agent.rdzv.job.heartbeat_timeout.count() == 8000);
        }},
+      // ddprun's own: when an elastic job places a late joiner (rendezvous/job_config.hpp JoinPolicy)
+      {"--nnodes 1:4 --rdzv-endpoint h --rdzv-id j --rdzv-conf join_policy=at_failure train.py", {}, "",
+       [](C c) {
+         CHECK(c.agent.rdzv.job.join_policy == ddprun::rendezvous::JoinPolicy::kAtFailure);
+         CHECK(c.agent.rdzv.job.join_min_interval.count() == 0);
+       }},
+      {"--nnodes 1:4 --rdzv-endpoint h --rdzv-id j --rdzv-conf join_policy=now,join_min_interval=90 train.py", {}, "",
+       [](C c) {
+         CHECK(c.agent.rdzv.job.join_policy == ddprun::rendezvous::JoinPolicy::kNow);
+         CHECK(c.agent.rdzv.job.join_min_interval.count() == 90000);
+       }},
+      {"--nnodes 1:4 --rdzv-endpoint h --rdzv-id j train.py", {}, "",
+       [](C c) { CHECK(c.agent.rdzv.job.join_policy == ddprun::rendezvous::JoinPolicy::kNow); }},  // the default
       // --- argparse prefixes ---
       {"--nproc 2 train.py", {}, "", [](C c) { CHECK(c.agent.world.local_world_size == 2); }},
       {"--nproc_per=3 train.py", {}, "", [](C c) { CHECK(c.agent.world.local_world_size == 3); }},
@@ -220,6 +233,11 @@ const std::vector<Verdict>& verdicts() {
       {"--rdzv-conf store_type=file train.py", {}, "--rdzv-conf key 'store_type' is not supported", nullptr},
       {"--rdzv-conf join_timeout train.py", {}, "KEY=VALUE", nullptr},
       {"--rdzv-conf is_host=maybe train.py", {}, "is_host", nullptr},
+      {"--rdzv-conf join_policy=later train.py", {}, "--rdzv-conf join_policy 'later': expected now or at_failure",
+       nullptr},
+      {"--rdzv-conf join_min_interval=soon train.py", {}, "--rdzv-conf join_min_interval", nullptr},
+      {"--nnodes 1:4 --rdzv-endpoint h --rdzv-id j --rdzv-conf join_policy=at_failure,join_min_interval=5 train.py", {},
+       "join_min_interval applies to join_policy now", nullptr},
       {"--rdzv-backend etcd --rdzv-endpoint h:2379 --rdzv-id j --nnodes 2 train.py", {}, "--rdzv-backend", nullptr},
       {"--nnodes 1:4 --master-addr h train.py", {}, "an elastic node count needs --rdzv-endpoint", nullptr},
       {"--nnodes 2 --rdzv-endpoint localhost:0 --rdzv-id j train.py", {}, "port 0 means a free port", nullptr},

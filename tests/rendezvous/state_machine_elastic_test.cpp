@@ -1,5 +1,6 @@
 // Elastic membership (--nnodes MIN:MAX): re-forming without a lost or stopped node, late joiners, too few
 // nodes, and the restart budget. One test case per rule (state_machine.hpp has the lifecycle).
+#include "common/error.hpp"
 #include "tests/rendezvous/state_machine_fixture.hpp"
 
 using namespace ddprun::rendezvous;
@@ -252,4 +253,149 @@ TEST_CASE("a node dropped for silence is told why before its connection closes: 
   auto dropped = step(joining, Tick{}, at(5'000ms));
   CHECK(refusal(dropped, 1) == "the rendezvous server dropped this node: missed heartbeats for 5.0 s");
   CHECK(closes(dropped, 1));
+}
+
+// ---- join_policy and join_min_interval (JobConfig::join_policy): when a late joiner re-forms the job ----
+
+namespace {
+// elastic() with a join policy: the first round starts at 10 s (the last call) unless `running` == max.
+RendezvousState elastic_joins(int min, int max, int running, int max_restarts, JoinPolicy policy,
+                              std::chrono::milliseconds min_interval = 0ms) {
+  auto state = elastic(min, max, running, max_restarts);
+  state.config.join_policy = policy;
+  state.config.join_min_interval = min_interval;
+  return state;
+}
+
+bool logs(const std::vector<Action>& actions, const std::string& text) {
+  auto all = find_all<Log>(actions);
+  return std::any_of(all.begin(), all.end(), [&](const Log& l) { return l.text.find(text) != std::string::npos; });
+}
+
+Failure worker_exit(int rank) {
+  Failure f;
+  f.rank = rank;
+  f.local_rank = rank % 2;
+  f.pid = 40 + rank;
+  f.exit_code = 1;
+  return f;
+}
+}  // namespace
+
+TEST_CASE("join_policy at_failure: a late joiner waits unplaced; the running round goes on, whatever the time") {
+  auto state = elastic_joins(2, 4, 2, 1, JoinPolicy::kAtFailure);
+  auto actions = step(state, late_hello(7, "host9"), at(20'000ms));
+  CHECK(refusal(actions, 7).empty());
+  CHECK(find_all<Broadcast>(actions).empty());
+  CHECK(find_all<SendAssignments>(actions).empty());
+  CHECK(logs(actions, "host \"host9\" (10.0.0.9); it waits for the next round (join_policy at_failure: the job "
+                      "re-forms with it after a failure or a departure)"));
+  CHECK(state.nodes.at(7).node_rank == -1);
+  CHECK(next_deadline(state) == Clock::time_point{} + 600'000ms);  // only the heartbeats' deadline
+  step(state, Heartbeat{1}, at(500'000ms));
+  step(state, Heartbeat{2}, at(500'000ms));
+  step(state, Heartbeat{7}, at(500'000ms));
+  CHECK(find_all<Broadcast>(step(state, Tick{}, at(500'001ms))).empty());
+  CHECK(state.phase == Phase::kRunning);
+  CHECK(state.restart_count == 0);
+}
+
+TEST_CASE("join_policy at_failure: a worker failure's restart round places the waiting joiner") {
+  auto state = elastic_joins(2, 4, 2, 1, JoinPolicy::kAtFailure);
+  step(state, late_hello(7, "host9"), at(20'000ms));
+  auto actions = step(state, FailureReport{2, worker_exit(2)}, at(30'000ms));
+  auto stop = find_one<Broadcast>(actions);
+  CHECK(stop.conns == std::vector<ConnId>{1, 2});  // the joiner runs nothing to stop
+  CHECK(std::get<StopMsg>(stop.message).reason == "restarting the job (restart 1 of 1)");
+  auto send = find_one<SendAssignments>(all_stopped(state, {1, 2}, at(30'010ms)));
+  CHECK(send.round.nnodes == 3);
+  CHECK(send.round.world_size == 6);
+  CHECK(send.round.restart_count == 1);
+  CHECK(rank_of(send, 7) == 2);
+  CHECK(state.failure_restarts == 1);
+}
+
+TEST_CASE("join_policy at_failure: the re-form after a node lost places the waiting joiner") {
+  auto state = elastic_joins(2, 4, 3, 0, JoinPolicy::kAtFailure);
+  step(state, late_hello(7, "host9"), at(20'000ms));
+  auto stop = find_one<Broadcast>(step(state, Disconnected{3, "end of file"}, at(30'000ms)));
+  CHECK(stop.conns == std::vector<ConnId>{1, 2});
+  CHECK_FALSE(std::get<StopMsg>(stop.message).membership);
+  auto send = find_one<SendAssignments>(all_stopped(state, {1, 2}, at(30'010ms)));
+  CHECK(send.round.nnodes == 3);
+  CHECK(rank_of(send, 7) == 2);  // in the lost node's place at the end
+  CHECK(state.failure_restarts == 0);
+}
+
+TEST_CASE("join_policy at_failure: a job that completes first tells the waiting joiner complete") {
+  auto state = elastic_joins(2, 4, 2, 0, JoinPolicy::kAtFailure);
+  step(state, late_hello(7, "host9"), at(20'000ms));
+  step(state, NodeDone{1}, at(30'000ms));
+  auto done = find_one<Broadcast>(step(state, NodeDone{2}, at(30'001ms)));
+  CHECK(std::holds_alternative<CompleteMsg>(done.message));
+  CHECK(done.conns == std::vector<ConnId>{1, 2, 7});
+  CHECK(state.phase == Phase::kComplete);
+  CHECK(state.restart_count == 0);
+}
+
+TEST_CASE("join_min_interval: joiners within the interval wait and are placed together once it has passed") {
+  auto state = elastic_joins(2, 5, 2, 0, JoinPolicy::kNow, 60'000ms);  // the round started at 10 s
+  auto first = step(state, late_hello(7, "hostA"), at(20'000ms));
+  CHECK(find_all<Broadcast>(first).empty());
+  CHECK(logs(first, "it waits for the next round (join_min_interval 60.0 s: the round has run 10.0 s)"));
+  CHECK(find_all<Broadcast>(step(state, late_hello(8, "hostB"), at(40'000ms))).empty());
+  CHECK(next_deadline(state) == Clock::time_point{} + 70'000ms);
+  CHECK(find_all<Broadcast>(step(state, Tick{}, at(69'999ms))).empty());
+  auto stop = find_one<Broadcast>(step(state, Tick{}, at(70'000ms)));
+  CHECK(stop.conns == std::vector<ConnId>{1, 2});
+  const auto& msg = std::get<StopMsg>(stop.message);
+  CHECK(msg.membership);
+  CHECK(msg.reason == "re-forming the job: host \"hostA\" (10.0.0.9) and 1 more joined, 4 nodes in the next round "
+                      "(a membership change: no restart used)");
+  CHECK(msg.root_cause.host == "hostA");
+  auto send = find_one<SendAssignments>(all_stopped(state, {1, 2}, at(70'010ms)));
+  CHECK(send.round.nnodes == 4);
+  CHECK(send.round.restart_count == 1);  // one re-form for both
+  CHECK(rank_of(send, 7) == 2);
+  CHECK(rank_of(send, 8) == 3);
+  CHECK(state.failure_restarts == 0);
+}
+
+TEST_CASE("join_min_interval counts from the latest round: a join after it re-forms at once, the next waits again") {
+  auto state = elastic_joins(1, 4, 1, 0, JoinPolicy::kNow, 60'000ms);  // one node: the round started at 10 s
+  CHECK(find_one<Broadcast>(step(state, late_hello(7, "hostA"), at(70'000ms))).conns == std::vector<ConnId>{1});
+  find_one<SendAssignments>(all_stopped(state, {1}, at(70'500ms)));  // round 1 starts at 70.5 s
+  CHECK(find_all<Broadcast>(step(state, late_hello(8, "hostB"), at(100'000ms))).empty());
+  CHECK(next_deadline(state) == Clock::time_point{} + 130'500ms);
+  CHECK(find_one<Broadcast>(step(state, Tick{}, at(130'500ms))).conns == std::vector<ConnId>{1, 7});
+}
+
+TEST_CASE("join_min_interval: a failure's re-form within the interval places the waiting joiner at once") {
+  auto state = elastic_joins(2, 4, 2, 1, JoinPolicy::kNow, 600'000ms);
+  CHECK(find_all<Broadcast>(step(state, late_hello(7, "host9"), at(20'000ms))).empty());
+  auto stop = find_one<Broadcast>(step(state, FailureReport{1, worker_exit(0)}, at(21'000ms)));
+  CHECK(std::get<StopMsg>(stop.message).reason == "restarting the job (restart 1 of 1)");
+  CHECK(state.failure_restarts == 1);
+  auto send = find_one<SendAssignments>(all_stopped(state, {1, 2}, at(21'010ms)));
+  CHECK(rank_of(send, 7) == 2);
+  CHECK(send.round.nnodes == 3);
+}
+
+TEST_CASE("join policies: the names, and at_failure with an interval is refused as contradictory") {
+  JoinPolicy policy = JoinPolicy::kNow;
+  CHECK(parse_join_policy("at_failure", policy));
+  CHECK(policy == JoinPolicy::kAtFailure);
+  CHECK(std::string(to_string(policy)) == "at_failure");
+  CHECK(parse_join_policy("now", policy));
+  CHECK(policy == JoinPolicy::kNow);
+  CHECK_FALSE(parse_join_policy("later", policy));
+  CHECK_FALSE(parse_join_policy("", policy));
+  JobConfig config = job(3, false);
+  config.min_nodes = 1;
+  config.join_policy = JoinPolicy::kAtFailure;
+  config.join_min_interval = 5'000ms;
+  CHECK_THROWS_WITH_AS(validate(config), "join_min_interval applies to join_policy now: with at_failure a join never "
+                                         "re-forms the job", RendezvousError);
+  config.join_min_interval = 0ms;
+  CHECK_NOTHROW(validate(config));
 }
