@@ -99,6 +99,7 @@ struct AgentConfig {
   std::chrono::milliseconds hang_initial_timeout{0};
   std::chrono::milliseconds stack_capture_limit{5000};  // bounds the capture of a hung worker's stacks
   std::string events_file;          // empty: none
+  std::string metrics_textfile_dir;  // --metrics-textfile: Prometheus textfile of this node (agent/metrics_textfile.hpp)
   std::string host;                 // this node's name, for reports
   // In a SLURM step whose proctrack plugin signals every process of the step (launcher/slurm.hpp): a signal
   // from slurmstepd has reached the workers already and is not forwarded.

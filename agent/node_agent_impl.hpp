@@ -103,6 +103,7 @@ class NodeAgent {
   void answer_status(StatusSocket::Reply reply);
   void on_job_view(const rendezvous::JobViewMsg& view);
   void answer_pending_views(const rendezvous::JobViewMsg* view);
+  void write_metrics_textfile(const NodeStatus& status);
   // node_agent.cpp
   void on_signal(const ReceivedSignal& received);
   void suspend_job();
@@ -193,6 +194,8 @@ class NodeAgent {
   RateHistory status_rates_;
   std::map<pid_t, double> status_cpu_;  // each worker tree's CPU seconds at the last sample
   std::int64_t status_sampled_ns_ = 0;
+  std::string textfile_written_;       // --metrics-textfile: the file this node last wrote (removed at the end)
+  bool textfile_problem_said_ = false;
   AgentLifecycle lifecycle_;  // round stage, what the round leads to, clean-up (agent/agent_lifecycle.hpp)
   std::int64_t start_ms_ = 0;
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary

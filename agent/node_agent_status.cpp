@@ -3,8 +3,10 @@
 // Unix socket (agent/status_socket.hpp): this node fresh, the others as the rendezvous last heard them.
 #include <algorithm>
 #include <cstdlib>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include "agent/metrics_textfile.hpp"
 #include "agent/node_agent_impl.hpp"
 #include "common/time.hpp"
 
@@ -36,18 +38,35 @@ void NodeAgent::stop_status() {
   view_timer_.cancel();
   if (status_socket_) status_socket_->close();
   answer_pending_views(nullptr);
+  // The job is over here: its series leave the collector with it, instead of standing still as if it ran on.
+  if (!textfile_written_.empty()) ::unlink(textfile_written_.c_str());
 }
 
 void NodeAgent::on_status_tick() {
   if (lifecycle_.finished()) return;
   const NodeStatus status = sample_status(/*remember=*/true);
   if (world_.nnodes > 1 && lifecycle_.placed_once()) link_.client().report_status(json(status).dump());
+  if (!config_.metrics_textfile_dir.empty()) write_metrics_textfile(status);
   const auto period = status_period();
   if (period.count() == 0) return;
   status_timer_.expires_after(std::max(period, std::chrono::milliseconds(50)));
   status_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) on_status_tick();
   });
+}
+
+void NodeAgent::write_metrics_textfile(const NodeStatus& status) {
+  const std::string name = textfile_name(status);
+  const std::string path = config_.metrics_textfile_dir + "/" + name;
+  if (!textfile_written_.empty() && textfile_written_ != path) ::unlink(textfile_written_.c_str());  // a new round's name
+  const std::string problem = write_textfile(config_.metrics_textfile_dir, name, prometheus_text(status));
+  if (problem.empty()) {
+    textfile_written_ = path;
+    textfile_problem_said_ = false;
+  } else if (!textfile_problem_said_) {
+    textfile_problem_said_ = true;  // said once per failing spell, not every period
+    log_.warning("--metrics-textfile: ", problem, " (the job goes on; tried again every period)");
+  }
 }
 
 std::string NodeAgent::agent_state() const {

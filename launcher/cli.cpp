@@ -1,5 +1,6 @@
 #include "launcher/cli.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -52,6 +53,7 @@ struct RawOptions {
   std::string local_rank_arg;  // --local-rank-arg: dash | underscore
   std::string stdin_rank;      // --stdin-rank: a global rank
   std::string events_file;
+  std::string metrics_textfile;
   std::string prefix = "[rank{rank}]: ";
   bool no_prefix = false;
   std::string log_level;
@@ -121,6 +123,10 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--monitor-interval,--monitor_interval", o.monitor_interval,
                  "Accepted for torchrun compatibility and ignored: ddprun sees exits as events, not by polling");
   app.add_option("--events-file,--events_file", o.events_file, "Write one JSON line per lifecycle event here");
+  app.add_option("--metrics-textfile", o.metrics_textfile,
+                 "Write this node's live figures (state, step, step rate, last beat, CPU, RSS per rank; restarts) in "
+                 "Prometheus' text format into this directory, for node_exporter's textfile collector "
+                 "(docs/MONITORING.md)");
   app.add_option("--stdin-rank,--stdin_rank", o.stdin_rank,
                  "Give ddprun's stdin to this global rank, for pdb/breakpoint() (others read /dev/null)");
   app.add_option("--local-rank-arg,--local_rank_arg", o.local_rank_arg,
@@ -375,6 +381,15 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   } else if (cfg.output.redirects.all || cfg.output.redirects.per_rank_given || cfg.output.tee.all ||
              cfg.output.tee.per_rank_given) {
     throw UsageError("--redirects and --tee write log files: give --log-dir DIR as well", kExitUsage);
+  }
+  if (!o.metrics_textfile.empty()) {
+    // The collector's directory exists already (node_exporter reads it): a missing one is a typo, not made here.
+    struct stat st {};
+    if (::stat(o.metrics_textfile.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        ::access(o.metrics_textfile.c_str(), W_OK | X_OK) != 0)
+      throw UsageError("--metrics-textfile " + o.metrics_textfile + ": not a directory this user can write "
+                       "(node_exporter's --collector.textfile.directory)", kExitCantCreate);
+    cfg.metrics_textfile_dir = o.metrics_textfile;
   }
   if (!o.events_file.empty()) {
     const std::string why = check_writable_file(o.events_file);

@@ -56,6 +56,7 @@ const std::map<std::string, std::string>& value_names() {
       {"role", "NAME"},
       {"monitor-interval", "SEC"},
       {"events-file", "FILE"},
+      {"metrics-textfile", "DIR"},
       {"stdin-rank", "RANK"},
       {"local-rank-arg", "dash|underscore|none"},
       {"prefix", "FORMAT"},

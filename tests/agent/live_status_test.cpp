@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/live_status.hpp"
+#include "agent/metrics_textfile.hpp"
 
 using namespace ddprun::agent;
 
@@ -66,4 +67,37 @@ TEST_CASE("the view's JSON leaves out what is not known as null, never a made-up
   NodeStatus n;
   n.ranks.push_back(r);
   CHECK(nlohmann::json(n)["ranks"][0]["state"] == "starting");
+}
+
+TEST_CASE("the Prometheus text: gauges labelled job, node, host, rank; unknown values left out; labels escaped") {
+  NodeStatus n;
+  n.run_id = "slurm-7.0";
+  n.node_rank = 1;
+  n.host = "n\"2";
+  n.restart_count = 2;
+  n.world_size = 4;
+  n.time_ms = 1'700'000'000'500;
+  RankStatus beating;
+  beating.rank = 2;
+  beating.state = "running";
+  beating.step = 41;
+  beating.steps_per_s = 2.5;
+  beating.beat_age_s = 0.25;
+  beating.rss_bytes = 1 << 20;
+  RankStatus silent;
+  silent.rank = 3;
+  silent.state = "starting";
+  n.ranks = {beating, silent};
+  const std::string text = prometheus_text(n);
+  const std::string labels = "job=\"slurm-7.0\",node=\"1\",host=\"n\\\"2\"";
+  CHECK(text.find("# TYPE ddprun_rank_step gauge\n") != std::string::npos);
+  CHECK(text.find("ddprun_rank_state{" + labels + ",rank=\"2\",state=\"running\"} 1\n") != std::string::npos);
+  CHECK(text.find("ddprun_rank_state{" + labels + ",rank=\"3\",state=\"starting\"} 1\n") != std::string::npos);
+  CHECK(text.find("ddprun_rank_step{" + labels + ",rank=\"2\"} 41\n") != std::string::npos);
+  CHECK(text.find("ddprun_rank_steps_per_second{" + labels + ",rank=\"2\"} 2.5\n") != std::string::npos);
+  CHECK(text.find("ddprun_rank_step{" + labels + ",rank=\"3\"}") == std::string::npos);  // no beat: no sample
+  CHECK(text.find("ddprun_job_restarts{" + labels + "} 2\n") != std::string::npos);
+  CHECK(text.find("ddprun_job_rounds{" + labels + "} 3\n") != std::string::npos);
+  CHECK(text.find("ddprun_status_timestamp_seconds{" + labels + "} 1.7e+09\n") != std::string::npos);
+  CHECK(textfile_name(n) == "ddprun_slurm-7.0_node1.prom");
 }

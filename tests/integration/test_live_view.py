@@ -4,6 +4,7 @@ what is not known (no beats) is blank; other users cannot reach it; the socket g
 import json
 import os
 import pwd
+import re
 import signal
 import subprocess
 import time
@@ -14,7 +15,7 @@ from multinode import MultiNodeCase
 STATUS = os.path.join(os.path.dirname(os.path.abspath(DDPRUN)), "ddprun-status")
 
 
-class LiveView(MultiNodeCase):
+class LiveViewCase(MultiNodeCase):
     def setUp(self):
         super().setUp()
         self.runtime = self.path("runtime")
@@ -43,6 +44,9 @@ class LiveView(MultiNodeCase):
         d = os.path.join(self.runtime, "ddprun")
         return [f for f in os.listdir(d) if f.endswith(".sock")] if os.path.isdir(d) else []
 
+
+
+class LiveView(LiveViewCase):
     def test_a_beating_job_shows_every_rank_with_its_step_rate_and_resources(self):
         proc = self.start("--standalone", "--nproc-per-node", 2, "--hang-timeout", 30, "--run-id", "viewed", WORKER,
                           "beatfor=6:100")
@@ -128,3 +132,35 @@ class LiveView(MultiNodeCase):
         self.assertIn("refused:", r.stdout, r)
         self.assertIn("Permission denied", r.stdout, r)
         self.assertEqual(proc.wait(timeout=30), 0)
+
+
+class MetricsTextfile(LiveViewCase):
+    def test_a_node_exporter_textfile_is_written_while_the_job_runs_and_removed_at_its_end(self):
+        textdir = self.path("textfile")
+        os.mkdir(textdir)
+        proc = self.start("--standalone", "--nproc-per-node", 2, "--hang-timeout", 30, "--run-id", "scraped",
+                          "--metrics-textfile", textdir, WORKER, "beatfor=4:100")
+        self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        path = os.path.join(textdir, "ddprun_scraped_node0.prom")
+        deadline = time.monotonic() + 20
+        text = ""
+        while time.monotonic() < deadline and not re.search(r"^ddprun_rank_steps_per_second\{", text, re.M):
+            time.sleep(0.2)
+            if os.path.exists(path):
+                with open(path) as f:
+                    text = f.read()
+        for rank in (0, 1):
+            self.assertIn('ddprun_rank_state{job="scraped",node="0",host=', text)
+            self.assertRegex(text, rf'ddprun_rank_step{{job="scraped",node="0",host="[^"]+",rank="{rank}"}} \d+\n')
+        self.assertRegex(text, r'ddprun_rank_steps_per_second\{[^}]*rank="0"\} [0-9.e+]+\n')
+        self.assertIn('ddprun_job_restarts{job="scraped",node="0"', text)
+        self.assertEqual([f for f in os.listdir(textdir) if not f.endswith(".prom")], [])  # no temporary left
+        self.assertEqual(proc.wait(timeout=30), 0)
+        self.assertEqual(os.listdir(textdir), [])  # the job's series go with it
+
+    def test_an_unwritable_directory_is_refused_before_anything_starts(self):
+        r = self.run_ddprun("--standalone", "--metrics-textfile", self.path("missing"), "--nproc-per-node", 1,
+                            WORKER, "print=started")
+        self.assertEqual(r.code, 73, r)
+        self.assertIn("--metrics-textfile", r.stderr.decode())
+        self.assertNotIn("started", r.stdout.decode())

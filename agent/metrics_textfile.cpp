@@ -1,0 +1,120 @@
+#include "agent/metrics_textfile.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+namespace ddprun::agent {
+namespace {
+
+// Prometheus label values: backslash, double quote and line feed escaped.
+std::string escaped(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+std::string number(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+struct Family {
+  const char* name;
+  const char* help;
+};
+
+constexpr Family kRankState{"ddprun_rank_state", "1 for the state each rank is in (starting, running, stopping, hung, exited, failed)"};
+constexpr Family kStep{"ddprun_rank_step", "the step of the rank's last heartbeat"};
+constexpr Family kRate{"ddprun_rank_steps_per_second", "the rank's steps per second over the last minute"};
+constexpr Family kBeatAge{"ddprun_rank_last_beat_age_seconds", "seconds since the rank's last heartbeat"};
+constexpr Family kCpu{"ddprun_rank_cpu_percent", "CPU of the rank's process tree (100 = one core)"};
+constexpr Family kRss{"ddprun_rank_rss_bytes", "resident memory of the rank's process tree"};
+constexpr Family kRestarts{"ddprun_job_restarts", "rounds after the first (restarts and re-forms) on this node"};
+constexpr Family kRounds{"ddprun_job_rounds", "rounds this node has run, the current one included"};
+constexpr Family kWorld{"ddprun_job_world_size", "workers of the job in this round"};
+constexpr Family kTime{"ddprun_status_timestamp_seconds", "when this file was written (unix time)"};
+
+void header(std::ostringstream& out, const Family& f) {
+  out << "# HELP " << f.name << " " << f.help << "\n# TYPE " << f.name << " gauge\n";
+}
+
+}  // namespace
+
+std::string textfile_name(const NodeStatus& s) {
+  return "ddprun_" + s.run_id + "_node" + std::to_string(s.node_rank) + ".prom";
+}
+
+std::string prometheus_text(const NodeStatus& s) {
+  const std::string node = "job=\"" + escaped(s.run_id) + "\",node=\"" + std::to_string(s.node_rank) +
+                           "\",host=\"" + escaped(s.host) + "\"";
+  auto rank_labels = [&](const RankStatus& r) { return node + ",rank=\"" + std::to_string(r.rank) + "\""; };
+  std::ostringstream out;
+  header(out, kRankState);
+  for (const RankStatus& r : s.ranks)
+    out << kRankState.name << "{" << rank_labels(r) << ",state=\"" << escaped(r.state) << "\"} 1\n";
+  auto per_rank = [&](const Family& f, auto value) {
+    header(out, f);
+    for (const RankStatus& r : s.ranks)
+      if (auto v = value(r)) out << f.name << "{" << rank_labels(r) << "} " << number(*v) << "\n";
+  };
+  auto as_double = [](const auto& opt) {
+    return opt ? std::optional<double>(static_cast<double>(*opt)) : std::optional<double>();
+  };
+  per_rank(kStep, [&](const RankStatus& r) { return as_double(r.step); });
+  per_rank(kRate, [&](const RankStatus& r) { return r.steps_per_s; });
+  per_rank(kBeatAge, [&](const RankStatus& r) { return r.beat_age_s; });
+  per_rank(kCpu, [&](const RankStatus& r) { return r.cpu_percent; });
+  per_rank(kRss, [&](const RankStatus& r) { return as_double(r.rss_bytes); });
+  auto per_node = [&](const Family& f, double value) {
+    header(out, f);
+    out << f.name << "{" << node << "} " << number(value) << "\n";
+  };
+  per_node(kRestarts, s.restart_count);
+  per_node(kRounds, s.restart_count + 1);
+  per_node(kWorld, s.world_size);
+  per_node(kTime, static_cast<double>(s.time_ms) / 1000.0);
+  return out.str();
+}
+
+std::string write_textfile(const std::string& dir, const std::string& name, const std::string& text) {
+  // node_exporter skips files that do not end in .prom: the temporary name never matches.
+  const std::string tmp = dir + "/." + name + "." + std::to_string(::getpid()) + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = "cannot write " + tmp + ": " + std::strerror(n < 0 ? errno : ENOSPC);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return why;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    const std::string why = "cannot write " + tmp + ": " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return why;
+  }
+  if (::rename(tmp.c_str(), (dir + "/" + name).c_str()) != 0) {
+    const std::string why = "cannot rename " + tmp + ": " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return why;
+  }
+  return {};
+}
+
+}  // namespace ddprun::agent
