@@ -45,7 +45,11 @@ void NodeAgent::stop_status() {
 void NodeAgent::on_status_tick() {
   if (lifecycle_.finished()) return;
   const NodeStatus status = sample_status(/*remember=*/true);
-  if (world_.nnodes > 1 && lifecycle_.placed_once()) link_.client().report_status(json(status).dump());
+  if (world_.nnodes > 1 && lifecycle_.placed_once()) {
+    // A status beyond the protocol's bound would be a protocol error at the server (this node lost): not sent.
+    std::string text = json(status).dump();
+    if (text.size() * 2 <= rendezvous::kMaxNodeStatusBytes) link_.client().report_status(std::move(text));
+  }
   if (!config_.metrics_textfile_dir.empty()) write_metrics_textfile(status);
   const auto period = status_period();
   if (period.count() == 0) return;
@@ -167,7 +171,8 @@ void NodeAgent::answer_pending_views(const rendezvous::JobViewMsg* view) {
       nodes.push_back(std::move(other));
     }
   }
-  const std::string document = json{{"nodes", nodes}, {"complete", view != nullptr || world_.nnodes <= 1}}.dump();
+  const bool complete = nodes.size() >= static_cast<std::size_t>(std::max(world_.nnodes, 1));
+  const std::string document = json{{"nodes", nodes}, {"complete", complete}}.dump();
   auto replies = std::move(pending_views_);
   pending_views_.clear();
   for (auto& reply : replies) reply(document);

@@ -107,7 +107,7 @@ std::string render_job(const json& job, std::int64_t now_ms) {
     return std::stoll(a[0].empty() ? "0" : a[0]) < std::stoll(b[0].empty() ? "0" : b[0]);
   });
   out << table(node_rows) << table(rank_rows);
-  if (!job.value("complete", true)) out << "(the rendezvous did not answer: other nodes not shown)\n";
+  if (!job.value("complete", true)) out << "(not every node of the job is shown: the rendezvous did not answer, or has not heard from it yet)\n";
   return out.str();
 }
 

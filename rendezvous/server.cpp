@@ -147,11 +147,16 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
 
   const RendezvousState& state() const { return state_; }
 
-  // The live view: every connected node's latest status, oldest first by node order of arrival.
+  // The live view: every connected node's latest status, in order of connection. Within one frame: a job too
+  // large for it gets the nodes that fit (the asking agent says the view is incomplete), never an oversized
+  // frame, which would end this server.
   JobViewMsg job_view() const {
     JobViewMsg view;
     const auto now = Clock::now();
+    std::size_t bytes = 64;
     for (const auto& [id, entry] : statuses_) {
+      bytes += entry.status.size() * 2 + 32;  // JSON escaping of the text at most doubles it
+      if (bytes > state_.config.max_frame_bytes) break;
       view.nodes.push_back(entry.status);
       view.ages_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(now - entry.at).count());
     }
