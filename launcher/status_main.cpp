@@ -25,6 +25,7 @@
 #include "agent/status_socket.hpp"
 #include "common/exit_codes.hpp"
 #include "common/time.hpp"
+#include "common/version.hpp"
 #include "launcher/status_view.hpp"
 
 using nlohmann::json;
@@ -96,6 +97,7 @@ std::optional<json> ask(const JobSocket& s) {
 int main(int argc, char** argv) {
   CLI::App app{"the live view of this user's ddprun jobs on this node: every rank's state, step, step rate, last "
                "beat, CPU and memory, on every node of the job"};
+  app.set_version_flag("--version", std::string("ddprun-status ") + ddprun::kVersion);
   std::string run_id;
   bool as_json = false, watch = false;
   double interval = 2;

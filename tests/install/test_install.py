@@ -91,15 +91,16 @@ class InstalledPackage(unittest.TestCase):
         return env
 
     def test_layout(self):
-        expected = ["bin/ddprun", "bin/ddprun-rendezvous",
+        expected = ["bin/ddprun", "bin/ddprun-rendezvous", "bin/ddprun-status",
                     "share/bash-completion/completions/ddprun", "share/bash-completion/completions/ddprun-rendezvous",
+                    "share/bash-completion/completions/ddprun-status",
                     "share/ddprun/python/ddprun_heartbeat.py",
                     "lib/cmake/ddprun/ddprunConfig.cmake", "lib/cmake/ddprun/ddprunConfigVersion.cmake",
                     "lib/cmake/ddprun/ddprunTargets.cmake"]
         if HAS_SDK:
             expected += ["include/ddprun/worker_sdk/sdk.hpp", "lib/libddprun_sdk.a"]
         if HAS_MAN:
-            expected += ["share/man/man1/ddprun.1", "share/man/man1/ddprun-rendezvous.1"]
+            expected += ["share/man/man1/ddprun.1", "share/man/man1/ddprun-rendezvous.1", "share/man/man1/ddprun-status.1"]
         missing = [p for p in expected if not os.path.exists(self.at(*p.split("/")))]
         self.assertEqual(missing, [], f"not installed under {self.prefix}")
         code, out, err = run([self.at("bin", "ddprun"), "--version"], env=self.env(), timeout=10)
@@ -108,6 +109,9 @@ class InstalledPackage(unittest.TestCase):
         code, out, err = run([self.at("bin", "ddprun-rendezvous"), "--version"], env=self.env(), timeout=10)
         self.assertEqual(code, 0, err)
         self.assertRegex(out, r"^ddprun-rendezvous \d+\.\d+\.\d+")
+        code, out, err = run([self.at("bin", "ddprun-status"), "--version"], env=self.env(), timeout=10)
+        self.assertEqual(code, 0, err)
+        self.assertRegex(out, r"^ddprun-status \d+\.\d+\.\d+")
         code, out, err = run([self.at("bin", "ddprun-rendezvous"), "--help"], env=self.env(), timeout=10)
         self.assertEqual(code, 0, err)
         for exe in ("ddprun", "ddprun-rendezvous"):
@@ -221,6 +225,7 @@ class InstalledPackage(unittest.TestCase):
         self.assertEqual(self.complete("--static", command="ddprun-rendezvous"), ["--static-node-ranks"])
         self.assertEqual(self.complete("--rdzv", command="ddprun-rendezvous"), ["--rdzv-id", "--rdzv-timeout"])
         self.assertEqual(self.complete("--nproc", command="ddprun-rendezvous"), [])
+        self.assertEqual(self.complete("--wat", command="ddprun-status"), ["--watch"])
 
 
 if __name__ == "__main__":
