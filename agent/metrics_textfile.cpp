@@ -3,10 +3,17 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <sstream>
+#include <thread>
+#include <utility>
 
 namespace ddprun::agent {
 namespace {
@@ -87,10 +94,14 @@ std::string prometheus_text(const NodeStatus& s) {
   return out.str();
 }
 
-std::string write_textfile(const std::string& dir, const std::string& name, const std::string& text) {
+namespace {
+
+// "" when DIR/NAME now holds `text`, else why not.
+std::string write_atomically(const std::string& dir, const std::string& name, const std::string& text) {
   // node_exporter skips files that do not end in .prom: the temporary name never matches.
   const std::string tmp = dir + "/." + name + "." + std::to_string(::getpid()) + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  ::unlink(tmp.c_str());  // our own leftover (a pid is unique among the living); another user's stays, and fails below
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
   std::size_t done = 0;
   while (done < text.size()) {
@@ -115,6 +126,69 @@ std::string write_textfile(const std::string& dir, const std::string& name, cons
     return why;
   }
   return {};
+}
+
+}  // namespace
+
+struct TextfileWriter::Shared {
+  std::string dir;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<std::pair<std::string, std::string>> pending;  // (name, text)
+  std::string problem;   // a failing spell's first failure, not yet taken
+  bool failing = false;
+  bool stop = false;
+  bool done = false;     // the thread removed the last file and ended
+
+  void run() {
+    std::string written;  // the name of the file last written, removed at the end
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait(lock, [this] { return stop || pending; });
+      if (stop) break;
+      auto [name, text] = std::move(*pending);
+      pending.reset();
+      lock.unlock();
+      if (!written.empty() && written != name) ::unlink((dir + "/" + written).c_str());
+      const std::string why = write_atomically(dir, name, text);
+      if (why.empty()) written = name;
+      lock.lock();
+      if (!why.empty() && !failing) problem = why;
+      failing = !why.empty();
+    }
+    lock.unlock();
+    if (!written.empty()) ::unlink((dir + "/" + written).c_str());  // the job's series go with it
+    lock.lock();
+    done = true;
+    cv.notify_all();
+  }
+};
+
+TextfileWriter::TextfileWriter(std::string dir) : shared_(std::make_shared<Shared>()) {
+  shared_->dir = std::move(dir);
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, &old);  // the agent's signalfd sees every signal
+  std::thread([shared = shared_] { shared->run(); }).detach();
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+TextfileWriter::~TextfileWriter() {
+  std::unique_lock<std::mutex> lock(shared_->mu);
+  shared_->stop = true;
+  shared_->cv.notify_all();
+  shared_->cv.wait_for(lock, std::chrono::seconds(1), [this] { return shared_->done; });
+}
+
+void TextfileWriter::publish(std::string name, std::string text) {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  shared_->pending.emplace(std::move(name), std::move(text));
+  shared_->cv.notify_all();
+}
+
+std::string TextfileWriter::take_problem() {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return std::exchange(shared_->problem, std::string());
 }
 
 }  // namespace ddprun::agent

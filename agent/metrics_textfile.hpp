@@ -6,6 +6,7 @@
 // alert rule.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "agent/live_status.hpp"
@@ -15,8 +16,28 @@ namespace ddprun::agent {
 // The exposition text for one node's status.
 std::string prometheus_text(const NodeStatus& status);
 
-// "" when written, else why not (the agent says it once).
-std::string write_textfile(const std::string& dir, const std::string& name, const std::string& text);
+// Writes the latest text to DIR/NAME from a thread of its own, as the workers' log files are written
+// (common/write_queue.hpp): a directory on a file system that hangs or is full never holds the agent's loop.
+// The newest text replaces one not yet written. A temporary is created with O_EXCL | O_NOFOLLOW (a file or a
+// FIFO another user put under its name in a shared directory is never opened), written, then renamed.
+class TextfileWriter {
+ public:
+  explicit TextfileWriter(std::string dir);
+  // Removes the last file written (a new round's name replaces the old one too), waiting at most 1 s for
+  // the thread: a file system that hangs does not hold ddprun's exit.
+  ~TextfileWriter();
+  TextfileWriter(const TextfileWriter&) = delete;
+  TextfileWriter& operator=(const TextfileWriter&) = delete;
+
+  void publish(std::string name, std::string text);
+  // Why writing failed, once per failing spell (then "" until a write succeeded and another failed).
+  std::string take_problem();
+
+  struct Shared;
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
 
 // The file's name for this node: ddprun_<run id>_node<N>.prom.
 std::string textfile_name(const NodeStatus& status);

@@ -105,20 +105,7 @@ int NodeAgent::run() {
   try {
     link_.start();
   } catch (const rendezvous::RendezvousError& e) {
-    console::write(2, std::string("ddprun: error: ") + e.what() + "\n");
-    // The other nodes of the job would wait --rdzv-timeout for this one: they are told now, and end with
-    // this reason (exit 69 everywhere). A signal cuts the telling short.
-    if (link_.announce_start_failure(e.what(), [this] { io_.stop(); })) {
-      announcing_start_failure_ = true;
-      io_.run();
-    }
-    console::set_on_room(nullptr);
-    guard_watch_.close();
-    cgroup_.end();
-    layout_.cleanup();
-    guard_.dismiss();
-    drain_console();
-    return kExitRdzvUnavailable;
+    return end_before_start(e.what());
   }
   start_status();
   io_.run();

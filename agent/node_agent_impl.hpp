@@ -26,6 +26,7 @@
 #include "agent/exit_summary.hpp"
 #include "agent/heartbeat_channel.hpp"
 #include "agent/live_status.hpp"
+#include "agent/metrics_textfile.hpp"
 #include "agent/output_pump.hpp"
 #include "agent/rendezvous_link.hpp"
 #include "agent/run_layout.hpp"
@@ -65,6 +66,7 @@ class NodeAgent {
   void signal_everything(int signal, bool include_descendants);
   // node_agent_rdzv.cpp
   rendezvous::ClientHandlers rendezvous_handlers();
+  int end_before_start(const std::string& why);
   void on_assignment(const rendezvous::Assignment& a);
   void on_stop(const rendezvous::StopOrder& order);
   void on_outcome(const JobCause* cause, const char* reason);
@@ -194,8 +196,7 @@ class NodeAgent {
   RateHistory status_rates_;
   std::map<pid_t, double> status_cpu_;  // each worker tree's CPU seconds at the last sample
   std::int64_t status_sampled_ns_ = 0;
-  std::string textfile_written_;       // --metrics-textfile: the file this node last wrote (removed at the end)
-  bool textfile_problem_said_ = false;
+  std::unique_ptr<TextfileWriter> textfile_;  // --metrics-textfile, off the loop (agent/metrics_textfile.hpp)
   AgentLifecycle lifecycle_;  // round stage, what the round leads to, clean-up (agent/agent_lifecycle.hpp)
   std::int64_t start_ms_ = 0;
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/node_agent_impl.hpp"
+#include "common/console.hpp"
 #include "common/error.hpp"
 #include "common/process/wait_status.hpp"
 #include "common/time.hpp"
@@ -55,6 +56,24 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
       },
       [this] { on_capture_requested(); },
       [this](const rdzv::JobViewMsg& view) { on_job_view(view); }};
+}
+
+// This node cannot take part (link_.start failed): nothing was started. The other nodes of the job would wait
+// --rdzv-timeout for it: they are told now, and end with this reason (exit 69 everywhere). A stop signal cuts
+// the telling short (on_signal).
+int NodeAgent::end_before_start(const std::string& why) {
+  console::write(2, "ddprun: error: " + why + "\n");
+  if (link_.announce_start_failure(why, [this] { io_.stop(); })) {
+    announcing_start_failure_ = true;
+    io_.run();
+  }
+  console::set_on_room(nullptr);
+  guard_watch_.close();
+  cgroup_.end();
+  layout_.cleanup();
+  guard_.dismiss();
+  drain_console();
+  return kExitRdzvUnavailable;
 }
 
 void NodeAgent::on_assignment(const rdzv::Assignment& a) {

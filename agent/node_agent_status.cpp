@@ -3,10 +3,8 @@
 // Unix socket (agent/status_socket.hpp): this node fresh, the others as the rendezvous last heard them.
 #include <algorithm>
 #include <cstdlib>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
-#include "agent/metrics_textfile.hpp"
 #include "agent/node_agent_impl.hpp"
 #include "common/time.hpp"
 
@@ -39,7 +37,7 @@ void NodeAgent::stop_status() {
   if (status_socket_) status_socket_->close();
   answer_pending_views(nullptr);
   // The job is over here: its series leave the collector with it, instead of standing still as if it ran on.
-  if (!textfile_written_.empty()) ::unlink(textfile_written_.c_str());
+  textfile_.reset();
 }
 
 void NodeAgent::on_status_tick() {
@@ -60,17 +58,11 @@ void NodeAgent::on_status_tick() {
 }
 
 void NodeAgent::write_metrics_textfile(const NodeStatus& status) {
-  const std::string name = textfile_name(status);
-  const std::string path = config_.metrics_textfile_dir + "/" + name;
-  if (!textfile_written_.empty() && textfile_written_ != path) ::unlink(textfile_written_.c_str());  // a new round's name
-  const std::string problem = write_textfile(config_.metrics_textfile_dir, name, prometheus_text(status));
-  if (problem.empty()) {
-    textfile_written_ = path;
-    textfile_problem_said_ = false;
-  } else if (!textfile_problem_said_) {
-    textfile_problem_said_ = true;  // said once per failing spell, not every period
+  if (!textfile_) textfile_ = std::make_unique<TextfileWriter>(config_.metrics_textfile_dir);
+  // The writer's failure, if any, is from an earlier period: said once per failing spell.
+  if (const std::string problem = textfile_->take_problem(); !problem.empty())
     log_.warning("--metrics-textfile: ", problem, " (the job goes on; tried again every period)");
-  }
+  textfile_->publish(textfile_name(status), prometheus_text(status));
 }
 
 std::string NodeAgent::agent_state() const {

@@ -2,6 +2,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 
+#include "common/time.hpp"
 #include "rendezvous/errors.hpp"
 #include "rendezvous/munge_auth.hpp"
 
@@ -173,8 +174,7 @@ bool RendezvousLink::announce_start_failure(const std::string& why, std::functio
   failure.host = config_.host;
   failure.exit_code = kExitRdzvUnavailable;
   failure.message = why;
-  failure.time_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch()).count();
+  failure.time_unix_ms = unix_ms();
   server->cannot_start(failure);
   server_ = std::move(server);
   log_.info("telling the other nodes that this one could not start (at most ", kStartFailureLinger.count() / 1000,

@@ -126,7 +126,7 @@ void RunLayout::cleanup() const {
   for (auto d = dirs.rbegin(); d != dirs.rend(); ++d) fs::remove(*d, ec);  // the empty ones only
 }
 
-std::string check_writable_dir(const std::string& dir) {
+std::string check_writable_dir(const std::string& dir, bool may_be_missing) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) == 0) {
     if (!S_ISDIR(st.st_mode)) return dir + " exists and is not a directory";
@@ -134,6 +134,7 @@ std::string check_writable_dir(const std::string& dir) {
     return "";
   }
   if (errno != ENOENT) return "cannot use " + dir + " (" + std::strerror(errno) + ")";
+  if (!may_be_missing) return dir + " does not exist";
   // Not there yet: the nearest existing ancestor must be a writable directory.
   fs::path p = fs::absolute(dir).parent_path();
   while (!p.empty() && ::stat(p.c_str(), &st) != 0) {

@@ -56,6 +56,7 @@ class RunLayout {
 
 // Checks that `dir` exists (or can be created) and is writable, without leaving anything behind when it
 // was not there before. Returns an empty string when fine, else what is wrong, fit for one line.
-std::string check_writable_dir(const std::string& dir);
+// may_be_missing: a directory not there yet passes when it can be made (--log-dir); else it must exist.
+std::string check_writable_dir(const std::string& dir, bool may_be_missing = true);
 
 }  // namespace ddprun::agent

@@ -1,6 +1,5 @@
 #include "launcher/cli.hpp"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -384,11 +383,8 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   }
   if (!o.metrics_textfile.empty()) {
     // The collector's directory exists already (node_exporter reads it): a missing one is a typo, not made here.
-    struct stat st {};
-    if (::stat(o.metrics_textfile.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-        ::access(o.metrics_textfile.c_str(), W_OK | X_OK) != 0)
-      throw UsageError("--metrics-textfile " + o.metrics_textfile + ": not a directory this user can write "
-                       "(node_exporter's --collector.textfile.directory)", kExitCantCreate);
+    const std::string why = agent::check_writable_dir(o.metrics_textfile, /*may_be_missing=*/false);
+    if (!why.empty()) throw UsageError("--metrics-textfile: " + why, kExitCantCreate);
     cfg.metrics_textfile_dir = o.metrics_textfile;
   }
   if (!o.events_file.empty()) {
