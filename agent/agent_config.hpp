@@ -91,12 +91,15 @@ struct AgentConfig {
   std::string log_dir;              // empty: error files in a temporary directory, no log files
   OutputConfig output;
   std::chrono::milliseconds term_timeout{30000};
-  // --hang-timeout: a worker that beat once and then stays silent this long is hung; 0: no heartbeat
-  // channel at all (README "Hang detection").
+  // --hang-timeout: a worker that beat once and then stays silent this long is hung; 0: beats are only
+  // read, for the live view and straggler naming (README "Hang detection").
   std::chrono::milliseconds hang_timeout{0};
   // --hang-initial-timeout: a worker that has not beaten this long after its start is hung too (stuck before
   // its first beat: init_process_group, NCCL init, the first data load); 0: a worker that never beat is exempt.
   std::chrono::milliseconds hang_initial_timeout{0};
+  // Straggler naming (rendezvous/straggler_watch.hpp): each rank's pace is measured over this window and
+  // sent to the rendezvous, which judges (rdzv.job.stragglers: the threshold, and half this window to last).
+  std::chrono::milliseconds straggler_window{20'000};
   std::chrono::milliseconds stack_capture_limit{5000};  // bounds the capture of a hung worker's stacks
   std::string events_file;          // empty: none
   std::string metrics_textfile_dir;  // --metrics-textfile: Prometheus textfile of this node (agent/metrics_textfile.hpp)

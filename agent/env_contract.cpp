@@ -108,15 +108,16 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   // Set or removed, never inherited: a nested ddprun's console is its parent's pipe, not a terminal.
   if (in.console_tty) set(c::kConsoleTty, "1");
   else vars.erase(c::kConsoleTty);
+  // Set or removed, never inherited from an enclosing ddprun (a nested job): its descriptor and files mean
+  // nothing here. The stacks only where a hang can be judged (--hang-timeout).
+  for (const char* k : {c::kHeartbeatFd, c::kHeartbeatOffset, c::kStacksFile, c::kStacksSignal}) vars.erase(k);
   if (in.heartbeat_fd >= 0) {
     set(c::kHeartbeatFd, std::to_string(in.heartbeat_fd));
     set(c::kHeartbeatOffset, std::to_string(in.heartbeat_offset));
+  }
+  if (!in.stacks_file.empty()) {
     set(c::kStacksFile, in.stacks_file);
     set(c::kStacksSignal, std::to_string(in.stacks_signal));
-  } else {
-    // Inherited from an enclosing ddprun (a nested job): its descriptor means nothing here.
-    for (const char* k : {c::kHeartbeatFd, c::kHeartbeatOffset, c::kStacksFile, c::kStacksSignal})
-      vars.erase(k);
   }
   set_slurm_task_view(vars, w, rank, in.local_rank);
   // The job's rendezvous secret stays with ddprun: whatever a worker runs (and logs) never sees it.

@@ -20,9 +20,10 @@ struct WorkerEnvInputs {
   // DDPRUN_CONSOLE_TTY=1: the worker's stdout (a pipe) is forwarded to ddprun's terminal, so the worker may
   // draw a progress bar redrawn with '\r' (the line framer passes such pieces through with their prefix).
   bool console_tty = false;
-  // --hang-timeout only (agent/heartbeat_channel.hpp): DDPRUN_HEARTBEAT_FD/_OFFSET, DDPRUN_STACKS_FILE/_SIGNAL
-  int heartbeat_fd = -1;   // -1: none of the four is set
+  // The heartbeat slot (agent/heartbeat_channel.hpp): DDPRUN_HEARTBEAT_FD/_OFFSET; -1: neither is set
+  int heartbeat_fd = -1;
   std::size_t heartbeat_offset = 0;
+  // --hang-timeout only: DDPRUN_STACKS_FILE/_SIGNAL; "": neither is set
   std::string stacks_file{};
   int stacks_signal = 0;
 };

@@ -65,6 +65,8 @@ void HeartbeatChannel::release() {
 void HeartbeatChannel::clear() {
   for (int lr = 0; lr < slots_; ++lr) {
     write_quiet(base_ + offset_of(lr), 0);
+    __atomic_store_n(reinterpret_cast<std::int64_t*>(base_ + offset_of(lr) + contract::kBeatWorkOffset), 0,
+                     __ATOMIC_RELAXED);
     write(base_ + offset_of(lr), -1, 0);
   }
 }
@@ -77,7 +79,13 @@ Beat HeartbeatChannel::read(int local_rank) const {
   b.step = __atomic_load_n(reinterpret_cast<std::int64_t*>(slot + contract::kBeatStepOffset), __ATOMIC_RELAXED);
   b.quiet_until_ns =
       __atomic_load_n(reinterpret_cast<std::int64_t*>(slot + contract::kBeatQuietUntilOffset), __ATOMIC_RELAXED);
+  b.work_ns = __atomic_load_n(reinterpret_cast<std::int64_t*>(slot + contract::kBeatWorkOffset), __ATOMIC_RELAXED);
   return b;
+}
+
+void HeartbeatChannel::add_work(void* slot, std::int64_t work_ns) {
+  auto* bytes = static_cast<unsigned char*>(slot);
+  __atomic_fetch_add(reinterpret_cast<std::int64_t*>(bytes + contract::kBeatWorkOffset), work_ns, __ATOMIC_RELAXED);
 }
 
 void HeartbeatChannel::write_quiet(void* slot, std::int64_t until_ns) {

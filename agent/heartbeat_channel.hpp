@@ -8,6 +8,7 @@
 // Slot layout (common/contract/worker_contract.hpp, the one definition), native-endian, 8-byte aligned:
 //   +0  int64 step      the training step of the last beat (-1: none given)
 //   +8  int64 time_ns   CLOCK_MONOTONIC in nanoseconds at the last beat; 0: never beat. Written last.
+//   +16 int64 quiet_until_ns, +24 int64 work_ns (see the contract)
 // Why shared memory and not a socket: docs/DESIGN-NOTES.md "Hang detection".
 #pragma once
 
@@ -24,6 +25,7 @@ struct Beat {
   std::int64_t step = -1;
   std::int64_t time_ns = 0;  // CLOCK_MONOTONIC; 0: never beat
   std::int64_t quiet_until_ns = 0;  // a declared quiet phase ends then (CLOCK_MONOTONIC); 0: none
+  std::int64_t work_ns = 0;         // the worker's own work so far (not waiting for other ranks); 0: not said
   bool ever() const { return time_ns != 0; }
 };
 
@@ -53,6 +55,8 @@ class HeartbeatChannel {
   static void write(void* slot, std::int64_t step, std::int64_t time_ns);
   // What a worker does to open (until_ns > 0) or close (0) a quiet phase; the beat that follows publishes it.
   static void write_quiet(void* slot, std::int64_t until_ns);
+  // What a worker does to add its own work to the slot; the beat that follows publishes it.
+  static void add_work(void* slot, std::int64_t work_ns);
 
  private:
   void release();

@@ -66,7 +66,9 @@ void to_json(json& out, const RankStatus& r) {
              {"steps_per_s", or_null(r.steps_per_s)},
              {"beat_age_s", or_null(r.beat_age_s)},
              {"cpu_percent", or_null(r.cpu_percent)},
-             {"rss_bytes", or_null(r.rss_bytes)}};
+             {"rss_bytes", or_null(r.rss_bytes)},
+             {"work_per_step_s", or_null(r.work_per_step_s)},
+             {"straggler", r.straggler}};
 }
 
 void to_json(json& out, const NodeStatus& n) {
@@ -78,21 +80,59 @@ void to_json(json& out, const NodeStatus& n) {
              {"ranks", n.ranks}};
 }
 
-void RateHistory::add(int rank, std::int64_t pid, std::int64_t time_ns, std::int64_t step) {
+void RateHistory::add(int rank, std::int64_t pid, std::int64_t time_ns, std::int64_t step, std::int64_t work_ns) {
   Series& s = samples_[rank];
   if (s.pid != pid) s = Series{pid, {}};  // a new round's worker: its steps are not the last one's
-  s.samples.push_back(Sample{time_ns, step});
-  // Keep one sample at or before the window's start, so that the rate spans the whole minute.
-  while (s.samples.size() > 2 && s.samples[1].time_ns <= time_ns - kRateWindowNs) s.samples.pop_front();
+  s.samples.push_back(Sample{time_ns, step, work_ns});
+  // Keep one sample at or before the kept span's start, so that a rate or pace spans its whole window.
+  while (s.samples.size() > 2 && s.samples[1].time_ns <= time_ns - keep_ns_) s.samples.pop_front();
+}
+
+// The rank's newest sample and the newest at or before `window_ns` before it (or the oldest there is);
+// nullopt with fewer than two samples.
+std::optional<std::pair<RateHistory::Sample, RateHistory::Sample>> RateHistory::span(int rank,
+                                                                                       std::int64_t window_ns) const {
+  auto it = samples_.find(rank);
+  if (it == samples_.end() || it->second.samples.size() < 2) return std::nullopt;
+  const Sample& last = it->second.samples.back();
+  const Sample* first = &it->second.samples.front();
+  for (const Sample& s : it->second.samples)
+    if (s.time_ns <= last.time_ns - window_ns) first = &s;
+  return std::make_pair(*first, last);
 }
 
 std::optional<double> RateHistory::rate(int rank) const {
-  auto it = samples_.find(rank);
-  if (it == samples_.end() || it->second.samples.size() < 2) return std::nullopt;
-  const Sample& first = it->second.samples.front();
-  const Sample& last = it->second.samples.back();
+  const auto ends = span(rank, kRateWindowNs);
+  if (!ends) return std::nullopt;
+  const auto& [first, last] = *ends;
   if (last.time_ns <= first.time_ns || last.step < first.step) return std::nullopt;
   return static_cast<double>(last.step - first.step) * 1e9 / static_cast<double>(last.time_ns - first.time_ns);
+}
+
+std::optional<rendezvous::RankPace> RateHistory::pace(int rank, std::int64_t window_ns) const {
+  const auto ends = span(rank, window_ns);
+  if (!ends) return std::nullopt;
+  const Sample* first = &ends->first;
+  const Sample& last = ends->second;
+  const std::int64_t steps = last.step - first->step;
+  if (steps < kMinPaceSteps || last.time_ns <= first->time_ns) return std::nullopt;
+  rendezvous::RankPace p;
+  p.rank = rank;
+  p.step_us = (last.time_ns - first->time_ns) / steps / 1000;
+  const std::int64_t work = last.work_ns - first->work_ns;
+  p.work_us = last.work_ns > 0 && work >= 0 ? work / steps / 1000 : -1;
+  return p;
+}
+
+std::string straggler_text(const rendezvous::Straggler& s, double window_s) {
+  char line[512];
+  const double pace = static_cast<double>(s.pace_us) / 1e6, median = static_cast<double>(s.median_us) / 1e6;
+  std::snprintf(line, sizeof line,
+                "straggler: rank %d (node %d, host %s) took %.3f s%s per step over the last %.0f s, the other "
+                "ranks' median %.3f s (+%.0f%%)",
+                s.rank, s.node_rank, s.host.c_str(), pace, s.work ? " of its own work" : "", window_s, median,
+                median > 0 ? (pace / median - 1) * 100 : 0.0);
+  return line;
 }
 
 std::map<pid_t, TreeUsage> tree_usages(const std::vector<pid_t>& roots) {

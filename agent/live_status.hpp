@@ -8,15 +8,19 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "rendezvous/protocol.hpp"
 
 namespace ddprun::agent {
 
@@ -34,6 +38,8 @@ struct RankStatus {
   std::optional<double> beat_age_s;         // since its last beat
   std::optional<double> cpu_percent;        // the worker and its descendants, over the last sample period
   std::optional<std::int64_t> rss_bytes;    // the worker and its descendants
+  std::optional<double> work_per_step_s;    // its own work per step over the straggler window, where it says it
+  bool straggler = false;                   // named by the rendezvous (rendezvous/straggler_watch.hpp)
 };
 
 struct NodeStatus {
@@ -53,24 +59,38 @@ struct NodeStatus {
 void to_json(nlohmann::json& out, const RankStatus& r);
 void to_json(nlohmann::json& out, const NodeStatus& n);
 
-// Step samples per rank for the rate over the last minute. A new round (new pids) starts afresh.
+// Step samples per rank for the rate over the last minute and the pace over the straggler window. A new
+// round (new pids) starts afresh.
 class RateHistory {
  public:
-  void add(int rank, std::int64_t pid, std::int64_t time_ns, std::int64_t step);
+  // Keeps samples for the longer of a minute and `window_ns` (the straggler window).
+  explicit RateHistory(std::int64_t window_ns = 0) : keep_ns_(std::max(kRateWindowNs, window_ns)) {}
+  // work_ns: the slot's work so far (0: the worker does not say it).
+  void add(int rank, std::int64_t pid, std::int64_t time_ns, std::int64_t step, std::int64_t work_ns = 0);
   std::optional<double> rate(int rank) const;
+  // Step time and work per step (µs) over the last `window_ns` (over what there is, when the rank is younger),
+  // once the rank made kMinPaceSteps steps in it; work_us -1 where the worker does not say its work.
+  std::optional<rendezvous::RankPace> pace(int rank, std::int64_t window_ns) const;
   void clear() { samples_.clear(); }
+  static constexpr std::int64_t kMinPaceSteps = 3;
 
  private:
   struct Sample {
     std::int64_t time_ns;
     std::int64_t step;
+    std::int64_t work_ns;
   };
+  std::optional<std::pair<Sample, Sample>> span(int rank, std::int64_t window_ns) const;
   struct Series {
     std::int64_t pid = 0;
     std::deque<Sample> samples;
   };
+  std::int64_t keep_ns_;
   std::map<int, Series> samples_;
 };
+
+// The log line that names a straggler: its rank, node, pace and the others' median, over the window.
+std::string straggler_text(const rendezvous::Straggler& s, double window_s);
 
 // CPU time (seconds) and resident memory of each root process and all its descendants, from one pass over
 // /proc (one read of each process's stat, one of statm for those in a tree); a root that is gone is absent.

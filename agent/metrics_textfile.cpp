@@ -47,6 +47,8 @@ constexpr Family kRate{"ddprun_rank_steps_per_second", "the rank's steps per sec
 constexpr Family kBeatAge{"ddprun_rank_last_beat_age_seconds", "seconds since the rank's last heartbeat"};
 constexpr Family kCpu{"ddprun_rank_cpu_percent", "CPU of the rank's process tree (100 = one core)"};
 constexpr Family kRss{"ddprun_rank_rss_bytes", "resident memory of the rank's process tree"};
+constexpr Family kWork{"ddprun_rank_work_seconds_per_step", "the rank's own work per step (where it says it), over the straggler window"};
+constexpr Family kStraggler{"ddprun_rank_straggler", "1 while the rendezvous names the rank a straggler"};
 constexpr Family kRestarts{"ddprun_job_restarts", "rounds after the first (restarts and re-forms) on this node"};
 constexpr Family kRounds{"ddprun_job_rounds", "rounds this node has run, the current one included"};
 constexpr Family kWorld{"ddprun_job_world_size", "workers of the job in this round"};
@@ -83,6 +85,8 @@ std::string prometheus_text(const NodeStatus& s) {
   per_rank(kBeatAge, [&](const RankStatus& r) { return r.beat_age_s; });
   per_rank(kCpu, [&](const RankStatus& r) { return r.cpu_percent; });
   per_rank(kRss, [&](const RankStatus& r) { return as_double(r.rss_bytes); });
+  per_rank(kWork, [&](const RankStatus& r) { return r.work_per_step_s; });
+  per_rank(kStraggler, [&](const RankStatus& r) { return std::optional<double>(r.straggler ? 1 : 0); });
   auto per_node = [&](const Family& f, double value) {
     header(out, f);
     out << f.name << "{" << node << "} " << number(value) << "\n";

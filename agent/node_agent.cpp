@@ -62,7 +62,8 @@ int NodeAgent::run() {
   try {
     layout_.prepare_attempt(world_.restart_count, config_.world.local_world_size);
     if (!config_.events_file.empty()) events_ = EventLog(config_.events_file);
-    if (config_.hang_timeout.count() > 0) heartbeats_ = HeartbeatChannel(config_.world.local_world_size);
+    // Always: the live view's steps and straggler naming read the beats too; only --hang-timeout judges them.
+    heartbeats_ = HeartbeatChannel(config_.world.local_world_size);
     start_job_guard();
     process::become_child_subreaper();
     // From here on ddprun's console and its files are queues with writer threads of their own, so the loop

@@ -28,7 +28,7 @@ constexpr std::chrono::seconds kHangVerdictLimit{15};
 }  // namespace
 
 void NodeAgent::arm_hang_watch() {
-  if (!heartbeats_.enabled()) return;
+  if (!heartbeats_.enabled() || config_.hang_timeout.count() == 0) return;
   std::vector<WatchedWorker> running;
   for (const WorkerRecord& w : policy_.workers())
     if (w.state == WorkerState::kRunning && w.pid > 0) {
@@ -61,7 +61,7 @@ bool NodeAgent::hang_watch_applies() const {
 // fg after Ctrl-Z: the workers were stopped too, so their last beats are as old as the pause.
 void NodeAgent::restart_hang_watch_after_pause() {
   hang_pause_end_ns_ = monotonic_ns();
-  if (!heartbeats_.enabled() || !hang_watch_applies()) return;
+  if (!heartbeats_.enabled() || config_.hang_timeout.count() == 0 || !hang_watch_applies()) return;
   hang_timer_.cancel();
   arm_hang_watch();
 }

@@ -106,6 +106,8 @@ class NodeAgent {
   void on_job_view(const rendezvous::JobViewMsg& view);
   void answer_pending_views(const rendezvous::JobViewMsg* view);
   void write_metrics_textfile(const NodeStatus& status);
+  std::vector<rendezvous::RankPace> running_paces() const;
+  void on_stragglers(const rendezvous::StragglersMsg& message);
   // node_agent.cpp
   void on_signal(const ReceivedSignal& received);
   void suspend_job();
@@ -194,6 +196,7 @@ class NodeAgent {
   std::unique_ptr<StatusSocket> status_socket_;
   std::vector<StatusSocket::Reply> pending_views_;
   RateHistory status_rates_;
+  std::vector<rendezvous::Straggler> stragglers_;  // named by the rendezvous, this round
   std::map<pid_t, double> status_cpu_;  // each worker tree's CPU seconds at the last sample
   std::int64_t status_sampled_ns_ = 0;
   std::unique_ptr<TextfileWriter> textfile_;  // --metrics-textfile, off the loop (agent/metrics_textfile.hpp)

@@ -55,7 +55,8 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
         on_outcome(&c, "rendezvous_error");
       },
       [this] { on_capture_requested(); },
-      [this](const rdzv::JobViewMsg& view) { on_job_view(view); }};
+      [this](const rdzv::JobViewMsg& view) { on_job_view(view); },
+      [this](const rdzv::StragglersMsg& named) { on_stragglers(named); }};
 }
 
 // This node cannot take part (link_.start failed): nothing was started. The other nodes of the job would wait
@@ -90,6 +91,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
   world_.run_id = a.run_id;
   world_.restart_count = a.restart_count;
   world_.max_restarts = a.max_restarts;
+  stragglers_.clear();  // the server judges each round afresh
   // One block per node and round, so a log shows at a glance where every node's ranks went.
   if (a.nnodes > 1) log_.info(rdzv::format_summary(a, config_.host));
   // --stdin-rank names a global rank, which a multi-node job knows only now (one node: checked at start-up).

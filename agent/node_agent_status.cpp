@@ -24,6 +24,7 @@ std::chrono::milliseconds status_period() {
 }  // namespace
 
 void NodeAgent::start_status() {
+  status_rates_ = RateHistory(std::chrono::nanoseconds(config_.straggler_window).count());
   status_socket_ = std::make_unique<StatusSocket>(io_, [this](StatusSocket::Reply reply) { answer_status(std::move(reply)); });
   std::string problem;
   if (!status_socket_->open(world_.run_id, problem)) log_.warning("no live view for ddprun-status: ", problem);
@@ -43,10 +44,11 @@ void NodeAgent::stop_status() {
 void NodeAgent::on_status_tick() {
   if (lifecycle_.finished()) return;
   const NodeStatus status = sample_status(/*remember=*/true);
-  if (world_.nnodes > 1 && lifecycle_.placed_once()) {
-    // A status beyond the protocol's bound would be a protocol error at the server (this node lost): not sent.
+  if (lifecycle_.placed_once()) {
+    // One node too: its own server judges its ranks' paces. A status beyond the protocol's bound would be a
+    // protocol error at the server (this node lost): not sent.
     std::string text = json(status).dump();
-    if (text.size() * 2 <= rendezvous::kMaxNodeStatusBytes) link_.client().report_status(std::move(text));
+    if (text.size() * 2 <= rendezvous::kMaxNodeStatusBytes) link_.client().report_status(std::move(text), running_paces());
   }
   if (!config_.metrics_textfile_dir.empty()) write_metrics_textfile(status);
   const auto period = status_period();
@@ -90,6 +92,7 @@ NodeStatus NodeAgent::sample_status(bool remember) {
   s.started_ms = start_ms_;
   s.time_ms = unix_ms();
   const std::int64_t now_ns = monotonic_ns();
+  const std::int64_t window_ns = std::chrono::nanoseconds(config_.straggler_window).count();
   std::vector<pid_t> pids;
   for (const WorkerRecord& w : policy_.workers())
     if (w.state == WorkerState::kRunning && w.pid > 0) pids.push_back(w.pid);
@@ -107,10 +110,14 @@ NodeStatus NodeAgent::sample_status(bool remember) {
       if (beat.ever() && running) {
         if (beat.step >= 0) r.step = beat.step;
         r.beat_age_s = static_cast<double>(now_ns - beat.time_ns) / 1e9;
-        if (beat.step >= 0 && remember) status_rates_.add(w.rank, w.pid, now_ns, beat.step);
+        if (beat.step >= 0 && remember) status_rates_.add(w.rank, w.pid, now_ns, beat.step, beat.work_ns);
       }
       if (running) r.steps_per_s = status_rates_.rate(w.rank);
+      if (auto pace = status_rates_.pace(w.rank, window_ns); running && pace && pace->work_us >= 0)
+        r.work_per_step_s = static_cast<double>(pace->work_us) / 1e6;
     }
+    r.straggler = running && std::any_of(stragglers_.begin(), stragglers_.end(),
+                                         [&](const rendezvous::Straggler& named) { return named.rank == w.rank; });
     if (auto u = usage.find(w.pid); running && u != usage.end()) {
       r.rss_bytes = u->second.rss_bytes;
       cpu_now[w.pid] = u->second.cpu_s;
@@ -121,7 +128,9 @@ NodeStatus NodeAgent::sample_status(bool remember) {
     if (!running) r.state = w.state == WorkerState::kSucceeded ? "exited" : w.hung ? "hung" : "failed";
     else if (policy_.phase() != Phase::kRunning) r.state = "stopping";
     else if (found_hung(w.local_rank)) r.state = "hung";
-    else if (heartbeats_.enabled() && !r.beat_age_s) r.state = "starting";
+    // Under --hang-timeout the workers beat (the user said so): until the first beat a rank is starting. A
+    // program that never beats is running from its start.
+    else if (config_.hang_timeout.count() > 0 && !r.beat_age_s) r.state = "starting";
     else r.state = "running";
     s.ranks.push_back(std::move(r));
   }
@@ -130,6 +139,40 @@ NodeStatus NodeAgent::sample_status(bool remember) {
     status_sampled_ns_ = now_ns;
   }
   return s;
+}
+
+// Each running rank's pace over the straggler window, for the rendezvous' judgement (straggler_watch.hpp): only
+// ranks that are running now, in a round that is running (a stopping round's paces describe no one).
+std::vector<rendezvous::RankPace> NodeAgent::running_paces() const {
+  std::vector<rendezvous::RankPace> paces;
+  if (policy_.phase() != Phase::kRunning) return paces;
+  const std::int64_t window_ns = std::chrono::nanoseconds(config_.straggler_window).count();
+  for (const WorkerRecord& w : policy_.workers())
+    if (w.state == WorkerState::kRunning)
+      if (auto pace = status_rates_.pace(w.rank, window_ns)) paces.push_back(*pace);
+  return paces;
+}
+
+// The rendezvous named (or stopped naming) stragglers: said once each way, on every node, in the log and the
+// events file; the live view marks them.
+void NodeAgent::on_stragglers(const rendezvous::StragglersMsg& message) {
+  auto among = [](const std::vector<rendezvous::Straggler>& list, int rank) {
+    return std::any_of(list.begin(), list.end(), [&](const rendezvous::Straggler& s) { return s.rank == rank; });
+  };
+  const double window_s = std::chrono::duration<double>(config_.straggler_window).count();
+  for (const rendezvous::Straggler& s : message.named) {
+    if (among(stragglers_, s.rank)) continue;
+    log_.warning(straggler_text(s, window_s));
+    events_.write(json{{"event", "straggler"}, {"time_ms", unix_ms()}, {"rank", s.rank}, {"node_rank", s.node_rank},
+                       {"host", s.host}, {"per_step_s", s.pace_us / 1e6}, {"median_s", s.median_us / 1e6},
+                       {"measure", s.work ? "work" : "step_time"}, {"window_s", window_s}});
+  }
+  for (const rendezvous::Straggler& s : stragglers_) {
+    if (among(message.named, s.rank)) continue;
+    log_.info("rank ", s.rank, " is no longer a straggler");
+    events_.write(json{{"event", "straggler_end"}, {"time_ms", unix_ms()}, {"rank", s.rank}, {"node_rank", s.node_rank}});
+  }
+  stragglers_ = message.named;
 }
 
 void NodeAgent::answer_status(StatusSocket::Reply reply) {
@@ -164,7 +207,13 @@ void NodeAgent::answer_pending_views(const rendezvous::JobViewMsg* view) {
     }
   }
   const bool complete = nodes.size() >= static_cast<std::size_t>(std::max(world_.nnodes, 1));
-  const std::string document = json{{"nodes", nodes}, {"complete", complete}}.dump();
+  json stragglers = json::array();
+  for (const rendezvous::Straggler& st : stragglers_)
+    stragglers.push_back(json{{"rank", st.rank}, {"node_rank", st.node_rank}, {"host", st.host},
+                              {"per_step_s", st.pace_us / 1e6}, {"median_s", st.median_us / 1e6},
+                              {"measure", st.work ? "work" : "step_time"}});
+  const std::string document =
+      json{{"nodes", nodes}, {"complete", complete}, {"stragglers", std::move(stragglers)}}.dump();
   auto replies = std::move(pending_views_);
   pending_views_.clear();
   for (auto& reply : replies) reply(document);

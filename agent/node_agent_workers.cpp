@@ -120,9 +120,11 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
   if (heartbeats_.enabled()) {
     env_in.heartbeat_fd = heartbeats_.fd();
     env_in.heartbeat_offset = HeartbeatChannel::offset_of(local_rank);
+    opts.inherit_fds.push_back(heartbeats_.fd());
+  }
+  if (config_.hang_timeout.count() > 0) {
     env_in.stacks_file = stacks_file(local_rank);
     env_in.stacks_signal = python_stacks_signal();
-    opts.inherit_fds.push_back(heartbeats_.fd());
   }
 
   std::string prefix;

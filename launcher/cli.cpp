@@ -37,6 +37,8 @@ struct RawOptions {
   std::string term_timeout = "30";
   std::string hang_timeout = "0";
   std::string hang_initial_timeout = "0";
+  std::string straggler_threshold = "30";  // percent
+  std::string straggler_window = "20";
   std::string role = "default";
   bool no_python = false;
   bool module = false;
@@ -114,6 +116,12 @@ void define_options(CLI::App& app, RawOptions& o) {
   app.add_option("--hang-initial-timeout,--hang_initial_timeout", o.hang_initial_timeout,
                  "Seconds a worker may run before its first heartbeat (stuck in init_process_group, the first "
                  "data load); then hung like after --hang-timeout, which it needs (default 0: off)");
+  app.add_option("--straggler-threshold", o.straggler_threshold,
+                 "Name a rank a straggler when its work per step (or step time) stays this many percent above "
+                 "the other ranks' median (README 'Stragglers'; default 30; 0: off)");
+  app.add_option("--straggler-window", o.straggler_window,
+                 "Seconds over which a rank's pace is measured; it is named after half as long past the "
+                 "threshold (default 20)");
   app.add_option("--run-id,--run_id", t.run_id, "Job id (TORCHELASTIC_RUN_ID; default none)");
   app.add_option("--role", o.role, "Worker role name (ROLE_NAME; default default)");
   app.add_flag("--no-python,--no_python", o.no_python, "Execute PROGRAM directly, even a Python script");
@@ -344,6 +352,11 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   if (cfg.hang_initial_timeout.count() > 0 && cfg.hang_timeout.count() <= 0)
     throw UsageError("--hang-initial-timeout needs --hang-timeout: the workers must beat (README 'Hang detection')",
                      kExitUsage);
+  cfg.rdzv.job.stragglers.threshold = parse_int_in("--straggler-threshold", o.straggler_threshold, 0, 10000) / 100.0;
+  cfg.straggler_window = parse_duration("--straggler-window", o.straggler_window);
+  if (cfg.straggler_window < std::chrono::seconds(2))
+    throw UsageError("--straggler-window must be at least 2 seconds (a pace needs several samples)", kExitUsage);
+  cfg.rdzv.job.stragglers.persist = cfg.straggler_window / 2;
   if (!o.monitor_interval.empty()) parse_duration("--monitor-interval", o.monitor_interval);
 
   cfg.output.prefix_format = o.no_prefix ? std::string() : o.prefix;

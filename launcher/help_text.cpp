@@ -52,6 +52,8 @@ const std::map<std::string, std::string>& value_names() {
       {"term-timeout", "SEC"},
       {"hang-timeout", "SEC"},
       {"hang-initial-timeout", "SEC"},
+      {"straggler-threshold", "PCT"},
+      {"straggler-window", "SEC"},
       {"run-id", "ID"},
       {"role", "NAME"},
       {"monitor-interval", "SEC"},

@@ -84,7 +84,7 @@ std::string render_job(const json& job, std::int64_t now_ms) {
       << human_age(now_ms - here.value("started_ms", now_ms)) << "\n";
   std::vector<std::vector<std::string>> node_rows{{"NODE", "HOST", "AGENT", "RANKS", "AS OF"}};
   std::vector<std::vector<std::string>> rank_rows{
-      {"RANK", "NODE", "HOST", "PID", "STATE", "STEP", "STEPS/S", "LAST BEAT", "CPU%", "RSS"}};
+      {"RANK", "NODE", "HOST", "PID", "STATE", "STEP", "STEPS/S", "WORK/STEP", "LAST BEAT", "CPU%", "RSS"}};
   std::vector<const json*> sorted;
   for (const json& n : nodes) sorted.push_back(&n);
   std::sort(sorted.begin(), sorted.end(),
@@ -97,9 +97,12 @@ std::string render_job(const json& job, std::int64_t now_ms) {
                          fixed(json(n->value("age_ms", 0) / 1000.0), 1) + "s ago"});
     for (const json& r : ranks) {
       const std::string beat = fixed(r.value("beat_age_s", json()), 1);
-      rank_rows.push_back({integer(r.value("rank", json())), node, host, integer(r.value("pid", json())),
-                           text(r.value("state", json())), integer(r.value("step", json())),
-                           fixed(r.value("steps_per_s", json()), 2), beat.empty() ? "" : beat + "s",
+      const std::string work = fixed(r.value("work_per_step_s", json()), 3);
+      // A named straggler is running, slowly: the one word that makes it stand out in the column.
+      const std::string state = r.value("straggler", false) ? "slow" : text(r.value("state", json()));
+      rank_rows.push_back({integer(r.value("rank", json())), node, host, integer(r.value("pid", json())), state,
+                           integer(r.value("step", json())), fixed(r.value("steps_per_s", json()), 2),
+                           work.empty() ? "" : work + "s", beat.empty() ? "" : beat + "s",
                            fixed(r.value("cpu_percent", json()), 0), human_bytes(r.value("rss_bytes", json()))});
     }
   }
@@ -107,6 +110,16 @@ std::string render_job(const json& job, std::int64_t now_ms) {
     return std::stoll(a[0].empty() ? "0" : a[0]) < std::stoll(b[0].empty() ? "0" : b[0]);
   });
   out << table(node_rows) << table(rank_rows);
+  for (const json& st : job.value("stragglers", json::array())) {
+    const double pace = st.value("per_step_s", 0.0), median = st.value("median_s", 0.0);
+    char line[256];
+    std::snprintf(line, sizeof line, "straggler: rank %d (node %d, host %s): %.3f s%s per step, the other ranks' "
+                  "median %.3f s (+%.0f%%)\n", st.value("rank", 0), st.value("node_rank", 0),
+                  st.value("host", std::string()).c_str(), pace,
+                  st.value("measure", std::string()) == "work" ? " of its own work" : "", median,
+                  median > 0 ? (pace / median - 1) * 100 : 0.0);
+    out << line;
+  }
   if (!job.value("complete", true)) out << "(not every node of the job is shown: the rendezvous did not answer, or has not heard from it yet)\n";
   return out.str();
 }

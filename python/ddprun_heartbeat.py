@@ -22,11 +22,25 @@ Importing it changes nothing in the process but one thing, and only under `ddpru
 is registered for DDPRUN_STACKS_SIGNAL (the real-time signal ddprun sends for the stacks). No other signal's
 disposition changes until the program calls handle_stop_signals() or a function decorated with record().
 
-Heartbeats (README "Hang detection"). Outside ddprun, or without --hang-timeout, beat() and quiet() do nothing.
+Heartbeats (README "Hang detection"). Outside ddprun beat(), quiet() and work() do nothing. Under ddprun the
+beats feed the live view (ddprun-status) and straggler naming; only --hang-timeout judges a silent worker.
 The channel: the descriptor DDPRUN_HEARTBEAT_FD is a shared page; the worker's slot at byte
 DDPRUN_HEARTBEAT_OFFSET holds int64 step, then int64 CLOCK_MONOTONIC nanoseconds (time.monotonic_ns()),
 written last; at +16 the end of a quiet phase (CLOCK_MONOTONIC nanoseconds, 0: none), written before the beat
-that opens it.
+that opens it; at +24 the worker's own work so far (nanoseconds), added before a beat.
+
+Stragglers (README "Stragglers"). In a job whose ranks step in lockstep, every rank's step takes as long as the
+slowest rank's, so the beats alone cannot tell which rank is slow. Wrap the part of a step that is this rank's
+own work, and not a wait for the others, in work(): loading the batch, the forward pass, a backward without
+DDP's gradient reduction. ddprun compares each rank's work per step with the other ranks' median:
+
+    for step, batch in enumerate(loader):
+        with ddprun_heartbeat.work():
+            batch = batch.to(device)
+            loss = model(batch)        # DDP reduces gradients inside backward(): leave it out
+        loss.backward()
+        opt.step()
+        ddprun_heartbeat.beat(step)
 
 Stop requests (preemption; the C++ SDK's worker_sdk/stop_request.hpp). A scheduler that wants the nodes back
 warns before it kills: SLURM's `--signal=B:USR1@120` sends SIGUSR1, scancel and most schedulers SIGTERM followed
@@ -121,6 +135,21 @@ def quiet(seconds):
     finally:
         struct.pack_into("q", _page, _offset + 16, previous)
         beat(_step)
+
+
+@contextlib.contextmanager
+def work():
+    """This rank's own work (not waiting for other ranks): its time is added to the slot, published by the next
+    beat, for ddprun's straggler naming. Nesting counts the inner time once per level: don't nest."""
+    if _page is None:
+        yield
+        return
+    start = time.monotonic_ns()
+    try:
+        yield
+    finally:
+        done = struct.unpack_from("q", _page, _offset + 24)[0] + time.monotonic_ns() - start
+        struct.pack_into("q", _page, _offset + 24, done)
 
 
 # The stop request. The signals are the C++ SDK's: SIGUSR1 (SLURM's notice) and SIGTERM (scancel, a teardown).

@@ -258,6 +258,8 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
       if (handlers_.on_capture) handlers_.on_capture();
     } else if (auto* view = std::get_if<JobViewMsg>(&message)) {
       if (handlers_.on_job_view) handlers_.on_job_view(*view);
+    } else if (auto* named = std::get_if<StragglersMsg>(&message)) {
+      if (handlers_.on_stragglers) handlers_.on_stragglers(*named);
     }
   }
 
@@ -418,7 +420,9 @@ void Client::report_failure(const Failure& failure) { impl_->send(FailureMsg{fai
 void Client::report_node_done() { impl_->send(NodeDoneMsg{}); }
 void Client::report_stopped() { impl_->report_stopped(); }
 void Client::report_hang_view(const HangViewMsg& view) { impl_->send(view); }
-void Client::report_status(std::string status_json) { impl_->send(NodeStatusMsg{std::move(status_json)}); }
+void Client::report_status(std::string status_json, std::vector<RankPace> paces) {
+  impl_->send(NodeStatusMsg{std::move(status_json), std::move(paces)});
+}
 void Client::request_view() { impl_->send(ViewRequestMsg{}); }
 void Client::close() { impl_->close(); }
 

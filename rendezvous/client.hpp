@@ -76,6 +76,7 @@ struct ClientHandlers {
   std::function<void(const ClientError&)> on_error;      // refused, timed out, lost the server, protocol
   std::function<void()> on_capture;  // a hang elsewhere: capture every worker's stacks, then report_hang_view
   std::function<void(const JobViewMsg&)> on_job_view;  // the answer to request_view
+  std::function<void(const StragglersMsg&)> on_stragglers;  // the ranks named stragglers changed
 };
 
 class Client {
@@ -93,7 +94,8 @@ class Client {
   void report_node_done();   // every local worker exited 0
   void report_stopped();     // restart round: every local worker is down (with a fresh master port offer)
   void report_hang_view(const HangViewMsg& view);  // --hang-timeout: this node's workers, judged
-  void report_status(std::string status_json);     // the live view: this node's latest (agent/live_status.hpp)
+  // The live view: this node's latest (agent/live_status.hpp), and its running ranks' paces for straggler naming.
+  void report_status(std::string status_json, std::vector<RankPace> paces);
   void request_view();                             // every node's latest status: on_job_view
   void close();              // no more handlers; idempotent
 

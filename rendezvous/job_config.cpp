@@ -30,6 +30,8 @@ void validate(const JobConfig& config) {
   if (config.join_min_interval.count() < 0) fail("join_min_interval must not be negative");
   if (config.join_policy == JoinPolicy::kAtFailure && config.join_min_interval.count() > 0)
     fail("join_min_interval applies to join_policy now: with at_failure a join never re-forms the job");
+  if (!(config.stragglers.threshold >= 0 && config.stragglers.threshold <= 100) || config.stragglers.persist.count() <= 0)
+    fail("straggler naming: the threshold must be 0 (off) to 10000%, the time a pace must last positive");
   if (config.max_restarts < 0 || config.max_restarts > kMaxRestarts)
     fail("--max-restarts must be in 0.." + std::to_string(kMaxRestarts));
   if (config.max_frame_bytes < kHandshakeMaxFrameBytes || config.max_outbox_bytes < config.max_frame_bytes + kFrameHeaderBytes)

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "rendezvous/framing.hpp"
+#include "rendezvous/straggler_watch.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -48,6 +49,7 @@ struct JobConfig {
   int max_departures = 3;
   JoinPolicy join_policy = JoinPolicy::kNow;           // see JoinPolicy
   std::chrono::milliseconds join_min_interval{0};      // kNow only: a round runs this long before a join ends it
+  StragglerRule stragglers;                            // straggler naming (straggler_watch.hpp)
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  // after authentication; kHandshakeMaxFrameBytes before
   // Connections that have not joined (no hello yet, or refused and closing) held at once; 0 = the larger
   // of 1024 and 64 + 4 x max_nodes. Beyond it the oldest such connection is closed to admit the new one: a flood of strangers

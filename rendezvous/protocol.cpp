@@ -80,6 +80,12 @@ json to_json_value(const ClientMessage& message) {
         } else if constexpr (std::is_same_v<T, NodeStatusMsg>) {
           json j = typed("node_status");
           j["status"] = m.status;
+          if (!m.paces.empty()) {
+            json paces = json::array();
+            for (const RankPace& p : m.paces)
+              paces.push_back(json{{"rank", p.rank}, {"step_us", p.step_us}, {"work_us", p.work_us}});
+            j["paces"] = std::move(paces);
+          }
           return j;
         } else if constexpr (std::is_same_v<T, ViewRequestMsg>) {
           return typed("view_request");
@@ -144,6 +150,14 @@ std::string encode(const ServerMessage& message) {
           json j = typed("job_view");
           j["nodes"] = m.nodes;
           j["ages_ms"] = m.ages_ms;
+          return dump(j);
+        } else if constexpr (std::is_same_v<T, StragglersMsg>) {
+          json j = typed("stragglers");
+          json named = json::array();
+          for (const Straggler& s : m.named)
+            named.push_back(json{{"rank", s.rank}, {"node_rank", s.node_rank}, {"host", s.host},
+                                 {"pace_us", s.pace_us}, {"median_us", s.median_us}, {"work", s.work}});
+          j["named"] = std::move(named);
           return dump(j);
         } else {
           static_assert(std::is_same_v<T, CaptureMsg>);

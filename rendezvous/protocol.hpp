@@ -14,7 +14,8 @@
 //                                                its agent found one hung (suspect) or the server asked
 //   server → capture to every other node of the round, on a suspect view: capture stacks, send hang_view
 //   server → stop{root_cause, reason, restarting} to every node | complete when every node is done
-//   client → node_status{status} (every few seconds) | view_request   server → job_view{nodes, ages_ms}
+//   client → node_status{status, paces} (every few seconds) | view_request   server → job_view{nodes, ages_ms}
+//   server → stragglers{named} to every node of the round, when the ranks named slow change
 // Unknown message types and malformed fields are ProtocolErrors: the receiver closes that connection only.
 #pragma once
 
@@ -94,7 +95,21 @@ struct HangViewMsg {
 // latest word of that node; and a node's request for every node's latest, for ddprun-status on that node.
 // The status is JSON text the server keeps and hands back without reading it.
 inline constexpr std::size_t kMaxNodeStatusBytes = 256 * 1024;
-struct NodeStatusMsg { std::string status; };
+// Straggler naming (straggler_watch.hpp): a running rank's pace over the agent's window, in microseconds per
+// step: its step time, and its own work per step where the worker says it (heartbeat slot +24; -1: not said).
+inline constexpr std::int64_t kMaxPaceUs = std::int64_t{1} << 40;
+struct RankPace {
+  int rank = 0;
+  std::int64_t step_us = 0;
+  std::int64_t work_us = -1;
+  friend bool operator==(const RankPace& a, const RankPace& b) {
+    return a.rank == b.rank && a.step_us == b.step_us && a.work_us == b.work_us;
+  }
+};
+struct NodeStatusMsg {
+  std::string status;
+  std::vector<RankPace> paces;  // at most kMaxNproc
+};
 struct ViewRequestMsg {};
 using ClientMessage = std::variant<HelloMsg, HeartbeatMsg, FailureMsg, NodeDoneMsg, StoppedMsg, HangViewMsg,
                                    NodeStatusMsg, ViewRequestMsg>;
@@ -160,8 +175,25 @@ struct JobViewMsg {
   std::vector<std::string> nodes;
   std::vector<std::int64_t> ages_ms;
 };  // a hang was found elsewhere: capture every worker's stacks and answer with hang_view
-using ServerMessage =
-    std::variant<ChallengeMsg, ErrorMsg, Assignment, HeartbeatAckMsg, StopMsg, CompleteMsg, CaptureMsg, JobViewMsg>;
+// The ranks the server names stragglers now, sent to every node when the set changes (empty: none left).
+inline constexpr std::size_t kMaxStragglers = 1024;
+struct Straggler {
+  int rank = 0;
+  int node_rank = 0;
+  std::string host;
+  std::int64_t pace_us = 0;    // its work (or step time) per step
+  std::int64_t median_us = 0;  // the other ranks' median of the same
+  bool work = false;           // compared by own work per step; false: by step time
+  friend bool operator==(const Straggler& a, const Straggler& b) {
+    return a.rank == b.rank && a.node_rank == b.node_rank && a.host == b.host && a.pace_us == b.pace_us &&
+           a.median_us == b.median_us && a.work == b.work;
+  }
+};
+struct StragglersMsg {
+  std::vector<Straggler> named;
+};
+using ServerMessage = std::variant<ChallengeMsg, ErrorMsg, Assignment, HeartbeatAckMsg, StopMsg, CompleteMsg,
+                                   CaptureMsg, JobViewMsg, StragglersMsg>;
 
 // ---- encoding: payloads (JSON text), not frames ----
 std::string encode(const ClientMessage& message);

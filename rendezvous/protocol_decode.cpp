@@ -135,6 +135,35 @@ JobViewMsg decode_job_view(const json& j) {
   return m;
 }
 
+NodeStatusMsg decode_node_status(const json& j) {
+  NodeStatusMsg m{get_string(j, "status", kMaxNodeStatusBytes), {}};
+  auto it = j.find("paces");
+  if (it == j.end()) return m;
+  if (!it->is_array() || it->size() > static_cast<std::size_t>(kMaxNproc))
+    throw ProtocolError("field \"paces\" is not an array of at most one entry per worker");
+  for (const json& p : *it) {
+    if (!p.is_object()) throw ProtocolError("a pace is not an object");
+    m.paces.push_back(RankPace{get_int_in(p, "rank", 0, kMaxRank), get_int_in(p, "step_us", std::int64_t{0}, kMaxPaceUs),
+                               get_int_in(p, "work_us", std::int64_t{-1}, kMaxPaceUs)});
+  }
+  return m;
+}
+
+StragglersMsg decode_stragglers(const json& j) {
+  const json& named = required(j, "named");
+  if (!named.is_array() || named.size() > kMaxStragglers)
+    throw ProtocolError("field \"named\" is not an array of at most " + std::to_string(kMaxStragglers));
+  StragglersMsg m;
+  for (const json& s : named) {
+    if (!s.is_object()) throw ProtocolError("a straggler is not an object");
+    m.named.push_back(Straggler{get_int_in(s, "rank", 0, kMaxRank), get_int_in(s, "node_rank", 0, kMaxNodes - 1),
+                                get_host(s, "host", /*allow_empty=*/true),
+                                get_int_in(s, "pace_us", std::int64_t{0}, kMaxPaceUs),
+                                get_int_in(s, "median_us", std::int64_t{0}, kMaxPaceUs), get_bool(s, "work", false)});
+  }
+  return m;
+}
+
 }  // namespace
 
 ClientMessage decode_client_message(std::string_view payload) {
@@ -160,7 +189,7 @@ ClientMessage decode_client_message(std::string_view payload) {
   if (type == "node_done") return NodeDoneMsg{};
   if (type == "stopped") return StoppedMsg{get_optional_int_in(j, "master_port", 1, 65535).value_or(0)};
   if (type == "hang_view") return decode_hang_view(j);
-  if (type == "node_status") return NodeStatusMsg{get_string(j, "status", kMaxNodeStatusBytes)};
+  if (type == "node_status") return decode_node_status(j);
   if (type == "view_request") return ViewRequestMsg{};
   throw ProtocolError("unknown message type");  // not echoed: the peer's text does not go into our log
 }
@@ -189,6 +218,7 @@ ServerMessage decode_server_message(std::string_view payload) {
   if (type == "complete") return CompleteMsg{};
   if (type == "capture") return CaptureMsg{};
   if (type == "job_view") return decode_job_view(j);
+  if (type == "stragglers") return decode_stragglers(j);
   throw ProtocolError("unknown message type");
 }
 

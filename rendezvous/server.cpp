@@ -16,6 +16,7 @@
 #include "rendezvous/listener.hpp"
 #include "rendezvous/munge_auth.hpp"
 #include "rendezvous/server_connection.hpp"
+#include "rendezvous/server_live_view.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -121,9 +122,11 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
           } else if constexpr (std::is_same_v<T, HangViewMsg>) {
             run(HangReport{id, std::move(m)});
           } else if constexpr (std::is_same_v<T, NodeStatusMsg>) {
-            if (state_.nodes.count(id)) statuses_[id] = NodeStatusEntry{std::move(m.status), Clock::now()};
+            if (auto node = state_.nodes.find(id); node != state_.nodes.end())
+              tell_stragglers(live_view_.on_status(id, node->second.node_rank, node->second.host, std::move(m),
+                                                   Clock::now()));
           } else if constexpr (std::is_same_v<T, ViewRequestMsg>) {
-            if (state_.nodes.count(id)) conn->send(frame_of(job_view()));
+            if (state_.nodes.count(id)) conn->send(frame_of(live_view_.job_view(state_.config.max_frame_bytes, Clock::now())));
           } else {
             static_assert(std::is_same_v<T, StoppedMsg>);
             run(NodeStopped{id, m.master_port});
@@ -138,7 +141,8 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     bool greeted = it->second->greeted;
     if (it->second->joined) --joined_open_;
     conns_.erase(it);
-    statuses_.erase(id);
+    if (auto node = state_.nodes.find(id); node != state_.nodes.end())
+      tell_stragglers(live_view_.forget(id, node->second.node_rank, Clock::now()));
     if (!greeted) return;
     --greeted_open_;
     run(Disconnected{id, reason});
@@ -147,20 +151,12 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
 
   const RendezvousState& state() const { return state_; }
 
-  // The live view: every connected node's latest status, in order of connection. Within one frame: a job too
-  // large for it gets the nodes that fit (the asking agent says the view is incomplete), never an oversized
-  // frame, which would end this server.
-  JobViewMsg job_view() const {
-    JobViewMsg view;
-    const auto now = Clock::now();
-    std::size_t bytes = 64;
-    for (const auto& [id, entry] : statuses_) {
-      bytes += entry.status.size() * 2 + 32;  // JSON escaping of the text at most doubles it
-      if (bytes > state_.config.max_frame_bytes) break;
-      view.nodes.push_back(entry.status);
-      view.ages_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(now - entry.at).count());
-    }
-    return view;
+  // Straggler naming (straggler_watch.hpp): every node of the round hears who is named now.
+  void tell_stragglers(std::optional<StragglersMsg> message) {
+    if (!message) return;
+    Frame frame = frame_of(*message);
+    for (const auto& [id, node] : state_.nodes)
+      if (auto* conn = find(id); conn && node.node_rank >= 0) conn->send(frame);
   }
   void cannot_start(Failure failure) { run(CannotStart{std::move(failure)}); }
   std::size_t connection_count() const { return conns_.size(); }
@@ -306,6 +302,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     if (auto* send = std::get_if<Send>(&action)) {
       if (auto* conn = find(send->conn)) conn->send(frame_of(send->message));
     } else if (auto* assign = std::get_if<SendAssignments>(&action)) {
+      live_view_.new_round();
       std::string round = encode_round(assign->round);  // once for every node
       for (const Slot& slot : assign->slots)
         if (auto* conn = find(slot.conn))
@@ -395,11 +392,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   Clock::time_point last_evict_log_{};
   ConnId next_id_ = 1;
   bool stopped_ = false;
-  struct NodeStatusEntry {
-    std::string status;  // JSON text, kept as sent (agent/live_status.hpp)
-    Clock::time_point at;
-  };
-  std::map<std::uint64_t, NodeStatusEntry> statuses_;  // by connection: the latest of each joined node
+  ServerLiveView live_view_{state_.config.stragglers};  // after state_, whose config it reads
   std::function<void()> drain_done_;
   std::function<void()> job_end_;
 };

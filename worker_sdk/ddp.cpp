@@ -138,14 +138,17 @@ void DistributedDataParallel::State::finish_backward() {
     }
     launch_ready_buckets();
   }
-  if (ring) ring->wait_all();
-  if (last_inline) {
-    last_inline = false;
-    ring->run_inline(buckets.size() - 1, busy_poll);
-  }
-  for (auto& b : buckets) {
-    if (b.work) b.work->wait();
-    b.work.reset();
+  {
+    PeerWait waiting;  // the backward's own work is done: from here on this rank waits for the others
+    if (ring) ring->wait_all();
+    if (last_inline) {
+      last_inline = false;
+      ring->run_inline(buckets.size() - 1, busy_poll);
+    }
+    for (auto& b : buckets) {
+      if (b.work) b.work->wait();
+      b.work.reset();
+    }
   }
   heartbeat();  // every gradient of this step is reduced: the rank made progress (ddprun --hang-timeout)
 }

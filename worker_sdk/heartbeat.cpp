@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <ctime>
 
@@ -37,6 +38,16 @@ std::int64_t now_ns() {  // CLOCK_MONOTONIC, the clock ddprun reads beats and qu
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// The end of the last wait for other ranks (or quiet phase): this rank's own work counts from then; 0: none yet
+// (what comes before the first collective, loading, is not a step's work).
+std::atomic<std::int64_t> work_from_ns{0};
+
+// Adds the work since work_from_ns to the slot (published by the next beat) and stops counting.
+void settle_work(std::int64_t* s, std::int64_t now) {
+  const std::int64_t from = work_from_ns.exchange(0);
+  if (from > 0 && now > from) __atomic_fetch_add(&s[contract::kBeatWorkOffset / 8], now - from, __ATOMIC_RELAXED);
+}
+
 void store_time(std::int64_t* s) { __atomic_store_n(&s[contract::kBeatTimeOffset / 8], now_ns(), __ATOMIC_RELEASE); }
 }  // namespace
 
@@ -57,6 +68,7 @@ QuietPhase::QuietPhase(std::chrono::milliseconds at_most) {
   std::int64_t* until = &s[contract::kBeatQuietUntilOffset / 8];
   previous_until_ns_ = __atomic_load_n(until, __ATOMIC_RELAXED);
   const std::int64_t end = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(at_most).count();
+  settle_work(s, now_ns());
   __atomic_store_n(until, std::max(end, previous_until_ns_), __ATOMIC_RELAXED);
   store_time(s);  // the release store publishes the bound with the beat
 }
@@ -65,7 +77,16 @@ QuietPhase::~QuietPhase() {
   std::int64_t* s = slot();
   if (!s) return;
   __atomic_store_n(&s[contract::kBeatQuietUntilOffset / 8], previous_until_ns_, __ATOMIC_RELAXED);
+  work_from_ns.store(now_ns());
   store_time(s);
+}
+
+PeerWait::PeerWait() {
+  if (std::int64_t* s = slot()) settle_work(s, now_ns());
+}
+
+PeerWait::~PeerWait() {
+  if (slot()) work_from_ns.store(now_ns());
 }
 
 }  // namespace ddprun::sdk

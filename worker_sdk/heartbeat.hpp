@@ -3,7 +3,12 @@
 // The SDK beats by itself after every collective (ProcessGroup) and every DDP backward; call heartbeat(step)
 // once per training step to add the step number to the root cause when a rank hangs. Both are a store into
 // the shared page ddprun hands each worker (DDPRUN_HEARTBEAT_FD/_OFFSET): no system call, no lock, safe
-// from any thread; outside ddprun, or without --hang-timeout, they do nothing.
+// from any thread; outside ddprun they do nothing. ddprun reads the beats for its live view and straggler
+// naming; only --hang-timeout judges a silent rank.
+//
+// The SDK also tells ddprun how much of each step was this rank's own work rather than waiting for the other
+// ranks (PeerWait below): in lockstep training every rank's step takes as long as the slowest's, so only this
+// tells ddprun which rank is slow (README "Stragglers").
 #pragma once
 
 #include <chrono>
@@ -30,6 +35,18 @@ class QuietPhase {
 
  private:
   std::int64_t previous_until_ns_ = 0;
+};
+
+// Waiting for the other ranks: a blocking collective, DDP's wait for its gradient buckets. The time between
+// the end of one wait and the start of the next is this rank's own work (forward, backward, optimizer, data),
+// added to its heartbeat slot; time in quiet phases is left out (a checkpoint only rank 0 writes would make it
+// look slow). The SDK's collectives use it; a program that waits on its own collectives may too.
+class PeerWait {
+ public:
+  PeerWait();
+  ~PeerWait();
+  PeerWait(const PeerWait&) = delete;
+  PeerWait& operator=(const PeerWait&) = delete;
 };
 
 }  // namespace ddprun::sdk

@@ -142,7 +142,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_async(at::Tensor& tensor)
 // Each blocking collective beats once it completes (worker_sdk/heartbeat.hpp): one that never completes
 // leaves the rank silent, and ddprun --hang-timeout finds it.
 void ProcessGroup::allreduce(at::Tensor& tensor) {
-  allreduce_async(tensor)->wait();
+  {
+    PeerWait waiting;
+    allreduce_async(tensor)->wait();
+  }
   heartbeat();
 }
 
@@ -150,7 +153,10 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
-  backend_for(tensor).broadcast(tensors, opts)->wait();
+  {
+    PeerWait waiting;
+    backend_for(tensor).broadcast(tensors, opts)->wait();
+  }
   heartbeat();
 }
 
@@ -182,7 +188,10 @@ void ProcessGroup::broadcast_coalesced(std::vector<at::Tensor> tensors, int root
 }
 
 void ProcessGroup::barrier() {
-  any_backend().barrier()->wait();
+  {
+    PeerWait waiting;
+    any_backend().barrier()->wait();
+  }
   heartbeat();
 }
 

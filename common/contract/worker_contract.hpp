@@ -38,7 +38,7 @@ inline constexpr const char* kVersion = "DDPRUN_VERSION";
 inline constexpr const char* kJobTag = "DDPRUN_JOB_TAG";    // the job guard's mark (common/process/job_guard.hpp)
 inline constexpr const char* kJobTags = "DDPRUN_JOB_TAGS";  // enclosing jobs' tags, then this one's
 inline constexpr const char* kConsoleTty = "DDPRUN_CONSOLE_TTY";
-inline constexpr const char* kHeartbeatFd = "DDPRUN_HEARTBEAT_FD";          // --hang-timeout only
+inline constexpr const char* kHeartbeatFd = "DDPRUN_HEARTBEAT_FD";          // every worker (the live view)
 inline constexpr const char* kHeartbeatOffset = "DDPRUN_HEARTBEAT_OFFSET";  // the worker's slot, in bytes
 inline constexpr const char* kStacksFile = "DDPRUN_STACKS_FILE";            // faulthandler writes here
 inline constexpr const char* kStacksSignal = "DDPRUN_STACKS_SIGNAL";        // ... on this signal
@@ -50,11 +50,15 @@ inline constexpr const char* kToken = "DDPRUN_TOKEN";
 // slot, native-endian int64s: the step at +0 (-1: none given), CLOCK_MONOTONIC nanoseconds at +8 (0: never
 // beat), the time written last; at +16 the end of a declared quiet phase (CLOCK_MONOTONIC ns, 0: none): until
 // then the worker may be silent without being hung (an evaluation, a checkpoint save, a data set loading),
-// written before the beat that opens the phase.
+// written before the beat that opens the phase. At +24 the worker's own work so far (ns, 0: never said): the
+// time it spent on its own computation rather than waiting for the other ranks, written before a beat. In a
+// job whose ranks step in lockstep every rank's step takes as long as the slowest's; this is what tells the
+// slow one (straggler naming, rendezvous/straggler_watch.hpp).
 inline constexpr std::size_t kHeartbeatSlotBytes = 64;  // one cache line: workers never share a line
 inline constexpr std::size_t kBeatStepOffset = 0;
 inline constexpr std::size_t kBeatTimeOffset = 8;
 inline constexpr std::size_t kBeatQuietUntilOffset = 16;
+inline constexpr std::size_t kBeatWorkOffset = 24;
 
 // The error file (torchelastic's format; common/supervision/error_file.hpp reads it):
 //   {"message": {"message": "<Type>: <text>", "extraInfo": {"py_callstack": "...", "timestamp": "<unix s>"}}}

@@ -30,6 +30,25 @@ TEST_CASE("a rank's rate spans the last minute, and a new worker of the rank sta
   CHECK_FALSE(h.rate(1).has_value());
 }
 
+TEST_CASE("a rank's pace spans the straggler window: step time, and its own work per step where it says it") {
+  RateHistory h(90 * kSecond);  // a window longer than the minute keeps samples that long
+  h.add(0, 100, 0, 0, 0);
+  h.add(0, 100, 5 * kSecond, 2, 0);
+  CHECK_FALSE(h.pace(0, 20 * kSecond).has_value());  // 2 steps: too few to judge
+  for (int i = 2; i <= 20; ++i) h.add(0, 100, i * 5 * kSecond, i * 50, i * 50 * 60'000'000LL);  // 0.1 s/step, 60 ms work
+  auto p = h.pace(0, 20 * kSecond);
+  REQUIRE(p.has_value());
+  CHECK(p->rank == 0);
+  CHECK(p->step_us == 100'000);
+  CHECK(p->work_us == 60'000);
+  h.add(1, 101, 0, 0);
+  h.add(1, 101, 5 * kSecond, 100);  // never says its work
+  CHECK(h.pace(1, 20 * kSecond)->work_us == -1);
+  CHECK(h.pace(1, 20 * kSecond)->step_us == 50'000);
+  for (int i = 21; i <= 38; ++i) h.add(0, 100, i * 5 * kSecond, i * 50, i * 50 * 60'000'000LL);
+  CHECK(*h.rate(0) == doctest::Approx(10.0));  // kept for 90 s, the rate still spans one minute
+}
+
 TEST_CASE("CPU percent needs two readings and time between them") {
   CHECK_FALSE(cpu_percent(std::nullopt, 1.0, 5).has_value());
   CHECK_FALSE(cpu_percent(1.0, 2.0, 0).has_value());

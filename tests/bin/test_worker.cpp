@@ -29,7 +29,8 @@
 //   errorfile=MSG  write MSG to TORCHELASTIC_ERROR_FILE in torchelastic's JSON format
 //   waitfile=PATH  wait until PATH exists
 //   beat=STEP      one heartbeat carrying STEP (DDPRUN_HEARTBEAT_FD/_OFFSET; nothing when they are unset)
-//   beatfor=SEC[:MS] a heartbeat every MS (default 50) milliseconds for SEC seconds, steps 0, 1, 2, ...
+//   beatfor=SEC[:MS[:WORK]] a heartbeat every MS (default 50) milliseconds for SEC seconds, steps 0, 1, 2, ...;
+//                  with WORK, each step says WORK ms of its own work (the slot's +24) before it beats
 //   beatstamp=PATH one heartbeat (step 0), then its CLOCK_MONOTONIC nanoseconds written to PATH (benchmarks)
 //   quiet=SEC      open a quiet phase of at most SEC seconds (a beat; 0 closes the phase)
 //   spin           a busy loop that never ends and never beats (a hang that burns a core)
@@ -229,7 +230,7 @@ void start_child(const std::string& kind) {
 }
 
 // The heartbeat slot, as README "Hang detection" describes it: int64 step at +0, int64 CLOCK_MONOTONIC
-// nanoseconds at +8 (written last), the end of a quiet phase at +16. Written by hand, as a program without
+// nanoseconds at +8 (written last), the end of a quiet phase at +16, the work so far at +24. Written by hand, as a program without
 // the SDK would.
 std::int64_t* heartbeat_slot() {
   static std::int64_t* slot = [] {
@@ -368,7 +369,11 @@ __attribute__((noinline)) void run_step(const std::string& step) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::atof(arg.c_str()));
     const auto colon = arg.find(':');
     const int every_ms = colon == std::string::npos ? 50 : std::atoi(arg.c_str() + colon + 1);
+    const auto work = colon == std::string::npos ? std::string::npos : arg.find(':', colon + 1);
+    const std::int64_t work_ns = work == std::string::npos ? 0 : std::atoll(arg.c_str() + work + 1) * 1000000;
     for (long long i = 0; std::chrono::steady_clock::now() < end; ++i) {
+      if (std::int64_t* slot = heartbeat_slot(); slot && work_ns > 0)
+        __atomic_fetch_add(&slot[3], work_ns, __ATOMIC_RELAXED);
       beat(i);
       std::this_thread::sleep_for(std::chrono::milliseconds(every_ms));
     }

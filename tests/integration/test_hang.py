@@ -64,11 +64,17 @@ class SingleNode(HangCase):
         r = self.worker("beatfor=2", "print=done", nproc=2, extra=("--hang-timeout", "1.5"))
         self.assertEqual(r.code, 0, r)
 
-    def test_no_heartbeat_variables_without_the_option(self):
+    def test_the_channel_without_the_option_but_no_stacks(self):
+        # The beats feed the live view and straggler naming whatever the option; only a hang needs the stacks.
         r = self.worker("env=DDPRUN_HEARTBEAT_FD", "env=DDPRUN_STACKS_FILE", nproc=1)
         self.assertEqual(r.code, 0, r)
-        self.assertIn("DDPRUN_HEARTBEAT_FD unset", r.stdout.decode())
+        self.assertNotIn("DDPRUN_HEARTBEAT_FD unset", r.stdout.decode())
         self.assertIn("DDPRUN_STACKS_FILE unset", r.stdout.decode())
+
+    def test_a_silent_worker_is_no_hang_without_the_option(self):
+        r = self.worker("beat=2", "sleep=3", "print=done", nproc=1)
+        self.assertEqual(r.code, 0, r)
+        self.assertIn("done", r.stdout.decode())
 
     def test_the_events_file_and_the_log_dir_keep_the_hang(self):
         events, logs = self.path("events.jsonl"), self.path("logs")

@@ -10,11 +10,15 @@ using nlohmann::json;
 
 TEST_CASE("one screen: the job's line, a line per node, a line per rank in rank order, blanks for the unknown") {
   const json rank2 = {{"rank", 2}, {"local_rank", 0}, {"pid", 300}, {"state", "running"}, {"step", 41},
-                      {"steps_per_s", 2.5}, {"beat_age_s", 0.25}, {"cpu_percent", 97.0}, {"rss_bytes", 1610612736}};
+                      {"steps_per_s", 2.5}, {"beat_age_s", 0.25}, {"cpu_percent", 97.0}, {"rss_bytes", 1610612736},
+                      {"work_per_step_s", 0.1504}, {"straggler", true}};
   const json rank0 = {{"rank", 0}, {"local_rank", 0}, {"pid", 100}, {"state", "starting"}, {"step", nullptr},
                       {"steps_per_s", nullptr}, {"beat_age_s", nullptr}, {"cpu_percent", nullptr},
                       {"rss_bytes", nullptr}};
   const json job = {{"complete", true},
+                    {"stragglers",
+                     {{{"rank", 2}, {"node_rank", 1}, {"host", "n2"}, {"per_step_s", 0.1504}, {"median_s", 0.1},
+                       {"measure", "work"}}}},
                     {"nodes",
                      {{{"node_rank", 1}, {"host", "n2"}, {"state", "running"}, {"run_id", "slurm-7.0"},
                        {"restart_count", 1}, {"max_restarts", 3}, {"world_size", 3}, {"nnodes", 2},
@@ -25,10 +29,12 @@ TEST_CASE("one screen: the job's line, a line per node, a line per rank in rank 
   CHECK(screen.rfind("run slurm-7.0  round 1 (max restarts 3)  world 3 on 2 nodes  age 01:02:03\n", 0) == 0);
   CHECK(screen.find("0     n1    running  1      2.3s ago") != std::string::npos);
   const auto r0 = screen.find("\n0     0     n1    100  starting\n");
-  const auto r2 = screen.find("\n2     1     n2    300  running   41    2.50     0.2s       97    1.5G\n");
+  const auto r2 = screen.find("\n2     1     n2    300  slow      41    2.50     0.150s     0.2s       97    1.5G\n");
   CHECK(r0 != std::string::npos);
   CHECK(r2 != std::string::npos);
   CHECK(r0 < r2);
+  CHECK(screen.find("\nstraggler: rank 2 (node 1, host n2): 0.150 s of its own work per step, the other ranks' median "
+                    "0.100 s (+50%)\n") != std::string::npos);
 }
 
 TEST_CASE("sizes and ages for people") {

@@ -168,3 +168,19 @@ TEST_CASE("a newcomer's re-form names a join, not a lost node") {
   lost.node_rank = 1;
   CHECK_FALSE(is_join(lost));
 }
+
+TEST_CASE("a node's status carries its ranks' paces; the server names stragglers; both bounded") {
+  NodeStatusMsg status{R"({"node_rank":0})", {RankPace{0, 150000, 100000}, RankPace{3, 150000, -1}}};
+  auto s = std::get<NodeStatusMsg>(decode_client_message(encode(ClientMessage{status})));
+  CHECK(s.status == status.status);
+  CHECK(s.paces == status.paces);
+  CHECK(std::get<NodeStatusMsg>(decode_client_message(R"({"type":"node_status","status":"{}"})")).paces.empty());
+  CHECK_THROWS_AS(decode_client_message(R"({"type":"node_status","status":"{}","paces":[{"rank":0,"step_us":-5,"work_us":1}]})"),
+                  ProtocolError);
+  CHECK_THROWS_AS(decode_client_message(R"({"type":"node_status","status":"{}","paces":{}})"), ProtocolError);
+  StragglersMsg named{{Straggler{1, 0, "n1", 150000, 100000, true}, Straggler{7, 3, "n4", 90, 60, false}}};
+  CHECK(std::get<StragglersMsg>(decode_server_message(encode(ServerMessage{named}))).named == named.named);
+  CHECK(std::get<StragglersMsg>(decode_server_message(R"({"type":"stragglers","named":[]})")).named.empty());
+  CHECK_THROWS_AS(decode_server_message(R"({"type":"stragglers"})"), ProtocolError);
+  CHECK_THROWS_AS(decode_server_message(R"({"type":"stragglers","named":[{"rank":1}]})"), ProtocolError);
+}

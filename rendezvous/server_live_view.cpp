@@ -1,0 +1,37 @@
+#include "rendezvous/server_live_view.hpp"
+
+namespace ddprun::rendezvous {
+
+std::optional<StragglersMsg> ServerLiveView::on_status(std::uint64_t conn, int node_rank, const std::string& host,
+                                                       NodeStatusMsg status, Clock::time_point now) {
+  statuses_[conn] = Entry{std::move(status.status), now};
+  if (node_rank < 0) return std::nullopt;
+  stragglers_.report(node_rank, host, status.paces);
+  return judged(now);
+}
+
+std::optional<StragglersMsg> ServerLiveView::forget(std::uint64_t conn, int node_rank, Clock::time_point now) {
+  statuses_.erase(conn);
+  if (node_rank < 0) return std::nullopt;
+  stragglers_.forget_node(node_rank);
+  return judged(now);
+}
+
+std::optional<StragglersMsg> ServerLiveView::judged(Clock::time_point now) {
+  if (!stragglers_.judge(now)) return std::nullopt;
+  return StragglersMsg{stragglers_.named()};
+}
+
+JobViewMsg ServerLiveView::job_view(std::size_t max_frame_bytes, Clock::time_point now) const {
+  JobViewMsg view;
+  std::size_t bytes = 64;
+  for (const auto& [conn, entry] : statuses_) {
+    bytes += entry.status.size() * 2 + 32;  // JSON escaping of the text at most doubles it
+    if (bytes > max_frame_bytes) break;
+    view.nodes.push_back(entry.status);
+    view.ages_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(now - entry.at).count());
+  }
+  return view;
+}
+
+}  // namespace ddprun::rendezvous

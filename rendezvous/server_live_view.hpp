@@ -1,0 +1,45 @@
+// The server's part of the live view (agent/live_status.hpp): every joined node's latest status, handed back
+// whole on request, and the job-wide judgement of their ranks' paces (straggler_watch.hpp), told to every
+// node when the ranks named stragglers change.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "rendezvous/protocol.hpp"
+#include "rendezvous/straggler_watch.hpp"
+
+namespace ddprun::rendezvous {
+
+class ServerLiveView {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit ServerLiveView(StragglerRule rule) : stragglers_(rule) {}
+
+  // A joined node's status (node_rank -1: not placed in a round, so its paces mean nothing yet). The message
+  // for every node of the round when the ranks named stragglers changed.
+  std::optional<StragglersMsg> on_status(std::uint64_t conn, int node_rank, const std::string& host,
+                                         NodeStatusMsg status, Clock::time_point now);
+  // The node's connection is gone; the same message when it took a named rank with it.
+  std::optional<StragglersMsg> forget(std::uint64_t conn, int node_rank, Clock::time_point now);
+  // A new round: its ranks are judged afresh.
+  void new_round() { stragglers_.clear(); }
+  // Every connected node's latest status, in order of connection, within `max_frame_bytes`: a job too
+  // large for one frame gets the nodes that fit (the asking agent says the view is incomplete), never an
+  // oversized frame, which would end the server.
+  JobViewMsg job_view(std::size_t max_frame_bytes, Clock::time_point now) const;
+
+ private:
+  std::optional<StragglersMsg> judged(Clock::time_point now);
+
+  struct Entry {
+    std::string status;  // JSON text, kept as sent
+    Clock::time_point at;
+  };
+  std::map<std::uint64_t, Entry> statuses_;  // by connection
+  StragglerWatch stragglers_;
+};
+
+}  // namespace ddprun::rendezvous
