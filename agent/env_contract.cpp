@@ -113,6 +113,15 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
     set(c::kHeartbeatOffset, std::to_string(in.heartbeat_offset));
     set(c::kStacksFile, in.stacks_file);
     set(c::kStacksSignal, std::to_string(in.stacks_signal));
+    if (!in.flight_recorder_prefix.empty()) {
+      // Dumps land beside the Python stacks, where the capture looks and --log-dir gets them; the recorder is on
+      // (torch < 2.6 had it off: no recorder, no FIFO) and its FIFO read every second rather than every 8 minutes
+      // (torch < 2.6 read it that rarely without TORCH_NCCL_DUMP_ON_TIMEOUT). README "Hang detection".
+      set_default(c::kNcclPipeFile, in.flight_recorder_prefix);
+      if (!given(c::kFrDumpFile)) set_default(c::kNcclDumpFile, in.flight_recorder_prefix);
+      if (!given(c::kFrBufferSize)) set_default(c::kNcclTraceBufferSize, c::kFlightRecorderEntries);
+      set_default(c::kNcclDumpOnTimeout, "1");
+    }
   } else {
     // Inherited from an enclosing ddprun (a nested job): its descriptor means nothing here.
     for (const char* k : {c::kHeartbeatFd, c::kHeartbeatOffset, c::kStacksFile, c::kStacksSignal})

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/env_contract.hpp"
+#include "agent/flight_recorder.hpp"
 #include "agent/hang_watch.hpp"
 #include "agent/node_agent_impl.hpp"
 #include "common/process/process_tree.hpp"
@@ -227,6 +228,11 @@ std::string NodeAgent::hang_stacks_file() const {
 
 std::string NodeAgent::stacks_file(int local_rank) const {
   return layout_.work_dir(world_.restart_count, local_rank) + "/python_stacks.txt";
+}
+
+// Beside the Python stacks, for the same reasons: torch makes its FIFO and writes its dump there.
+std::string NodeAgent::flight_recorder_prefix(int local_rank) const {
+  return layout_.work_dir(world_.restart_count, local_rank) + "/" + kFlightRecorderPrefixName;
 }
 
 }  // namespace ddprun::agent

@@ -96,6 +96,7 @@ class NodeAgent {
   void report_hang(const HungWorker& h);
   std::string hang_stacks_file() const;
   std::string stacks_file(int local_rank) const;
+  std::string flight_recorder_prefix(int local_rank) const;
   // node_agent_status.cpp: the live view
   void start_status();
   void stop_status();

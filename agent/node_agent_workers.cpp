@@ -122,6 +122,7 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
     env_in.heartbeat_offset = HeartbeatChannel::offset_of(local_rank);
     env_in.stacks_file = stacks_file(local_rank);
     env_in.stacks_signal = python_stacks_signal();
+    env_in.flight_recorder_prefix = flight_recorder_prefix(local_rank);
     opts.inherit_fds.push_back(heartbeats_.fd());
   }
 
