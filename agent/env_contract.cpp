@@ -118,6 +118,15 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   if (!in.stacks_file.empty()) {
     set(c::kStacksFile, in.stacks_file);
     set(c::kStacksSignal, std::to_string(in.stacks_signal));
+    if (!in.flight_recorder_prefix.empty()) {
+      // Dumps land beside the Python stacks, where the capture looks and --log-dir gets them; the recorder is on
+      // (torch < 2.6 had it off: no recorder, no FIFO) and its FIFO read every second rather than every 8 minutes
+      // (torch < 2.6 read it that rarely without TORCH_NCCL_DUMP_ON_TIMEOUT). README "Hang detection".
+      set_default(c::kNcclPipeFile, in.flight_recorder_prefix);
+      if (!given(c::kFrDumpFile)) set_default(c::kNcclDumpFile, in.flight_recorder_prefix);
+      if (!given(c::kFrBufferSize)) set_default(c::kNcclTraceBufferSize, c::kFlightRecorderEntries);
+      set_default(c::kNcclDumpOnTimeout, "1");
+    }
   }
   set_slurm_task_view(vars, w, rank, in.local_rank);
   // The job's rendezvous secret stays with ddprun: whatever a worker runs (and logs) never sees it.

@@ -26,11 +26,16 @@ struct WorkerEnvInputs {
   // --hang-timeout only: DDPRUN_STACKS_FILE/_SIGNAL; "": neither is set
   std::string stacks_file{};
   int stacks_signal = 0;
+  // With the heartbeat: the NCCL Flight Recorder's FIFO and dump prefix in the worker's private directory
+  // (agent/flight_recorder.hpp); "" sets none of its variables.
+  std::string flight_recorder_prefix{};
 };
 
 // `base` is the agent's own environment ("NAME=value"); variables of the contract replace entries of the
 // same name, OMP_NUM_THREADS, TORCH_NCCL_ASYNC_ERROR_HANDLING and NCCL_ASYNC_ERROR_HANDLING (torch 1.x's name)
-// are only added when not already set (a value given under one NCCL name is copied to the other).
+// are only added when not already set (a value given under one NCCL name is copied to the other), and so are
+// the Flight Recorder's (TORCH_NCCL_DEBUG_INFO_PIPE_FILE, _TEMP_FILE, TORCH_NCCL_TRACE_BUFFER_SIZE,
+// TORCH_NCCL_DUMP_ON_TIMEOUT; each also when torch's newer name for it is not set).
 // DDPRUN_TOKEN is removed: the rendezvous secret is ddprun's, and a worker has no use for it.
 std::vector<std::string> worker_environment(const std::vector<std::string>& base, const World& world,
                                             const WorkerEnvInputs& inputs);

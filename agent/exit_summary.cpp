@@ -228,6 +228,7 @@ nlohmann::json summary_json(const SupervisionPolicy& policy, const SummaryContex
     j["earlier_rounds"] = rounds;
   }
   if (!ctx.output_losses.empty()) j["output_lost"] = ctx.output_losses;
+  for (const auto& d : ctx.nccl_dumps) j["nccl_dumps"].push_back({{"rank", d.rank}, {"file", d.file}});
   return j;
 }
 
@@ -290,6 +291,8 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
   if (root) append_root_detail(out, *root, ctx);
   append_attempts(out, ctx.attempts);
   append_output_losses(out, ctx.output_losses);
+  for (const auto& d : ctx.nccl_dumps)
+    out << "ddprun: NCCL Flight Recorder dump of rank " << d.rank << " in " << d.file << "\n";
   if (!ctx.log_root.empty()) out << "ddprun: logs in " << ctx.log_root << "\n";
   out << "ddprun: exit code " << policy.exit_code() << "\n";
   return out.str();

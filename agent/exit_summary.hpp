@@ -47,6 +47,13 @@ struct SummaryContext {
   // Output that did not reach its place (a log file that could not be written, a console that closed),
   // one sentence each: the summary says so, since a job that "succeeded" may still have lost its logs.
   std::vector<std::string> output_losses;
+  // The NCCL Flight Recorder dumps a hang's capture got on this node (agent/flight_recorder.hpp), where the
+  // user finds them: evidence beside the stacks file the root cause names.
+  struct NcclDumpFile {
+    int rank = 0;
+    std::string file;
+  };
+  std::vector<NcclDumpFile> nccl_dumps;
 };
 
 // What to do about torch.distributed.launch's local rank option when argparse ended a Python worker over it:

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/env_contract.hpp"
+#include "agent/flight_recorder.hpp"
 #include "agent/hang_watch.hpp"
 #include "agent/node_agent_impl.hpp"
 #include "common/process/process_tree.hpp"
@@ -120,7 +121,11 @@ void NodeAgent::on_capture_requested() {
 // silence was noticed, so the stacks of all of them are the evidence.
 void NodeAgent::start_job_capture() {
   std::vector<CaptureTarget> targets;
-  auto add = [&](const WorkerRecord& w) { targets.push_back({w.rank, w.local_rank, w.pid, stacks_file(w.local_rank)}); };
+  auto add = [&](const WorkerRecord& w) {
+    const FlightRecorderFiles fr = flight_recorder_files(config_.base_env, flight_recorder_prefix(w.local_rank), w.rank);
+    targets.push_back({w.rank, w.local_rank, w.pid, stacks_file(w.local_rank), fr.pipe, fr.dump, fr.dump_is_ours,
+                       layout_.published(fr.dump)});
+  };
   for (const HungWorker& h : hung_) add(policy_.worker(h.local_rank));
   for (const WorkerRecord& w : policy_.workers())
     if (w.state == WorkerState::kRunning && w.pid > 0 && !found_hung(w.local_rank)) add(w);
@@ -132,7 +137,26 @@ void NodeAgent::start_job_capture() {
 
 void NodeAgent::on_stacks_captured() {
   log_.warning("stacks of every worker in ", layout_.published(hang_stacks_path_));
-  events_.write(json{{"event", "stacks"}, {"time_ms", unix_ms()}, {"file", layout_.published(hang_stacks_path_)}});
+  json event{{"event", "stacks"}, {"time_ms", unix_ms()}, {"file", layout_.published(hang_stacks_path_)}};
+  if (const auto dumps = capture_.nccl_dumps(); !dumps.empty()) {
+    std::vector<int> unwritten;
+    std::string where;
+    json files = json::array();
+    for (const NcclDump& d : dumps) {
+      if (!d.written) {
+        unwritten.push_back(d.rank);
+        continue;
+      }
+      layout_.keep(d.path);  // without --log-dir, kept like the stacks file; with it, copied there at the end
+      files.push_back({{"rank", d.rank}, {"file", d.shown}});
+      where += (where.empty() ? "" : ", ") + ("rank " + std::to_string(d.rank) + " in " + d.shown);
+      nccl_dumps_.push_back(d);
+    }
+    log_.warning("NCCL Flight Recorder dumps: ", where.empty() ? std::string("none") : where,
+                 unwritten.empty() ? std::string() : "; asked, nothing written in time: " + rdzv::rank_list(unwritten));
+    event["nccl_dumps"] = std::move(files);
+  }
+  events_.write(event);
   if (policy_.phase() != Phase::kRunning) return;  // stopped meanwhile: the teardown took them
   rdzv::HangViewMsg view = hang_view();
   link_.client().report_hang_view(view);
@@ -227,6 +251,11 @@ std::string NodeAgent::hang_stacks_file() const {
 
 std::string NodeAgent::stacks_file(int local_rank) const {
   return layout_.work_dir(world_.restart_count, local_rank) + "/python_stacks.txt";
+}
+
+// Beside the Python stacks, for the same reasons: torch makes its FIFO and writes its dump there.
+std::string NodeAgent::flight_recorder_prefix(int local_rank) const {
+  return layout_.work_dir(world_.restart_count, local_rank) + "/" + kFlightRecorderPrefixName;
 }
 
 }  // namespace ddprun::agent

@@ -96,6 +96,7 @@ class NodeAgent {
   void report_hang(const HungWorker& h);
   std::string hang_stacks_file() const;
   std::string stacks_file(int local_rank) const;
+  std::string flight_recorder_prefix(int local_rank) const;
   // node_agent_status.cpp: the live view
   void start_status();
   void stop_status();
@@ -187,6 +188,7 @@ class NodeAgent {
   StackCapture capture_;
   std::vector<HungWorker> hung_;  // of the capture under way, the root cause first
   std::string hang_stacks_path_;
+  std::vector<NcclDump> nccl_dumps_;  // written by the hang captures of the run, for the summary
   bool announcing_start_failure_ = false;  // link_.announce_start_failure runs: a stop signal ends it
   bool hang_view_suspect_ = false;  // the capture under way is for a hang found here (else: asked by the server)
   boost::asio::steady_timer hang_verdict_timer_;  // bounds the wait for the rendezvous' verdict

@@ -125,6 +125,7 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
   if (config_.hang_timeout.count() > 0) {
     env_in.stacks_file = stacks_file(local_rank);
     env_in.stacks_signal = python_stacks_signal();
+    env_in.flight_recorder_prefix = flight_recorder_prefix(local_rank);
   }
 
   std::string prefix;

@@ -81,6 +81,11 @@ void StackCapture::start(std::vector<CaptureTarget> targets, std::string out_pat
   notes_.assign(targets_.size(), std::string());
   python_asked_.assign(targets_.size(), false);
   python_sizes_.assign(targets_.size(), -1);
+  nccl_wait_.assign(targets_.size(), DumpWait::kNone);
+  nccl_notes_.assign(targets_.size(), std::string());
+  nccl_before_.assign(targets_.size(), FileMark{});
+  nccl_last_.assign(targets_.size(), FileMark{});
+  nccl_written_.assign(targets_.size(), false);
   tool_name_.clear();
   deadline_.expires_after(limit);
   deadline_.async_wait([this](const boost::system::error_code& ec) {
@@ -90,6 +95,7 @@ void StackCapture::start(std::vector<CaptureTarget> targets, std::string out_pat
       if (tools_[i].running) notes_[i] += "(the stack tool did not finish in time: cut short)\n";
     finish();
   });
+  ask_nccl_dumps();
   // Every target at once: a collective that never completes usually leaves several ranks hung together.
   for (std::size_t i = 0; i < targets_.size(); ++i) {
     const auto command = stack_tool_command(targets_[i].pid, path_env);
@@ -136,10 +142,42 @@ bool StackCapture::on_child_exit(pid_t pid) {
   return ours;
 }
 
+// First, before the stack tools attach: a tool's ptrace stops the process, torch's thread that reads the FIFO
+// with it; asked first, the recorder can dump while the native stacks are taken.
+void StackCapture::ask_nccl_dumps() {
+  for (std::size_t i = 0; i < targets_.size(); ++i) {
+    const CaptureTarget& t = targets_[i];
+    if (t.nccl_pipe.empty()) continue;
+    const uid_t owner = process_uid(t.pid);
+    if (owner == static_cast<uid_t>(-1)) continue;  // gone: nothing to ask
+    if (t.wait_for_nccl_dump) nccl_before_[i] = nccl_last_[i] = file_mark(t.nccl_dump);
+    const DumpAskResult asked = ask_for_dump(t.nccl_pipe, owner);
+    switch (asked.outcome) {
+      case DumpAsk::kSent:
+        nccl_wait_[i] = DumpWait::kWaiting;
+        if (process_state(t.pid) == 'T') {
+          nccl_wait_[i] = DumpWait::kAskedOnly;
+          nccl_notes_[i] = "(stopped process: it cannot write its dump)\n";
+        } else if (!t.wait_for_nccl_dump) {
+          // The user's own TORCH_NCCL_DEBUG_INFO_TEMP_FILE: perhaps a file system that can hang the loop's stat.
+          nccl_wait_[i] = DumpWait::kAskedOnly;
+          nccl_notes_[i] = "(outside ddprun's directory: not waited for)\n";
+        }
+        break;
+      case DumpAsk::kNoPipe:
+      case DumpAsk::kNoReader:
+        break;  // nothing listens (no NCCL, no recorder, or the FIFO of a process gone): no cost, nothing to say
+      case DumpAsk::kRefused:
+      case DumpAsk::kFailed:
+        nccl_notes_[i] = "(not asked: " + t.nccl_pipe + " " + asked.detail + ")\n";
+        break;
+    }
+  }
+}
+
 void StackCapture::ask_python() {
   python_phase_ = true;
   const int sig = python_stacks_signal();
-  bool asked = false;
   for (std::size_t i = 0; i < targets_.size(); ++i) {
     const CaptureTarget& t = targets_[i];
     // Only a worker that opened its stacks file and has a handler for the signal asked for this; any
@@ -150,28 +188,61 @@ void StackCapture::ask_python() {
       continue;
     }
     python_sizes_[i] = file_size(t.python_file);
-    if (::kill(t.pid, sig) == 0) python_asked_[i] = asked = true;
+    if (::kill(t.pid, sig) == 0) python_asked_[i] = true;
   }
-  if (!asked) return finish();
   python_until_ = std::chrono::steady_clock::now() + kPythonWait;
-  poll_python();
+  poll_outputs();
 }
 
-void StackCapture::poll_python() {
-  // Done when every asked file grew and then stopped growing for one poll, or when the wait is over.
-  bool settled = true;
+void StackCapture::poll_outputs() {
+  // Python: done when every asked file grew and then stopped growing for one poll, or when its wait is over.
+  bool python_settled = true;
   for (std::size_t i = 0; i < targets_.size(); ++i) {
     if (!python_asked_[i]) continue;
     const long long now = file_size(targets_[i].python_file);
-    if (now <= 0 || now != python_sizes_[i]) settled = false;
+    if (now <= 0 || now != python_sizes_[i]) python_settled = false;
     python_sizes_[i] = now;
   }
-  if (settled || std::chrono::steady_clock::now() >= python_until_)
-    return finish();
+  // The dumps: until each is whole. Torch reads its FIFO once a second and then pickles its ring buffer, so
+  // they get the rest of the capture's limit, not Python's second: the deadline ends the wait.
+  const bool dumps_settled = nccl_dumps_settled();
+  if (dumps_settled && (python_settled || std::chrono::steady_clock::now() >= python_until_)) return finish();
   poll_.expires_after(kPythonPoll);
   poll_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec && active_) poll_python();
+    if (!ec && active_) poll_outputs();
   });
+}
+
+bool StackCapture::nccl_dumps_settled() {
+  bool all = true;
+  for (std::size_t i = 0; i < targets_.size(); ++i) {
+    if (nccl_wait_[i] != DumpWait::kWaiting) continue;
+    const FileMark now = file_mark(targets_[i].nccl_dump);
+    if (!dump_settled(nccl_before_[i], nccl_last_[i], now)) all = false;
+    nccl_last_[i] = now;
+  }
+  return all;
+}
+
+std::string StackCapture::nccl_dump_note(std::size_t i) const {
+  const CaptureTarget& t = targets_[i];
+  if (nccl_wait_[i] == DumpWait::kNone && nccl_notes_[i].empty()) return "";
+  std::string text = "\n## rank " + std::to_string(t.rank) + ": NCCL Flight Recorder\n";
+  if (nccl_wait_[i] == DumpWait::kNone) return text + nccl_notes_[i];
+  if (nccl_wait_[i] == DumpWait::kAskedOnly)
+    return text + "asked through " + t.nccl_pipe + "; torch writes its dump to " + t.nccl_dump + " " + nccl_notes_[i];
+  if (!nccl_written_[i]) return text + "asked through " + t.nccl_pipe + "; no dump written in time\n";
+  const FileMark m = file_mark(t.nccl_dump);
+  return text + "dump in " + t.nccl_dump_shown + " (" + std::to_string(m.size) + " bytes" +
+         (m == nccl_last_[i] ? "" : ", still growing at the capture's end") + ")\n";
+}
+
+std::vector<NcclDump> StackCapture::nccl_dumps() const {
+  std::vector<NcclDump> dumps;
+  for (std::size_t i = 0; i < targets_.size(); ++i)
+    if (nccl_wait_[i] != DumpWait::kNone)
+      dumps.push_back({targets_[i].rank, targets_[i].nccl_dump, targets_[i].nccl_dump_shown, nccl_written_[i]});
+  return dumps;
 }
 
 void StackCapture::kill_tools() {
@@ -184,6 +255,10 @@ void StackCapture::finish() {
   active_ = false;
   deadline_.cancel();
   poll_.cancel();
+  for (std::size_t i = 0; i < targets_.size(); ++i) {
+    const FileMark now = nccl_wait_[i] == DumpWait::kWaiting ? file_mark(targets_[i].nccl_dump) : FileMark{};
+    nccl_written_[i] = now.size > 0 && now != nccl_before_[i];
+  }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_);
   std::ostringstream text;
   text << "# ddprun: stacks of " << targets_.size() << " hung worker(s), captured in " << ms.count() << " ms"
@@ -198,6 +273,7 @@ void StackCapture::finish() {
       text << "\n## rank " << t.rank << ": Python stacks (faulthandler)\n"
            << (py.empty() ? "(none written in time)\n" : py);
     }
+    text << nccl_dump_note(i);
     ::unlink(part_path(i).c_str());
   }
   // Written whole, then renamed: a reader never sees half a file.

@@ -1,6 +1,7 @@
 // Where a hung worker is stuck, captured before it is killed: native stacks of every thread (eu-stack from
 // elfutils, else gdb in batch mode) and, for a Python worker that registered faulthandler for
-// DDPRUN_STACKS_SIGNAL (README "Hang detection"), its Python stacks. Asynchronous on the agent's loop: the
+// DDPRUN_STACKS_SIGNAL (README "Hang detection"), its Python stacks; for a worker whose NCCL Flight Recorder
+// listens on its FIFO, the recorder's dump (agent/flight_recorder.hpp). Asynchronous on the agent's loop: the
 // tools are the agent's children, reaped by its ChildReaper and handed here through on_child_exit. The
 // whole capture is bounded by `limit`; what is there by then goes into one text file.
 #pragma once
@@ -15,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/flight_recorder.hpp"
+
 namespace ddprun::agent {
 
 struct CaptureTarget {
@@ -22,6 +25,20 @@ struct CaptureTarget {
   int local_rank = 0;
   pid_t pid = 0;
   std::string python_file;  // DDPRUN_STACKS_FILE of this worker: faulthandler writes there
+  // Its NCCL Flight Recorder (agent/flight_recorder.hpp): the FIFO asked for a dump ("" none), the dump file,
+  // whether to wait for it (only one in ddprun's private tree), and its path as the user will find it.
+  std::string nccl_pipe;
+  std::string nccl_dump;
+  bool wait_for_nccl_dump = false;
+  std::string nccl_dump_shown;
+};
+
+// A Flight Recorder dump the capture asked for, and whether it was written by the capture's end.
+struct NcclDump {
+  int rank = 0;
+  std::string path;
+  std::string shown;
+  bool written = false;
 };
 
 // The command that prints every thread's stack of `pid`, with the first of eu-stack and gdb found in
@@ -51,14 +68,19 @@ class StackCapture {
   bool active() const { return active_; }
   // Ends the capture now (the job is being stopped for another reason); `done` is not called.
   void abandon();
+  // Of the last capture, once done: the Flight Recorder dumps asked for.
+  std::vector<NcclDump> nccl_dumps() const;
 
  private:
   struct Tool {
     pid_t pid = 0;
     bool running = false;
   };
+  void ask_nccl_dumps();
   void ask_python();
-  void poll_python();
+  void poll_outputs();
+  bool nccl_dumps_settled();
+  std::string nccl_dump_note(std::size_t i) const;
   void finish();
   void kill_tools();
   std::string part_path(std::size_t i) const { return out_path_ + ".part" + std::to_string(i); }
@@ -71,6 +93,12 @@ class StackCapture {
   std::vector<std::string> notes_;  // per target: what could not be captured, and why
   std::vector<bool> python_asked_;
   std::vector<long long> python_sizes_;
+  enum class DumpWait { kNone, kWaiting, kAskedOnly };  // kAskedOnly: asked, but its file is not ours to watch
+  std::vector<DumpWait> nccl_wait_;
+  std::vector<std::string> nccl_notes_;
+  std::vector<FileMark> nccl_before_;  // the dump file before the ask (an older dump, or absent)
+  std::vector<FileMark> nccl_last_;
+  std::vector<bool> nccl_written_;  // at the capture's end
   std::string out_path_;
   std::string tool_name_;
   std::chrono::steady_clock::time_point started_;

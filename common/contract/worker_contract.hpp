@@ -42,6 +42,17 @@ inline constexpr const char* kHeartbeatFd = "DDPRUN_HEARTBEAT_FD";          // e
 inline constexpr const char* kHeartbeatOffset = "DDPRUN_HEARTBEAT_OFFSET";  // the worker's slot, in bytes
 inline constexpr const char* kStacksFile = "DDPRUN_STACKS_FILE";            // faulthandler writes here
 inline constexpr const char* kStacksSignal = "DDPRUN_STACKS_SIGNAL";        // ... on this signal
+// --hang-timeout, each only where the user set none (PyTorch's names; agent/flight_recorder.hpp): the NCCL
+// Flight Recorder's FIFO and dump in the worker's private directory, the recorder on, the FIFO read every second.
+inline constexpr const char* kNcclPipeFile = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE";   // + RANK + ".pipe"
+inline constexpr const char* kNcclDumpFile = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";   // + RANK
+inline constexpr const char* kFrDumpFile = "TORCH_FR_DUMP_TEMP_FILE";             // newer torch: wins over the above
+inline constexpr const char* kNcclTraceBufferSize = "TORCH_NCCL_TRACE_BUFFER_SIZE";
+inline constexpr const char* kFrBufferSize = "TORCH_FR_BUFFER_SIZE";              // newer torch's name for it
+inline constexpr const char* kNcclDumpOnTimeout = "TORCH_NCCL_DUMP_ON_TIMEOUT";
+// TORCH_NCCL_TRACE_BUFFER_SIZE's value when the user set none: torch's own default since 2.6, the size PyTorch's
+// Flight Recorder tutorial recommends.
+inline constexpr const char* kFlightRecorderEntries = "2000";
 inline constexpr const char* kEmbedded = "DDPRUN_EMBEDDED";  // started by the SDK's embedded spawn
 // Never in a worker's environment: the rendezvous secret stays with ddprun.
 inline constexpr const char* kToken = "DDPRUN_TOKEN";

@@ -158,3 +158,18 @@ TEST_CASE("argparse's word on --local_rank names the --local-rank-arg that fixes
   CHECK(local_rank_arg_advice("ValueError: --local_rank", "").empty());
   CHECK(local_rank_arg_advice("", "").empty());
 }
+
+TEST_CASE("the NCCL Flight Recorder dumps of a hang are named in the summary, text and JSON") {
+  Job job(killed(SIGKILL), "");
+  job.ctx.nccl_dumps = {{0, "/logs/job/attempt_0/0/nccl_trace_rank_0"}, {1, "/logs/job/attempt_0/1/nccl_trace_rank_1"}};
+  const std::string text = job.text();
+  CHECK(text.find("ddprun: NCCL Flight Recorder dump of rank 0 in /logs/job/attempt_0/0/nccl_trace_rank_0\n") !=
+        std::string::npos);
+  CHECK(text.find("dump of rank 1 in /logs/job/attempt_0/1/nccl_trace_rank_1\n") != std::string::npos);
+  const nlohmann::json j = summary_json(job.policy, job.ctx);
+  CHECK(j["nccl_dumps"] == nlohmann::json::parse(R"([{"rank": 0, "file": "/logs/job/attempt_0/0/nccl_trace_rank_0"},
+                                                     {"rank": 1, "file": "/logs/job/attempt_0/1/nccl_trace_rank_1"}])"));
+  Job none(killed(SIGKILL), "");
+  CHECK(none.text().find("Flight Recorder") == std::string::npos);
+  CHECK_FALSE(summary_json(none.policy, none.ctx).contains("nccl_dumps"));
+}

@@ -13,7 +13,8 @@ int main() {
                              c::kGroupWorldSize, c::kRoleRank, c::kRoleName, c::kRoleWorldSize, c::kMasterAddr,
                              c::kMasterPort, c::kRestartCount, c::kMaxRestarts, c::kRunId, c::kUseAgentStore,
                              c::kErrorFile, c::kAgentPid, c::kVersion, c::kJobTag, c::kJobTags, c::kConsoleTty,
-                             c::kHeartbeatFd, c::kHeartbeatOffset, c::kStacksFile, c::kStacksSignal};
+                             c::kHeartbeatFd, c::kHeartbeatOffset, c::kStacksFile, c::kStacksSignal,
+                             c::kNcclPipeFile, c::kNcclDumpFile, c::kNcclTraceBufferSize, c::kNcclDumpOnTimeout};
   std::string out = "{\"worker_env\": [";
   for (std::size_t i = 0; i < sizeof env_names / sizeof env_names[0]; ++i)
     out += std::string(i ? ", " : "") + "\"" + env_names[i] + "\"";
@@ -23,7 +24,11 @@ int main() {
          std::to_string(c::kBeatTimeOffset) + ", \"quiet_until_offset\": " + std::to_string(c::kBeatQuietUntilOffset) +
          "}, \"error_file\": {\"message\": \"" + c::kErrorMessageKey +
          "\", \"extra_info\": \"" + c::kErrorExtraInfoKey + "\", \"callstack\": \"" + c::kErrorCallstackKey +
-         "\", \"timestamp\": \"" + c::kErrorTimestampKey + "\"}}\n";
+         "\", \"timestamp\": \"" + c::kErrorTimestampKey + "\"}, \"flight_recorder\": {\"pipe_file\": \"" +
+         c::kNcclPipeFile + "\", \"dump_file\": \"" + c::kNcclDumpFile + "\", \"newer_dump_file\": \"" + c::kFrDumpFile +
+         "\", \"buffer_size\": \"" + c::kNcclTraceBufferSize + "\", \"newer_buffer_size\": \"" + c::kFrBufferSize +
+         "\", \"dump_on_timeout\": \"" + c::kNcclDumpOnTimeout + "\", \"entries\": \"" + c::kFlightRecorderEntries +
+         "\"}}\n";
   std::fputs(out.c_str(), stdout);
   return 0;
 }

@@ -99,6 +99,32 @@ class Contract(DdprunTestCase):
                 else:
                     self.assertTrue(kv.startswith(f"{n}="), kv)
 
+    def test_the_flight_recorder_variables_point_into_each_workers_private_directory(self):
+        fr = self.c["flight_recorder"]
+        names = [fr["pipe_file"], fr["dump_file"], fr["buffer_size"], fr["dump_on_timeout"], "DDPRUN_STACKS_FILE",
+                 fr["newer_dump_file"], fr["newer_buffer_size"]]
+        r = self.worker(*[f"env={n}" for n in names], nproc=2, extra=("--hang-timeout", "30"))
+        self.assertEqual(r.code, 0, r)
+        for rank in (0, 1):
+            got = dict(line.split(": ", 1)[1].split("=", 1) for line in r.stdout.decode().splitlines()
+                       if line.startswith(f"[rank{rank}]") and "=" in line)
+            prefix = os.path.join(os.path.dirname(got["DDPRUN_STACKS_FILE"]), "nccl_trace_rank_")
+            self.assertEqual(got[fr["pipe_file"]], prefix)  # torch makes <prefix><RANK>.pipe there
+            self.assertEqual(got[fr["dump_file"]], prefix)  # and dumps to <prefix><RANK>
+            self.assertEqual(got[fr["buffer_size"]], fr["entries"])
+            self.assertEqual(got[fr["dump_on_timeout"]], "1")
+            self.assertNotIn(fr["newer_dump_file"], got)  # read from the user, never set by ddprun
+            self.assertNotIn(fr["newer_buffer_size"], got)
+        # The user's own values are kept, under either of torch's names.
+        self.env.update({fr["pipe_file"]: "/mine/p_", fr["newer_dump_file"]: "/mine/d_", fr["buffer_size"]: "0",
+                         fr["dump_on_timeout"]: "0"})
+        r = self.worker(*[f"env={n}" for n in names[:4]], "env=" + fr["newer_dump_file"], nproc=1,
+                        extra=("--hang-timeout", "30"))
+        out = r.stdout.decode()
+        for kv in ("TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/mine/p_", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE unset",
+                   "TORCH_FR_DUMP_TEMP_FILE=/mine/d_", "TORCH_NCCL_TRACE_BUFFER_SIZE=0", "TORCH_NCCL_DUMP_ON_TIMEOUT=0"):
+            self.assertIn(kv, out)
+
     def test_the_error_file_keys_are_torchelastics(self):
         # What torch's @record writes (torch/distributed/elastic/multiprocessing/errors): the contract must not drift.
         self.assertEqual(self.c["error_file"], {"message": "message", "extra_info": "extraInfo",
