@@ -188,6 +188,23 @@ SDK_TEST_ROLE("quiet_phase") {
   return 0;
 }
 
+// DDP steps in lockstep, rank 1's own work (its forward) 50% longer: ddprun names it by the work the SDK counts
+// between its waits for the other ranks (sdk::PeerWait), without any call from the program. ~20 s of steps.
+SDK_TEST_ROLE("straggler") {
+  torch::set_num_threads(1);
+  const sdk::WorldInfo world = sdk::WorldInfo::from_env();
+  auto pg = sdk::ProcessGroup::init(world);
+  auto model = std::make_shared<torch::nn::LinearImpl>(4, 2);
+  sdk::DistributedDataParallel ddp(model, pg);
+  const auto work = std::chrono::milliseconds(world.rank == 1 ? 90 : 60);
+  for (int step = 0; step < 220; ++step) {
+    std::this_thread::sleep_for(work);
+    model->forward(torch::ones({3, 4})).sum().backward();
+    sdk::heartbeat(step);
+  }
+  return 0;
+}
+
 SDK_TEST_ROLE("skip_allreduce") {
   const bool auto_only = env_int("SDK_TEST_AUTO_BEATS_ONLY", 0) == 1;
   const sdk::WorldInfo world = sdk::WorldInfo::from_env();
