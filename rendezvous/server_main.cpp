@@ -52,7 +52,7 @@ int run(int argc, char** argv) {
   std::string host = "0.0.0.0", nnodes = "1", token, token_file, port_file, log_level = "info", join_policy = "now";
   std::uint16_t port = 29400;
   double heartbeat_interval = 1.0, heartbeat_timeout = 15.0, join_timeout = 900.0, last_call = 30.0,
-         join_min_interval = 0.0;
+         join_min_interval = 0.0, straggler_threshold = 30.0, straggler_window = 20.0;
   app.add_option("--rdzv-id", config.run_id, "run id the agents must present")->required();
   app.add_option("--nnodes", nnodes, "expected nodes: N, or MIN:MAX for an elastic job");
   app.add_option("--host", host, "address to listen on")->capture_default_str();
@@ -76,6 +76,12 @@ int run(int argc, char** argv) {
                  "elastic jobs, --join-policy now: seconds a round runs before a join re-forms it")
       ->capture_default_str();
   app.add_option("--max-restarts", config.max_restarts, "restart rounds after worker failures");
+  app.add_option("--straggler-threshold", straggler_threshold,
+                 "percent above the other ranks' median pace that names a rank a straggler (0 = off)")
+      ->capture_default_str();
+  app.add_option("--straggler-window", straggler_window,
+                 "seconds the agents measure paces over; named after half as long past the threshold")
+      ->capture_default_str();
   app.add_option("--max-pending-connections", config.max_pending_connections,
                  "connections not yet joined held at once; beyond it the oldest is closed (0 = max(1024, 64 + 4 x nodes))")
       ->capture_default_str();
@@ -109,6 +115,8 @@ int run(int argc, char** argv) {
   if (!parse_join_policy(join_policy, config.join_policy))
     throw UsageError("--join-policy '" + join_policy + "': expected " + kJoinPolicyValues, kUsageError);
   config.join_min_interval = ms(join_min_interval);
+  config.stragglers.threshold = straggler_threshold / 100;
+  config.stragglers.persist = ms(straggler_window / 2);
   try {
     validate(config);  // bad settings are a usage error, before anything listens
   } catch (const RendezvousError& e) {
