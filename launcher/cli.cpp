@@ -22,6 +22,7 @@
 #include "launcher/python_source.hpp"
 #include "launcher/slurm.hpp"
 #include "launcher/topology.hpp"
+#include "launcher/watch_options.hpp"
 #include "launcher/torchrun_compat.hpp"
 
 namespace ddprun::launcher {
@@ -35,10 +36,7 @@ struct RawOptions {
   std::string tee = "0";
   std::string local_ranks_filter;
   std::string term_timeout = "30";
-  std::string hang_timeout = "0";
-  std::string hang_initial_timeout = "0";
-  std::string straggler_threshold = "30";  // percent
-  std::string straggler_window = "20";
+  WatchOptions watch;  // hangs and stragglers (launcher/watch_options.hpp)
   std::string role = "default";
   bool no_python = false;
   bool module = false;
@@ -110,18 +108,7 @@ void define_options(CLI::App& app, RawOptions& o) {
                  "Show only these local ranks' output on the console, e.g. 0 or 0,2 (log files keep all)");
   app.add_option("--term-timeout,--term_timeout,--shutdown-timeout,--shutdown_timeout", o.term_timeout,
                  "Seconds between SIGTERM and SIGKILL when tearing the job down (default 30)");
-  app.add_option("--hang-timeout,--hang_timeout", o.hang_timeout,
-                 "Seconds a worker that beat once may stay silent before it is hung: its stacks are saved, "
-                 "and it is killed as a failure (README 'Hang detection'; default 0: off)");
-  app.add_option("--hang-initial-timeout,--hang_initial_timeout", o.hang_initial_timeout,
-                 "Seconds a worker may run before its first heartbeat (stuck in init_process_group, the first "
-                 "data load); then hung like after --hang-timeout, which it needs (default 0: off)");
-  app.add_option("--straggler-threshold", o.straggler_threshold,
-                 "Name a rank a straggler when its work per step (or step time) stays this many percent above "
-                 "the other ranks' median (README 'Stragglers'; default 30; 0: off)");
-  app.add_option("--straggler-window", o.straggler_window,
-                 "Seconds over which a rank's pace is measured; it is named after half as long past the "
-                 "threshold (default 20)");
+  define_watch_options(app, o.watch);
   app.add_option("--run-id,--run_id", t.run_id, "Job id (TORCHELASTIC_RUN_ID; default none)");
   app.add_option("--role", o.role, "Worker role name (ROLE_NAME; default default)");
   app.add_flag("--no-python,--no_python", o.no_python, "Execute PROGRAM directly, even a Python script");
@@ -347,16 +334,7 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
     throw UsageError("--role must be 1-128 characters of [A-Za-z0-9._-], got '" + o.role + "'", kExitUsage);
 
   cfg.term_timeout = parse_duration("--term-timeout", o.term_timeout);
-  cfg.hang_timeout = parse_duration("--hang-timeout", o.hang_timeout);
-  cfg.hang_initial_timeout = parse_duration("--hang-initial-timeout", o.hang_initial_timeout);
-  if (cfg.hang_initial_timeout.count() > 0 && cfg.hang_timeout.count() <= 0)
-    throw UsageError("--hang-initial-timeout needs --hang-timeout: the workers must beat (README 'Hang detection')",
-                     kExitUsage);
-  cfg.rdzv.job.stragglers.threshold = parse_int_in("--straggler-threshold", o.straggler_threshold, 0, 10000) / 100.0;
-  cfg.straggler_window = parse_duration("--straggler-window", o.straggler_window);
-  if (cfg.straggler_window < std::chrono::seconds(2))
-    throw UsageError("--straggler-window must be at least 2 seconds (a pace needs several samples)", kExitUsage);
-  cfg.rdzv.job.stragglers.persist = cfg.straggler_window / 2;
+  apply_watch_options(o.watch, cfg);
   if (!o.monitor_interval.empty()) parse_duration("--monitor-interval", o.monitor_interval);
 
   cfg.output.prefix_format = o.no_prefix ? std::string() : o.prefix;
