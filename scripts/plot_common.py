@@ -39,8 +39,8 @@ def read_events(paths, prog="plot_events"):
 
 
 def is_straggler(event):
-    """A rank named slow but alive: any event whose name says straggler (`straggler`, `straggler_named`...)."""
-    return "straggler" in str(event.get("event", "")) and "rank" in event
+    """A rank named slow but alive: ddprun's `straggler` event (README "Stragglers"); `straggler_end` is not."""
+    return event.get("event") == "straggler" and "rank" in event
 
 
 def pyplot(prog):

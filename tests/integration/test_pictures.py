@@ -112,7 +112,7 @@ class ElasticTimeline(TimelineChecks, ElasticCase):
 
 class StepRate(unittest.TestCase):
     """scripts/plot_step_rate on synthetic files: two ranks at 5 steps/s, a restart, and a straggler event line
-    (the form another part of issue 21 may write: an event named like `straggler` with a rank)."""
+    (as ddprun writes it, and the straggler_end that follows, which is not marked)."""
 
     def setUp(self):
         tmp = tempfile.TemporaryDirectory(prefix="ddprun_step_rate_")
@@ -155,9 +155,12 @@ class StepRate(unittest.TestCase):
 
     def test_a_straggler_event_is_marked_on_its_rank_and_a_restart_breaks_the_lines(self):
         t0, lines, events = self.metrics()
-        straggler = f'{{"event":"straggler","time_ms":{t0 + 22000},"rank":1,"node_rank":0,"rate":3.5,"median":5}}'
+        # The events ddprun writes (agent/node_agent_status.cpp): named, and no longer named (not marked).
+        straggler = (f'{{"event":"straggler","time_ms":{t0 + 22000},"rank":1,"node_rank":0,"host":"n1",'
+                     f'"per_step_s":0.3,"median_s":0.2,"measure":"work","window_s":20}}')
+        cleared = f'{{"event":"straggler_end","time_ms":{t0 + 24000},"rank":1,"node_rank":0}}'
         out, png = self.plot("straggler", self.write("metrics.jsonl", lines),
-                             self.write("events", events + [straggler]))
+                             self.write("events", events + [straggler, cleared]))
         self.assertIn("2 ranks, 40 points, 1 restarts, 0 hung, 1 stragglers marked", out)
         self.assertIn("rank 1 straggler at +22.0 s", out)
         self.assertIn("restart at +26.0 s", out)
