@@ -100,6 +100,7 @@ struct AgentConfig {
   // Straggler naming (rendezvous/straggler_watch.hpp): each rank's pace is measured over this window and
   // sent to the rendezvous, which judges (rdzv.job.stragglers: the threshold, and half this window to last).
   std::chrono::milliseconds straggler_window{20'000};
+  bool straggler_stop = false;  // --straggler-action stop: a rank of this node named a straggler is killed as a failure
   std::chrono::milliseconds stack_capture_limit{5000};  // bounds the capture of a hung worker's stacks
   std::string events_file;          // empty: none
   std::string metrics_textfile_dir;  // --metrics-textfile: Prometheus textfile of this node (agent/metrics_textfile.hpp)

@@ -215,7 +215,8 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
     const ErrorFileContents ef = read_error_file(layout_.error_file(world_.restart_count, lr));
     if (ef.present) policy_.worker(lr).error_message = ef.message;
   }
-  if (policy_.killed_from_outside(lr, status)) policy_.worker(lr).reason = oom_kill_reason();
+  if (policy_.killed_from_outside(lr, status))
+    if (std::string oom = oom_kill_reason(); !oom.empty()) policy_.worker(lr).reason = oom;
   const Decision d = policy_.on_exit(lr, status, now);
   const WorkerRecord& w = policy_.worker(lr);
   json e = worker_json(w);

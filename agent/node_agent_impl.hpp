@@ -109,6 +109,7 @@ class NodeAgent {
   void write_metrics_textfile(const NodeStatus& status);
   std::vector<rendezvous::RankPace> running_paces() const;
   void on_stragglers(const rendezvous::StragglersMsg& message);
+  void stop_straggler(const rendezvous::Straggler& s, double window_s);
   // node_agent.cpp
   void on_signal(const ReceivedSignal& received);
   void suspend_job();

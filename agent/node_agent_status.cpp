@@ -2,10 +2,12 @@
 // it reads anyway, /proc), tells the rendezvous (multi-node jobs), and answers ddprun-status on its private
 // Unix socket (agent/status_socket.hpp): this node fresh, the others as the rendezvous last heard them.
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "agent/node_agent_impl.hpp"
+#include "common/process/process_tree.hpp"
 #include "common/time.hpp"
 
 namespace ddprun::agent {
@@ -166,6 +168,7 @@ void NodeAgent::on_stragglers(const rendezvous::StragglersMsg& message) {
     events_.write(json{{"event", "straggler"}, {"time_ms", unix_ms()}, {"rank", s.rank}, {"node_rank", s.node_rank},
                        {"host", s.host}, {"per_step_s", s.pace_us / 1e6}, {"median_s", s.median_us / 1e6},
                        {"measure", s.work ? "work" : "step_time"}, {"window_s", window_s}});
+    if (config_.straggler_stop && s.node_rank == world_.node_rank) stop_straggler(s, window_s);
   }
   for (const rendezvous::Straggler& s : stragglers_) {
     if (among(message.named, s.rank)) continue;
@@ -173,6 +176,19 @@ void NodeAgent::on_stragglers(const rendezvous::StragglersMsg& message) {
     events_.write(json{{"event", "straggler_end"}, {"time_ms", unix_ms()}, {"rank", s.rank}, {"node_rank", s.node_rank}});
   }
   stragglers_ = message.named;
+}
+
+// --straggler-action stop: the rank is killed as a failure of its own, its reason the straggler line, so that
+// every node's summary says why; the job ends, or restarts under --max-restarts. SIGKILL, not SIGTERM: a worker
+// that takes SIGTERM as a stop request would exit 0, a success, and leave the others waiting for it.
+void NodeAgent::stop_straggler(const rendezvous::Straggler& s, double window_s) {
+  const int lr = s.rank - world_.rank_offset;
+  if (policy_.phase() != Phase::kRunning || lr < 0 || lr >= world_.local_world_size) return;
+  WorkerRecord& w = policy_.worker(lr);
+  if (w.state != WorkerState::kRunning || w.pid <= 0) return;
+  w.reason = "stopped by --straggler-action stop: " + straggler_text(s, window_s);
+  log_.warning("rank ", w.rank, " (pid ", w.pid, ") is stopped as a straggler (--straggler-action stop)");
+  process::signal_group(w.pid, SIGKILL);
 }
 
 void NodeAgent::answer_status(StatusSocket::Reply reply) {

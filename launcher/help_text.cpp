@@ -54,6 +54,7 @@ const std::map<std::string, std::string>& value_names() {
       {"hang-initial-timeout", "SEC"},
       {"straggler-threshold", "PCT"},
       {"straggler-window", "SEC"},
+      {"straggler-action", "name|stop"},
       {"run-id", "ID"},
       {"role", "NAME"},
       {"monitor-interval", "SEC"},

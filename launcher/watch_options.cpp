@@ -21,6 +21,9 @@ void define_watch_options(CLI::App& app, WatchOptions& o) {
   app.add_option("--straggler-window", o.straggler_window,
                  "Seconds over which a rank's pace is measured; it is named after half as long past the "
                  "threshold (default 20)");
+  app.add_option("--straggler-action", o.straggler_action,
+                 "name: a straggler is named only (the default); stop: its rank is killed as a failure, which "
+                 "ends the job or, under --max-restarts, restarts it");
 }
 
 void apply_watch_options(const WatchOptions& o, agent::AgentConfig& cfg) {
@@ -35,6 +38,11 @@ void apply_watch_options(const WatchOptions& o, agent::AgentConfig& cfg) {
   if (cfg.straggler_window < std::chrono::seconds(2))
     throw UsageError("--straggler-window must be at least 2 seconds (a pace needs several samples)", kExitUsage);
   cfg.rdzv.job.stragglers.persist = cfg.straggler_window / 2;
+  if (o.straggler_action != "name" && o.straggler_action != "stop")
+    throw UsageError("--straggler-action '" + o.straggler_action + "': expected name or stop", kExitUsage);
+  cfg.straggler_stop = o.straggler_action == "stop";
+  if (cfg.straggler_stop && cfg.rdzv.job.stragglers.threshold <= 0)
+    throw UsageError("--straggler-action stop needs straggler naming: --straggler-threshold above 0", kExitUsage);
 }
 
 }  // namespace ddprun::launcher

@@ -17,6 +17,7 @@ struct WatchOptions {
   std::string hang_initial_timeout = "0";
   std::string straggler_threshold = "30";  // percent
   std::string straggler_window = "20";     // seconds
+  std::string straggler_action = "name";   // name | stop
 };
 
 void define_watch_options(CLI::App& app, WatchOptions& o);

@@ -101,10 +101,25 @@ class Stragglers(MultiNodeCase):
         self.assertIn(b"straggler: rank 3 (node 1", results[1].stderr)
         self.assertNotIn(b"straggler: rank 0", seen + results[0].stderr + results[1].stderr)
 
+    def test_straggler_action_stop_kills_the_rank_as_a_failure_with_the_reason(self):
+        events = self.path("events.jsonl")
+        r = self.worker("@0:beatfor=30:50", "@1:beatfor=30:100", nproc=2,
+                        extra=(*FAST, "--straggler-action", "stop", "--events-file", events))
+        self.assertEqual(r.code, 137, r)  # the rank's own end: SIGKILL
+        err = r.stderr.decode()
+        self.assertIn("rank 1 (pid", err)
+        self.assertIn("is stopped as a straggler (--straggler-action stop)", err)
+        self.assertRegex(err, r"root cause: rank 1 .*\n?.*stopped by --straggler-action stop: straggler: rank 1 "
+                              r"\(node 0, host [^)]+\) took 0\.\d+ s per step")
+        self.assertLess(r.elapsed, 25)  # not the 30 s the workers would beat
+        kinds = [e["event"] for e in self.events(events)]
+        self.assertLess(kinds.index("straggler"), kinds.index("exited"))
+
     def test_bad_values_are_refused_with_one_line_and_64(self):
         for flag, value, said in (("--straggler-threshold", "-5", "--straggler-threshold"),
                                   ("--straggler-threshold", "lots", "--straggler-threshold"),
-                                  ("--straggler-window", "1", "--straggler-window must be at least 2 seconds")):
+                                  ("--straggler-window", "1", "--straggler-window must be at least 2 seconds"),
+                                  ("--straggler-action", "kill", "--straggler-action 'kill': expected name or stop")):
             with self.subTest(flag=flag, value=value):
                 r = self.run_ddprun(flag, value, "--nproc-per-node", 1, WORKER, "print=started")
                 self.assertEqual(r.code, 64, r)
