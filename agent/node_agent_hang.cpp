@@ -26,6 +26,8 @@ namespace {
 // How long a node that found a hung worker waits for the rendezvous' verdict before it decides alone: the
 // server waits up to 10 s for the other nodes' views (rendezvous/state_machine_hang.cpp), then answers.
 constexpr std::chrono::seconds kHangVerdictLimit{15};
+// Children of a hung worker whose stacks are captured too, at most (each costs a stack tool's run).
+constexpr std::size_t kChildrenCaptured = 8;
 }  // namespace
 
 void NodeAgent::arm_hang_watch() {
@@ -126,7 +128,14 @@ void NodeAgent::start_job_capture() {
     targets.push_back({w.rank, w.local_rank, w.pid, stacks_file(w.local_rank), fr.pipe, fr.dump, fr.dump_is_ours,
                        layout_.published(fr.dump)});
   };
-  for (const HungWorker& h : hung_) add(policy_.worker(h.local_rank));
+  for (const HungWorker& h : hung_) {
+    const WorkerRecord& w = policy_.worker(h.local_rank);
+    add(w);
+    // What a hung worker may be waiting on: its DataLoader workers, a subprocess. Native stacks, a few.
+    std::size_t taken = 0;
+    for (pid_t child : process::descendants_of(w.pid))
+      if (taken++ < kChildrenCaptured) targets.push_back({w.rank, w.local_rank, child, "", "", "", false, "", w.pid});
+  }
   for (const WorkerRecord& w : policy_.workers())
     if (w.state == WorkerState::kRunning && w.pid > 0 && !found_hung(w.local_rank)) add(w);
   hang_stacks_path_ = hang_stacks_file();

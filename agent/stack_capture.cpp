@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <sstream>
 #include <sys/stat.h>
 
+#include "agent/signal_reader.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/process/process_tree.hpp"
@@ -261,11 +263,17 @@ void StackCapture::finish() {
   }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_);
   std::ostringstream text;
-  text << "# ddprun: stacks of " << targets_.size() << " hung worker(s), captured in " << ms.count() << " ms"
-       << (tool_name_.empty() ? "" : " with " + tool_name_) << "\n";
+  const auto children = std::count_if(targets_.begin(), targets_.end(), [](const CaptureTarget& t) { return t.child_of; });
+  text << "# ddprun: stacks of " << targets_.size() - static_cast<std::size_t>(children) << " worker(s)"
+       << (children ? " and " + std::to_string(children) + " child process(es) of hung ones" : std::string())
+       << ", captured in " << ms.count() << " ms" << (tool_name_.empty() ? "" : " with " + tool_name_) << "\n";
   for (std::size_t i = 0; i < targets_.size(); ++i) {
     const CaptureTarget& t = targets_[i];
-    text << "\n## rank " << t.rank << " (local rank " << t.local_rank << ", pid " << t.pid << "): native stacks\n";
+    if (t.child_of)
+      text << "\n## rank " << t.rank << ": child process " << t.pid << " of pid " << t.child_of << " ("
+           << (process_name(t.pid).empty() ? "gone" : process_name(t.pid)) << "): native stacks\n";
+    else
+      text << "\n## rank " << t.rank << " (local rank " << t.local_rank << ", pid " << t.pid << "): native stacks\n";
     if (tools_[i].pid > 0) text << read_file(part_path(i));
     text << notes_[i];
     if (python_asked_[i]) {

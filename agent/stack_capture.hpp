@@ -31,6 +31,9 @@ struct CaptureTarget {
   std::string nccl_dump;
   bool wait_for_nccl_dump = false;
   std::string nccl_dump_shown;
+  // A child process of a hung worker (its DataLoader workers, a tool it waits on): native stacks only, under
+  // the worker's rank. 0: the worker itself.
+  pid_t child_of = 0;
 };
 
 // A Flight Recorder dump the capture asked for, and whether it was written by the capture's end.

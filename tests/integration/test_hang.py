@@ -1,5 +1,6 @@
 """Hang detection (--hang-timeout): a worker that beat and then went silent is found, its stacks are saved,
 it is killed as the root cause 'hung', and nothing of the job is left; workers that never beat are exempt."""
+import glob
 import os
 import re
 import sys
@@ -87,6 +88,22 @@ class SingleNode(HangCase):
         self.assertEqual(len(stacks), 1)
         self.assertTrue(stacks[0].startswith(logs) and stacks[0].endswith("attempt_0/hang_stacks.txt"), stacks)
         self.assertIn(stacks[0], err)
+
+    def test_the_hung_ranks_child_processes_are_in_the_stacks_file(self):
+        # Rank 0 hangs with two children (what a DataLoader's workers are); rank 1, not hung, has one too.
+        logs = self.path("logs")
+        r = self.worker("beat=3", "@0:fork=group:2", "@1:fork=group", "@0:hang", "@1:beatfor=30", nproc=2,
+                        extra=("--hang-timeout", "1.5", "--log-dir", logs))
+        self.assert_hung(r, 0, step=3)
+        files = glob.glob(os.path.join(logs, "**", "hang_stacks.txt"), recursive=True)
+        self.assertEqual(len(files), 1, files)
+        with open(files[0]) as f:
+            text = f.read()
+        self.assertIn("stacks of 2 worker(s) and 2 child process(es) of hung ones", text)
+        children = re.findall(r"## rank 0: child process (\d+) of pid (\d+) \(test_worker\): native stacks", text)
+        self.assertEqual(len(children), 2, text[:3000])
+        self.assertEqual(len({parent for _, parent in children}), 1)
+        self.assertNotIn("## rank 1: child process", text)
 
     def test_a_hang_is_restarted_when_restarts_remain(self):
         script = (f'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exec {WORKER} beat=1 hang; fi; '
