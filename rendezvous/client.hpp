@@ -59,6 +59,9 @@ struct ClientConfig {
   std::string cannot_join;
   // Keep retrying the connection this long: node 0 may start its in-process server after the others.
   std::chrono::milliseconds connect_timeout{900'000};
+  // A resumable server (ddprun-rendezvous, ChallengeMsg::resumable) lost while this node runs a round: keep
+  // reconnecting this long, then claim the round (client_reconnect.hpp). 0: the loss ends the client at once.
+  std::chrono::milliseconds reconnect_timeout{0};
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
 };
 
@@ -96,6 +99,8 @@ class Client {
   void report_status(std::string status_json);     // the live view: this node's latest (agent/live_status.hpp)
   void request_view();                             // every node's latest status: on_job_view
   void close();              // no more handlers; idempotent
+  // The server was lost and the client is reconnecting (ClientConfig::reconnect_timeout): nobody answers now.
+  bool reconnecting() const;
 
   class Impl;
 
