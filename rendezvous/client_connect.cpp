@@ -120,7 +120,7 @@ void Client::Impl::retry(const std::string& why, bool rotate) {
   // time ddprun keeps trying, not up to one back-off step less.
   retry_timer_.expires_after(std::min(std::chrono::duration_cast<Clock::duration>(retry_delay_),
                                       connect_deadline_ - now));
-  retry_delay_ = std::min(retry_delay_ * 2, kMaxRetry);
+  retry_delay_ = std::min(retry_delay_ * 2, reconnect_.active() ? kMaxReconnectRetry : kMaxRetry);
   retry_timer_.async_wait([self = shared_from_this()](error_code ec) {
     if (!ec && !self->done_) self->connect();
   });
