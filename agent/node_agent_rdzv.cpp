@@ -55,7 +55,12 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
         on_outcome(&c, "rendezvous_error");
       },
       [this] { on_capture_requested(); },
-      [this](const rdzv::JobViewMsg& view) { on_job_view(view); }};
+      [this](const rdzv::JobViewMsg& view) { on_job_view(view); },
+      // A separate ddprun-rendezvous lost and looked for, or back (the client logs both): the events file says so.
+      [this](bool back, const std::string& text) {
+        events_.write(back ? json{{"event", "rendezvous_resumed"}, {"time_ms", unix_ms()}, {"server", text}}
+                           : json{{"event", "rendezvous_lost"}, {"time_ms", unix_ms()}, {"why", text}});
+      }};
 }
 
 // This node cannot take part (link_.start failed): nothing was started. The other nodes of the job would wait

@@ -99,7 +99,11 @@ void Client::Impl::handle(ServerMessage message) {
                                                             : "the rendezvous server refused this node: ";
     return fail(error->kind, prefix + error->message);
   }
-  reconnect_.on_resumed(where(), logger_);  // anything but a refusal: the restarted server took us back
+  if (reconnect_.active()) {  // anything but a refusal: the restarted server took us back
+    reconnect_.on_resumed(where(), logger_);
+    if (handlers_.on_reconnect) handlers_.on_reconnect(true, where());
+    if (done_) return;
+  }
   if (auto* assignment = std::get_if<Assignment>(&message)) {
     reconnect_.on_assignment(*assignment);
     if (handlers_.on_assignment) handlers_.on_assignment(*assignment);

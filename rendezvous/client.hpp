@@ -79,6 +79,9 @@ struct ClientHandlers {
   std::function<void(const ClientError&)> on_error;      // refused, timed out, lost the server, protocol
   std::function<void()> on_capture;  // a hang elsewhere: capture every worker's stacks, then report_hang_view
   std::function<void(const JobViewMsg&)> on_job_view;  // the answer to request_view
+  // ClientConfig::reconnect_timeout: the server was lost and the client reconnects (back == false, `text` why),
+  // or a restarted server took this node back (back == true). Neither is terminal.
+  std::function<void(bool back, const std::string& text)> on_reconnect;
 };
 
 class Client {

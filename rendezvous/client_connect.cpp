@@ -27,6 +27,7 @@ void Client::Impl::drop_connection() {
 }
 
 void Client::Impl::lost(const std::string& why) {
+  const bool first = !reconnect_.active();
   if (!reconnect_.on_lost(why, where(), logger_)) {
     if (reconnect_.active()) return fail(ErrorKind::kLostServer, reconnect_.give_up(where(), why));
     return fail(ErrorKind::kLostServer, "lost the rendezvous server at " + where() + ": " + why);
@@ -38,6 +39,7 @@ void Client::Impl::lost(const std::string& why) {
   retry_delay_ = kFirstRetry;
   connect_deadline_ = reconnect_.deadline();
   retry(why);
+  if (first && handlers_.on_reconnect) handlers_.on_reconnect(false, why);  // last: the handler may close us
 }
 
 void Client::Impl::connect() {

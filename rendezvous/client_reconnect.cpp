@@ -43,7 +43,6 @@ std::optional<ResumeClaim> Reconnect::claim() const {
 }
 
 void Reconnect::on_resumed(const std::string& where, Logger& log) {
-  if (!active_) return;
   active_ = false;
   log.info("reconnected to the rendezvous server at ", where, " after ",
            text::seconds(duration_cast<milliseconds>(Clock::now() - lost_at_)), " (", counted(attempts_, "attempt"),

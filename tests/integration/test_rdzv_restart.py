@@ -129,6 +129,10 @@ class RendezvousRestart(MultiNodeCase):
         self.assertEqual(self.worker_pids(), pids)  # never restarted: the pid file has only the first workers
         for n in "ab":
             self.assertEqual([e["restart_count"] for e in self.rendezvous_events(n)], [0])
+            link = [e for e in self.events(self.path(f"{n}.events")) if e["event"].startswith("rendezvous_")]
+            self.assertEqual([e["event"] for e in link], ["rendezvous_lost", "rendezvous_resumed"], link)
+            self.assertIn(link[0]["why"], ("connection closed", "Connection reset by peer"))
+            self.assertGreaterEqual(link[1]["time_ms"] - link[0]["time_ms"], 2000)
         out, err = restarted.communicate(timeout=BOUND)
         self.assertEqual(restarted.returncode, 0, err)
         self.assertIn(b"took back round 0 (2 nodes, world size 2", restarted.seen + err)

@@ -60,13 +60,15 @@ struct Recorder {
   bool complete = false;
   int captures = 0;
   std::vector<JobViewMsg> views;
+  std::vector<bool> reconnects;  // on_reconnect: false when the server was lost, true when taken back
   std::optional<ClientError> error;
 
   ClientHandlers handlers() {
     return ClientHandlers{[this](const Assignment& a) { assignments.push_back(a); },
                           [this](const StopOrder& s) { stops.push_back(s); }, [this] { complete = true; },
                           [this](const ClientError& e) { error = e; }, [this] { ++captures; },
-                          [this](const JobViewMsg& v) { views.push_back(v); }};
+                          [this](const JobViewMsg& v) { views.push_back(v); },
+                          [this](bool back, const std::string&) { reconnects.push_back(back); }};
   }
 };
 
