@@ -172,15 +172,7 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
 
 }  // namespace
 
-void on_hello(RendezvousState& state, const Hello& event, const Now& now, Actions& out) {
-  if (state.nodes.count(event.conn)) {  // a second hello is a protocol violation, not a rejoin
-    out.push_back(Close{event.conn});
-    return;
-  }
-  if (on_start_failure_hello(state, event, now, out)) return;
-  if (event.hello.resume) return on_resume_hello(state, event, now, out);  // state_machine_resume.cpp
-  if (std::string why = check_hello(state, event); !why.empty()) return refuse(event.conn, why, event, state, out);
-
+NodeEntry new_node(RendezvousState& state, const Hello& event) {
   const HelloMsg& hello = event.hello;
   NodeEntry node;
   node.conn = event.conn;
@@ -193,6 +185,20 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
   node.hosts_server = hello.hosts_server;
   node.join_seq = state.next_join_seq++;
   if (!is_loopback(event.local_address) && !event.local_address.empty()) state.server_address = event.local_address;
+  return node;
+}
+
+void on_hello(RendezvousState& state, const Hello& event, const Now& now, Actions& out) {
+  if (state.nodes.count(event.conn)) {  // a second hello is a protocol violation, not a rejoin
+    out.push_back(Close{event.conn});
+    return;
+  }
+  if (on_start_failure_hello(state, event, now, out)) return;
+  if (event.hello.resume) return on_resume_hello(state, event, now, out);  // state_machine_resume.cpp
+  if (std::string why = check_hello(state, event); !why.empty()) return refuse(event.conn, why, event, state, out);
+
+  const HelloMsg& hello = event.hello;
+  NodeEntry node = new_node(state, event);
   if (hello.node_rank) {
     node.node_rank = *hello.node_rank;
     state.by_rank[static_cast<std::size_t>(node.node_rank)] = event.conn;

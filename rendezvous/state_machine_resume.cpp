@@ -162,15 +162,8 @@ void on_resume_hello(RendezvousState& state, const Hello& event, const Now& now,
                       other.address + ")",
                   event, state, out);
   }
-  NodeEntry node;
-  node.conn = event.conn;
+  NodeEntry node = new_node(state, event);  // as a join's: a later re-form's MASTER_ADDR needs its addresses
   node.node_rank = claim.node_rank;
-  node.nproc = hello.nproc;
-  node.host = hello.host;
-  node.address = hello.address.empty() ? event.peer_address : hello.address;
-  node.master_port = hello.master_port;
-  node.join_seq = state.next_join_seq++;
-  state.joined_procs += hello.nproc;
   state.by_rank[rank] = event.conn;
   a.nprocs[rank] = hello.nproc;
   a.rank_offsets[rank] = claim.rank_offset;

@@ -20,6 +20,8 @@ void on_tick(RendezvousState& state, const Now& now, Actions& out);
 void on_cannot_start(RendezvousState& state, const CannotStart& event, Actions& out);
 bool on_start_failure_hello(RendezvousState& state, const Hello& event, const Now& now, Actions& out);
 
+// A node entry from an accepted hello (addresses, ports, join order; counted in joined_procs), not yet placed.
+NodeEntry new_node(RendezvousState& state, const Hello& event);
 // Refuses a hello: an error frame, the close, and a log line saying (to the operator only) what was wrong.
 void refuse(ConnId conn, const std::string& why, const Hello& event, const RendezvousState& state, Actions& out);
 // The version, MAC and MUNGE checks of a hello; "" when it passes, else the answer (no run-id oracle).

@@ -176,6 +176,7 @@ TEST_CASE("an elastic job with MIN nodes back by the deadline re-forms without t
   step(state, NodeStopped{1, 0}, at(5'100ms));
   auto next = find_one<SendAssignments>(step(state, NodeStopped{3, 0}, at(5'100ms)));
   CHECK(next.round.restart_count == 5);
+  CHECK(next.round.master_addr == "10.0.0.9");  // node 0's address as the server saw it, as after a join
   CHECK(next.round.world_size == 4);
   CHECK(state.nodes.at(3).node_rank == 1);  // ranks contiguous again
 }
