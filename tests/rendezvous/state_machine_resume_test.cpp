@@ -205,3 +205,23 @@ TEST_CASE("a node lost while the round is taken back frees its place for its own
   step(again, resume(4, 1, {2, 2}, 0, false), at(3ms));
   CHECK(again.phase == Phase::kRunning);
 }
+
+TEST_CASE("an elastic job taken back admits a late joiner as if this server had formed it") {
+  JobConfig config = job(3, false);
+  config.min_nodes = 1;
+  RendezvousState state(config, at(0ms).steady);
+  step(state, resume(1, 0, {2, 2}, 1, false), at(0ms));
+  step(state, resume(2, 1, {2, 2}, 1, false), at(0ms));
+  REQUIRE(state.phase == Phase::kRunning);
+  Joiner late;
+  late.conn = 3;
+  late.host = "host9";
+  auto reform = find_one<Broadcast>(step(state, hello(late), at(100ms)));
+  CHECK(std::get<StopMsg>(reform.message).membership);
+  CHECK(reform.conns == std::vector<ConnId>{1, 2});
+  step(state, NodeStopped{1, 0}, at(200ms));
+  auto next = find_one<SendAssignments>(step(state, NodeStopped{2, 0}, at(200ms)));
+  CHECK(next.round.restart_count == 2);
+  CHECK(next.round.nnodes == 3);
+  CHECK(state.nodes.at(3).node_rank == 2);
+}
