@@ -73,6 +73,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
 
   // Drops a connection that has not been challenged (or whose challenge was not our server's) and tries again.
   void abandon_connection(const std::string& why);
+  // Closes the socket; whatever is still pending on it (read, write, timer) is stale from now on (attempt_).
   void drop_connection();
 
   // The server is gone (closed, reset, silent). A resumable one is reconnected to while this node's workers
@@ -88,7 +89,8 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   void say_unresolved(const std::string& why);
   void connect_to(const tcp::endpoint& endpoint, unsigned attempt);
 
-  // The server may not be up yet (node 0 starts it): retry with backoff until connect_timeout.
+  // The server may not be up yet (node 0 starts it), or is being restarted (reconnect_): retry with backoff until
+  // connect_timeout, or the reconnect deadline.
   // rotate: with candidate ports, the next attempt tries the next one (the server was not found at this one).
   void retry(const std::string& why, bool rotate = false);
   void read_some();
