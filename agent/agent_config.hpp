@@ -68,6 +68,9 @@ struct RendezvousConfig {
   std::string local_addr;        // how the other nodes reach this one (join.address); empty: as the server sees it
   int master_port = 0;           // MASTER_PORT offered if this node becomes node 0; 0: picked by the client
   bool master_port_fixed = false;  // --master-port given: the same every round (else picked afresh each round)
+  // --rdzv-reconnect-timeout: a resumable server (ddprun-rendezvous) lost while this node's workers run a round
+  // is reconnected to this long; the workers keep training meanwhile (rendezvous/client_reconnect.hpp).
+  std::chrono::milliseconds reconnect_timeout{60'000};
 };
 
 struct AgentConfig {

@@ -56,7 +56,12 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
       },
       [this] { on_capture_requested(); },
       [this](const rdzv::JobViewMsg& view) { on_job_view(view); },
-      [this](const rdzv::StragglersMsg& named) { on_stragglers(named); }};
+      [this](const rdzv::StragglersMsg& named) { on_stragglers(named); },
+      // A separate ddprun-rendezvous lost and looked for, or back (the client logs both): the events file says so.
+      [this](bool back, const std::string& text) {
+        events_.write(back ? json{{"event", "rendezvous_resumed"}, {"time_ms", unix_ms()}, {"server", text}}
+                           : json{{"event", "rendezvous_lost"}, {"time_ms", unix_ms()}, {"why", text}});
+      }};
 }
 
 // This node cannot take part (link_.start failed): nothing was started. The other nodes of the job would wait
@@ -210,6 +215,17 @@ void NodeAgent::report_worker_failure(int local_rank) {
 void NodeAgent::report_signal(int signal) {
   if (!lifecycle_.workers_started()) return leave_after_signal(signal);
   report_agent_signal(signal, unix_ms());
+  if (!link_.client().reconnecting()) return;
+  // The rendezvous server is away (a restart under way): no stop order can come, and a stop signal must not
+  // wait --rdzv-reconnect-timeout. This node ends once its workers are gone; a server that comes back finds it
+  // missing and ends (or re-forms) the job for the others.
+  JobCause c;
+  c.text = "ddprun on node " + std::to_string(world_.node_rank) + " (" + config_.host + ") received " +
+           process::signal_name(signal) + " while the rendezvous server was away";
+  c.exit_code = 128 + signal;
+  c.node_rank = world_.node_rank;
+  c.time_ms = unix_ms();
+  on_outcome(&c, "signal");
 }
 
 // This node's ddprun itself was stopped: a node failure (no rank), which the rendezvous never restarts.

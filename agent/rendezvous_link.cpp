@@ -144,6 +144,8 @@ rdzv::ClientConfig RendezvousLink::client_config() const {
   c.join.master_port_fixed = r.master_port_fixed;
   c.join.hosts_server = server_ != nullptr;
   c.connect_timeout = r.job.join_timeout;
+  // Only toward a server hosted elsewhere; whether it may be restarted, its challenge says.
+  if (!server_) c.reconnect_timeout = r.reconnect_timeout;
   return c;
 }
 

@@ -94,6 +94,8 @@ void define_options(CLI::App& app, RawOptions& o) {
                  "Seconds between heartbeats (set on the node hosting the rendezvous; default 1)");
   app.add_option("--heartbeat-timeout,--heartbeat_timeout", t.heartbeat_timeout,
                  "Seconds of silence after which a node, or the server, is lost (host's setting; default 15)");
+  app.add_option("--rdzv-reconnect-timeout", t.rdzv_reconnect_timeout,
+                 "A lost ddprun-rendezvous: keep the workers and reconnect this long (default 60; 0 = end now)");
   app.add_option("--local-addr,--local_addr", t.local_addr,
                  "How the other nodes reach this one (MASTER_ADDR when this is node 0)");
   app.add_option("--max-restarts,--max_restarts", t.max_restarts,

@@ -43,6 +43,7 @@ const std::map<std::string, std::string>& value_names() {
       {"rdzv-timeout", "SEC"},
       {"heartbeat-interval", "SEC"},
       {"heartbeat-timeout", "SEC"},
+      {"rdzv-reconnect-timeout", "SEC"},
       {"local-addr", "HOST"},
       {"max-restarts", "N"},
       {"log-dir", "DIR"},

@@ -168,6 +168,7 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
   job.max_restarts = parse_int_in("--max-restarts", o.max_restarts, 0, 1000000);
   w.max_restarts = job.max_restarts;
   r.local_addr = o.local_addr;
+  r.reconnect_timeout = parse_duration("--rdzv-reconnect-timeout", o.rdzv_reconnect_timeout);
 
   const bool local_only = nnodes == 1 && !dynamic;
   r.munge = resolve_munge_use(o.rdzv_auth, env, local_only);

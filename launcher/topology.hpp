@@ -30,6 +30,7 @@ struct TopologyOptions {
   std::string rdzv_timeout = "900";
   std::string heartbeat_interval = "1";
   std::string heartbeat_timeout = "15";  // torchrun: keep-alive every 5 s, 3 attempts
+  std::string rdzv_reconnect_timeout = "60";  // a lost ddprun-rendezvous: seconds to wait for its return
   std::string local_addr;
   std::string max_restarts = "0";
   // --rdzv-conf max_departures: elastic jobs, a host's departures before it is refused

@@ -59,6 +59,9 @@ struct ClientConfig {
   std::string cannot_join;
   // Keep retrying the connection this long: node 0 may start its in-process server after the others.
   std::chrono::milliseconds connect_timeout{900'000};
+  // A resumable server (ddprun-rendezvous, ChallengeMsg::resumable) lost while this node runs a round: keep
+  // reconnecting this long, then claim the round (client_reconnect.hpp). 0: the loss ends the client at once.
+  std::chrono::milliseconds reconnect_timeout{0};
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
 };
 
@@ -77,6 +80,9 @@ struct ClientHandlers {
   std::function<void()> on_capture;  // a hang elsewhere: capture every worker's stacks, then report_hang_view
   std::function<void(const JobViewMsg&)> on_job_view;  // the answer to request_view
   std::function<void(const StragglersMsg&)> on_stragglers;  // the ranks named stragglers changed
+  // ClientConfig::reconnect_timeout: the server was lost and the client reconnects (back == false, `text` why),
+  // or a restarted server took this node back (back == true). Neither is terminal.
+  std::function<void(bool back, const std::string& text)> on_reconnect;
 };
 
 class Client {
@@ -98,6 +104,8 @@ class Client {
   void report_status(std::string status_json, std::vector<RankPace> paces);
   void request_view();                             // every node's latest status: on_job_view
   void close();              // no more handlers; idempotent
+  // The server was lost and the client is reconnecting (ClientConfig::reconnect_timeout): nobody answers now.
+  bool reconnecting() const;
 
   class Impl;
 

@@ -59,6 +59,10 @@ struct JobConfig {
   // Unsent bytes a peer may leave queued before it is closed (and, once joined, counts as lost). Must hold
   // at least one largest frame.
   std::size_t max_outbox_bytes = 4 * kDefaultMaxFrameBytes;
+  // No agent of the job hosts this server (ddprun-rendezvous): the challenge says so, and an agent that loses
+  // the server keeps its workers and comes back to a restarted one, which rebuilds the round from the
+  // agents' claims (state_machine_resume.cpp). False where an agent hosts it: its node dies with it anyway.
+  bool resumable = false;
   // A token equal to run_id_token(run_id) (auth.hpp, the launcher's fallback) is no secret: the server warns
   // loudly when it listens beyond loopback with it.
 };

@@ -16,6 +16,32 @@ bool operator==(const Assignment& a, const Assignment& b) {
          a.max_restarts == b.max_restarts;
 }
 
+// ---- resume after a server restart (issue 19) ----
+bool operator==(const ResumeClaim& a, const ResumeClaim& b) {
+  return a.restart_count == b.restart_count && a.node_rank == b.node_rank && a.nnodes == b.nnodes &&
+         a.rank_offset == b.rank_offset && a.world_size == b.world_size && a.master_addr == b.master_addr &&
+         a.master_port == b.master_port && a.fingerprint == b.fingerprint;
+}
+
+std::string nprocs_fingerprint(const std::vector<int>& nprocs) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (int n : nprocs)
+    for (int shift = 0; shift < 32; shift += 8) {
+      h ^= static_cast<std::uint8_t>(static_cast<std::uint32_t>(n) >> shift);
+      h *= 1099511628211ULL;
+    }
+  static const char* digits = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<std::size_t>(i)] = digits[h & 0xf];
+  return out;
+}
+
+ResumeClaim resume_claim_of(const Assignment& a) {
+  return ResumeClaim{a.restart_count, a.node_rank,  a.nnodes,      a.rank_offset,
+                     a.world_size,    a.master_addr, a.master_port, nprocs_fingerprint(a.nprocs)};
+}
+// ---- end of resume ----
+
 bool operator==(const RankBeat& a, const RankBeat& b) {
   return a.rank == b.rank && a.local_rank == b.local_rank && a.pid == b.pid && a.step == b.step &&
          a.silent_ms == b.silent_ms && a.never_beat == b.never_beat && a.hung == b.hung && a.quiet == b.quiet &&
@@ -40,6 +66,14 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 json typed(const char* type) { return json{{"type", type}}; }
 
+// ---- resume after a server restart (issue 19) ----
+json resume_json(const ResumeClaim& c) {
+  return json{{"restart_count", c.restart_count}, {"node_rank", c.node_rank},   {"nnodes", c.nnodes},
+              {"rank_offset", c.rank_offset},     {"world_size", c.world_size}, {"master_addr", c.master_addr},
+              {"master_port", c.master_port},     {"nprocs", c.fingerprint}};
+}
+// ---- end of resume ----
+
 json to_json_value(const ClientMessage& message) {
   return std::visit(
       [](const auto& m) -> json {
@@ -57,6 +91,7 @@ json to_json_value(const ClientMessage& message) {
           if (!m.munge_credential.empty()) j["munge"] = m.munge_credential;
           if (m.hosts_server) j["hosts_server"] = true;
           if (!m.cannot_join.empty()) j["cannot_join"] = m.cannot_join;
+          if (m.resume) j["resume"] = resume_json(*m.resume);
           return j;
         } else if constexpr (std::is_same_v<T, HeartbeatMsg>) {
           return typed("heartbeat");
@@ -124,6 +159,7 @@ std::string encode(const ServerMessage& message) {
           j["heartbeat_interval_ms"] = m.heartbeat_interval_ms;
           j["heartbeat_timeout_ms"] = m.heartbeat_timeout_ms;
           if (m.munge) j["munge"] = true;
+          if (m.resumable) j["resumable"] = true;
           if (!m.proof.empty()) j["proof"] = m.proof;
           return dump(j);
         } else if constexpr (std::is_same_v<T, ErrorMsg>) {

@@ -45,6 +45,29 @@ inline constexpr std::size_t kMaxTypeBytes = 32;         // "type", "kind", "pro
 inline constexpr std::int64_t kMaxHeartbeatMs = 24LL * 3600 * 1000;
 inline constexpr std::size_t kMaxCollectiveBytes = 64;  // a hang view's function name
 
+// ---- resume after a server restart (issue 19) ----
+// A standalone server (ddprun-rendezvous: no agent of the job hosts it, ChallengeMsg::resumable) may die and be
+// restarted while the workers train; they do not need it then. An agent that lost it keeps its workers and
+// reconnects, and its hello says where the round it runs placed it: the restarted server rebuilds the round
+// from every node's claim (state_machine_resume.cpp). A few bounded fields: the hello stays far below the
+// handshake's 4 KiB however large the job (the nprocs travel as a fingerprint, each node brings its own).
+struct ResumeClaim {
+  int restart_count = 0;    // the round (TORCHELASTIC_RESTART_COUNT)
+  int node_rank = 0;
+  int nnodes = 0;
+  int rank_offset = 0;
+  int world_size = 0;
+  std::string master_addr;
+  int master_port = 0;
+  std::string fingerprint;  // nprocs_fingerprint of the round's nprocs by node rank: every node's must agree
+  friend bool operator==(const ResumeClaim& a, const ResumeClaim& b);
+};
+struct Assignment;
+ResumeClaim resume_claim_of(const Assignment& assignment);
+// 16 hex digits (FNV-1a, 64 bits) over the worker counts by node rank: equal rounds give equal fingerprints.
+std::string nprocs_fingerprint(const std::vector<int>& nprocs);
+// ---- end of resume ----
+
 // ---- client → server ----
 struct HelloMsg {
   int version = kProtocolVersion;
@@ -61,6 +84,8 @@ struct HelloMsg {
   // of fixed size still gathering its first round ends at once with it as the root cause, instead of waiting
   // --rdzv-timeout for a node that is not coming (state_machine.cpp, on_cannot_join).
   std::string cannot_join;
+  // Set: this node runs a round its server placed it in, and comes back to a restarted server (issue 19).
+  std::optional<ResumeClaim> resume;
 };
 struct HeartbeatMsg {};
 struct FailureMsg { Failure failure; };
@@ -123,6 +148,9 @@ struct ChallengeMsg {
   std::int64_t heartbeat_timeout_ms = 0;
   bool munge = false;  // the hello must carry a MUNGE credential (absent on the wire when false)
   std::string proof;   // auth.hpp compute_server_proof: this server knows the job's token and run id
+  // No agent of the job hosts this server (ddprun-rendezvous): an agent that loses it keeps its workers and
+  // reconnects with a resume hello (absent on the wire when false; issue 19).
+  bool resumable = false;
 };
 
 // kUnavailable: a node of the job could not start (it said why: cannot_join, or node 0's server answers only

@@ -84,6 +84,25 @@ Assignment decode_assignment(const json& j) {
   return a;
 }
 
+// ---- resume after a server restart (issue 19) ----
+// A node's claim on the round it runs: bounded like an assignment, and consistent in itself (its ranks inside
+// the world); whether it agrees with the other nodes' is the state machine's (state_machine_resume.cpp).
+ResumeClaim decode_resume(const json& j) {
+  if (!j.is_object()) throw ProtocolError("field \"resume\" is not an object");
+  ResumeClaim c;
+  c.restart_count = get_int_in(j, "restart_count", 0, kMaxRank);
+  c.nnodes = get_int_in(j, "nnodes", 1, kMaxNodes);
+  c.node_rank = get_int_in(j, "node_rank", 0, c.nnodes - 1);
+  c.world_size = get_int_in(j, "world_size", 1, kMaxRank + 1);
+  c.rank_offset = get_int_in(j, "rank_offset", 0, c.world_size - 1);
+  c.master_addr = get_host(j, "master_addr", /*allow_empty=*/false);
+  c.master_port = get_int_in(j, "master_port", 1, 65535);
+  c.fingerprint = get_hex(j, "nprocs", 16);
+  if (c.fingerprint.size() != 16) throw ProtocolError("field \"nprocs\" is not a 16-digit fingerprint");
+  return c;
+}
+// ---- end of resume ----
+
 ErrorKind parse_error_kind(const std::string& text) {
   for (ErrorKind kind : {ErrorKind::kRefused, ErrorKind::kTimeout, ErrorKind::kLostServer, ErrorKind::kProtocol,
                          ErrorKind::kUnavailable})
@@ -183,6 +202,7 @@ ClientMessage decode_client_message(std::string_view payload) {
     m.munge_credential = get_optional_string(j, "munge", kMaxMungeCredentialBytes);
     m.hosts_server = get_bool(j, "hosts_server", false);
     m.cannot_join = get_optional_string(j, "cannot_join", kMaxMessageBytes);
+    if (j.contains("resume")) m.resume = decode_resume(required(j, "resume"));
     return m;
   }
   if (type == "failure") return FailureMsg{get_failure(j, "failure")};
@@ -208,6 +228,7 @@ ServerMessage decode_server_message(std::string_view payload) {
     m.heartbeat_timeout_ms = get_int_in(j, "heartbeat_timeout_ms", m.heartbeat_interval_ms + 1, kMaxHeartbeatMs);
     m.munge = get_bool(j, "munge", false);
     m.proof = get_optional_string(j, "proof", kMaxHexBytes);
+    m.resumable = get_bool(j, "resumable", false);
     return m;
   }
   if (type == "error")

@@ -228,6 +228,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     challenge.heartbeat_interval_ms = state_.config.heartbeat_interval.count();
     challenge.heartbeat_timeout_ms = state_.config.heartbeat_timeout.count();
     challenge.munge = state_.config.require_munge;
+    challenge.resumable = state_.config.resumable;  // issue 19: no agent hosts it, agents may come back
     challenge.proof = compute_server_proof(state_.config.token, conn->nonce, state_.config.run_id);
     conn->send(std::make_shared<const std::string>(encode_frame(encode(ServerMessage{challenge}))));
     conn->start();

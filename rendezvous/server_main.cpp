@@ -49,6 +49,9 @@ int run(int argc, char** argv) {
   // (completions/ddprun.bash) reads the options from --help by that gap.
   app.get_formatter()->column_width(36);
   JobConfig config;
+  // No agent of the job hosts this server: agents that lose it keep their workers and come back to it when
+  // it is started again with the same settings (state_machine_resume.cpp).
+  config.resumable = true;
   std::string host = "0.0.0.0", nnodes = "1", token, token_file, port_file, log_level = "info", join_policy = "now";
   std::uint16_t port = 29400;
   double heartbeat_interval = 1.0, heartbeat_timeout = 15.0, join_timeout = 900.0, last_call = 30.0,

@@ -63,6 +63,7 @@ std::optional<Clock::time_point> next_deadline(const RendezvousState& state) {
   if (!state.deadlines.empty()) consider(state.deadlines.front().first);
   if (state.hang) consider(state.hang->deadline);
   if (auto joiners = rules::joiners_reform_at(state)) consider(*joiners);
+  if (state.adopting) consider(state.adopting->deadline);
   return next;
 }
 
@@ -82,6 +83,8 @@ constexpr const char* kAuthFailedMunge =
     "authentication failed: wrong job token or run id, or not the job's user (this job requires a MUNGE "
     "credential of the user the job runs as; check --rdzv-id, the token, and that every node runs as that user)";
 
+}  // namespace
+
 void refuse(ConnId conn, const std::string& why, const Hello& event, const RendezvousState& state, Actions& out) {
   out.push_back(Send{conn, ErrorMsg{ErrorKind::kRefused, why}});
   out.push_back(Close{conn});
@@ -99,8 +102,7 @@ void refuse(ConnId conn, const std::string& why, const Hello& event, const Rende
                                             event.hello.host + "\"): " + why + detail});
 }
 
-// Every check a hello must pass; returns the reason for refusing, or "" to accept.
-std::string check_hello(const RendezvousState& state, const Hello& event) {
+std::string check_auth(const RendezvousState& state, const Hello& event) {
   const HelloMsg& hello = event.hello;
   const JobConfig& config = state.config;
   if (hello.version != kProtocolVersion)
@@ -112,12 +114,29 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
   const bool mac_ok = verify_mac(config.token, event.nonce, config.run_id, hello.mac) && hello.run_id == config.run_id;
   if (config.require_munge && (!mac_ok || !event.munge_ok)) return std::string(kAuthFailedMunge);
   if (!mac_ok) return std::string(kAuthFailed);
-  if (state.phase == Phase::kComplete || state.phase == Phase::kStopped)
-    return std::string("the rendezvous of run \"") + config.run_id + "\" is closed (job " + to_string(state.phase) +
-           "); this node is not part of it";
-  if (state.phase != Phase::kJoining && !is_elastic(config))
-    return std::string("the rendezvous of run \"") + config.run_id + "\" is closed (job " + to_string(state.phase) +
-           "); this node is not part of it";
+  return {};
+}
+
+std::string closed_message(const RendezvousState& state) {
+  return std::string("the rendezvous of run \"") + state.config.run_id + "\" is closed (job " +
+         to_string(state.phase) + "); this node is not part of it";
+}
+
+namespace {
+
+// Every check a hello must pass; returns the reason for refusing, or "" to accept.
+std::string check_hello(const RendezvousState& state, const Hello& event) {
+  const HelloMsg& hello = event.hello;
+  const JobConfig& config = state.config;
+  if (std::string why = check_auth(state, event); !why.empty()) return why;
+  if (state.phase == Phase::kComplete || state.phase == Phase::kStopped) return closed_message(state);
+  if (state.phase != Phase::kJoining && !is_elastic(config)) return closed_message(state);
+  // A restarted server gathers the round its nodes still run (state_machine_resume.cpp): no new round yet.
+  if (state.adopting)
+    return "the rendezvous server restarted and is taking back round " +
+           std::to_string(state.adopting->claim.restart_count) +
+           " from the nodes that run it; a new node cannot join it now (an elastic job admits one once the "
+           "round runs again: start this node again then)";
   if (state.phase != Phase::kJoining && static_cast<int>(state.nodes.size()) >= config.max_nodes)
     return "the job already has " + std::to_string(config.max_nodes) + " nodes, the most --nnodes " +
            std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes) + " allows";
@@ -153,14 +172,7 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
 
 }  // namespace
 
-void on_hello(RendezvousState& state, const Hello& event, const Now& now, Actions& out) {
-  if (state.nodes.count(event.conn)) {  // a second hello is a protocol violation, not a rejoin
-    out.push_back(Close{event.conn});
-    return;
-  }
-  if (on_start_failure_hello(state, event, now, out)) return;
-  if (std::string why = check_hello(state, event); !why.empty()) return refuse(event.conn, why, event, state, out);
-
+NodeEntry new_node(RendezvousState& state, const Hello& event) {
   const HelloMsg& hello = event.hello;
   NodeEntry node;
   node.conn = event.conn;
@@ -173,6 +185,20 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
   node.hosts_server = hello.hosts_server;
   node.join_seq = state.next_join_seq++;
   if (!is_loopback(event.local_address) && !event.local_address.empty()) state.server_address = event.local_address;
+  return node;
+}
+
+void on_hello(RendezvousState& state, const Hello& event, const Now& now, Actions& out) {
+  if (state.nodes.count(event.conn)) {  // a second hello is a protocol violation, not a rejoin
+    out.push_back(Close{event.conn});
+    return;
+  }
+  if (on_start_failure_hello(state, event, now, out)) return;
+  if (event.hello.resume) return on_resume_hello(state, event, now, out);  // state_machine_resume.cpp
+  if (std::string why = check_hello(state, event); !why.empty()) return refuse(event.conn, why, event, state, out);
+
+  const HelloMsg& hello = event.hello;
+  NodeEntry node = new_node(state, event);
   if (hello.node_rank) {
     node.node_rank = *hello.node_rank;
     state.by_rank[static_cast<std::size_t>(node.node_rank)] = event.conn;

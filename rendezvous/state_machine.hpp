@@ -100,6 +100,18 @@ struct RendezvousState {
   };
   std::optional<HangInquiry> hang;
   std::uint64_t next_join_seq = 0;
+  // A restarted server taking back the round its agents still run (state_machine_resume.cpp): while set, the
+  // phase is kJoining and by_rank holds the nodes that resumed at their claimed ranks. Once every node of the
+  // claimed round is back (or the deadline passed) the round runs as if this server had assigned it.
+  struct Adoption {
+    ResumeClaim claim;                   // the first node's claim: every later one must agree with it
+    Clock::time_point deadline;          // the nodes not back by then count as lost
+    std::vector<int> nprocs;             // by claimed node rank, 0 until that node is back
+    std::vector<int> rank_offsets;       // as each node claimed it, checked against nprocs when complete
+    // Reports made before the round was whole, replayed once it is: a failure, or (nullopt) node_done.
+    std::vector<std::pair<ConnId, std::optional<Failure>>> held;
+  };
+  std::optional<Adoption> adopting;
   // A start failure (state_machine_start.cpp) ended the job before its first round: how many nodes know it
   // (the failing one, those joined then, late ones told since). The hosting agent lingers until all do.
   int informed = 0;

@@ -20,6 +20,20 @@ void on_tick(RendezvousState& state, const Now& now, Actions& out);
 void on_cannot_start(RendezvousState& state, const CannotStart& event, Actions& out);
 bool on_start_failure_hello(RendezvousState& state, const Hello& event, const Now& now, Actions& out);
 
+// A node entry from an accepted hello (addresses, ports, join order; counted in joined_procs), not yet placed.
+NodeEntry new_node(RendezvousState& state, const Hello& event);
+// Refuses a hello: an error frame, the close, and a log line saying (to the operator only) what was wrong.
+void refuse(ConnId conn, const std::string& why, const Hello& event, const RendezvousState& state, Actions& out);
+// The version, MAC and MUNGE checks of a hello; "" when it passes, else the answer (no run-id oracle).
+std::string check_auth(const RendezvousState& state, const Hello& event);
+// The answer to a hello once the job has stopped or completed, or runs with a fixed size.
+std::string closed_message(const RendezvousState& state);
+// Resume after a server restart (state_machine_resume.cpp): a node's hello claiming the round it runs; a
+// report while the round is being taken back (held, replayed once it runs: true); the deadline for the rest.
+void on_resume_hello(RendezvousState& state, const Hello& event, const Now& now, Actions& out);
+bool hold_while_adopting(RendezvousState& state, ConnId conn, const std::optional<Failure>& failure, const Now& now);
+void check_adoption_deadline(RendezvousState& state, const Now& now, Actions& out);
+
 // Assigns node ranks (dynamic), rank offsets and the master address, and sends every node its assignment.
 void start_round(RendezvousState& state, Actions& out);
 // Starts a re-form: every node of the round is told to stop its workers and say `stopped` (on_node_stopped

@@ -110,7 +110,9 @@ void node_lost(RendezvousState& state, ConnId conn, const std::string& why, cons
     out.push_back(Send{conn, ErrorMsg{ErrorKind::kLostServer, "the rendezvous server dropped this node: " + why}});
     out.push_back(Close{conn});
     state.joined_procs -= node.nproc;
-    if (state.config.static_node_ranks) state.by_rank[static_cast<std::size_t>(node.node_rank)] = 0;
+    if (state.config.static_node_ranks || state.adopting) state.by_rank[static_cast<std::size_t>(node.node_rank)] = 0;
+    if (state.adopting) state.adopting->nprocs[static_cast<std::size_t>(node.node_rank)] = 0;
+    if (state.adopting && state.nodes.empty()) state.adopting.reset();  // nobody left to take the round back from
     if (static_cast<int>(state.nodes.size()) < state.config.min_nodes) state.last_call_deadline.reset();
     out.push_back(Log{LogLevel::kWarning, "node from host \"" + node.host + "\" (" + node.address +
                                               ") left before the rendezvous completed: " + why});
@@ -212,6 +214,7 @@ void on_failure(RendezvousState& state, const FailureReport& event, const Now& n
     out.push_back(Log{LogLevel::kDebug, "ignoring a later failure (teardown victim): " + describe(failure)});
     return;
   }
+  if (hold_while_adopting(state, event.conn, event.failure, now)) return;
   if (std::string why = check_ranks(state, node, failure); !why.empty())
     return node_lost(state, event.conn, "its agent sent an invalid failure report (" + why + ")", now, out);
   touch(state, node, now);
@@ -238,6 +241,7 @@ void worker_failed(RendezvousState& state, Failure failure, Actions& out) {
 }
 
 void on_node_done(RendezvousState& state, const NodeDone& event, const Now& now, Actions& out) {
+  if (hold_while_adopting(state, event.conn, std::nullopt, now)) return;
   auto it = state.nodes.find(event.conn);
   // A late joiner that waits runs no worker: its word does not count.
   if (it == state.nodes.end() || state.phase != Phase::kRunning || it->second.done || it->second.node_rank < 0) return;
@@ -283,6 +287,8 @@ void on_tick(RendezvousState& state, const Now& now, Actions& out) {
   }
   if (state.phase == Phase::kJoining && state.last_call_deadline && now.steady >= *state.last_call_deadline)
     start_round(state, out);
+  // Before the nodes' own deadlines: a node that resumed first and went silent since is the adoption's concern.
+  check_adoption_deadline(state, now, out);
   while (!state.deadlines.empty() && state.deadlines.front().first <= now.steady) {
     auto [deadline, conn] = state.deadlines.front();
     state.deadlines.pop_front();

@@ -17,6 +17,7 @@ import time
 
 from harness import DDPRUN, WORKER, pid_alive
 from multinode import MultiNodeCase
+from ports import listening
 
 REFUSED = 77
 ENV_NAMES = ("TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE", "RANK", "TORCHELASTIC_MAX_RESTARTS")
@@ -25,21 +26,6 @@ RENDEZVOUS = os.environ.get("DDPRUN_RENDEZVOUS",
 BOUND = 20  # seconds: every "ends within" of these tests; each takes a few seconds on an idle machine
 # --rdzv-conf last_call_timeout of a job that starts below MAX: every node started at once joins within it.
 LAST_CALL = 3
-
-
-def listening(port):
-    """Whether something listens on TCP `port` (from /proc/net/tcp: no probe connection to disturb the server)."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                next(f)
-                for line in f:
-                    fields = line.split()
-                    if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
-                        return True
-        except OSError:
-            pass
-    return False
 
 
 def worker_runs(stdout):

@@ -268,6 +268,15 @@ TEST_CASE("the job-wide rendezvous settings are checked once, by the rendezvous'
   CHECK(c.agent.rdzv.job.static_node_ranks);
 }
 
+TEST_CASE("--rdzv-reconnect-timeout: how long a lost ddprun-rendezvous is waited for (0 = not at all)") {
+  CHECK(parse({"true"}).agent.rdzv.reconnect_timeout == std::chrono::seconds(60));
+  CHECK(parse({"--rdzv-reconnect-timeout", "2.5", "true"}).agent.rdzv.reconnect_timeout ==
+        std::chrono::milliseconds(2500));
+  CHECK(parse({"--rdzv-reconnect-timeout", "0", "true"}).agent.rdzv.reconnect_timeout.count() == 0);
+  CHECK(usage_code({"--rdzv-reconnect-timeout", "-1", "true"}) == kExitUsage);
+  CHECK(usage_code({"--rdzv-reconnect-timeout", "soon", "true"}) == kExitUsage);
+}
+
 TEST_CASE("an option that takes a value does not take the next option as its value (argparse's rule)") {
   const auto contains = [](const std::string& text, const std::string& part) {
     INFO(text);

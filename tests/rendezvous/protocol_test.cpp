@@ -184,3 +184,57 @@ TEST_CASE("a node's status carries its ranks' paces; the server names stragglers
   CHECK_THROWS_AS(decode_server_message(R"({"type":"stragglers"})"), ProtocolError);
   CHECK_THROWS_AS(decode_server_message(R"({"type":"stragglers","named":[{"rank":1}]})"), ProtocolError);
 }
+// ---- resume after a server restart (issue 19) ----
+TEST_CASE("a resume hello carries the round this node runs, bounded and consistent in itself") {
+  Assignment a;
+  a.node_rank = 1;
+  a.nnodes = 2;
+  a.rank_offset = 2;
+  a.world_size = 5;
+  a.nprocs = {2, 3};
+  a.master_addr = "10.0.0.1";
+  a.master_port = 29500;
+  a.restart_count = 3;
+  HelloMsg hello;
+  hello.run_id = "job1";
+  hello.mac = "ab";
+  hello.nproc = 3;
+  hello.host = "h";
+  hello.master_port = 1;
+  hello.resume = resume_claim_of(a);
+  CHECK(hello.resume->fingerprint == nprocs_fingerprint({2, 3}));
+  CHECK(nprocs_fingerprint({2, 3}) != nprocs_fingerprint({3, 2}));
+  CHECK(nprocs_fingerprint({2, 3}).size() == 16);
+  const std::string payload = encode(ClientMessage{hello});
+  auto back = std::get<HelloMsg>(decode_client_message(payload));
+  REQUIRE(back.resume);
+  CHECK(*back.resume == *hello.resume);
+  HelloMsg plain = hello;
+  plain.resume.reset();
+  CHECK_FALSE(std::get<HelloMsg>(decode_client_message(encode(ClientMessage{plain}))).resume);
+  auto with = [&](const char* key, nlohmann::json value) {
+    auto j = nlohmann::json::parse(payload);
+    j["resume"][key] = std::move(value);
+    return j.dump();
+  };
+  CHECK_THROWS_AS(decode_client_message(with("node_rank", 2)), ProtocolError);      // outside nnodes
+  CHECK_THROWS_AS(decode_client_message(with("rank_offset", 5)), ProtocolError);    // outside the world
+  CHECK_THROWS_AS(decode_client_message(with("master_port", 0)), ProtocolError);
+  CHECK_THROWS_AS(decode_client_message(with("master_addr", "a b")), ProtocolError);
+  CHECK_THROWS_AS(decode_client_message(with("nprocs", "abc")), ProtocolError);      // not 16 digits
+  CHECK_THROWS_AS(decode_client_message(with("restart_count", -1)), ProtocolError);
+  auto j = nlohmann::json::parse(payload);
+  j["resume"] = 7;
+  CHECK_THROWS_AS(decode_client_message(j.dump()), ProtocolError);
+}
+
+TEST_CASE("a challenge says whether its server may be restarted under a running job") {
+  ChallengeMsg challenge;
+  challenge.nonce = "00ff";
+  challenge.heartbeat_interval_ms = 1000;
+  challenge.heartbeat_timeout_ms = 5000;
+  CHECK_FALSE(std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{challenge}))).resumable);
+  challenge.resumable = true;
+  CHECK(std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{challenge}))).resumable);
+}
+// ---- end of resume ----

@@ -61,6 +61,7 @@ struct Recorder {
   int captures = 0;
   std::vector<JobViewMsg> views;
   std::vector<StragglersMsg> stragglers;
+  std::vector<bool> reconnects;  // on_reconnect: false when the server was lost, true when taken back
   std::optional<ClientError> error;
 
   ClientHandlers handlers() {
@@ -68,7 +69,8 @@ struct Recorder {
                           [this](const StopOrder& s) { stops.push_back(s); }, [this] { complete = true; },
                           [this](const ClientError& e) { error = e; }, [this] { ++captures; },
                           [this](const JobViewMsg& v) { views.push_back(v); },
-                          [this](const StragglersMsg& m) { stragglers.push_back(m); }};
+                          [this](const StragglersMsg& m) { stragglers.push_back(m); },
+                          [this](bool back, const std::string&) { reconnects.push_back(back); }};
   }
 };
 

@@ -1,0 +1,172 @@
+// The client's connection: connecting with retries (candidate ports, name look-ups, attempt limits),
+// heartbeats and a silent server, and the way back to a restarted one (client_reconnect.hpp).
+#include <unistd.h>
+
+#include "common/stall_clock.hpp"
+#include "rendezvous/client_impl.hpp"
+#include "rendezvous/text.hpp"
+
+namespace ddprun::rendezvous {
+
+void Client::Impl::next_port() {
+  if (candidates()) port_index_ = (port_index_ + 1) % ports_.size();
+}
+
+void Client::Impl::abandon_connection(const std::string& why) {
+  drop_connection();
+  retry(why, /*rotate=*/true);
+}
+
+void Client::Impl::drop_connection() {
+  error_code ignored;
+  socket_.close(ignored);
+  connected_ = challenged_ = false;
+  heartbeat_timer_.cancel();
+  decoder_ = FrameDecoder(config_.max_frame_bytes);  // drop a challenge cut short
+  ++attempt_;  // a read, write or timer of this connection still pending is now stale
+}
+
+void Client::Impl::lost(const std::string& why) {
+  const bool first = !reconnect_.active();
+  if (!reconnect_.on_lost(why, where(), logger_)) {
+    if (reconnect_.active()) return fail(ErrorKind::kLostServer, reconnect_.give_up(where(), why));
+    return fail(ErrorKind::kLostServer, "lost the rendezvous server at " + where() + ": " + why);
+  }
+  drop_connection();
+  hello_sent_ = writing_ = false;
+  outbox_.clear();  // what was not written is lost with the connection; the reports that matter are replayed
+  last_heard_ = StallClock::now();
+  retry_delay_ = kFirstRetry;
+  connect_deadline_ = reconnect_.deadline();
+  retry(why);
+  if (first && handlers_.on_reconnect) handlers_.on_reconnect(false, why);  // last: the handler may close us
+}
+
+void Client::Impl::connect() {
+  const unsigned attempt = ++attempt_;
+  if (reconnect_.active()) reconnect_.on_attempt();
+  arm_attempt_limit(attempt);
+  error_code ec;
+  auto address = asio::ip::make_address(config_.server_host, ec);
+  if (!ec) return connect_to(tcp::endpoint(address, port()), attempt);
+  lookup_.start(config_.server_host, port(), [self = shared_from_this(), attempt](const LookupResult& r) {
+    if (self->done_ || attempt != self->attempt_) return;  // given up on meanwhile
+    if (!r.ok) {
+      self->say_unresolved(r.error);
+      self->name_problem_ = r.error;  // kept to the end: a later time-out must not hide it
+      return self->retry(r.error);
+    }
+    self->connect_to(r.endpoint, attempt);
+  });
+}
+
+void Client::Impl::arm_attempt_limit(unsigned attempt) {
+  const auto left = std::chrono::duration_cast<milliseconds>(connect_deadline_ - Clock::now());
+  attempt_timer_.expires_after(std::max(milliseconds(1), std::min(kAttemptLimit, left)));
+  attempt_timer_.async_wait([self = shared_from_this(), attempt](error_code ec) {
+    if (ec || self->done_ || self->connected_ || attempt != self->attempt_) return;
+    ++self->attempt_;  // the pending look-up or connect now belongs to a finished attempt
+    error_code ignored;
+    self->socket_.close(ignored);
+    self->lookup_.cancel();
+    self->retry("no answer within " + text::seconds(kAttemptLimit), /*rotate=*/true);
+  });
+}
+
+void Client::Impl::say_unresolved(const std::string& why) {
+  if (said_unresolved_) return;
+  said_unresolved_ = true;
+  logger_.warning("cannot resolve the rendezvous host \"", config_.server_host, "\": ", why,
+                  "; retrying until the rendezvous timeout (name it with --master-addr or --rdzv-endpoint)");
+}
+
+void Client::Impl::connect_to(const tcp::endpoint& endpoint, unsigned attempt) {
+  error_code ignored;
+  socket_.close(ignored);
+  socket_.async_connect(endpoint, [self = shared_from_this(), attempt](error_code ec) {
+    if (self->done_ || attempt != self->attempt_) return;
+    self->attempt_timer_.cancel();
+    // A TCP self-connect: nothing listens on a port of this machine's ephemeral range and the kernel picked that
+    // very port as our source (simultaneous open). Held, it would keep a restarting server from binding it.
+    error_code local_ec, remote_ec;
+    if (!ec && self->socket_.local_endpoint(local_ec) == self->socket_.remote_endpoint(remote_ec) && !local_ec)
+      ec = asio::error::connection_refused;
+    if (ec) {
+      self->socket_.close(local_ec);  // now, not at the next attempt: the port is free for the server at once
+      return self->retry(ec.message(), /*rotate=*/true);
+    }
+    self->connected_at_ = Clock::now();
+    error_code opt_ec;
+    self->socket_.set_option(tcp::no_delay(true), opt_ec);
+    self->last_heard_ = StallClock::now();
+    self->connected_ = true;
+    self->read_some();
+    self->schedule_heartbeat();
+  });
+}
+
+void Client::Impl::retry(const std::string& why, bool rotate) {
+  const auto now = Clock::now();
+  if (now >= connect_deadline_) {
+    if (reconnect_.active()) return fail(ErrorKind::kLostServer, reconnect_.give_up(where(), why));
+    const std::string ports = candidates() ? " (ports " + port_list() + ")" : "";
+    std::string name = name_problem_.empty() || name_problem_ == why
+                           ? ""
+                           : "; the name \"" + config_.server_host + "\" did not resolve: " + name_problem_;
+    return fail(ErrorKind::kTimeout, "could not reach the rendezvous server at " + where() + ports + " within " +
+                                         text::seconds(connect_limit_) + ": " + why + name);
+  }
+  logger_.debug("rendezvous server at ", where(), " not reachable yet (", why, "); retrying");
+  if (rotate) next_port();
+  // The last wait is cut to the deadline, where one more attempt is made: the timeout the user gave is the
+  // time ddprun keeps trying, not up to one back-off step less.
+  retry_timer_.expires_after(std::min(std::chrono::duration_cast<Clock::duration>(retry_delay_),
+                                      connect_deadline_ - now));
+  retry_delay_ = std::min(retry_delay_ * 2, reconnect_.active() ? kMaxReconnectRetry : kMaxRetry);
+  retry_timer_.async_wait([self = shared_from_this()](error_code ec) {
+    if (!ec && !self->done_) self->connect();
+  });
+}
+
+void Client::Impl::schedule_heartbeat() {
+  heartbeat_timer_.expires_after(hello_sent_ ? heartbeat_interval_ : kHandshakeInterval);
+  heartbeat_timer_.async_wait([self = shared_from_this()](error_code ec) {
+    if (ec || self->done_) return;
+    // The handshake is part of getting in: a server that accepts but never sends its challenge (wedged,
+    // or not a rendezvous server) is bounded by the same deadline as connecting.
+    if (!self->challenged_ && self->candidates() && Clock::now() - self->connected_at_ >= kCandidateChallengeLimit)
+      return self->abandon_connection("the listener at " + self->where() + " sent no challenge within " +
+                                      text::seconds(kCandidateChallengeLimit));
+    if (!self->challenged_ && Clock::now() >= self->connect_deadline_ && self->reconnect_.active())
+      return self->fail(ErrorKind::kLostServer, self->reconnect_.give_up(self->where(), "no challenge"));
+    if (!self->challenged_ && Clock::now() >= self->connect_deadline_)
+      return self->fail(ErrorKind::kTimeout, "the rendezvous server at " + self->where() +
+                                                 " accepted the connection but sent no challenge within " +
+                                                 text::seconds(self->config_.connect_timeout));
+    // Late by a stop of this process (Ctrl-Z, SIGSTOP, a frozen VM): that time is not the server's
+    // silence. Its frames are waiting in the socket and are read before this timer's next turn.
+    const auto stall = StallClock::note_late(self->heartbeat_timer_.expiry(), Clock::now());
+    if (stall.count() > 0)
+      self->logger_.info("this process did not run for ",
+                         text::seconds(std::chrono::duration_cast<milliseconds>(stall)),
+                         " (stopped or frozen): that time is not counted as the server's silence");
+    milliseconds timeout = self->hello_sent_ ? self->heartbeat_timeout_ : kHandshakeTimeout;
+    if (StallClock::now() - self->last_heard_ > timeout) return self->lost("nothing heard for " + text::seconds(timeout));
+    if (self->hello_sent_) self->send(HeartbeatMsg{});
+    self->schedule_heartbeat();
+  });
+}
+
+std::string Client::Impl::port_list() const {
+  std::string out;
+  for (std::uint16_t p : ports_) out += (out.empty() ? "" : ", ") + std::to_string(p);
+  return out;
+}
+
+std::string Client::Impl::local_hostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
+  return name;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,142 @@
+// Internal to the rendezvous library: the client's state, shared by client.cpp (the conversation: hello,
+// messages, writes) and client_connect.cpp (connecting, retrying, reconnecting, heartbeats).
+#pragma once
+
+#include <array>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <deque>
+
+#include "rendezvous/client.hpp"
+#include "rendezvous/client_reconnect.hpp"
+#include "rendezvous/framing.hpp"
+#include "rendezvous/name_lookup.hpp"
+
+namespace ddprun::rendezvous {
+
+namespace client_limits {
+// Until the challenge names the server's heartbeat settings.
+inline constexpr std::chrono::milliseconds kHandshakeInterval{500};
+inline constexpr std::chrono::milliseconds kHandshakeTimeout{10'000};
+// Nodes usually start together, and node 0 may open its server a few ms after the others connect (longer with
+// MUNGE: it first checks that munged answers). A refused connect costs a SYN and a RST; retrying after 2, 4, 8 ...
+// ms (was 20, 40 ...) saved ~18 ms of a 2-node job's start whenever node 1 came first (BENCHMARKS "MUNGE").
+inline constexpr std::chrono::milliseconds kFirstRetry{2};
+inline constexpr std::chrono::milliseconds kMaxRetry{1000};
+// Back to a restarted server (client_reconnect.hpp): nothing waits on it while the workers train, but whatever
+// happens meanwhile (a failure to announce) waits until it is found, so it is looked for 4 times a second (a
+// refused connect costs a SYN and a RST): the restart -> resumed median went from 357 ms (the 1 s cap) to ~130 ms.
+inline constexpr std::chrono::milliseconds kMaxReconnectRetry{250};
+// One connect attempt (or name look-up) may take this long, and never past the connect deadline: a server
+// whose SYNs vanish (a firewall, a full accept queue) would otherwise hold a connect() for ~2 minutes.
+inline constexpr std::chrono::milliseconds kAttemptLimit{3000};
+// With candidate ports (a SLURM step), a port whose listener sends no challenge this soon is not our server
+// (an unrelated program holds it): the next candidate is tried.
+inline constexpr std::chrono::milliseconds kCandidateChallengeLimit{1000};
+// A node that cannot take part tries this long to say so; the others started with it (a SLURM step), and one
+// that cannot be reached in this time is failing too.
+inline constexpr std::chrono::milliseconds kCannotJoinTellLimit{30'000};
+}  // namespace client_limits
+
+// Shorthands for the two files that define the client (this header is theirs alone).
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+using std::chrono::milliseconds;
+using namespace client_limits;
+
+class Client::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(asio::io_context& io, ClientConfig config, ClientHandlers handlers, Logger logger)
+      : config_(std::move(config)), handlers_(std::move(handlers)), logger_(logger.for_part("rendezvous")),
+        lookup_(io), socket_(io), retry_timer_(io), attempt_timer_(io), heartbeat_timer_(io),
+        decoder_(config_.max_frame_bytes), reconnect_(config_.reconnect_timeout) {
+    ports_.push_back(config_.server_port);
+    ports_.insert(ports_.end(), config_.more_ports.begin(), config_.more_ports.end());
+    cannot_join_ = config_.cannot_join;
+  }
+  void start();
+  void report_stopped();
+  void send(const ClientMessage& message);
+  void close();
+  bool reconnecting() const { return reconnect_.active() && !done_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  std::uint16_t port() const { return ports_[port_index_]; }
+  std::string where() const { return config_.server_host + ":" + std::to_string(port()); }
+  bool candidates() const { return ports_.size() > 1; }
+
+  // Candidate ports: the server was not found at this one; the next attempt tries the next.
+  void next_port();
+
+  // Drops a connection that has not been challenged (or whose challenge was not our server's) and tries again.
+  void abandon_connection(const std::string& why);
+  // Closes the socket; whatever is still pending on it (read, write, timer) is stale from now on (attempt_).
+  void drop_connection();
+
+  // The server is gone (closed, reset, silent). A resumable one is reconnected to while this node's workers
+  // keep running (client_reconnect.hpp); otherwise, or once reconnect_timeout passed, the client ends.
+  void lost(const std::string& why);
+  void connect();
+
+  // The attempt's own deadline: past it, the look-up's late answer is ignored and the connect is cancelled.
+  void arm_attempt_limit(unsigned attempt);
+
+  // A name that does not resolve is worth saying at once, at the default level: it is usually a typo or
+  // a node list ddprun misread, and the rest of --rdzv-timeout would otherwise pass in silence.
+  void say_unresolved(const std::string& why);
+  void connect_to(const tcp::endpoint& endpoint, unsigned attempt);
+
+  // The server may not be up yet (node 0 starts it), or is being restarted (reconnect_): retry with backoff until
+  // connect_timeout, or the reconnect deadline.
+  // rotate: with candidate ports, the next attempt tries the next one (the server was not found at this one).
+  void retry(const std::string& why, bool rotate = false);
+  void read_some();
+  void handle(ServerMessage message);
+  void on_challenge(const ChallengeMsg& challenge);
+  void write_next();
+
+  // One timer: sends heartbeats and notices a silent server.
+  void schedule_heartbeat();
+  void fail(ErrorKind kind, const std::string& message);
+  void report(const ClientError& error);
+  std::string port_list() const;
+  static std::string local_hostname();
+
+  ClientConfig config_;
+  ClientHandlers handlers_;
+  Logger logger_;
+  NameLookup lookup_;
+  tcp::socket socket_;
+  asio::steady_timer retry_timer_;
+  asio::steady_timer attempt_timer_;
+  asio::steady_timer heartbeat_timer_;
+  FrameDecoder decoder_;
+  Reconnect reconnect_;  // a resumable server lost while this node runs a round (client_reconnect.hpp)
+  std::array<char, 1024> read_buffer_{};
+  std::deque<std::string> outbox_;
+  std::vector<std::string> pending_;  // reports made before the hello went out
+  Clock::time_point connect_deadline_;
+  milliseconds connect_limit_{0};
+  Clock::time_point connected_at_;
+  std::vector<std::uint16_t> ports_;  // server_port, then more_ports
+  std::size_t port_index_ = 0;
+  std::string name_problem_;  // the name look-up's last failure, for the final message
+  std::string cannot_join_;   // this node cannot take part: why (ClientConfig::cannot_join, or no MUNGE here)
+  bool leaving_ = false;      // the hello saying cannot_join is out: the connection's end is ours
+  Clock::time_point last_heard_;
+  milliseconds retry_delay_ = kFirstRetry;
+  milliseconds heartbeat_interval_ = kHandshakeInterval;
+  milliseconds heartbeat_timeout_ = kHandshakeTimeout;
+  bool connected_ = false;
+  bool challenged_ = false;  // the server spoke: from now on a closed connection is a lost server
+  unsigned attempt_ = 0;  // numbers connect attempts, so a late answer to an abandoned one is ignored
+  bool said_unresolved_ = false;
+  bool hello_sent_ = false;
+  bool writing_ = false;
+  bool done_ = false;
+};
+
+}  // namespace ddprun::rendezvous

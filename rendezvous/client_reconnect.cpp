@@ -1,0 +1,58 @@
+#include "rendezvous/client_reconnect.hpp"
+
+#include "common/counted.hpp"
+#include "rendezvous/text.hpp"
+
+namespace ddprun::rendezvous {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+void Reconnect::on_assignment(const Assignment& a) {
+  round_ = a;
+  replay_.clear();
+}
+
+void Reconnect::on_restart_ordered() {
+  round_.reset();
+  replay_.clear();
+}
+
+bool Reconnect::note_sent(const ClientMessage& message, const std::string& frame) {
+  const bool sticky = std::holds_alternative<FailureMsg>(message) || std::holds_alternative<NodeDoneMsg>(message);
+  if (sticky && round_) replay_.push_back(frame);
+  return !active_ || sticky;
+}
+
+bool Reconnect::on_lost(const std::string& why, const std::string& where, Logger& log) {
+  if (active_) return Clock::now() < deadline_;
+  if (timeout_.count() <= 0 || !server_resumable_ || !round_) return false;
+  active_ = true;
+  lost_why_ = why;
+  lost_at_ = Clock::now();
+  deadline_ = lost_at_ + timeout_;
+  attempts_ = 0;
+  log.warning("lost the rendezvous server at ", where, " (", why, "); the workers keep training; reconnecting for up to ",
+              text::seconds(timeout_));
+  return true;
+}
+
+std::optional<ResumeClaim> Reconnect::claim() const {
+  if (!active_ || !round_) return std::nullopt;
+  return resume_claim_of(*round_);
+}
+
+void Reconnect::on_resumed(const std::string& where, Logger& log) {
+  active_ = false;
+  log.info("reconnected to the rendezvous server at ", where, " after ",
+           text::seconds(duration_cast<milliseconds>(Clock::now() - lost_at_)), " (", counted(attempts_, "attempt"),
+           "): this node resumed round ", round_ ? round_->restart_count : 0);
+}
+
+std::string Reconnect::give_up(const std::string& where, const std::string& last) const {
+  return "lost the rendezvous server at " + where + ": " + lost_why_ + "; no server took this node back within " +
+         text::seconds(timeout_) + " (--rdzv-reconnect-timeout; " + counted(attempts_, "attempt") +
+         " to reconnect, the last: " + last + ")";
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,66 @@
+// The client's side of a server restart (issue 19): what it takes to come back to a restarted ddprun-rendezvous
+// with the workers still running, apart from the socket work (client.cpp does that).
+//
+// The workers do not need the rendezvous while they train: it matters only when something happens (a failure,
+// the end, a re-form). So a client whose server said it is resumable (ChallengeMsg::resumable: no agent of the
+// job hosts it) and that runs a round keeps going when it loses the server: it reconnects to the same endpoint
+// with the usual back-off for at most ClientConfig::reconnect_timeout, and its hello claims its place in the
+// round (ResumeClaim); the restarted server rebuilds the round from every node's claim
+// (state_machine_resume.cpp). The reports that must not be lost (a failure, node_done) are kept since the
+// round's assignment and sent again after the hello: the old server may have died before reading them. Other
+// messages (heartbeats, the live view, hang views) mean nothing without a server and are dropped meanwhile.
+// Not resumable: between rounds (a re-form was under way at the old server), before the first assignment, or
+// a server an agent hosts (that node's workers died with it): the loss ends the client as before.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/log.hpp"
+#include "rendezvous/protocol.hpp"
+
+namespace ddprun::rendezvous {
+
+class Reconnect {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit Reconnect(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+
+  void on_challenge(bool resumable) { server_resumable_ = resumable; }
+  // A round starts: its claim replaces the last one, and nothing of the last round is replayed.
+  void on_assignment(const Assignment& a);
+  // A re-form: between rounds there is nothing to resume.
+  void on_restart_ordered();
+  // Keeps a copy of a report the server must not miss; false when `message` is dropped while disconnected.
+  bool note_sent(const ClientMessage& message, const std::string& frame);
+
+  bool active() const { return active_; }  // lost, not yet resumed
+  // A loss: true when the client should reconnect (deadline set on the first loss of an episode), false when
+  // it must end (not resumable, or the time is up).
+  bool on_lost(const std::string& why, const std::string& where, Logger& log);
+  Clock::time_point deadline() const { return deadline_; }
+  void on_attempt() { ++attempts_; }
+  // The hello's claim while reconnecting (nullopt otherwise); the frames to send after it.
+  std::optional<ResumeClaim> claim() const;
+  const std::vector<std::string>& replay() const { return replay_; }
+  // The restarted server answered the resume hello with something other than a refusal.
+  void on_resumed(const std::string& where, Logger& log);
+  // Why the client gives up: the loss, and how long and how often it tried to come back.
+  std::string give_up(const std::string& where, const std::string& last) const;
+
+ private:
+  std::chrono::milliseconds timeout_;
+  bool server_resumable_ = false;
+  std::optional<Assignment> round_;   // the round this node runs, while it runs
+  std::vector<std::string> replay_;   // failure / node_done frames of this round
+  bool active_ = false;
+  std::string lost_why_;
+  Clock::time_point lost_at_;
+  Clock::time_point deadline_;
+  int attempts_ = 0;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,209 @@
+"""A standalone ddprun-rendezvous is no single point of failure (issue 19): two agents (dynamic node ranks,
+--rdzv-endpoint) run test_worker under a separate ddprun-rendezvous on loopback; the server is SIGKILLed while
+the workers run. The agents keep their workers and reconnect; a server restarted on the same port rebuilds the
+round from what they report (rendezvous/state_machine_resume.cpp), and the job goes on as if nothing happened.
+No server within --rdzv-reconnect-timeout: both agents end with the lost-rendezvous code. A restarted server
+that hears conflicting claims refuses the later ones."""
+import hashlib
+import hmac
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+
+from harness import DDPRUN, WORKER
+from multinode import MultiNodeCase, LOST, REFUSED
+
+RENDEZVOUS = os.environ.get("DDPRUN_RENDEZVOUS",
+                            os.path.join(os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous"))
+RUN_ID = "restartjob"
+BOUND = 20  # seconds: every "ends within" of these tests; each takes a few seconds on an idle machine
+
+
+class FakeAgent:
+    """Speaks the rendezvous protocol (framing.hpp, auth.hpp) just far enough to make a claim on a round."""
+
+    def __init__(self, port, token, claim, nproc):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=BOUND)
+        challenge = self.read()
+        mac = hmac.new(token.encode(), f"ddprun-rdzv/1\n{challenge['nonce']}\n{RUN_ID}".encode(),
+                       hashlib.sha256).hexdigest()
+        self.write({"type": "hello", "v": 1, "run_id": RUN_ID, "mac": mac, "nproc": nproc, "host": "fake",
+                    "master_port": 1, "resume": claim})
+
+    def write(self, message):
+        payload = json.dumps(message).encode()
+        self.sock.sendall(struct.pack(">I", len(payload)) + payload)
+
+    def read(self):
+        def exactly(n):
+            data = b""
+            while len(data) < n:
+                chunk = self.sock.recv(n - len(data))
+                if not chunk:
+                    raise EOFError("the server closed the connection")
+                data += chunk
+            return data
+        (length,) = struct.unpack(">I", exactly(4))
+        return json.loads(exactly(length))
+
+    def close(self):
+        self.sock.close()
+
+
+class RendezvousRestart(MultiNodeCase):
+    def setUp(self):
+        super().setUp()
+        self.servers = []
+        self.agents = []
+        self.pidfile = self.path("pids")
+
+    def tearDown(self):
+        for p in self.agents + self.servers:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            p.communicate()
+        super().tearDown()
+
+    def server(self, *extra):
+        proc = subprocess.Popen([RENDEZVOUS, "--rdzv-id", RUN_ID, "--nnodes", "2", "--host", "127.0.0.1", "--port",
+                                 str(self.port), "--heartbeat-interval", "0.2", "--heartbeat-timeout", "2",
+                                 "--rdzv-timeout", str(BOUND), *map(str, extra)], env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.servers.append(proc)
+        # Its own word, not the port's state: a restarted server may take the round back and end the job before
+        # a poll of the port would see it listen.
+        proc.seen = self.stderr_until(proc, f"listening on 127.0.0.1:{self.port}".encode(), BOUND, why="never listened")
+        return proc
+
+    def agent(self, name, *steps, reconnect=10):
+        proc = self.start("--nnodes", 2, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", RUN_ID,
+                          "--rdzv-conf", "is_host=false", "--nproc-per-node", 1, "--rdzv-reconnect-timeout",
+                          reconnect, "--events-file", self.path(f"{name}.events"), WORKER, *steps)
+        self.agents.append(proc)
+        return proc
+
+    def steps(self, *then):
+        return [f"pidfile={self.pidfile}", f"ready={self.ready}", f"waitfile={self.go}", *then]
+
+    def kill_server(self, server, agents):
+        os.kill(server.pid, signal.SIGKILL)
+        server.communicate()
+        return [self.stderr_until(a, b"the workers keep training", BOUND, why="no warning of the lost server")
+                for a in agents]
+
+    def worker_pids(self):
+        with open(self.pidfile) as f:
+            return sorted(int(line.split()[1]) for line in f)
+
+    def rendezvous_events(self, name):
+        return [e for e in self.events(self.path(f"{name}.events")) if e["event"] == "rendezvous"]
+
+    def restart_under_the_job(self, *steps, down=0.0):
+        """Two agents run `steps` after the usual ready/go; the server is SIGKILLed once they are ready and started
+        again `down` s later; returns once both agents said they resumed: the agents, their stderr so far, the
+        restarted server and the workers' pids."""
+        server = self.server()
+        agents = [self.agent(n, *self.steps(*steps)) for n in "ab"]
+        self.wait_ready(2)
+        pids = self.worker_pids()
+        seen = self.kill_server(server, agents)
+        time.sleep(down)
+        restarted = self.server()
+        seen = [self.stderr_until(a, b"this node resumed round 0", BOUND, s, "never resumed")
+                for a, s in zip(agents, seen)]
+        return agents, seen, restarted, pids
+
+    def test_a_restarted_server_takes_the_running_round_back(self):
+        agents, seen, restarted, pids = self.restart_under_the_job("exit=0", down=2)
+        self.release()
+        results = self.wait_all(agents, timeout=BOUND)
+        for r, s in zip(results, seen):
+            self.assertEqual(r.code, 0, s + r.stderr)
+        self.assertEqual(self.worker_pids(), pids)  # never restarted: the pid file has only the first workers
+        for n in "ab":
+            self.assertEqual([e["restart_count"] for e in self.rendezvous_events(n)], [0])
+            link = [e for e in self.events(self.path(f"{n}.events")) if e["event"].startswith("rendezvous_")]
+            self.assertEqual([e["event"] for e in link], ["rendezvous_lost", "rendezvous_resumed"], link)
+            self.assertIn(link[0]["why"], ("connection closed", "Connection reset by peer"))
+            self.assertGreaterEqual(link[1]["time_ms"] - link[0]["time_ms"], 2000)
+        out, err = restarted.communicate(timeout=BOUND)
+        self.assertEqual(restarted.returncode, 0, err)
+        self.assertIn(b"took back round 0 (2 nodes, world size 2", restarted.seen + err)
+
+    def test_a_worker_failure_after_the_restart_stops_both_nodes(self):
+        agents, seen, restarted, _ = self.restart_under_the_job("@1:exit=3", "hang")
+        self.release()
+        results = self.wait_all(agents, timeout=BOUND)
+        for r, s in zip(results, seen):
+            self.assertEqual(r.code, 3, s + r.stderr)
+        text = b"".join(seen) + b"".join(r.stderr for r in results)
+        self.assertIn(b"rank 1", text)
+        self.assertIn(b"exited with code 3", text)
+        restarted.communicate(timeout=BOUND)
+        self.assertEqual(restarted.returncode, 1)
+
+    def test_a_local_failure_while_the_server_is_away_reaches_the_other_node(self):
+        server = self.server()
+        agents = [self.agent(n, *self.steps("@1:exit=3", "hang")) for n in "ab"]
+        self.wait_ready(2)
+        seen = self.kill_server(server, agents)
+        self.release()  # rank 1 exits 3 while nobody can be told; its node holds the report
+        time.sleep(1)
+        self.assertIsNone(agents[0].poll())
+        self.assertIsNone(agents[1].poll())
+        self.server()
+        results = self.wait_all(agents, timeout=BOUND)
+        for r, s in zip(results, seen):
+            self.assertEqual(r.code, 3, s + r.stderr)
+
+    def test_no_server_within_the_reconnect_timeout_ends_both_nodes(self):
+        server = self.server()
+        agents = [self.agent(n, *self.steps("hang"), reconnect=3) for n in "ab"]
+        self.wait_ready(2)
+        t0 = time.monotonic()
+        seen = self.kill_server(server, agents)
+        results = self.wait_all(agents, timeout=BOUND)
+        elapsed = time.monotonic() - t0
+        for r, s in zip(results, seen):
+            self.assertEqual(r.code, LOST, s + r.stderr)
+            self.assertIn(b"no server took this node back within 3.0 s (--rdzv-reconnect-timeout; ", s + r.stderr)
+        self.assertGreaterEqual(elapsed, 3)
+        self.assertLess(elapsed, 3 + 5)
+
+    def test_a_restarted_server_refuses_a_claim_that_conflicts(self):
+        server = self.server()
+        agents = [self.agent(n, *self.steps("hang")) for n in "ab"]
+        self.wait_ready(2)
+        seen = self.kill_server(server, agents)
+        for a in agents:  # held still, so that the claim below is the first the restarted server hears
+            os.kill(a.pid, signal.SIGSTOP)
+        restarted = self.server()
+        claim = {"restart_count": 5, "node_rank": 0, "nnodes": 2, "rank_offset": 0, "world_size": 2,
+                 "master_addr": "127.0.0.1", "master_port": 1, "nprocs": "0123456789abcdef"}
+        fake = FakeAgent(self.port, self.env["DDPRUN_TOKEN"], claim, nproc=1)
+        try:
+            for a in agents:
+                os.kill(a.pid, signal.SIGCONT)
+            results = self.wait_all(agents, timeout=BOUND)
+            for r, s in zip(results, seen):
+                self.assertEqual(r.code, REFUSED, s + r.stderr)
+                self.assertIn(b"the restarted rendezvous server refused this node's return: conflicting report: "
+                              b"this node runs round 0 (2 nodes, world size 2", s + r.stderr)
+                self.assertIn(b"the nodes already back run round 5", r.stderr)
+            # The claim that came first does not get its round back either: node 1 never comes.
+            stop = fake.read()
+            self.assertEqual(stop["type"], "stop", stop)
+            self.assertEqual(stop["root_cause"]["node_rank"], 1, stop)
+            self.assertIn("did not come back to the restarted rendezvous server within 2.0 s",
+                          stop["root_cause"]["message"])
+        finally:
+            fake.close()
+        restarted.communicate(timeout=BOUND)
+        self.assertEqual(restarted.returncode, 1)

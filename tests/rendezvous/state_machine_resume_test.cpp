@@ -1,0 +1,227 @@
+// A restarted server takes back the round its agents still run (state_machine_resume.cpp), one case per rule.
+#include "tests/rendezvous/state_machine_fixture.hpp"
+
+using namespace ddprun::rendezvous;
+using namespace ddprun::rendezvous::testing;
+
+namespace {
+
+// The hello of the agent on conn that runs node `node_rank` of a round with these worker counts.
+Hello resume(ConnId conn, int node_rank, const std::vector<int>& nprocs, int round, bool static_ranks,
+             const std::string& master = "10.0.0.1") {
+  Joiner j;
+  j.conn = conn;
+  if (static_ranks) j.node_rank = node_rank;
+  j.nproc = nprocs.at(static_cast<std::size_t>(node_rank));
+  j.host = "host" + std::to_string(node_rank);
+  Hello h = hello(j);
+  Assignment a;
+  a.node_rank = node_rank;
+  a.nnodes = static_cast<int>(nprocs.size());
+  a.nprocs = nprocs;
+  for (int r = 0; r < node_rank; ++r) a.rank_offset += nprocs[static_cast<std::size_t>(r)];
+  for (int n : nprocs) a.world_size += n;
+  a.master_addr = master;
+  a.master_port = 29500;
+  a.restart_count = round;
+  h.hello.resume = resume_claim_of(a);
+  return h;
+}
+
+Failure worker_failure(int rank, int local_rank) {
+  Failure f;
+  f.rank = rank;
+  f.local_rank = local_rank;
+  f.pid = 77;
+  f.exit_code = 3;
+  f.time_unix_ms = 5;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("a restarted server takes the round back once every node of it resumed, assigning nothing") {
+  JobConfig config = job(2, true);
+  config.max_restarts = 3;
+  RendezvousState state(config, at(0ms).steady);
+  auto first = step(state, resume(1, 1, {2, 3}, 2, true), at(10ms));
+  CHECK(refusal(first, 1).empty());
+  CHECK(state.phase == Phase::kJoining);
+  CHECK(state.adopting);
+  auto second = step(state, resume(2, 0, {2, 3}, 2, true), at(20ms));
+  CHECK(state.phase == Phase::kRunning);
+  CHECK_FALSE(state.adopting);
+  CHECK(find_all<SendAssignments>(second).empty());  // they run it already
+  CHECK(state.restart_count == 2);
+  CHECK(state.failure_restarts == 2);  // a job of fixed size: every round after the first was a failure restart
+  CHECK(state.round_size == 2);
+  CHECK(state.by_rank == std::vector<ConnId>{2, 1});
+  CHECK(state.round_started == at(20ms).steady);
+  // It goes on as if this server had assigned it: a failure restarts it (restart 3 of 3), ranks checked.
+  auto restart = find_one<Broadcast>(step(state, FailureReport{1, worker_failure(4, 2)}, at(30ms)));
+  CHECK(std::get<StopMsg>(restart.message).restarting);
+  CHECK(state.failure_restarts == 3);
+  step(state, NodeStopped{1, 0}, at(40ms));
+  auto next = find_one<SendAssignments>(step(state, NodeStopped{2, 0}, at(40ms)));
+  CHECK(next.round.restart_count == 3);
+}
+
+TEST_CASE("a resumed round completes when every node reports done, dynamic ranks in any order") {
+  RendezvousState state(job(3, false), at(0ms).steady);
+  for (int rank : {2, 0, 1}) step(state, resume(static_cast<ConnId>(rank + 1), rank, {1, 1, 1}, 0, false), at(5ms));
+  REQUIRE(state.phase == Phase::kRunning);
+  CHECK(state.nodes.at(3).node_rank == 2);
+  step(state, NodeDone{1}, at(6ms));
+  step(state, NodeDone{2}, at(6ms));
+  auto done = find_one<Broadcast>(step(state, NodeDone{3}, at(6ms)));
+  CHECK(std::holds_alternative<CompleteMsg>(done.message));
+  CHECK(state.phase == Phase::kComplete);
+}
+
+TEST_CASE("reports sent while the round is taken back are replayed once it runs") {
+  RendezvousState state(job(2, true), at(0ms).steady);
+  step(state, resume(1, 0, {2, 2}, 0, true), at(10ms));
+  CHECK(step(state, FailureReport{1, worker_failure(1, 1)}, at(11ms)).empty());  // held, not a pre-start failure
+  CHECK(state.phase == Phase::kJoining);
+  auto actions = step(state, resume(2, 1, {2, 2}, 0, true), at(12ms));
+  auto stop = find_one<Broadcast>(actions);
+  CHECK(stop.conns == std::vector<ConnId>{1, 2});
+  CHECK(std::get<StopMsg>(stop.message).root_cause.rank == 1);
+  CHECK(std::get<StopMsg>(stop.message).reason == "a worker failed");
+  CHECK(state.phase == Phase::kStopped);
+}
+
+TEST_CASE("a claim of another round is refused, naming both; the adoption goes on") {
+  RendezvousState state(job(2, true), at(0ms).steady);
+  step(state, resume(1, 0, {2, 2}, 1, true), at(10ms));
+  auto other_round = step(state, resume(2, 1, {2, 2}, 2, true), at(11ms));
+  CHECK(refusal(other_round, 2).find("conflicting report: this node runs round 2 (2 nodes, world size 4") == 0);
+  CHECK(refusal(other_round, 2).find("the nodes already back run round 1") != std::string::npos);
+  CHECK(closes(other_round, 2));
+  auto other_master = step(state, resume(3, 1, {2, 2}, 1, true, "10.0.0.7"), at(12ms));
+  CHECK(refusal(other_master, 3).find("conflicting report") == 0);
+  auto other_world = step(state, resume(4, 1, {2, 3}, 1, true), at(13ms));
+  CHECK(refusal(other_world, 4).find("conflicting report") == 0);
+  CHECK(state.adopting);
+  step(state, resume(5, 1, {2, 2}, 1, true), at(14ms));
+  CHECK(state.phase == Phase::kRunning);
+}
+
+TEST_CASE("a node rank that resumed already is a duplicate; plain hellos wait for the round") {
+  RendezvousState state(job(2, false), at(0ms).steady);
+  step(state, resume(1, 0, {2, 2}, 0, false), at(10ms));
+  auto twice = step(state, resume(2, 0, {2, 2}, 0, false), at(11ms));
+  CHECK(refusal(twice, 2).find("duplicate: node rank 0 of round 0 is back already (host \"host0\"") == 0);
+  Joiner plain;
+  plain.conn = 3;
+  CHECK(refusal(step(state, hello(plain), at(12ms)), 3).find("the rendezvous server restarted and is taking back "
+                                                             "round 0") == 0);
+  CHECK(state.nodes.size() == 1);
+}
+
+TEST_CASE("a claim that does not fit the server's job is refused") {
+  RendezvousState state(job(3, false), at(0ms).steady);
+  auto two = step(state, resume(1, 0, {2, 2}, 0, false), at(10ms));
+  CHECK(refusal(two, 1) == "cannot take back round 0 (2 nodes, world size 4, master 10.0.0.1:29500): it ran with "
+                           "2 nodes, and this server runs --nnodes 3");
+  Hello wrong_token = resume(2, 0, {2, 2, 2}, 0, false);
+  wrong_token.hello.mac = compute_mac("other", wrong_token.nonce, "run1");
+  CHECK(refusal(step(state, wrong_token, at(11ms)), 2).find("authentication failed") == 0);
+  CHECK_FALSE(state.adopting);
+}
+
+TEST_CASE("a fresh server that gathers a new round does not take back an old one") {
+  RendezvousState state(job(2, false), at(0ms).steady);
+  Joiner plain;
+  step(state, hello(plain), at(1ms));
+  auto late = step(state, resume(2, 0, {2, 2}, 0, false), at(2ms));
+  CHECK(refusal(late, 2).find("this rendezvous server is gathering a new round (1 node joined)") == 0);
+}
+
+TEST_CASE("worker counts that do not add up to the claims stop the job") {
+  RendezvousState state(job(2, false), at(0ms).steady);
+  step(state, resume(1, 0, {2, 2}, 0, false), at(10ms));
+  Hello liar = resume(2, 1, {2, 2}, 0, false);
+  liar.hello.nproc = 1;  // fits its claim, but not the round's fingerprint
+  auto stop = find_one<Broadcast>(step(state, liar, at(11ms)));
+  CHECK(std::get<StopMsg>(stop.message).root_cause.message.find("do not add up") != std::string::npos);
+  CHECK(state.phase == Phase::kStopped);
+}
+
+TEST_CASE("a node not back by the deadline is lost: a job of fixed size stops") {
+  RendezvousState state(job(2, true), at(0ms).steady);
+  step(state, resume(1, 0, {2, 2}, 0, true), at(1'000ms));
+  CHECK(next_deadline(state) == at(6'000ms).steady);
+  CHECK(find_all<Broadcast>(step(state, Tick{}, at(5'999ms))).empty());
+  auto stop = find_one<Broadcast>(step(state, Tick{}, at(6'000ms)));
+  const auto& order = std::get<StopMsg>(stop.message);
+  CHECK(stop.conns == std::vector<ConnId>{1});
+  CHECK(order.root_cause.node_rank == 1);
+  CHECK(order.root_cause.message == "it did not come back to the restarted rendezvous server within 5.0 s");
+  CHECK(state.phase == Phase::kStopped);
+}
+
+TEST_CASE("an elastic job with MIN nodes back by the deadline re-forms without the others") {
+  JobConfig config = job(3, false);
+  config.min_nodes = 2;
+  RendezvousState state(config, at(0ms).steady);
+  step(state, resume(1, 0, {2, 2, 2}, 4, false), at(0ms));
+  step(state, resume(3, 2, {2, 2, 2}, 4, false), at(0ms));
+  step(state, Heartbeat{1}, at(4'000ms));
+  step(state, Heartbeat{3}, at(4'000ms));
+  auto reform = find_one<Broadcast>(step(state, Tick{}, at(5'000ms)));
+  CHECK(std::get<StopMsg>(reform.message).restarting);
+  CHECK(reform.conns == std::vector<ConnId>{1, 3});
+  CHECK(state.phase == Phase::kRestarting);
+  step(state, NodeStopped{1, 0}, at(5'100ms));
+  auto next = find_one<SendAssignments>(step(state, NodeStopped{3, 0}, at(5'100ms)));
+  CHECK(next.round.restart_count == 5);
+  CHECK(next.round.master_addr == "10.0.0.9");  // node 0's address as the server saw it, as after a join
+  CHECK(next.round.world_size == 4);
+  CHECK(state.nodes.at(3).node_rank == 1);  // ranks contiguous again
+}
+
+TEST_CASE("a resume hello to a server whose round runs is a duplicate or a node dropped from it") {
+  auto state = running(2);  // static, round 0, conns 1 and 2
+  auto dup = step(state, resume(9, 1, {2, 2}, 0, true), at(10ms));
+  CHECK(refusal(dup, 9).find("duplicate: node rank 1 of round 0 is connected already") == 0);
+  auto old = step(state, resume(10, 1, {2, 2}, 3, true), at(10ms));
+  CHECK(refusal(old, 10).find("this node was dropped from round 3") == 0);
+  CHECK(refusal(old, 10).find("a job of fixed size does not take a node back") != std::string::npos);
+  CHECK(state.phase == Phase::kRunning);
+  CHECK(state.nodes.size() == 2);
+}
+
+TEST_CASE("a node lost while the round is taken back frees its place for its own return") {
+  RendezvousState state(job(2, false), at(0ms).steady);
+  step(state, resume(1, 0, {2, 2}, 0, false), at(0ms));
+  step(state, resume(2, 1, {2, 2}, 0, false), at(0ms));
+  REQUIRE(state.phase == Phase::kRunning);
+  RendezvousState again(job(2, false), at(0ms).steady);
+  step(again, resume(1, 0, {2, 2}, 0, false), at(0ms));
+  step(again, Disconnected{1, "reset"}, at(1ms));
+  CHECK_FALSE(again.adopting);  // nobody left: the next claim opens it afresh
+  step(again, resume(3, 0, {2, 2}, 0, false), at(2ms));
+  step(again, resume(4, 1, {2, 2}, 0, false), at(3ms));
+  CHECK(again.phase == Phase::kRunning);
+}
+
+TEST_CASE("an elastic job taken back admits a late joiner as if this server had formed it") {
+  JobConfig config = job(3, false);
+  config.min_nodes = 1;
+  RendezvousState state(config, at(0ms).steady);
+  step(state, resume(1, 0, {2, 2}, 1, false), at(0ms));
+  step(state, resume(2, 1, {2, 2}, 1, false), at(0ms));
+  REQUIRE(state.phase == Phase::kRunning);
+  Joiner late;
+  late.conn = 3;
+  late.host = "host9";
+  auto reform = find_one<Broadcast>(step(state, hello(late), at(100ms)));
+  CHECK(std::get<StopMsg>(reform.message).membership);
+  CHECK(reform.conns == std::vector<ConnId>{1, 2});
+  step(state, NodeStopped{1, 0}, at(200ms));
+  auto next = find_one<SendAssignments>(step(state, NodeStopped{2, 0}, at(200ms)));
+  CHECK(next.round.restart_count == 2);
+  CHECK(next.round.nnodes == 3);
+  CHECK(state.nodes.at(3).node_rank == 2);
+}
