@@ -12,8 +12,9 @@ example's default: batch 64 per rank, a periodic checkpoint every 50 steps by ra
   ddprun:   ddprun --nnodes 1:3 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:P --rdzv-id goodput
                    --rdzv-conf is_host=false --max-restarts 100 SCRIPT ...   (PYTHON_EXEC=/usr/bin/python3)
             with the rendezvous served by `ddprun-rendezvous --rdzv-id goodput --nnodes 1:3 --host 127.0.0.1
-            --port P --max-departures 1000000` (on one machine every node is the same host, and 20 losses in 10
-            minutes would pass the default bound of 3 departures per host on real machines too).
+            --port P --max-departures 1000000 --max-restarts 100` (the server's values apply; on one machine
+            every node is the same host, and 20 losses in 10 minutes would pass the default bound of 3
+            departures per host on real machines too).
   torchrun: /usr/bin/python3 -c TORCHRUN_311 --nnodes 1:3 --nproc_per_node 1 --rdzv_backend c10d
                    --rdzv_endpoint 127.0.0.1:P --rdzv_id goodput --rdzv_conf is_host=false --max_restarts 100
                    SCRIPT ...   (torch 1.13's torchrun with its Python 3.11 fix; --monitor_interval at its
@@ -22,9 +23,10 @@ example's default: batch 64 per rank, a periodic checkpoint every 50 steps by ra
 Both launchers' defaults otherwise (join policy, heartbeats, last call). The rendezvous service runs apart from
 the nodes for both: a node that hosts it cannot be lost without ending the job under either launcher (ddprun's
 docs/MULTINODE.md "Elastic node counts"; torchrun's agents lose their TCPStore), and here every node may be lost.
-`ddprun-atfailure` (run only when named in --launchers) is ddprun with `ddprun-rendezvous --join-policy
-at_failure`: a node started again waits for the next failure instead of re-forming the job at once (its
-baseline is ddprun's: without failures nothing joins).
+Two variants of ddprun, run only when named in --launchers, each against ddprun's baseline (without failures
+they run the same job): `ddprun-atfailure`, `ddprun-rendezvous --join-policy at_failure` (a node started again
+waits for the next failure instead of re-forming the job at once), and `ddprun-term5`, `--term-timeout 5` on
+every node (a worker that has not exited 5 s after the re-form's SIGTERM is SIGKILLed, instead of after 30 s).
 
 A node loss: every process of the node dies at once, as when its machine goes. Each node starts with
 GOODPUT_NODE=<run>.<node>.<start> in its environment; its launcher, the launcher's descendants and every process
@@ -99,9 +101,11 @@ LAUNCHERS = {
     "ddprun": "ddprun (ddprun-rendezvous)",
     "torchrun": "torchrun 1.13, c10d (a TCPStore of its own), monitor 5 s",
     "ddprun-atfailure": "ddprun, join_policy=at_failure",
+    "ddprun-term5": "ddprun, --term-timeout 5",
 }
-# A launcher whose job without failures is another's: the join policy changes nothing when no node joins.
-BASELINE_OF = {"ddprun-atfailure": "ddprun"}
+# A launcher whose job without failures is another's: neither the join policy nor the grace period changes
+# anything when no node joins or leaves.
+BASELINE_OF = {"ddprun-atfailure": "ddprun", "ddprun-term5": "ddprun"}
 STEP = re.compile(r"\bepoch \d+ step (\d+) loss ")
 RESUMED = re.compile(r"\brank 0: resumed from \S+ at step (\d+) \(restart \d+, world size (\d+)\)")
 STORE = """
@@ -201,7 +205,8 @@ class Job:
             return [os.path.join(self.build, "launcher/ddprun"), "--nnodes", f"1:{NNODES}", "--nproc-per-node", "1",
                     "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "goodput",
                     "--rdzv-conf", "is_host=false", "--max-restarts", "100",
-                    "--events-file", os.path.join(self.tmp, f"events.node{node}.jsonl")] + script
+                    "--events-file", os.path.join(self.tmp, f"events.node{node}.jsonl")] + \
+                (["--term-timeout", "5"] if self.launcher == "ddprun-term5" else []) + script
         return [PYTHON, "-c", TORCHRUN_311, "--nnodes", f"1:{NNODES}", "--nproc_per_node", "1",
                 "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{self.port}", "--rdzv_id", "goodput",
                 "--rdzv_conf", "is_host=false", "--max_restarts", "100"] + script
@@ -212,7 +217,7 @@ class Job:
             port_file = os.path.join(self.tmp, "port")
             cmd = [os.path.join(self.build, "rendezvous/ddprun-rendezvous"), "--rdzv-id", "goodput", "--nnodes",
                    f"1:{NNODES}", "--host", "127.0.0.1", "--port", str(self.port), "--max-departures", "1000000",
-                   "--port-file", port_file]
+                   "--max-restarts", "100", "--port-file", port_file]
             if self.launcher == "ddprun-atfailure":
                 cmd += ["--join-policy", "at_failure"]
             ready = lambda: os.path.exists(port_file) and os.path.getsize(port_file) > 0  # noqa: E731
@@ -499,7 +504,8 @@ def describe(r):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--duration", type=float, default=600, help="the window with failures, seconds (600)")
+    ap.add_argument("--duration", type=float, default=600,
+                    help="the window with failures, seconds (600; 0: baselines only)")
     ap.add_argument("--kill-every", type=float, default=30, help="a node lost every SEC s (30)")
     ap.add_argument("--restart-after", type=float, default=5, help="a lost node starts again SEC s later (5)")
     ap.add_argument("--baseline-duration", type=float, default=180,
@@ -520,7 +526,7 @@ def main():
     try:
         for i in range(args.runs):
             plan = ([(k, "baseline") for k in launchers if k not in BASELINE_OF] if args.baseline_duration else []) \
-                + [(k, "chaos") for k in launchers]
+                + ([(k, "chaos") for k in launchers] if args.duration else [])
             for launcher, kind in plan:
                 chaos = kind == "chaos"
                 r = run_job(launcher, build, args.duration if chaos else args.baseline_duration,
