@@ -335,6 +335,8 @@ def analyse(job, t_end, losses, starts):
     kept, thrown = lineage(rounds)
     t0 = job.t0
     inside = lambda t: t is not None and t0 < t <= t_end  # noqa: E731
+    unix_offset = time.time() - time.monotonic()
+    to_unix = lambda t: round(t + unix_offset, 3)  # noqa: E731
     duration = t_end - t0
     counted = sum(gb for t, gb in kept.values() if inside(t))
     thrown_in = [(t, gb) for t, gb in thrown if inside(t)]
@@ -353,6 +355,7 @@ def analyse(job, t_end, losses, starts):
         causes = sorted([(t, "loss") for t in losses if before - 1 <= t <= r["t"]] +
                         [(t, "start") for t in starts if before - 1 <= t <= r["t"]])
         stalls.append({"at": round(before - t0, 1), "after": "+".join(c for _t, c in causes) or "?",
+                       "unix": [to_unix(before), to_unix(first or r["t"])],
                        "world": r["world"],
                        "to_resumed": round(r["t"] - before, 2),
                        "to_first_step": round(first - r["t"], 2) if first else None})
@@ -370,7 +373,7 @@ def analyse(job, t_end, losses, starts):
         w[0] += sum(span)
         w[1] += len(span) * BATCH * r["world"]
     return {
-        "window_start_unix": round(time.time() - (time.monotonic() - t0), 3),
+        "window_start_unix": to_unix(t0),
         "window_s": round(duration, 1),
         "counted_samples": counted,
         "samples_per_s": round(counted / duration, 2),
@@ -390,18 +393,18 @@ def analyse(job, t_end, losses, starts):
 GRACE_OVER = re.compile(r"grace period of \d+ ms over: sending SIGKILL|Unable to shutdown process .* forcefully")
 
 
-def grace_kills(tmp, start_unix, end_unix):
-    """How many times a launcher's grace period ran out (a worker SIGKILLed after its SIGTERM) in the window, from
-    the time-stamped launcher logs."""
-    count = 0
+def grace_kills(tmp):
+    """When a launcher's grace period ran out (a worker SIGKILLed after its SIGTERM), from the time-stamped
+    launcher logs: wall-clock times."""
+    times = []
     for name in os.listdir(tmp):
         if name.endswith(".stderr"):
             with open(os.path.join(tmp, name), errors="replace") as f:
                 for line in f:
                     stamp, _, text = line.partition(" ")
-                    if GRACE_OVER.search(text) and start_unix <= float(stamp) <= end_unix:
-                        count += 1
-    return count
+                    if GRACE_OVER.search(text):
+                        times.append(float(stamp))
+    return times
 
 
 def stall_summary(stalls):
@@ -469,7 +472,6 @@ def run_job(launcher, build, duration, kill_every, restart_after, seed, keep):
             result["warning"] = "no step within 240 s after the window"
         result["load_end"] = os.getloadavg()
         result.update(analyse(job, t_end, losses, starts))
-        result["stall_by_cause"] = stall_summary(result["stalls"])
         result.update({"losses": len(losses), "restarts": len(starts), "launcher_exits": exits,
                        "load_1min_every_10s": loads,
                        "load_median": round(statistics.median(loads), 2) if loads else None,
@@ -478,8 +480,13 @@ def run_job(launcher, build, duration, kill_every, restart_after, seed, keep):
     finally:
         left = job.close()
         if "window_start_unix" in result:
-            start = result["window_start_unix"]
-            result["grace_kills"] = grace_kills(tmp, start, start + duration)
+            # A stall in which a worker outlived its launcher's grace period is labelled so ("+grace").
+            start, kills = result["window_start_unix"], grace_kills(tmp)
+            result["grace_kills"] = sum(1 for t in kills if start <= t <= start + duration)
+            for st in result["stalls"]:
+                if any(st["unix"][0] <= t <= st["unix"][1] for t in kills):
+                    st["after"] += "+grace"
+            result["stall_by_cause"] = stall_summary(result["stalls"])
         if left:
             result["left_behind"] = left
             print(f"  left behind, killed: {left}", flush=True)
