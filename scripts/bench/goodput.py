@@ -13,7 +13,7 @@ example's default: batch 64 per rank, a periodic checkpoint every 50 steps by ra
                    --rdzv-conf is_host=false --max-restarts 100 SCRIPT ...   (PYTHON_EXEC=/usr/bin/python3)
             with the rendezvous served by `ddprun-rendezvous --rdzv-id goodput --nnodes 1:3 --host 127.0.0.1
             --port P --max-departures 1000000 --max-restarts 100` (the server's values apply; on one machine
-            every node is the same host, and 20 losses in 10 minutes would pass the default bound of 3
+            every node is the same host, and 19 losses in 10 minutes would pass the default bound of 3
             departures per host on real machines too).
   torchrun: /usr/bin/python3 -c TORCHRUN_311 --nnodes 1:3 --nproc_per_node 1 --rdzv_backend c10d
                    --rdzv_endpoint 127.0.0.1:P --rdzv_id goodput --rdzv_conf is_host=false --max_restarts 100
@@ -65,7 +65,8 @@ average at start and end and every 10 s (the machine is shared).
 Everything runs in a temporary directory (TMPDIR of every process too: torchrun's logs, ddprun's run
 directories), removed at the end; --keep DIR copies each run's files there first: every node's stdout, each
 launcher's stderr (node<N>.<start>.stderr, every line prefixed with the wall clock when read), ddprun's events
-files (`--events-file`, one per node), the rendezvous service's log. This script is a child subreaper
+files (`--events-file`, one per node; ddprun starts it afresh, so each earlier start's is renamed
+events.node<N>.before<start>.jsonl before the node starts again), the rendezvous service's log. This script is a child subreaper
 (tests/integration/harness.py): every process of a run is killed at its end, on Ctrl-C or on an error, and checked
 gone; so is the port.
 """
@@ -234,6 +235,9 @@ class Job:
             time.sleep(0.05)
 
     def start_node(self, node):
+        events = os.path.join(self.tmp, f"events.node{node}.jsonl")
+        if os.path.exists(events):  # ddprun starts its --events-file afresh: the earlier start's is kept aside
+            os.replace(events, os.path.join(self.tmp, f"events.node{node}.before{self.incarnation + 1}.jsonl"))
         self.incarnation += 1
         marker = f"{os.path.basename(self.tmp)}.{node}.{self.incarnation}"
         proc = subprocess.Popen(self.node_command(node), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
