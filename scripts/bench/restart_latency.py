@@ -257,6 +257,19 @@ def fmt(values):
     return f"**{statistics.median(values):.1f}** [{min(values):.1f}, {max(values):.1f}]"
 
 
+def interruptible_runs_of(names, known):
+    """The launchers named (comma-separated) in `names`, each a key of `known` (else exit, naming the choices).
+    From here on Ctrl-C (even where a shell started us with SIGINT ignored) and SIGTERM end the runs through the
+    caller's `finally`, which kills every process the launchers left."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
+    kinds = names.split(",")
+    for k in kinds:
+        if k not in known:
+            sys.exit(f"unknown launcher {k}; one of {', '.join(known)}")
+    return kinds
+
+
 def main():
     global NPROC
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -270,14 +283,7 @@ def main():
                          "torchrun 1.13's default monitor interval)")
     args = ap.parse_args()
     NPROC = args.nproc
-    # Ctrl-C (even where a shell started us with SIGINT ignored) and SIGTERM end the runs through the
-    # `finally` below, which kills every process the launchers left.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
-    kinds = args.only.split(",")
-    for k in kinds:
-        if k not in LAUNCHERS:
-            sys.exit(f"unknown launcher {k}; one of {', '.join(LAUNCHERS)}")
+    kinds = interruptible_runs_of(args.only, LAUNCHERS)
     if args.trace:
         os.makedirs(args.trace, exist_ok=True)
     build = os.path.abspath(args.build)
