@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -133,6 +134,19 @@ std::string straggler_text(const rendezvous::Straggler& s, double window_s) {
                 s.rank, s.node_rank, s.host.c_str(), pace, s.work ? " of its own work" : "", window_s, median,
                 median > 0 ? (pace / median - 1) * 100 : 0.0);
   return line;
+}
+
+bool is_named(const std::vector<rendezvous::Straggler>& named, int rank) {
+  return std::any_of(named.begin(), named.end(), [&](const rendezvous::Straggler& s) { return s.rank == rank; });
+}
+
+json straggler_json(const rendezvous::Straggler& s) {
+  return json{{"rank", s.rank},
+             {"node_rank", s.node_rank},
+             {"host", s.host},
+             {"per_step_s", static_cast<double>(s.pace_us) / 1e6},
+             {"median_s", static_cast<double>(s.median_us) / 1e6},
+             {"measure", s.work ? "work" : "step_time"}};
 }
 
 std::map<pid_t, TreeUsage> tree_usages(const std::vector<pid_t>& roots) {

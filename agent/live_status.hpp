@@ -91,6 +91,11 @@ class RateHistory {
 
 // The log line that names a straggler: its rank, node, pace and the others' median, over the window.
 std::string straggler_text(const rendezvous::Straggler& s, double window_s);
+// Whether `rank` is among `named`.
+bool is_named(const std::vector<rendezvous::Straggler>& named, int rank);
+// A straggler as the events file and ddprun-status --json give it: rank, node_rank, host, per_step_s, median_s,
+// measure (work or step_time).
+nlohmann::json straggler_json(const rendezvous::Straggler& s);
 
 // CPU time (seconds) and resident memory of each root process and all its descendants, from one pass over
 // /proc (one read of each process's stat, one of statm for those in a tree); a root that is gone is absent.

@@ -118,8 +118,7 @@ NodeStatus NodeAgent::sample_status(bool remember) {
       if (auto pace = status_rates_.pace(w.rank, window_ns); running && pace && pace->work_us >= 0)
         r.work_per_step_s = static_cast<double>(pace->work_us) / 1e6;
     }
-    r.straggler = running && std::any_of(stragglers_.begin(), stragglers_.end(),
-                                         [&](const rendezvous::Straggler& named) { return named.rank == w.rank; });
+    r.straggler = running && is_named(stragglers_, w.rank);
     if (auto u = usage.find(w.pid); running && u != usage.end()) {
       r.rss_bytes = u->second.rss_bytes;
       cpu_now[w.pid] = u->second.cpu_s;
@@ -158,20 +157,17 @@ std::vector<rendezvous::RankPace> NodeAgent::running_paces() const {
 // The rendezvous named (or stopped naming) stragglers: said once each way, on every node, in the log and the
 // events file; the live view marks them.
 void NodeAgent::on_stragglers(const rendezvous::StragglersMsg& message) {
-  auto among = [](const std::vector<rendezvous::Straggler>& list, int rank) {
-    return std::any_of(list.begin(), list.end(), [&](const rendezvous::Straggler& s) { return s.rank == rank; });
-  };
   const double window_s = std::chrono::duration<double>(config_.straggler_window).count();
   for (const rendezvous::Straggler& s : message.named) {
-    if (among(stragglers_, s.rank)) continue;
+    if (is_named(stragglers_, s.rank)) continue;
     log_.warning(straggler_text(s, window_s));
-    events_.write(json{{"event", "straggler"}, {"time_ms", unix_ms()}, {"rank", s.rank}, {"node_rank", s.node_rank},
-                       {"host", s.host}, {"per_step_s", s.pace_us / 1e6}, {"median_s", s.median_us / 1e6},
-                       {"measure", s.work ? "work" : "step_time"}, {"window_s", window_s}});
+    json event = straggler_json(s);
+    event.update(json{{"event", "straggler"}, {"time_ms", unix_ms()}, {"window_s", window_s}});
+    events_.write(event);
     if (config_.straggler_stop && s.node_rank == world_.node_rank) stop_straggler(s, window_s);
   }
   for (const rendezvous::Straggler& s : stragglers_) {
-    if (among(message.named, s.rank)) continue;
+    if (is_named(message.named, s.rank)) continue;
     log_.info("rank ", s.rank, " is no longer a straggler");
     events_.write(json{{"event", "straggler_end"}, {"time_ms", unix_ms()}, {"rank", s.rank}, {"node_rank", s.node_rank}});
   }
@@ -224,10 +220,7 @@ void NodeAgent::answer_pending_views(const rendezvous::JobViewMsg* view) {
   }
   const bool complete = nodes.size() >= static_cast<std::size_t>(std::max(world_.nnodes, 1));
   json stragglers = json::array();
-  for (const rendezvous::Straggler& st : stragglers_)
-    stragglers.push_back(json{{"rank", st.rank}, {"node_rank", st.node_rank}, {"host", st.host},
-                              {"per_step_s", st.pace_us / 1e6}, {"median_s", st.median_us / 1e6},
-                              {"measure", st.work ? "work" : "step_time"}});
+  for (const rendezvous::Straggler& s : stragglers_) stragglers.push_back(straggler_json(s));
   const std::string document =
       json{{"nodes", nodes}, {"complete", complete}, {"stragglers", std::move(stragglers)}}.dump();
   auto replies = std::move(pending_views_);
