@@ -18,8 +18,18 @@ void AgentLifecycle::on_job_over() {
   if (stage_ == Stage::kAwaitingRound) stage_ = Stage::kNothingRan;
 }
 
+bool AgentLifecycle::on_reform_in_place() {
+  if (stage_ != Stage::kRunning || ending_ != Ending::kOpen) return false;
+  stage_ = Stage::kReforming;
+  return true;
+}
+
+void AgentLifecycle::on_reformed() {
+  if (stage_ == Stage::kReforming) stage_ = Stage::kRunning;
+}
+
 bool AgentLifecycle::on_processes_gone() {
-  if (stage_ != Stage::kRunning) return false;
+  if (stage_ != Stage::kRunning && stage_ != Stage::kReforming) return false;
   stage_ = Stage::kRoundOver;
   return true;
 }
@@ -51,6 +61,7 @@ const char* to_string(AgentLifecycle::Stage stage) {
   switch (stage) {
     case AgentLifecycle::Stage::kAwaitingRound: return "awaiting a round";
     case AgentLifecycle::Stage::kRunning: return "running";
+    case AgentLifecycle::Stage::kReforming: return "re-forming in place";
     case AgentLifecycle::Stage::kRoundOver: return "round over";
     case AgentLifecycle::Stage::kNothingRan: return "round over before anything ran";
     case AgentLifecycle::Stage::kFinished: return "finished";

@@ -7,6 +7,11 @@
 //         |                                                              \--drained, job over--> kFinished
 //         \--restart or job end before any worker ran--> kNothingRan --drained--> (as kRoundOver)
 //
+//   kRunning --membership re-form, workers offer it--> kReforming --assignment--> kRunning (the same workers)
+//   A re-form in place keeps the round's workers into the next round (agent/node_agent_reform.cpp): the node
+//   reports itself stopped at once. Anything else while it waits (a restart, the job's end, a worker's death)
+//   goes as from kRunning.
+//
 // The ending (what the rendezvous said) is independent of the stage: a job can be known to be over while its
 // workers are still being torn down, and a restart can be ordered before this node was placed at all.
 #pragma once
@@ -18,6 +23,7 @@ class AgentLifecycle {
   enum class Stage {
     kAwaitingRound,  // no worker of this node runs: before the first assignment, or between restart rounds
     kRunning,        // this round's workers were started and some process of the round lives
+    kReforming,      // the round's workers stay for the next round (a re-form in place): its assignment awaited
     kRoundOver,      // every process of the round is gone; its output may still be draining
     kNothingRan,     // the round ended (restart ordered, job over) before this node started anything
     kFinished,       // the job is over here: every process gone, every stream drained; the loop stops
@@ -41,7 +47,10 @@ class AgentLifecycle {
   Cleanup cleanup() const { return cleanup_; }
 
   bool placed_once() const { return placed_once_; }  // the server put this node in a round: it waits for it
-  bool workers_started() const { return stage_ == Stage::kRunning || stage_ == Stage::kRoundOver; }
+  bool workers_started() const {
+    return stage_ == Stage::kRunning || stage_ == Stage::kReforming || stage_ == Stage::kRoundOver;
+  }
+  bool reforming() const { return stage_ == Stage::kReforming; }
   bool processes_gone() const {
     return stage_ == Stage::kRoundOver || stage_ == Stage::kNothingRan || stage_ == Stage::kFinished;
   }
@@ -56,6 +65,10 @@ class AgentLifecycle {
   // The rendezvous ordered a restart / said the job is over. Before any worker ran, nothing is left to go.
   void on_restart_ordered();
   void on_job_over();
+  // A membership re-form that keeps this round's workers (false: not while running an open round).
+  bool on_reform_in_place();
+  // Its assignment was handed to the workers: they run the new round.
+  void on_reformed();
   // Every process of the round is gone (workers and descendants reaped). False if that was already known.
   bool on_processes_gone();
   // Every stream of the round drained (or, for a restart, waits for the console beside the next round).

@@ -51,6 +51,23 @@ void set_slurm_task_view(std::map<std::string, std::string>& vars, const World& 
 
 }  // namespace
 
+std::vector<std::string> round_variables(const World& w, int local_rank) {
+  const std::string rank = std::to_string(w.rank_offset + local_rank);
+  const auto var = [](const char* name, const std::string& value) { return std::string(name) + "=" + value; };
+  // One role per job, so a worker's rank within its role is its global rank.
+  return {var(c::kRank, rank),
+          var(c::kWorldSize, std::to_string(w.world_size)),
+          var(c::kGroupRank, std::to_string(w.node_rank)),
+          var(c::kGroupWorldSize, std::to_string(w.nnodes)),
+          var(c::kRoleRank, rank),
+          var(c::kRoleWorldSize, std::to_string(w.world_size)),
+          var(c::kMasterAddr, w.master_addr),
+          var(c::kMasterPort, std::to_string(w.master_port)),
+          var(c::kRestartCount, std::to_string(w.restart_count)),
+          var(c::kMaxRestarts, std::to_string(w.max_restarts)),
+          var(c::kRunId, w.run_id)};
+}
+
 std::vector<std::string> worker_environment(const std::vector<std::string>& base, const World& w,
                                             const WorkerEnvInputs& in) {
   const int rank = w.rank_offset + in.local_rank;
@@ -64,21 +81,13 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   auto set = [&](const std::string& k, const std::string& v) { vars[k] = v; };
   auto set_default = [&](const std::string& k, const std::string& v) { vars.emplace(k, v); };
 
-  set(c::kRank, std::to_string(rank));
+  for (const auto& e : round_variables(w, in.local_rank)) {
+    const auto eq = e.find('=');
+    set(e.substr(0, eq), e.substr(eq + 1));
+  }
   set(c::kLocalRank, std::to_string(in.local_rank));
-  set(c::kWorldSize, std::to_string(w.world_size));
   set(c::kLocalWorldSize, std::to_string(w.local_world_size));
-  set(c::kGroupRank, std::to_string(w.node_rank));
-  set(c::kGroupWorldSize, std::to_string(w.nnodes));
-  // One role per job, so a worker's rank within its role is its global rank.
-  set(c::kRoleRank, std::to_string(rank));
   set(c::kRoleName, w.role);
-  set(c::kRoleWorldSize, std::to_string(w.world_size));
-  set(c::kMasterAddr, w.master_addr);
-  set(c::kMasterPort, std::to_string(w.master_port));
-  set(c::kRestartCount, std::to_string(w.restart_count));
-  set(c::kMaxRestarts, std::to_string(w.max_restarts));
-  set(c::kRunId, w.run_id);
   set(c::kUseAgentStore, "False");
   set(c::kErrorFile, in.error_file);
   // Several workers each using every core oversubscribe the node badly; torchrun sets 1 for the same reason.
@@ -110,10 +119,12 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   else vars.erase(c::kConsoleTty);
   // Set or removed, never inherited from an enclosing ddprun (a nested job): its descriptor and files mean
   // nothing here. The stacks only where a hang can be judged (--hang-timeout).
-  for (const char* k : {c::kHeartbeatFd, c::kHeartbeatOffset, c::kStacksFile, c::kStacksSignal}) vars.erase(k);
+  for (const char* k : {c::kHeartbeatFd, c::kHeartbeatOffset, c::kStacksFile, c::kStacksSignal, c::kReformFile})
+    vars.erase(k);
   if (in.heartbeat_fd >= 0) {
     set(c::kHeartbeatFd, std::to_string(in.heartbeat_fd));
     set(c::kHeartbeatOffset, std::to_string(in.heartbeat_offset));
+    if (!in.reform_file.empty()) set(c::kReformFile, in.reform_file);
   }
   if (!in.stacks_file.empty()) {
     set(c::kStacksFile, in.stacks_file);

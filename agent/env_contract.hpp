@@ -23,6 +23,7 @@ struct WorkerEnvInputs {
   // The heartbeat slot (agent/heartbeat_channel.hpp): DDPRUN_HEARTBEAT_FD/_OFFSET; -1: neither is set
   int heartbeat_fd = -1;
   std::size_t heartbeat_offset = 0;
+  std::string reform_file{};  // with the heartbeat: DDPRUN_REFORM_FILE
   // --hang-timeout only: DDPRUN_STACKS_FILE/_SIGNAL; "": neither is set
   std::string stacks_file{};
   int stacks_signal = 0;
@@ -39,6 +40,11 @@ struct WorkerEnvInputs {
 // DDPRUN_TOKEN is removed: the rendezvous secret is ddprun's, and a worker has no use for it.
 std::vector<std::string> worker_environment(const std::vector<std::string>& base, const World& world,
                                             const WorkerEnvInputs& inputs);
+
+// The variables a round changes, for a worker that re-forms in place (DDPRUN_REFORM_FILE): torchrun's ranks,
+// sizes, master, restart count and run id, as worker_environment sets them. LOCAL_RANK, LOCAL_WORLD_SIZE and the
+// worker's files stay what they were (a node re-forms in place only with the same workers).
+std::vector<std::string> round_variables(const World& world, int local_rank);
 
 using contract::current_environment;
 using contract::env_value;

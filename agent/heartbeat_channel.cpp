@@ -65,8 +65,9 @@ void HeartbeatChannel::release() {
 void HeartbeatChannel::clear() {
   for (int lr = 0; lr < slots_; ++lr) {
     write_quiet(base_ + offset_of(lr), 0);
-    __atomic_store_n(reinterpret_cast<std::int64_t*>(base_ + offset_of(lr) + contract::kBeatWorkOffset), 0,
-                     __ATOMIC_RELAXED);
+    for (std::size_t at : {contract::kBeatWorkOffset, contract::kBeatReformsAnnouncedOffset,
+                           contract::kBeatReformsTakenOffset})
+      __atomic_store_n(reinterpret_cast<std::int64_t*>(base_ + offset_of(lr) + at), 0, __ATOMIC_RELAXED);
     write(base_ + offset_of(lr), -1, 0);
   }
 }
@@ -81,6 +82,16 @@ Beat HeartbeatChannel::read(int local_rank) const {
       __atomic_load_n(reinterpret_cast<std::int64_t*>(slot + contract::kBeatQuietUntilOffset), __ATOMIC_RELAXED);
   b.work_ns = __atomic_load_n(reinterpret_cast<std::int64_t*>(slot + contract::kBeatWorkOffset), __ATOMIC_RELAXED);
   return b;
+}
+
+std::int64_t HeartbeatChannel::reforms_taken(int local_rank) const {
+  return __atomic_load_n(reinterpret_cast<std::int64_t*>(base_ + offset_of(local_rank) + contract::kBeatReformsTakenOffset),
+                         __ATOMIC_ACQUIRE);
+}
+
+void HeartbeatChannel::announce_reform(int local_rank, std::int64_t n) {
+  __atomic_store_n(reinterpret_cast<std::int64_t*>(base_ + offset_of(local_rank) + contract::kBeatReformsAnnouncedOffset),
+                   n, __ATOMIC_RELEASE);
 }
 
 void HeartbeatChannel::add_work(void* slot, std::int64_t work_ns) {

@@ -51,6 +51,12 @@ class HeartbeatChannel {
   // Every slot back to "never beat": a new round's workers start from nothing.
   void clear();
   Beat read(int local_rank) const;
+  // Re-forming in place (common/contract/worker_contract.hpp): what the worker took up (0: it offers none;
+  // 1 + the re-forms taken up), and the agent's announcement of the n-th.
+  std::int64_t reforms_taken(int local_rank) const;
+  void announce_reform(int local_rank, std::int64_t n);
+  // One slot back to "never beat" (step and time only): a worker re-formed in place starts its round afresh.
+  void forget_beats(int local_rank) { write(base_ + offset_of(local_rank), -1, 0); }
   // What a worker does; the agent's tests and benchmarks use it to beat from C++.
   static void write(void* slot, std::int64_t step, std::int64_t time_ns);
   // What a worker does to open (until_ns > 0) or close (0) a quiet phase; the beat that follows publishes it.

@@ -27,6 +27,8 @@ class LineFramer {
   void finish(std::string& out);
 
   bool has_partial() const { return !partial_.empty(); }
+  // The prefix of the lines emitted from now on (a worker re-formed in place has a new rank).
+  void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
 
  private:
   std::string prefix_;

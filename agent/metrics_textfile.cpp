@@ -1,5 +1,7 @@
 #include "agent/metrics_textfile.hpp"
 
+#include "agent/atomic_file.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -100,38 +102,6 @@ std::string prometheus_text(const NodeStatus& s) {
 
 namespace {
 
-// "" when DIR/NAME now holds `text`, else why not.
-std::string write_atomically(const std::string& dir, const std::string& name, const std::string& text) {
-  // node_exporter skips files that do not end in .prom: the temporary name never matches.
-  const std::string tmp = dir + "/." + name + "." + std::to_string(::getpid()) + ".tmp";
-  ::unlink(tmp.c_str());  // our own leftover (a pid is unique among the living); another user's stays, and fails below
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = "cannot write " + tmp + ": " + std::strerror(n < 0 ? errno : ENOSPC);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return why;
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0) {
-    const std::string why = "cannot write " + tmp + ": " + std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return why;
-  }
-  if (::rename(tmp.c_str(), (dir + "/" + name).c_str()) != 0) {
-    const std::string why = "cannot rename " + tmp + ": " + std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return why;
-  }
-  return {};
-}
-
 }  // namespace
 
 struct TextfileWriter::Shared {
@@ -154,7 +124,7 @@ struct TextfileWriter::Shared {
       pending.reset();
       lock.unlock();
       if (!written.empty() && written != name) ::unlink((dir + "/" + written).c_str());
-      const std::string why = write_atomically(dir, name, text);
+      const std::string why = write_file_atomically(dir, name, text, 0644);
       if (why.empty()) written = name;
       lock.lock();
       if (!why.empty() && !failing) problem = why;

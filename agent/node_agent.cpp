@@ -54,7 +54,7 @@ NodeAgent::NodeAgent(const AgentConfig& config)
       grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), peer_signal_timer_(io_),
       link_(io_, config, rendezvous_handlers()),
       guard_watch_(io_), hang_timer_(io_), probe_timer_(io_), capture_(io_),
-      hang_verdict_timer_(io_), status_timer_(io_), view_timer_(io_) {}
+      hang_verdict_timer_(io_), status_timer_(io_), view_timer_(io_), reform_ack_timer_(io_) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -212,7 +212,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
     process::reclaim_terminal(STDIN_FILENO);
   const std::int64_t now = unix_ms();
   if (!status.success()) {
-    const ErrorFileContents ef = read_error_file(layout_.error_file(world_.restart_count, lr));
+    const ErrorFileContents ef = read_error_file(layout_.error_file(workers_attempt_, lr));
     if (ef.present) policy_.worker(lr).error_message = ef.message;
   }
   if (policy_.killed_from_outside(lr, status))
@@ -229,13 +229,16 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
     log_.debug("rank ", w.rank, " (pid ", pid, ") ", to_string(w.state), ": ", status.describe());
   // The report first: its frame leaves at once (Asio writes speculatively), so the other nodes start stopping
   // while this one scans /proc and signals its own workers (~2 ms saved on every cross-node teardown).
-  if (d.teardown_began && w.state == WorkerState::kFailed) report_worker_failure(lr);
+  // While the job re-forms in place the report waits for the new round (reform_lost_a_worker): the rendezvous
+  // takes failures during a re-form for the teardown's.
+  if (d.teardown_began && w.state == WorkerState::kFailed && !reform_pending_) report_worker_failure(lr);
   apply(d, "worker_failed");
 }
 
 void NodeAgent::apply(const Decision& d, const char* reason) {
   if (d.teardown_began) {
     hang_timer_.cancel();
+    reform_ack_timer_.cancel();
     hang_verdict_timer_.cancel();
     capture_.abandon();  // stopped for another reason while capturing: the teardown takes the hung worker too
     // No signal to send: slurmstepd's reached every worker already (on_signal), and a copy would be a second one.
@@ -330,6 +333,7 @@ void NodeAgent::maybe_finish() {
   peer_signal_timer_.cancel();
   hang_timer_.cancel();
   hang_verdict_timer_.cancel();
+  reform_ack_timer_.cancel();
   probe_timer_.cancel();
   capture_.abandon();
   stop_status();

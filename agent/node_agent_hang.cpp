@@ -255,16 +255,16 @@ void NodeAgent::report_hang(const HungWorker& h) {
 // symlink or a FIFO, and never on a --log-dir that may hang the loop. Without --log-dir the temporary
 // tree is removed at the end except for this file (RunLayout::keep); with it, the file is copied there.
 std::string NodeAgent::hang_stacks_file() const {
-  return layout_.attempt_work_file(world_.restart_count, "hang_stacks.txt");
+  return layout_.attempt_work_file(workers_attempt_, "hang_stacks.txt");
 }
 
 std::string NodeAgent::stacks_file(int local_rank) const {
-  return layout_.work_dir(world_.restart_count, local_rank) + "/python_stacks.txt";
+  return layout_.work_dir(workers_attempt_, local_rank) + "/python_stacks.txt";
 }
 
 // Beside the Python stacks, for the same reasons: torch makes its FIFO and writes its dump there.
 std::string NodeAgent::flight_recorder_prefix(int local_rank) const {
-  return layout_.work_dir(world_.restart_count, local_rank) + "/" + kFlightRecorderPrefixName;
+  return layout_.work_dir(workers_attempt_, local_rank) + "/" + kFlightRecorderPrefixName;
 }
 
 }  // namespace ddprun::agent

@@ -76,6 +76,14 @@ class NodeAgent {
   void report_agent_signal(int signal, std::int64_t time_ms);
   void leave_after_signal(int signal);
   void begin_next_round();
+  // node_agent_reform.cpp: re-forming in place
+  bool workers_offer_reform() const;
+  bool all_workers_running() const;
+  bool reform_in_place(const rendezvous::StopOrder& order);
+  void take_reform_assignment();
+  void on_reform_ack_deadline();
+  void start_again_in_round();
+  void reform_lost_a_worker();
   // node_agent_hang.cpp
   struct HungWorker {
     int local_rank = 0;
@@ -203,6 +211,12 @@ class NodeAgent {
   std::map<pid_t, double> status_cpu_;  // each worker tree's CPU seconds at the last sample
   std::int64_t status_sampled_ns_ = 0;
   std::unique_ptr<TextfileWriter> textfile_;  // --metrics-textfile, off the loop (agent/metrics_textfile.hpp)
+  // Re-forming in place (node_agent_reform.cpp).
+  int workers_attempt_ = 0;  // the attempt whose files the running workers use (kept by a re-form in place)
+  std::int64_t reforms_announced_ = 0;  // in-place re-forms handed to the running workers
+  bool reform_pending_ = false;  // this node re-forms in place: the next assignment goes to its workers
+  bool restart_into_round_ = false;  // its workers did not take the round up: new ones start in it
+  boost::asio::steady_timer reform_ack_timer_;  // bounds the workers' taking the new round up
   AgentLifecycle lifecycle_;  // round stage, what the round leads to, clean-up (agent/agent_lifecycle.hpp)
   std::int64_t start_ms_ = 0;
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary

@@ -179,9 +179,9 @@ SummaryContext NodeAgent::summary_context() const {
   ctx.start_ms = start_ms_;
   ctx.end_ms = unix_ms();
   ctx.log_root = layout_.temporary() ? std::string() : layout_.root();
-  ctx.error_file_of = [this](int lr) { return layout_.error_file(world_.restart_count, lr); };
+  ctx.error_file_of = [this](int lr) { return layout_.error_file(workers_attempt_, lr); };
   ctx.shown_path = [this](const std::string& p) { return layout_.published(p); };
-  ctx.worker_dir_of = [this](int lr) { return layout_.worker_dir(world_.restart_count, lr); };
+  ctx.worker_dir_of = [this](int lr) { return layout_.worker_dir(workers_attempt_, lr); };
   ctx.stderr_tail_of = [this](int lr) -> const StreamTail* {
     auto it = stderr_tails_.find(lr);
     return it == stderr_tails_.end() ? nullptr : it->second.get();

@@ -108,6 +108,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
                      {"master_addr", a.master_addr}, {"master_port", a.master_port},
                      {"restart_count", a.restart_count}});
   lifecycle_.on_placed();
+  if (reform_pending_) return take_reform_assignment();  // this node's workers stay (node_agent_reform.cpp)
   if (policy_.phase() != Phase::kRunning) return;  // a signal came first: on_signal already reported it
   if (a.restart_count > 0) layout_.prepare_attempt(a.restart_count, world_.local_world_size);
   lifecycle_.on_workers_started();
@@ -117,6 +118,9 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
 void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   on_hang_verdict(order.root_cause);
   const JobCause cause = cause_of(order.root_cause);
+  if (order.restarting && reform_in_place(order)) return;  // nothing failed and the workers can stay
+  reform_pending_ = false;  // a restart or the end while re-forming in place: the usual way from here
+  restart_into_round_ = false;
   if (order.restarting) {
     // The whole job re-forms: down with this attempt's workers, then report_stopped (begin_next_round). The
     // server's reason says why and what it costs ("restart 1 of 3", "a membership change: no restart used").
@@ -187,6 +191,7 @@ void NodeAgent::begin_next_round() {
   // ddprun was told to stop while the round's workers went down: no next round, the job ends.
   if (const int signal = policy_.stop_signal(); signal != 0) return leave_after_signal(signal);
   policy_.reset_for_restart();
+  if (restart_into_round_) return start_again_in_round();  // node_agent_reform.cpp: the round stands
   link_.client().report_stopped();
 }
 

@@ -74,6 +74,8 @@ std::string NodeAgent::agent_state() const {
     case AgentLifecycle::Stage::kAwaitingRound: return lifecycle_.placed_once() ? "restarting" : "rendezvous";
     case AgentLifecycle::Stage::kRunning:
       return policy_.phase() == Phase::kRunning ? "running" : "stopping";
+    case AgentLifecycle::Stage::kReforming:  // the workers live on into the next round
+      return policy_.phase() == Phase::kRunning ? "restarting" : "stopping";
     case AgentLifecycle::Stage::kRoundOver: return lifecycle_.restarting() ? "restarting" : "stopping";
     case AgentLifecycle::Stage::kNothingRan:
     case AgentLifecycle::Stage::kFinished: return "done";

@@ -52,6 +52,8 @@ void NodeAgent::start_workers() {
   if (!config_.python.empty() && w.restart_count == 0)
     log_.info("Python interpreter: ", config_.python, " (", config_.python_origin, ")");
   if (heartbeats_.enabled()) heartbeats_.clear();  // no beat of a previous round counts in this one
+  workers_attempt_ = w.restart_count;
+  reforms_announced_ = 0;
   round_started_ns_ = monotonic_ns();
   oom_kills_seen_ = oom_.kills();
   // The first worker that cannot be started stops the loop (the next ones would fail the same way); it is
@@ -120,6 +122,7 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
   if (heartbeats_.enabled()) {
     env_in.heartbeat_fd = heartbeats_.fd();
     env_in.heartbeat_offset = HeartbeatChannel::offset_of(local_rank);
+    env_in.reform_file = layout_.reform_file(w.restart_count, local_rank);
     opts.inherit_fds.push_back(heartbeats_.fd());
   }
   if (config_.hang_timeout.count() > 0) {
@@ -187,6 +190,7 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
       t.file = open_log_queue(rank, r.bit == kStdout ? layout_.stdout_file(w.restart_count, local_rank)
                                                : layout_.stderr_file(w.restart_count, local_rank));
     t.prefix = prefix;
+    t.local_rank = local_rank;
     if (r.bit == kStderr) {  // for the summary: the exception of a worker that wrote no error file
       t.tail = std::make_shared<StreamTail>(kStderrTailBytes);
       stderr_tails_[local_rank] = t.tail;

@@ -33,6 +33,7 @@ struct PumpTargets {
   std::shared_ptr<WriteQueue> file;  // null: not kept in a file; finished by the pump at end of file
   std::string prefix;   // line prefix for the console
   std::shared_ptr<StreamTail> tail;  // also keeps the stream's last bytes here; null: not kept
+  int local_rank = -1;  // whose stream: the worker's prefix changes when it re-forms in place
 };
 
 // Buffers every pump of one agent shares. The loop is single-threaded and a pump reads and forwards in
@@ -57,6 +58,8 @@ class OutputPump {
 
   void start();
   bool finished() const { return finished_; }
+  int local_rank() const { return targets_.local_rank; }
+  void set_prefix(std::string prefix) { framer_.set_prefix(std::move(prefix)); }
   // Waiting for room on the console or in its log file's queue, not for the worker: the drain limit does
   // not apply.
   bool waiting_for_room() const { return waiting_for_room_; }

@@ -34,6 +34,11 @@ class RunLayout {
   // Files of the work tree (see above); `published` names where a work-tree file ends up for the user.
   std::string work_dir(int attempt, int local_rank) const;
   std::string error_file(int attempt, int local_rank) const { return work_dir(attempt, local_rank) + "/error.json"; }
+  // The next round's variables for a worker that re-forms in place (DDPRUN_REFORM_FILE).
+  static constexpr const char* kReformFileName = "reform.env";
+  std::string reform_file(int attempt, int local_rank) const {
+    return work_dir(attempt, local_rank) + "/" + kReformFileName;
+  }
   std::string attempt_work_file(int attempt, const std::string& name) const;
   std::string published(const std::string& work_path) const;
   const std::string& work_root() const { return work_root_; }

@@ -67,6 +67,21 @@ set once the call returns). It replaces any handler the program had for SIGTERM 
 later (a DataLoader worker) never checks the flag: there the handler puts the default action back and lets the
 signal do what it would have done.
 
+Re-forming in place (docs/MULTINODE.md "Re-forming in place"). When an elastic job re-forms because a node joined
+or was lost (no worker failed), ddprun keeps the workers that offered it instead of restarting them:
+
+    dist.init_process_group("gloo")
+    in_place = ddprun_heartbeat.offer_reforms()       # False outside ddprun
+    ...                                               # before each step, every rank votes on
+    ddprun_heartbeat.reform_pending()                 #   "ddprun handed me a new round" (with the stop request)
+    ...                                               # if any rank said so, all leave at the same step:
+    dist.destroy_process_group()
+    ddprun_heartbeat.take_reform()                    # the round's RANK, WORLD_SIZE, MASTER_* into os.environ
+    dist.init_process_group("gloo")                   # the new round's group; then share the newest state
+
+The slot's +32 is ddprun's count of rounds handed over in place, +40 the worker's: 0 none offered, 1 + the rounds
+taken up. A round must be taken up within ddprun's --term-timeout.
+
 The error file (README "Python": failures). record() is the stdlib counterpart of torch's
 torch.distributed.elastic.multiprocessing.errors.record, for the main function: an exception escaping it is
 written to TORCHELASTIC_ERROR_FILE (each worker's own path, set by ddprun) in torchelastic's layout,
@@ -188,6 +203,64 @@ def stop_requested():
 def stop_signal():
     """The signal that asked first (signal.SIGTERM or signal.SIGUSR1; `.name` for a log line), None when none."""
     return _stop_by
+
+
+# Re-forming in place (README "Re-forming in place"). The slot's +32 is ddprun's count of the in-place re-forms
+# it announced; +40 this worker's: 0 none offered, 1 + the re-forms taken up.
+_REFORMS_ANNOUNCED = 32
+_REFORMS_TAKEN = 40
+
+
+def offer_reforms():
+    """Tells ddprun that this worker can take a new round up without a restart: when an elastic job re-forms
+    because nodes joined or were lost (no worker failed), ddprun then keeps it, and hands it the new round's
+    RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ... instead (reform_pending(), take_reform()). Call it once the
+    process can do so: after init_process_group, with a loop that checks reform_pending(). True under ddprun;
+    False elsewhere (torchrun: every re-form restarts the worker, as before)."""
+    if _page is None or "DDPRUN_REFORM_FILE" not in os.environ:
+        return False
+    if struct.unpack_from("q", _page, _offset + _REFORMS_TAKEN)[0] == 0:
+        struct.pack_into("q", _page, _offset + _REFORMS_TAKEN, 1)
+    return True
+
+
+def reform_pending():
+    """True when ddprun handed this worker a new round it has not taken up yet: leave the current process group
+    at the next step boundary (all ranks agree first, as for a stop request), then take_reform(). A shared-memory
+    read: cheap enough for every step."""
+    if _page is None:
+        return False
+    announced, taken = struct.unpack_from("qq", _page, _offset + _REFORMS_ANNOUNCED)
+    return 0 < taken <= announced
+
+
+def take_reform(timeout=None, stop=stop_requested, poll=0.01):
+    """Waits until ddprun hands over the next round (a rank whose peer is gone waits here for the re-formed
+    round; so does one whose peers agreed to re-form before its own agent told it), puts the round's variables in
+    os.environ and returns them as a dict; init_process_group("env://") then joins the new round. None when
+    `stop()` turns true first (ddprun stops or restarts the job the usual way: SIGTERM), after `timeout` seconds,
+    or outside ddprun. Taking a round up is acknowledged to ddprun, which kills a worker that has not taken it up
+    within --term-timeout."""
+    if _page is None or not offer_reforms():
+        return None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not reform_pending():
+        if (stop is not None and stop()) or (deadline is not None and time.monotonic() >= deadline):
+            return None
+        time.sleep(poll)
+    announced = struct.unpack_from("q", _page, _offset + _REFORMS_ANNOUNCED)[0]
+    values = {}
+    with open(os.environ["DDPRUN_REFORM_FILE"]) as f:  # written whole before the announcement
+        for line in f:
+            name, _, value = line.rstrip("\n").partition("=")
+            if name:
+                values[name] = value
+    os.environ.update(values)
+    # The new round starts without a beat, as a new worker's does: until this worker's first beat in it (after
+    # init_process_group, which may wait for a joiner's start), --hang-timeout does not judge it.
+    struct.pack_into("qq", _page, _offset, -1, 0)
+    struct.pack_into("q", _page, _offset + _REFORMS_TAKEN, announced + 1)
+    return values
 
 
 def _error_file_json(error):

@@ -42,6 +42,9 @@ inline constexpr const char* kHeartbeatFd = "DDPRUN_HEARTBEAT_FD";          // e
 inline constexpr const char* kHeartbeatOffset = "DDPRUN_HEARTBEAT_OFFSET";  // the worker's slot, in bytes
 inline constexpr const char* kStacksFile = "DDPRUN_STACKS_FILE";            // faulthandler writes here
 inline constexpr const char* kStacksSignal = "DDPRUN_STACKS_SIGNAL";        // ... on this signal
+// With the heartbeat: where the agent writes the next round's variables ("NAME=value" lines) for a worker that
+// re-forms in place (the slot's +32/+40 below; README "Re-forming in place").
+inline constexpr const char* kReformFile = "DDPRUN_REFORM_FILE";
 // --hang-timeout, each only where the user set none (PyTorch's names; agent/flight_recorder.hpp): the NCCL
 // Flight Recorder's FIFO and dump in the worker's private directory, the recorder on, the FIFO read every second.
 inline constexpr const char* kNcclPipeFile = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE";   // + RANK + ".pipe"
@@ -70,6 +73,15 @@ inline constexpr std::size_t kBeatStepOffset = 0;
 inline constexpr std::size_t kBeatTimeOffset = 8;
 inline constexpr std::size_t kBeatQuietUntilOffset = 16;
 inline constexpr std::size_t kBeatWorkOffset = 24;
+// Re-forming in place: an elastic re-form (a node joined or was lost, nothing failed) keeps the workers of the
+// nodes that stay, which take the new round's ranks without a restart (no interpreter start, no import, no
+// checkpoint). The worker offers it by writing 1 at +40; the agent, at each such re-form, writes the round's
+// variables to DDPRUN_REFORM_FILE, then n at +32 (the in-place re-forms announced so far); the worker takes the
+// round up (reads the file, rebuilds its process group) and writes n + 1 at +40. A worker whose +40 is 0, or
+// behind, is restarted the usual way; one that does not take an announced round up in --term-timeout is killed
+// as a failure.
+inline constexpr std::size_t kBeatReformsAnnouncedOffset = 32;  // written by the agent
+inline constexpr std::size_t kBeatReformsTakenOffset = 40;      // written by the worker: 0 none offered
 
 // The error file (torchelastic's format; common/supervision/error_file.hpp reads it):
 //   {"message": {"message": "<Type>: <text>", "extraInfo": {"py_callstack": "...", "timestamp": "<unix s>"}}}

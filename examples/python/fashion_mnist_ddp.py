@@ -12,20 +12,27 @@ The patterns it shows:
   - checkpoints written atomically (a temporary file of the writer's own, fsynced, renamed over the old one),
     so a crash in the middle of a save never leaves a half-written checkpoint. Rank 0 saves every
     --checkpoint-every steps, at the end of training, and when the ranks agree to stop.
-  - SIGTERM (what ddprun and torchrun send every worker when they re-form the job: a node joined or left, or a
-    restart) is a stop request: the handler only sets a flag; before each step the ranks vote (an all-reduce of
+  - re-forming in place, under ddprun (docs/MULTINODE.md "Re-forming in place"; off with --no-reform-in-place):
+    when a node joins or is lost and no worker failed, ddprun keeps this process and hands it the new round. The
+    ranks vote on it before a step (below), leave their process group together (a broken one after a loss), take
+    the round up (ddprun_heartbeat.take_reform) and join the new group; the rank holding the newest step sends the
+    model, optimizer and position to all, so a joiner that loaded an older checkpoint catches up. Nothing is saved
+    or loaded for it, and no step is lost beyond the one under way when a node dies.
+  - SIGTERM (what ddprun and torchrun send every worker when they restart it: a worker failed, or a re-form under
+    torchrun) is a stop request: the handler only sets a flag; before each step the ranks vote (an all-reduce of
     the flag, so all stop after the same step), and on a stop rank 0 saves the last completed step and every
     rank exits 0. SIGUSR1 is not handled (its default action ends the process).
   - a collective that fails because a peer died (its node lost, its process killed): agreeing is impossible,
     but every replica holds the same state, so each surviving rank saves the last completed step alone, then
     exits (0 when a stop was requested as well, else with the error).
   - on start every rank resumes from the checkpoint when the file exists (a restart, a re-form, or a new run
-    with the same --checkpoint), at the saved step: mid-epoch, the batches of that epoch already done are
-    skipped, with the sampler's epoch set as before.
+    with the same --checkpoint), at the saved step: mid-epoch, the sampler skips the indices of the batches of
+    that epoch already done (without loading them), with the sampler's epoch set as before.
 The data is read straight from the Debian package dataset-fashion-mnist (gzipped IDX files): nothing is
 downloaded.
 """
 import argparse
+import gc
 import gzip
 import itertools
 import os
@@ -40,7 +47,12 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, Sampler, TensorDataset
+
+try:  # ddprun's Python helper (on PYTHONPATH under ddprun): re-forming in place. Absent elsewhere: not needed.
+    import ddprun_heartbeat
+except ImportError:
+    ddprun_heartbeat = None
 
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # of the Fashion-MNIST training images, scaled to [0, 1]
@@ -135,13 +147,24 @@ def request_stop(signum, _frame):
         stop_signal = signum
 
 
-def stop_requested_on_any_rank():
-    """A collective, called by every rank at the same point of its loop: true when any rank got a stop request.
-    The ranks get SIGTERM at slightly different moments; deciding alone, one rank would leave while the others
-    wait for it in the next step's all-reduce."""
-    flag = torch.tensor([1 if stop_signal else 0], dtype=torch.int32)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+# What the ranks agree on before each step (the vote): go on, re-form in place, or stop.
+GO_ON, REFORM, STOP = 0, 1, 2
+# The last vote's tensor, kept referenced from Python: gloo's thread drops its own reference after the call
+# returns, and the last reference dropped there would need the GIL to free the Python object. Dropping a
+# process group (at exit, at a re-form) joins that thread while holding the GIL: torch 1.13 deadlocked there.
+last_vote = None
+
+
+def vote():
+    """A collective, called by every rank at the same point of its loop: STOP when any rank got a stop request,
+    REFORM when ddprun handed any rank a new round (re-forming in place), else GO_ON. The ranks get SIGTERM (or
+    the new round) at slightly different moments; deciding alone, one rank would leave while the others wait for
+    it in the next step's all-reduce."""
+    global last_vote
+    mine = STOP if stop_signal else REFORM if ddprun_heartbeat and ddprun_heartbeat.reform_pending() else GO_ON
+    last_vote = torch.tensor([mine], dtype=torch.int32)
+    dist.all_reduce(last_vote, op=dist.ReduceOp.MAX)
+    return int(last_vote.item())
 
 
 class GroupBroke(Exception):
@@ -182,26 +205,43 @@ def parse_args():
     # For demonstrating restarts: the last rank raises once, in the first attempt, after this many steps (the other
     # ranks' next collective fails: they save that step alone).
     p.add_argument("--crash-at-step", type=int, default=0)
+    p.add_argument("--no-reform-in-place", action="store_true",
+                   help="under ddprun too, restart at every re-form (save on SIGTERM, resume from the checkpoint) as "
+                        "under torchrun, instead of taking the new round up in this process")
     return p.parse_args()
 
 
+class ResumeSampler(Sampler):
+    """The DistributedSampler's indices from `skip` on: resuming mid-epoch skips the done batches' indices
+    without loading them."""
+
+    def __init__(self, sampler):
+        self.sampler, self.skip = sampler, 0
+
+    def __iter__(self):
+        return itertools.islice(iter(self.sampler), self.skip, None)
+
+    def __len__(self):
+        return len(self.sampler) - self.skip
+
+
 def train(args, ddp, optimizer, loader, sampler, at, checkpoint, device, rank, crash_at):
-    """The training loop, from `at` on; `at` follows every completed step. Returns the signal that stopped it
-    when the ranks agreed to stop early (0: trained to the end) and the last step's loss on this rank; raises
-    GroupBroke when a peer is gone."""
+    """The training loop, from `at` on; `at` follows every completed step. Returns what the ranks voted
+    (GO_ON: trained to the end, REFORM, STOP) and the last step's loss on this rank; raises GroupBroke when a
+    peer is gone."""
     loss = torch.zeros(())
     done = bool(args.max_steps) and at.step >= args.max_steps
     while at.epoch < args.epochs and not done:
-        sampler.set_epoch(at.epoch)  # the same shuffle on every rank, a different one each epoch
-        for i, (images, labels) in enumerate(itertools.islice(loader, at.step_in_epoch, None),
-                                             start=at.step_in_epoch):
+        sampler.sampler.set_epoch(at.epoch)  # the same shuffle on every rank, a different one each epoch
+        sampler.skip = at.step_in_epoch * args.batch_size
+        for i, (images, labels) in enumerate(loader, start=at.step_in_epoch):
             if crash_at and at.step == crash_at:
                 raise RuntimeError(f"rank {rank}: crash requested at step {at.step}")
             # A step boundary: every rank votes on stopping here, before the step, so a stop request costs nothing.
             with NeedsPeers():
-                stop = stop_requested_on_any_rank()
-            if stop:
-                return stop_signal or signal.SIGTERM, loss  # another rank's signal: re-forms send SIGTERM
+                decided = vote()
+            if decided != GO_ON:
+                return decided, loss
             optimizer.zero_grad()
             with NeedsPeers():
                 loss = F.nll_loss(ddp(to_input(images).to(device)), labels.to(device))
@@ -217,44 +257,61 @@ def train(args, ddp, optimizer, loader, sampler, at, checkpoint, device, rank, c
                 break
         else:
             at.epoch, at.step_in_epoch = at.epoch + 1, 0
-    return 0, loss
+    return GO_ON, loss
+
+
+def adopt_newest_state(model, optimizer, at, global_batch, device):
+    """Every rank takes the newest state any rank holds, from the lowest rank holding it. After a re-form in
+    place the ranks that stayed hold the last completed step in memory, while a rank that joined loaded the
+    checkpoint, which may be older; at a plain start all ranks hold the same. The place in the epoch carries over
+    in samples: DistributedSampler deals the shuffled order out strided, so the first k global batches are the
+    first k * global_batch samples whatever the world size."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    newest = torch.tensor([at.step], dtype=torch.int64)
+    dist.all_reduce(newest, op=dist.ReduceOp.MAX)
+    holder = torch.tensor([rank if at.step == newest.item() else world], dtype=torch.int64)
+    dist.all_reduce(holder, op=dist.ReduceOp.MIN)
+    state = [{"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": at.epoch,
+              "step_in_epoch": at.step_in_epoch, "step": at.step, "global_batch": at.global_batch}]
+    dist.broadcast_object_list(state, src=int(holder.item()))
+    if rank != holder.item():
+        model.load_state_dict(state[0]["model"])
+        optimizer.load_state_dict(state[0]["optimizer"])
+    at.epoch, at.step = state[0]["epoch"], state[0]["step"]
+    at.step_in_epoch = state[0]["step_in_epoch"] * state[0]["global_batch"] // global_batch
+    at.global_batch = global_batch
 
 
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
     local_rank = int(os.environ["LOCAL_RANK"])
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     dist.init_process_group("gloo")  # env://
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-    global_batch = args.batch_size * world
 
     model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.5)
     at = Position(0, 0, 0)
+    at.global_batch = args.batch_size * world
     if args.checkpoint and os.path.exists(args.checkpoint):
         state = torch.load(args.checkpoint, map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         at = Position(state["epoch"], state["step_in_epoch"], state["step"])
-        # An elastic job may resume with another world size: the place in the epoch carries over in samples
-        # (DistributedSampler deals the shuffled order out strided, so the first k global batches are the
-        # first k * global_batch samples whatever the world size).
-        saved_batch = state.get("global_batch", global_batch)
-        at.step_in_epoch = at.step_in_epoch * saved_batch // global_batch
-        print(f"rank {rank}: resumed from {args.checkpoint} at step {at.step} (restart {restart}, world size "
-              f"{world})", flush=True)
-    ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters to every rank
+        at.global_batch = state.get("global_batch", args.batch_size * world)
+        print(f"rank {rank}: resumed from {args.checkpoint} at step {at.step} (restart "
+              f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}, world size {world})", flush=True)
     # From here on SIGTERM asks for a checkpoint instead of killing the rank. Not earlier: until the group has
     # formed there is nothing to save, and a rank waiting for a dead peer in init_process_group would only be
     # killed later, at the end of the launcher's grace period.
     signal.signal(signal.SIGTERM, request_stop)
-
+    # Under ddprun: a re-form because nodes joined or were lost keeps this process (it takes the new round up
+    # below) instead of restarting it. Elsewhere every re-form restarts the worker, which resumes from the checkpoint.
+    in_place = bool(ddprun_heartbeat) and not args.no_reform_in_place and ddprun_heartbeat.offer_reforms()
     train_set = load_split(args.data, "train", args.train_limit)
-    sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=0)
-    loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
-    saved_step = at.step  # the newest step this process knows to be in the checkpoint
+    saved_step = at.step if args.checkpoint and os.path.exists(args.checkpoint) else -1
+    per_epoch = 0  # batches per epoch in this round
 
     def checkpoint():
         """Saves `at` unless this process knows the checkpoint holds it already; says which."""
@@ -263,27 +320,78 @@ def main():
             return "no --checkpoint, nothing saved"
         what = "already holds"
         if at.step != saved_step:
-            save_checkpoint(args.checkpoint, model, optimizer, at, global_batch)
+            save_checkpoint(args.checkpoint, model, optimizer, at, at.global_batch)
             saved_step, what = at.step, "saved at"
         return f"checkpoint {args.checkpoint} {what} step {at.step} (epoch {at.epoch}, batch {at.step_in_epoch} of " \
-               f"{len(loader)})"
+               f"{per_epoch})"
+
+    def next_round(why):
+        """Re-forming in place: leaves this round's group and joins the next one ddprun hands over. False when
+        ddprun stops the job instead (SIGTERM: the usual restart, or the end)."""
+        nonlocal rank, world
+        print(f"rank {rank}: {why}; waiting for the next round", flush=True)
+        # The old group must really go: its sockets close, so a peer still waiting in a collective on this rank
+        # fails and comes to the new round too. DDP sits in reference cycles (its hooks): collect them first.
+        gc.collect()
+        dist.destroy_process_group()  # the vote's tensor is still referenced (last_vote): no deadlock here
+        if ddprun_heartbeat.take_reform(stop=lambda: bool(stop_signal)) is None:
+            return False
+        dist.init_process_group("gloo")  # the new round's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+        rank, world = dist.get_rank(), dist.get_world_size()
+        return True
 
     t0 = time.monotonic()
-    try:
-        # For demonstrating restarts: the last rank raises once, in the first attempt, at --crash-at-step.
-        crash_at = args.crash_at_step if restart == 0 and rank == world - 1 else 0
-        stopped_by, loss = train(args, ddp, optimizer, loader, sampler, at, checkpoint, device, rank, crash_at)
-    except GroupBroke as e:
-        # Agreeing on who saves is impossible now, but every surviving replica holds the last completed step:
-        # each saves it alone, so the next round resumes there and not at the last periodic checkpoint.
-        print(f"rank {rank}: the group broke ({e}); {checkpoint()}", flush=True)
-        if stop_signal:
-            return 0  # the launcher is stopping the job anyway: the checkpoint is what it asked for
-        raise
-    if stopped_by:
+    # For demonstrating restarts: the last rank raises once, in the first attempt, at --crash-at-step.
+    crash_at = args.crash_at_step if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0" and rank == world - 1 \
+        else 0
+    reformed = False
+    while True:  # one pass per round this process trains in
+        adopt_newest_state(model, optimizer, at, args.batch_size * world, device)
+        if reformed and rank == 0:
+            print(f"rank 0: re-formed in place at step {at.step} (restart {os.environ['TORCHELASTIC_RESTART_COUNT']}, "
+                  f"world size {world})", flush=True)
+        ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters to every rank
+        sampler = ResumeSampler(DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=0))
+        loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+        per_epoch = len(sampler.sampler) // args.batch_size
+        broke = None
+        try:
+            decided, loss = train(args, ddp, optimizer, loader, sampler, at, checkpoint, device, rank, crash_at)
+        except GroupBroke as e:
+            if not in_place or stop_signal:
+                # Agreeing on who saves is impossible now, but every surviving replica holds the last completed
+                # step: each saves it alone, so the next round resumes there and not at the last periodic checkpoint.
+                print(f"rank {rank}: the group broke ({e}); {checkpoint()}", flush=True)
+                if stop_signal:
+                    return 0  # the launcher is stopping the job anyway: the checkpoint is what it asked for
+                raise
+            broke = str(e)  # not the exception: its traceback would keep `ddp`, so the old group, alive
+        del ddp
+        if broke is not None:
+            # A peer is gone. Under ddprun its node's loss re-forms the job: wait for the new round in place.
+            if next_round(f"the group broke ({broke})"):
+                reformed = True
+                continue
+            print(f"rank {rank}: stopped while re-forming; {checkpoint()}", flush=True)
+            return 0
+        # Another rank stops but this one was not asked to: its node restarts its workers while this node's stay
+        # (they offered, that one did not). The restarted ranks resume from the checkpoint: rank 0 saves it.
+        if decided == STOP and in_place and not stop_signal:
+            decided = REFORM
+            if rank == 0:
+                print(f"rank 0: another rank stops; {checkpoint()}", flush=True)
+        if decided == REFORM:
+            reformed = next_round("ddprun re-forms the job")
+            if reformed:
+                continue
+            print(f"rank {rank}: stopped while re-forming; {checkpoint()}", flush=True)
+            return 0
+        break
+    if decided == STOP:
         if rank == 0:
             what = checkpoint()
-            print(f"rank 0: stop requested by {signal.Signals(stopped_by).name}: {what}; exiting", flush=True)
+            print(f"rank 0: stop requested by {signal.Signals(stop_signal or signal.SIGTERM).name}: {what}; exiting",
+                  flush=True)
         dist.destroy_process_group()
         return 0
     elapsed = time.monotonic() - t0

@@ -103,12 +103,14 @@ LAUNCHERS = {
     "torchrun": "torchrun 1.13, c10d (a TCPStore of its own), monitor 5 s",
     "ddprun-atfailure": "ddprun, join_policy=at_failure",
     "ddprun-term5": "ddprun, --term-timeout 5",
+    "ddprun-restart": "ddprun, the example restarting at every re-form (--no-reform-in-place, as under torchrun)",
 }
 # A launcher whose job without failures is another's: neither the join policy nor the grace period changes
 # anything when no node joins or leaves.
-BASELINE_OF = {"ddprun-atfailure": "ddprun", "ddprun-term5": "ddprun"}
+BASELINE_OF = {"ddprun-atfailure": "ddprun", "ddprun-term5": "ddprun", "ddprun-restart": "ddprun"}
 STEP = re.compile(r"\bepoch \d+ step (\d+) loss ")
-RESUMED = re.compile(r"\brank 0: resumed from \S+ at step (\d+) \(restart \d+, world size (\d+)\)")
+# A round's start: rank 0 resumed from the checkpoint (a restart), or took the new round up in place.
+RESUMED = re.compile(r"\brank 0: (?:resumed from \S+|re-formed in place) at step (\d+) \(restart \d+, world size (\d+)\)")
 STORE = """
 import signal, sys
 from datetime import timedelta
@@ -207,7 +209,8 @@ class Job:
                     "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "goodput",
                     "--rdzv-conf", "is_host=false", "--max-restarts", "100",
                     "--events-file", os.path.join(self.tmp, f"events.node{node}.jsonl")] + \
-                (["--term-timeout", "5"] if self.launcher == "ddprun-term5" else []) + script
+                (["--term-timeout", "5"] if self.launcher == "ddprun-term5" else []) + script + \
+                (["--no-reform-in-place"] if self.launcher == "ddprun-restart" else [])
         return [PYTHON, "-c", TORCHRUN_311, "--nnodes", f"1:{NNODES}", "--nproc_per_node", "1",
                 "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{self.port}", "--rdzv_id", "goodput",
                 "--rdzv_conf", "is_host=false", "--max_restarts", "100"] + script

@@ -107,3 +107,60 @@ TEST_CASE("every stage has a name") {
   for (Stage s : {Stage::kAwaitingRound, Stage::kRunning, Stage::kRoundOver, Stage::kNothingRan, Stage::kFinished})
     CHECK(std::string(ddprun::agent::to_string(s)) != "?");
 }
+
+TEST_CASE("a re-form in place: the same workers run on into the next round") {
+  AgentLifecycle l;
+  CHECK_FALSE(l.on_reform_in_place());  // nothing runs yet: nothing to keep
+  l.on_placed();
+  l.on_workers_started();
+  CHECK(l.on_reform_in_place());
+  CHECK(l.stage() == Stage::kReforming);
+  CHECK(l.reforming());
+  CHECK(l.workers_started());  // they live: signals and teardowns reach them
+  CHECK_FALSE(l.processes_gone());
+  CHECK_FALSE(l.restarting());  // no teardown, no next round to begin
+  CHECK(l.after_drained() == Next::kWait);
+  CHECK_FALSE(l.on_reform_in_place());  // once per round
+  l.on_reformed();
+  CHECK(l.stage() == Stage::kRunning);
+  CHECK(l.on_reform_in_place());  // and again in the next one
+}
+
+TEST_CASE("a re-form in place overtaken: a restart or the end while the round forms goes the usual way") {
+  SUBCASE("a restart: the workers go, then the next round begins") {
+    AgentLifecycle l;
+    l.on_placed();
+    l.on_workers_started();
+    CHECK(l.on_reform_in_place());
+    l.on_restart_ordered();
+    CHECK(l.restarting());
+    CHECK(l.on_processes_gone());
+    CHECK(l.after_drained() == Next::kBeginNextRound);
+  }
+  SUBCASE("the job's end") {
+    AgentLifecycle l;
+    l.on_placed();
+    l.on_workers_started();
+    CHECK(l.on_reform_in_place());
+    l.on_job_over();
+    CHECK(l.on_processes_gone());
+    CHECK(l.after_drained() == Next::kFinish);
+  }
+  SUBCASE("a worker died: the round is over here, and waits for what the rendezvous says") {
+    AgentLifecycle l;
+    l.on_placed();
+    l.on_workers_started();
+    CHECK(l.on_reform_in_place());
+    CHECK(l.on_processes_gone());
+    CHECK(l.after_drained() == Next::kWait);
+    l.on_reformed();  // an assignment that comes now finds nothing to hand over
+    CHECK(l.stage() == Stage::kRoundOver);
+  }
+  SUBCASE("not after a restart was ordered") {
+    AgentLifecycle l;
+    l.on_placed();
+    l.on_workers_started();
+    l.on_restart_ordered();
+    CHECK_FALSE(l.on_reform_in_place());
+  }
+}

@@ -1,5 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "agent/env_contract.hpp"
 
 using namespace ddprun::agent;
@@ -45,6 +49,28 @@ TEST_CASE("every variable of the torchrun contract is set from the world") {
   CHECK(env_value(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
   CHECK(env_value(env, "DDPRUN_AGENT_PID") == "42");
   CHECK(env_value(env, "PATH") == "/bin");
+}
+
+TEST_CASE("a round's variables for a worker that re-forms in place are the environment's, and only those") {
+  World w = placed(1, 3, 2, 4, 6);
+  w.master_addr = "node0";
+  w.master_port = 29600;
+  w.run_id = "job8";
+  w.restart_count = 4;
+  w.max_restarts = 5;
+  const auto vars = round_variables(w, 1);
+  CHECK(vars == std::vector<std::string>{"RANK=5", "WORLD_SIZE=6", "GROUP_RANK=1", "GROUP_WORLD_SIZE=3", "ROLE_RANK=5",
+                                         "ROLE_WORLD_SIZE=6", "MASTER_ADDR=node0", "MASTER_PORT=29600",
+                                         "TORCHELASTIC_RESTART_COUNT=4", "TORCHELASTIC_MAX_RESTARTS=5",
+                                         "TORCHELASTIC_RUN_ID=job8"});
+  WorkerEnvInputs in{1, "/tmp/e.json", 42, "cafe"};
+  in.heartbeat_fd = 5;
+  in.reform_file = "/run/w/1/reform.env";
+  const auto env = worker_environment({"DDPRUN_REFORM_FILE=/elsewhere"}, w, in);
+  for (const auto& v : vars) CHECK(std::find(env.begin(), env.end(), v) != env.end());
+  CHECK(env_value(env, "DDPRUN_REFORM_FILE") == "/run/w/1/reform.env");
+  in.heartbeat_fd = -1;  // no channel, no re-forming in place: an enclosing job's file is not inherited
+  CHECK(env_value(worker_environment({"DDPRUN_REFORM_FILE=/elsewhere"}, w, in), "DDPRUN_REFORM_FILE", "unset") == "unset");
 }
 
 TEST_CASE("OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING keep the user's value") {

@@ -188,6 +188,30 @@ TEST_CASE("the slot carries the quiet phase as a worker writes it, and a new rou
   ::munmap(mapped, 4096);
 }
 
+TEST_CASE("re-forming in place in the slot: the worker's offer and take-up, the agent's announcement") {
+  HeartbeatChannel ch(2);
+  void* mapped = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, ch.fd(), 0);
+  REQUIRE(mapped != MAP_FAILED);
+  auto* slot = static_cast<unsigned char*>(mapped) + HeartbeatChannel::offset_of(1);
+  auto at = [&](std::size_t offset) { return reinterpret_cast<std::int64_t*>(slot + offset); };
+  CHECK(ch.reforms_taken(1) == 0);  // offers nothing until it says so
+  *at(ddprun::contract::kBeatReformsTakenOffset) = 1;  // the offer (ddprun_heartbeat.offer_reforms)
+  CHECK(ch.reforms_taken(1) == 1);
+  CHECK(ch.reforms_taken(0) == 0);
+  HeartbeatChannel::write(slot, 41, 5 * kSec);
+  ch.announce_reform(1, 1);
+  ch.forget_beats(1);  // the new round starts without a beat
+  CHECK(*at(ddprun::contract::kBeatReformsAnnouncedOffset) == 1);
+  CHECK_FALSE(ch.read(1).ever());
+  CHECK(ch.read(1).step == -1);
+  *at(ddprun::contract::kBeatReformsTakenOffset) = 2;  // took re-form 1 up
+  CHECK(ch.reforms_taken(1) == 2);
+  ch.clear();  // new workers offer afresh
+  CHECK(ch.reforms_taken(1) == 0);
+  CHECK(*at(ddprun::contract::kBeatReformsAnnouncedOffset) == 0);
+  ::munmap(mapped, 4096);
+}
+
 TEST_CASE("the torch.distributed call a Python worker waits in is read from its faulthandler stacks") {
   const std::string dump =
       "Thread 0x00007f3a1c5fe6c0 (most recent call first):\n"

@@ -14,7 +14,8 @@ int main() {
                              c::kMasterPort, c::kRestartCount, c::kMaxRestarts, c::kRunId, c::kUseAgentStore,
                              c::kErrorFile, c::kAgentPid, c::kVersion, c::kJobTag, c::kJobTags, c::kConsoleTty,
                              c::kHeartbeatFd, c::kHeartbeatOffset, c::kStacksFile, c::kStacksSignal,
-                             c::kNcclPipeFile, c::kNcclDumpFile, c::kNcclTraceBufferSize, c::kNcclDumpOnTimeout};
+                             c::kNcclPipeFile, c::kNcclDumpFile, c::kNcclTraceBufferSize, c::kNcclDumpOnTimeout,
+                             c::kReformFile};
   std::string out = "{\"worker_env\": [";
   for (std::size_t i = 0; i < sizeof env_names / sizeof env_names[0]; ++i)
     out += std::string(i ? ", " : "") + "\"" + env_names[i] + "\"";
@@ -22,7 +23,9 @@ int main() {
          "\"], \"heartbeat\": {\"slot_bytes\": " + std::to_string(c::kHeartbeatSlotBytes) +
          ", \"step_offset\": " + std::to_string(c::kBeatStepOffset) + ", \"time_offset\": " +
          std::to_string(c::kBeatTimeOffset) + ", \"quiet_until_offset\": " + std::to_string(c::kBeatQuietUntilOffset) +
-         "}, \"error_file\": {\"message\": \"" + c::kErrorMessageKey +
+         ", \"work_offset\": " + std::to_string(c::kBeatWorkOffset) + ", \"reforms_announced_offset\": " +
+         std::to_string(c::kBeatReformsAnnouncedOffset) + ", \"reforms_taken_offset\": " +
+         std::to_string(c::kBeatReformsTakenOffset) + "}, \"error_file\": {\"message\": \"" + c::kErrorMessageKey +
          "\", \"extra_info\": \"" + c::kErrorExtraInfoKey + "\", \"callstack\": \"" + c::kErrorCallstackKey +
          "\", \"timestamp\": \"" + c::kErrorTimestampKey + "\"}, \"flight_recorder\": {\"pipe_file\": \"" +
          c::kNcclPipeFile + "\", \"dump_file\": \"" + c::kNcclDumpFile + "\", \"newer_dump_file\": \"" + c::kFrDumpFile +

@@ -63,6 +63,42 @@ class Contract(DdprunTestCase):
         self.assertTrue(before + 100 * 10**9 <= inside <= after + 100 * 10**9, (before, inside, after))
         self.assertEqual(after_phase, 0)
 
+    def test_the_python_helper_re_forms_in_place_in_the_contract_slot_layout(self):
+        """offer_reforms() writes 1 at the taken offset; an announcement at the announced offset makes
+        reform_pending() true; take_reform() reads DDPRUN_REFORM_FILE into os.environ, forgets the beat and writes
+        announced + 1."""
+        hb = self.c["heartbeat"]
+        fd = os.memfd_create("contract-test")
+        reform_file = os.path.join(self.tmp, "reform.env")
+        with open(reform_file, "w") as f:
+            f.write("RANK=5\nWORLD_SIZE=6\nMASTER_PORT=29999\n")
+        try:
+            os.ftruncate(fd, 4096)
+            slot = 2 * hb["slot_bytes"]
+            page = mmap.mmap(fd, 4096)
+            announced, taken = slot + hb["reforms_announced_offset"], slot + hb["reforms_taken_offset"]
+            code = (f"import sys, os, mmap; sys.path.insert(0, {os.path.dirname(HELPER)!r}); import ddprun_heartbeat as h\n"
+                    "print(h.reform_pending(), h.offer_reforms(), h.reform_pending(), flush=True)\n"
+                    "h.beat(7)\n"
+                    "sys.stdin.readline()\n"  # the test announces re-form 1 meanwhile
+                    "print(h.reform_pending(), h.take_reform(timeout=5), os.environ['RANK'], h.reform_pending(), flush=True)\n")
+            env = dict(os.environ, DDPRUN_HEARTBEAT_FD=str(fd), DDPRUN_HEARTBEAT_OFFSET=str(slot),
+                       DDPRUN_REFORM_FILE=reform_file, RANK="1")
+            p = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(fd,), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+            self.assertEqual(p.stdout.readline(), "False True False\n")
+            self.assertEqual(int.from_bytes(page[taken:taken + 8], sys.byteorder, signed=True), 1)
+            page[announced:announced + 8] = (1).to_bytes(8, sys.byteorder, signed=True)
+            out, _ = p.communicate("go\n", timeout=30)
+            self.assertEqual(p.returncode, 0)
+            self.assertEqual(out, "True {'RANK': '5', 'WORLD_SIZE': '6', 'MASTER_PORT': '29999'} 5 False\n")
+            self.assertEqual(int.from_bytes(page[taken:taken + 8], sys.byteorder, signed=True), 2)
+            time_at = slot + hb["time_offset"]
+            self.assertEqual(int.from_bytes(page[time_at:time_at + 8], sys.byteorder, signed=True), 0)
+            page.close()
+        finally:
+            os.close(fd)
+
     def test_the_python_helpers_error_file_has_the_contract_keys(self):
         keys = self.c["error_file"]
         path = os.path.join(self.tmp, "error.json")

@@ -1,9 +1,10 @@
 """The Python examples (examples/python) under ddprun with real PyTorch (Debian's python3-torch, gloo on CPU):
 training on Fashion-MNIST with 2 ranks on one node and on 2 nodes over loopback, a failing rank whose
 traceback (from @record's error file) ends up in the summary, a restart that resumes at the step the survivor
-saved when its collective failed, an elastic job that a node joins and then leaves (the re-form's SIGTERM and the
-lost peer each cost no completed step), and a job killed outright (rank 0's periodic checkpoint). Each job trains
-for a few steps on a slice of the data set: seconds, not minutes."""
+saved when its collective failed, an elastic job that a node joins and then leaves (restarting: the re-form's
+SIGTERM and the lost peer each cost no completed step; in place: one process throughout), and a job killed
+outright (rank 0's periodic checkpoint). Each job trains for a few steps on a slice of the data set: seconds,
+not minutes."""
 import os
 import re
 import signal
@@ -113,7 +114,10 @@ class PythonExamples(DdprunTestCase):
         self.assertEqual(res.code, 0, res)
         out = res.stdout.decode()
         self.assertIn("[rank1]: RuntimeError: rank 1: crash requested at step 7", out + res.stderr.decode(), res)
-        self.assertRegex(out, rf"\[rank0\]: rank 0: the group broke \([^\n]*\); checkpoint {re.escape(ckpt)} saved at "
+        # Under ddprun the survivor first waits for a re-form in place, which a failure's restart never is: its
+        # SIGTERM ends the wait, and the checkpoint is saved then.
+        self.assertRegex(out, rf"\[rank0\]: rank 0: the group broke \([^\n]*\); (?:waiting for the next round\n"
+                              rf"\[rank0\]: rank 0: stopped while re-forming; )?checkpoint {re.escape(ckpt)} saved at "
                               r"step 7 \(epoch 0, batch 7 of 31\)\n", res)
         for rank in (0, 1):
             self.assertIn(f"[rank{rank}]: rank {rank}: resumed from {ckpt} at step 7 (restart 1, world size 2)", out, res)
@@ -131,7 +135,8 @@ class PythonExamples(DdprunTestCase):
         common = ["--nnodes", "1:2", "--nproc-per-node", 1, "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
                   "--rdzv-id", "py", "--max-restarts", 1, "--rdzv-conf", "last_call_timeout=0.2",
                   "--term-timeout", 30]
-        train = [TRAIN, *SHORT, "--epochs", 3, "--checkpoint", ckpt]  # 3 epochs: B has seconds to join
+        # 3 epochs: B has seconds to join. Restarting at each re-form, as under torchrun (the next test: in place).
+        train = [TRAIN, *SHORT, "--epochs", 3, "--checkpoint", ckpt, "--no-reform-in-place"]
         a = self.start(*common, "--events-file", self.path("events.a"), *train)
         procs = [a]
         # Whatever goes wrong, nothing runs for ever: the reads below then see end of file and fail.
@@ -187,6 +192,64 @@ class PythonExamples(DdprunTestCase):
                   if e["event"] == "rendezvous"]
         self.assertEqual(rounds, [(0, 1, 1), (1, 2, 2), (2, 1, 1)])
         self.assertEqual([f for f in os.listdir(self.tmp) if ".tmp." in f], [], "a temporary checkpoint was left")
+
+    def test_a_join_and_a_lost_node_re_form_in_place(self):
+        """The same elastic job with the example's default under ddprun: re-forming in place. Node B joins, then its
+        ddprun is SIGKILLed; node A's worker (one process throughout) takes both new rounds up without a restart,
+        never trains a step twice, and finishes; B's worker loaded the periodic checkpoint and caught up from A's
+        state by the broadcast."""
+        ckpt = self.path("ckpt.pt")
+        self.env["DDPRUN_TOKEN"] = "test-token"
+        common = ["--nnodes", "1:2", "--nproc-per-node", 1, "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                  "--rdzv-id", "py", "--max-restarts", 0, "--rdzv-conf", "last_call_timeout=0.2",
+                  "--term-timeout", 30]
+        train = [TRAIN, *SHORT, "--epochs", 3, "--checkpoint", ckpt]
+        a = self.start(*common, "--events-file", self.path("events.a"), *train)
+        procs = [a]
+        killer = threading.Timer(150, lambda: [os.killpg(p.pid, signal.SIGKILL) for p in procs if p.poll() is None])
+        killer.start()
+        self.addCleanup(killer.cancel)
+        try:
+            out = read_until(a, b"", b"[rank0]: epoch 0 step 10 loss", "node A trained alone")
+            b = self.start(*common, *train)
+            procs.append(b)
+            out = read_until(a, out, b"[rank0]: rank 0: re-formed in place at step", "the re-form after node B joined")
+            out = read_until(a, out, b"\n", "the line")
+            mark = len(out)
+            out = read_until(a, out, b"loss", "a step with two nodes")
+            out = read_until(a, out, b"\n", "the step's line")
+            self.assertIsNotNone(re.search(rb"\[rank0\]: epoch \d+ step \d+ loss", out[mark:]), out)
+            os.kill(b.pid, signal.SIGKILL)
+            out = read_until(a, out, b"[rank0]: rank 0: re-formed in place at step", "the re-form without node B")
+            while chunk := os.read(a.stdout.fileno(), 65536):
+                out += chunk
+            err = a.stderr.read()
+            self.assertEqual(a.wait(timeout=60), 0, (out, err))
+            self.assertEqual(b.wait(timeout=30), -signal.SIGKILL)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+        text = out.decode()
+        joined = re.search(r"\[rank0\]: rank 0: ddprun re-forms the job; waiting for the next round\n"
+                           r"\[rank0\]: rank 0: re-formed in place at step (\d+) \(restart 1, world size 2\)\n", text)
+        self.assertIsNotNone(joined, text)
+        lost = re.search(r"\[rank0\]: rank 0: the group broke \([^\n]*\); waiting for the next round\n"
+                         r"\[rank0\]: rank 0: re-formed in place at step (\d+) \(restart 2, world size 1\)\n", text)
+        self.assertIsNotNone(lost, text)
+        self.assertGreater(int(lost.group(1)), int(joined.group(1)))
+        steps = [int(m) for m in re.findall(r"\[rank0\]: epoch \d+ step (\d+) loss", text)]
+        self.assertEqual(steps, sorted(set(steps)), "a step was trained twice")  # in order, none repeated
+        self.assertNotIn("resumed from", text)  # A never restarted
+        finished = re.search(r"\[rank0\]: rank 0: finished at step (\d+),", text)
+        self.assertIsNotNone(finished, text)
+        self.assertEqual(self.checkpoint_step(ckpt), int(finished.group(1)))
+        events = self.events(self.path("events.a"))
+        self.assertEqual([(e["restart_count"], e["world_size"]) for e in events if e["event"] == "rendezvous"],
+                         [(0, 1), (1, 2), (2, 1)])
+        self.assertEqual(len([e for e in events if e["event"] == "started"]), 1, "A's worker was restarted")
+        self.assertEqual(len([e for e in events if e["event"] == "reformed_in_place"]), 2)
 
     def test_a_job_killed_outright_keeps_the_periodic_checkpoint(self):
         """No rank can save when every one is SIGKILLed (ddprun is, and its guard SIGKILLs the workers): what is

@@ -1,0 +1,42 @@
+"""A worker that re-forms in place, stdlib only (python/ddprun_heartbeat.py): it offers, beats every 50 ms, and
+takes each new round up when ddprun hands one over. For every round it runs in, it writes DIR/round.<RANK>.<RESTART>
+holding "pid world group_rank master_port", then waits for more. It exits 0 once DIR/go exists.
+
+    reform_worker.py DIR [no-offer] [never-take] [quiet-after-take=SEC]
+
+no-offer: never offers (ddprun restarts it at a re-form, as any worker); never-take: offers but never takes a round
+up (ddprun kills it after --term-timeout); quiet-after-take=SEC: after taking a round up, silent for SEC s before
+its next beat (a rank waiting in init_process_group for a joiner that is still starting)."""
+import os
+import sys
+import time
+
+import ddprun_heartbeat
+
+out_dir = sys.argv[1]
+flags = dict(a.partition("=")[::2] for a in sys.argv[2:])
+
+
+def mark_round():
+    env = os.environ
+    path = os.path.join(out_dir, f"round.{env['RANK']}.{env['TORCHELASTIC_RESTART_COUNT']}")
+    with open(path + ".tmp", "w") as f:
+        f.write(f"{os.getpid()} {env['WORLD_SIZE']} {env['GROUP_RANK']} {env['MASTER_PORT']}\n")
+    os.replace(path + ".tmp", path)
+
+
+mark_round()
+if "no-offer" not in flags:
+    assert ddprun_heartbeat.offer_reforms(), "not under ddprun"
+step = 0
+go = os.path.join(out_dir, "go")
+while not os.path.exists(go):
+    if "never-take" not in flags and ddprun_heartbeat.reform_pending():
+        taken = ddprun_heartbeat.take_reform()
+        assert taken is not None and taken["RANK"] == os.environ["RANK"], taken
+        mark_round()
+        time.sleep(float(flags.get("quiet-after-take", "0")))
+    step += 1
+    ddprun_heartbeat.beat(step)
+    time.sleep(0.05)
+print(f"rank {os.environ['RANK']} pid {os.getpid()} done", flush=True)

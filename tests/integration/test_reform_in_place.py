@@ -1,0 +1,141 @@
+"""Re-forming in place (README "Re-forming in place"): in an elastic job, a re-form in which no worker failed (a
+node joined, a node was lost) keeps the workers of the nodes that stay, when they offered it; they take the new
+round's variables up without a restart. A worker that did not offer is restarted as before; one that offered but
+does not take the round up within --term-timeout is replaced by a new worker in the same round.
+
+Nodes are ddprun agents on loopback sharing one dynamic endpoint (the first hosts the server); the workers are
+tests/integration/py/reform_worker.py (stdlib only), which records every round it runs in."""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+from harness import DDPRUN
+from ports import listening
+from test_elastic import BOUND, ElasticCase
+
+REFORM_WORKER = os.path.join(os.path.dirname(__file__), "py", "reform_worker.py")
+
+
+class ReformInPlace(ElasticCase):
+    def setUp(self):
+        super().setUp()
+        self.env["PYTHON_EXEC"] = "/usr/bin/python3"
+        self.out = self.path("rounds")
+        os.mkdir(self.out)
+
+    def node(self, name, *flags, nnodes="1:3", nproc=2, max_restarts=0, term_timeout=1, extra=(), host=False):
+        args = [DDPRUN, "--nnodes", nnodes, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "reform",
+                "--rdzv-conf", "last_call_timeout=0.2", "--nproc-per-node", nproc, "--max-restarts", max_restarts,
+                "--heartbeat-interval", "0.2", "--heartbeat-timeout", "1", "--rdzv-timeout", BOUND,
+                "--term-timeout", term_timeout, "--events-file", self.path(f"ev_{name}.jsonl"), *extra, REFORM_WORKER,
+                self.out, *flags]
+        with open(self.path(f"err_{name}.log"), "wb") as err:  # readable while the node runs
+            p = subprocess.Popen(list(map(str, args)), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                 env=self.env, start_new_session=True)
+        p.name, p.log_file = name, self.path(f"err_{name}.log")
+        self.agents.append(p)
+        if host:
+            self.wait_for(lambda: listening(self.port) or p.poll() is not None, "the host agent's endpoint")
+        return p
+
+    def wait_for(self, ready, what):
+        deadline = time.monotonic() + BOUND
+        while not ready():
+            if time.monotonic() > deadline:
+                self.fail(f"{what}: not within {BOUND} s")
+            time.sleep(0.02)
+
+    def rounds_run(self, ranks, restart):
+        """{rank: (pid, world, node rank, master port)} of the workers of `ranks` in round `restart`, once all wrote."""
+        paths = {r: os.path.join(self.out, f"round.{r}.{restart}") for r in ranks}
+        self.wait_for_files(list(paths.values()), timeout=BOUND)
+        found = {}
+        for r, p in paths.items():
+            with open(p) as f:
+                found[r] = tuple(map(int, f.read().split()))
+        return found
+
+    def finish(self, procs):
+        with open(os.path.join(self.out, "go"), "w"):
+            pass
+        return self.wait_all(procs)
+
+    def test_a_join_and_a_loss_keep_the_workers_that_stay(self):
+        """Node a trains alone; b joins: a's two workers take round 1 up in place (same pids, ranks 0-1 of 4, a new
+        master port), b's start fresh as ranks 2-3. Then b's ddprun is SIGKILLed: a's workers take round 2 up in
+        place again (world 2). --hang-timeout 1 with workers silent 2 s after each take-up: a re-formed worker's
+        first beat of the new round is awaited like a new worker's, not judged against its last one (and
+        --term-timeout 5, the bound on taking a round up, is longer than those 2 s: a round announced while the
+        worker is silent is taken up after)."""
+        hang = ("--hang-timeout", 1)
+        a = self.node("a", "quiet-after-take=2", term_timeout=5, extra=hang, host=True)
+        first = self.rounds_run([0, 1], 0)
+        self.assertEqual({r: v[1] for r, v in first.items()}, {0: 2, 1: 2})
+        b = self.node("b", "quiet-after-take=2", term_timeout=5, extra=hang)
+        second = self.rounds_run([0, 1, 2, 3], 1)
+        for r in (0, 1):
+            self.assertEqual(second[r][0], first[r][0], f"rank {r}'s worker was restarted")
+        self.assertEqual({r: v[1:3] for r, v in second.items()}, {0: (4, 0), 1: (4, 0), 2: (4, 1), 3: (4, 1)})
+        self.assertNotEqual(second[0][3], first[0][3], "the new round has a master port of its own")
+        self.assertEqual(len({second[0][0], second[1][0], second[2][0], second[3][0]}), 4)
+        os.kill(b.pid, signal.SIGKILL)
+        third = self.rounds_run([0, 1], 2)
+        for r in (0, 1):
+            self.assertEqual(third[r][0], first[r][0], f"rank {r}'s worker was restarted")
+            self.assertEqual(third[r][1:3], (2, 0))
+        res_a, res_b = self.finish([a, b])
+        self.assertEqual(res_a.code, 0, res_a)
+        self.assertEqual(res_b.code, -signal.SIGKILL)
+        log = self.read(self.path("err_a.log"))
+        self.assertIn("this node's workers stay and take the next round up in place", log)
+        self.assertIn("re-formed in place: ranks 0-1 of 4 (node 0 of 2)", log)
+        self.assertIn("re-formed in place: ranks 0-1 of 2 (node 0 of 1)", log)
+        self.assertNotIn("hung", log)
+        self.assertEqual(self.worlds("a"), [(0, 1, 2), (1, 2, 4), (2, 1, 2)])
+        reformed = self.of_event("a", "reformed_in_place")
+        self.assertEqual([(e["world_size"], e["restart_count"], e["reforms"]) for e in reformed], [(4, 1, 1), (2, 2, 2)])
+        restarting = self.of_event("a", "restarting")
+        self.assertEqual([e["in_place"] for e in restarting], [True, True])
+        self.assertTrue(restarting[1]["cause"].startswith(f"node 1 (host {socket.gethostname()}) lost"), restarting)
+        self.assertEqual([e["event"] for e in self.events_of("a")].count("started"), 2, "a started only its first workers")
+        # Their output carries the new rank's prefix: the final lines were written in round 2 (ranks 0-1).
+        self.assertIn(f"[rank1]: rank 1 pid {first[1][0]} done", res_a.stdout.decode())
+
+    def test_a_worker_that_does_not_offer_is_restarted(self):
+        a = self.node("a", "no-offer", host=True)
+        first = self.rounds_run([0, 1], 0)
+        b = self.node("b", "no-offer")
+        second = self.rounds_run([0, 1, 2, 3], 1)
+        for r in (0, 1):
+            self.assertNotEqual(second[r][0], first[r][0], f"rank {r}'s worker was not restarted")
+        results = self.finish([a, b])
+        self.assertEqual([r.code for r in results], [0, 0], results)
+        self.assertEqual(self.of_event("a", "reformed_in_place"), [])
+        self.assertEqual([e.get("in_place", False) for e in self.of_event("a", "restarting")], [False])
+
+    def test_a_worker_that_never_takes_the_round_up_is_replaced_in_the_same_round(self):
+        """a's workers offer but never take the new round up (as a worker stuck in a collective with a peer that
+        vanished without a reset): --term-timeout (1 s) after the hand-over they are SIGKILLed and new workers start
+        in the same round, which b's workers wait in. Nothing failed: no restart is used (--max-restarts 0)."""
+        a = self.node("a", "never-take", host=True)
+        first = self.rounds_run([0, 1], 0)
+        b = self.node("b")
+        second = self.rounds_run([0, 1, 2, 3], 1)
+        for r in (0, 1):
+            self.assertNotEqual(second[r][0], first[r][0], f"rank {r}'s worker was not replaced")
+        results = self.finish([a, b])
+        self.assertEqual([r.code for r in results], [0, 0], results)
+        log = self.read(self.path("err_a.log"))
+        self.assertIn("did not take the re-formed round up within 1000 ms (--term-timeout)", log)
+        self.assertIn("this node's workers start again in the same round, sending SIGKILL to every worker", log)
+        self.assertEqual(self.worlds("a"), [(0, 1, 2), (1, 2, 4)])
+        self.assertEqual(self.worlds("b"), [(1, 2, 4)])
+        self.assertEqual(len(self.of_event("a", "reform_not_taken")), 1)
+        self.assertEqual([e["event"] for e in self.events_of("a")].count("started"), 4)  # 2 + 2 in round 1
+        self.assertEqual(self.of_event("b", "reformed_in_place"), [])  # b's workers started in round 1
+
+    def read(self, path):
+        with open(path, errors="replace") as f:
+            return f.read()
