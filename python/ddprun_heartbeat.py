@@ -103,6 +103,7 @@ import json
 import mmap
 import os
 import signal
+import socket
 import struct
 import sys
 import time
@@ -234,13 +235,17 @@ def reform_pending():
     return 0 < taken <= announced
 
 
-def take_reform(timeout=None, stop=stop_requested, poll=0.01):
+def take_reform(timeout=None, stop=stop_requested, poll=0.01, wait_for_master=True):
     """Waits until ddprun hands over the next round (a rank whose peer is gone waits here for the re-formed
     round; so does one whose peers agreed to re-form before its own agent told it), puts the round's variables in
     os.environ and returns them as a dict; init_process_group("env://") then joins the new round. None when
     `stop()` turns true first (ddprun stops or restarts the job the usual way: SIGTERM), after `timeout` seconds,
-    or outside ddprun. Taking a round up is acknowledged to ddprun, which kills a worker that has not taken it up
-    within --term-timeout."""
+    or outside ddprun. Taking a round up is acknowledged to ddprun, which replaces a worker that has not taken it up
+    within --term-timeout.
+
+    With wait_for_master, a rank other than 0 then waits until MASTER_ADDR:MASTER_PORT accepts a connection (rank 0
+    hosts the store there once it calls init_process_group): torch's store client, refused, tries again only a
+    second later (torch 1.13), which would cost up to a second at every re-form."""
     if _page is None or not offer_reforms():
         return None
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -260,7 +265,23 @@ def take_reform(timeout=None, stop=stop_requested, poll=0.01):
     # init_process_group, which may wait for a joiner's start), --hang-timeout does not judge it.
     struct.pack_into("qq", _page, _offset, -1, 0)
     struct.pack_into("q", _page, _offset + _REFORMS_TAKEN, announced + 1)
+    if wait_for_master and os.environ.get("RANK", "0") != "0" and not _master_listens(stop, deadline, poll):
+        return None
     return values
+
+
+def _master_listens(stop, deadline, poll):
+    """True once MASTER_ADDR:MASTER_PORT accepts a connection (closed at once: the store drops it), False when
+    `stop()` or the deadline comes first."""
+    where = (os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "0")))
+    while True:
+        try:
+            socket.create_connection(where, timeout=1).close()
+            return True
+        except OSError:
+            if (stop is not None and stop()) or (deadline is not None and time.monotonic() >= deadline):
+                return False
+            time.sleep(min(poll, 0.005))
 
 
 def _error_file_json(error):

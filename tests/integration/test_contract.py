@@ -81,7 +81,9 @@ class Contract(DdprunTestCase):
                     "print(h.reform_pending(), h.offer_reforms(), h.reform_pending(), flush=True)\n"
                     "h.beat(7)\n"
                     "sys.stdin.readline()\n"  # the test announces re-form 1 meanwhile
-                    "print(h.reform_pending(), h.take_reform(timeout=5), os.environ['RANK'], h.reform_pending(), flush=True)\n")
+                    "pending = h.reform_pending()\n"
+                    "taken = h.take_reform(timeout=5, wait_for_master=False)\n"
+                    "print(pending, taken, os.environ['RANK'], h.reform_pending(), flush=True)\n")
             env = dict(os.environ, DDPRUN_HEARTBEAT_FD=str(fd), DDPRUN_HEARTBEAT_OFFSET=str(slot),
                        DDPRUN_REFORM_FILE=reform_file, RANK="1")
             p = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(fd,), stdin=subprocess.PIPE,

@@ -125,18 +125,16 @@ class PythonExamples(DdprunTestCase):
         self.assertEqual(self.checkpoint_step(ckpt), 10)
         self.assertEqual([f for f in os.listdir(self.tmp) if ".tmp." in f], [], "a temporary checkpoint was left")
 
-    def test_a_join_and_a_lost_node_cost_no_completed_step(self):
-        """--nnodes 1:2, one rank per node, the default --checkpoint-every (50). Node A trains alone; node B joins:
-        the re-form's SIGTERM makes A's rank save the step it completed and exit 0, and both ranks resume at exactly
-        that step. Then B's ddprun is SIGKILLed (its guard SIGKILLs its worker): A's collective fails, A's rank saves
-        the last completed step alone, and A resumes there alone and finishes."""
-        ckpt = self.path("ckpt.pt")
+    def join_then_lose_a_node(self, ckpt, *example_args, round_start):
+        """--nnodes 1:2, one rank per node, the default --checkpoint-every (50), 3 epochs (B has seconds to join).
+        Node A trains alone; node B joins; once A's rank 0 logged a step of the two-node round, B's ddprun is
+        SIGKILLed (its guard SIGKILLs its worker) and A finishes alone. `round_start`: what A's rank 0 writes when a
+        round starts. Returns A's stdout and the step logged with two nodes."""
         self.env["DDPRUN_TOKEN"] = "test-token"
         common = ["--nnodes", "1:2", "--nproc-per-node", 1, "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-                  "--rdzv-id", "py", "--max-restarts", 1, "--rdzv-conf", "last_call_timeout=0.2",
+                  "--rdzv-id", "py", "--max-restarts", 0, "--rdzv-conf", "last_call_timeout=0.2",
                   "--term-timeout", 30]
-        # 3 epochs: B has seconds to join. Restarting at each re-form, as under torchrun (the next test: in place).
-        train = [TRAIN, *SHORT, "--epochs", 3, "--checkpoint", ckpt, "--no-reform-in-place"]
+        train = [TRAIN, *SHORT, "--epochs", 3, "--checkpoint", ckpt, *example_args]
         a = self.start(*common, "--events-file", self.path("events.a"), *train)
         procs = [a]
         # Whatever goes wrong, nothing runs for ever: the reads below then see end of file and fail.
@@ -147,27 +145,15 @@ class PythonExamples(DdprunTestCase):
             out = read_until(a, b"", b"[rank0]: epoch 0 step 10 loss", "node A trained alone")
             b = self.start(*common, *train)
             procs.append(b)
-            out = read_until(a, out, b"[rank0]: rank 0: resumed from", "the re-form after node B joined")
-            out = read_until(a, out, b"\n", "the resume line")
-            m = re.search(rb"\[rank0\]: rank 0: stop requested by SIGTERM: checkpoint \S+ (?:saved at|already holds) "
-                          rb"step (\d+) \(epoch (\d+), batch (\d+) of 62\); exiting\n", out)
-            self.assertIsNotNone(m, out)
-            joined = int(m.group(1))
-            self.assertGreaterEqual(joined, 10)
-            self.assertEqual(62 * int(m.group(2)) + int(m.group(3)), joined)  # A alone: 62 steps an epoch
-            # Resumed at the step A completed, not at the last multiple of 50 (and not from scratch).
-            self.assertIn(f"[rank0]: rank 0: resumed from {ckpt} at step {joined} (restart 1, world size 2)\n".encode(),
-                          out)
-            # Two ranks train a step or more together before B goes.
+            out = read_until(a, out, round_start, "the re-form after node B joined")
+            out = read_until(a, out, b"\n", "the line")
             mark = len(out)
             out = read_until(a, out, b"loss", "a step with two nodes")
             out = read_until(a, out, b"\n", "the step's line")
             m = re.search(rb"\[rank0\]: epoch \d+ step (\d+) loss", out[mark:])
             self.assertIsNotNone(m, out)
-            together = int(m.group(1))
-            self.assertGreater(together, joined)
             os.kill(b.pid, signal.SIGKILL)
-            out = read_until(a, out, b"[rank0]: rank 0: resumed from", "the re-form without node B")
+            out = read_until(a, out, round_start, "the re-form without node B")
             while chunk := os.read(a.stdout.fileno(), 65536):
                 out += chunk
             err = a.stderr.read()
@@ -178,7 +164,25 @@ class PythonExamples(DdprunTestCase):
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGKILL)
                 p.communicate()
-        text = out.decode()
+        return out.decode(), int(m.group(1))
+
+    def test_a_join_and_a_lost_node_cost_no_completed_step(self):
+        """Restarting at each re-form (--no-reform-in-place, what the example does under torchrun). B's join: the
+        re-form's SIGTERM makes A's rank save the step it completed and exit 0, and both ranks resume at exactly
+        that step. B's loss: A's collective fails, A's rank saves the last completed step alone, and A resumes
+        there alone and finishes."""
+        ckpt = self.path("ckpt.pt")
+        text, together = self.join_then_lose_a_node(ckpt, "--no-reform-in-place",
+                                                    round_start=b"[rank0]: rank 0: resumed from")
+        m = re.search(r"\[rank0\]: rank 0: stop requested by SIGTERM: checkpoint \S+ (?:saved at|already holds) "
+                      r"step (\d+) \(epoch (\d+), batch (\d+) of 62\); exiting\n", text)
+        self.assertIsNotNone(m, text)
+        joined = int(m.group(1))
+        self.assertGreaterEqual(joined, 10)
+        self.assertEqual(62 * int(m.group(2)) + int(m.group(3)), joined)  # A alone: 62 steps an epoch
+        # Resumed at the step A completed, not at the last multiple of 50 (and not from scratch).
+        self.assertIn(f"[rank0]: rank 0: resumed from {ckpt} at step {joined} (restart 1, world size 2)\n", text)
+        self.assertGreater(together, joined)
         m = re.search(rf"\[rank0\]: rank 0: the group broke \([^\n]*\); checkpoint {re.escape(ckpt)} "
                       r"(?:saved at|already holds) step (\d+)", text)
         self.assertIsNotNone(m, text)
@@ -194,51 +198,19 @@ class PythonExamples(DdprunTestCase):
         self.assertEqual([f for f in os.listdir(self.tmp) if ".tmp." in f], [], "a temporary checkpoint was left")
 
     def test_a_join_and_a_lost_node_re_form_in_place(self):
-        """The same elastic job with the example's default under ddprun: re-forming in place. Node B joins, then its
-        ddprun is SIGKILLed; node A's worker (one process throughout) takes both new rounds up without a restart,
-        never trains a step twice, and finishes; B's worker loaded the periodic checkpoint and caught up from A's
-        state by the broadcast."""
+        """The same job with the example's default under ddprun: re-forming in place. A's worker (one process
+        throughout) takes both new rounds up without a restart, never trains a step twice, and finishes; B's worker
+        loaded the periodic checkpoint and caught up from A's state by the broadcast."""
         ckpt = self.path("ckpt.pt")
-        self.env["DDPRUN_TOKEN"] = "test-token"
-        common = ["--nnodes", "1:2", "--nproc-per-node", 1, "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-                  "--rdzv-id", "py", "--max-restarts", 0, "--rdzv-conf", "last_call_timeout=0.2",
-                  "--term-timeout", 30]
-        train = [TRAIN, *SHORT, "--epochs", 3, "--checkpoint", ckpt]
-        a = self.start(*common, "--events-file", self.path("events.a"), *train)
-        procs = [a]
-        killer = threading.Timer(150, lambda: [os.killpg(p.pid, signal.SIGKILL) for p in procs if p.poll() is None])
-        killer.start()
-        self.addCleanup(killer.cancel)
-        try:
-            out = read_until(a, b"", b"[rank0]: epoch 0 step 10 loss", "node A trained alone")
-            b = self.start(*common, *train)
-            procs.append(b)
-            out = read_until(a, out, b"[rank0]: rank 0: re-formed in place at step", "the re-form after node B joined")
-            out = read_until(a, out, b"\n", "the line")
-            mark = len(out)
-            out = read_until(a, out, b"loss", "a step with two nodes")
-            out = read_until(a, out, b"\n", "the step's line")
-            self.assertIsNotNone(re.search(rb"\[rank0\]: epoch \d+ step \d+ loss", out[mark:]), out)
-            os.kill(b.pid, signal.SIGKILL)
-            out = read_until(a, out, b"[rank0]: rank 0: re-formed in place at step", "the re-form without node B")
-            while chunk := os.read(a.stdout.fileno(), 65536):
-                out += chunk
-            err = a.stderr.read()
-            self.assertEqual(a.wait(timeout=60), 0, (out, err))
-            self.assertEqual(b.wait(timeout=30), -signal.SIGKILL)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.communicate()
-        text = out.decode()
+        text, together = self.join_then_lose_a_node(ckpt, round_start=b"[rank0]: rank 0: re-formed in place at step")
         joined = re.search(r"\[rank0\]: rank 0: ddprun re-forms the job; waiting for the next round\n"
                            r"\[rank0\]: rank 0: re-formed in place at step (\d+) \(restart 1, world size 2\)\n", text)
         self.assertIsNotNone(joined, text)
         lost = re.search(r"\[rank0\]: rank 0: the group broke \([^\n]*\); waiting for the next round\n"
                          r"\[rank0\]: rank 0: re-formed in place at step (\d+) \(restart 2, world size 1\)\n", text)
         self.assertIsNotNone(lost, text)
-        self.assertGreater(int(lost.group(1)), int(joined.group(1)))
+        self.assertGreater(together, int(joined.group(1)))
+        self.assertGreaterEqual(int(lost.group(1)), together)
         steps = [int(m) for m in re.findall(r"\[rank0\]: epoch \d+ step (\d+) loss", text)]
         self.assertEqual(steps, sorted(set(steps)), "a step was trained twice")  # in order, none repeated
         self.assertNotIn("resumed from", text)  # A never restarted

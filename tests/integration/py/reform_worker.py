@@ -32,7 +32,7 @@ step = 0
 go = os.path.join(out_dir, "go")
 while not os.path.exists(go):
     if "never-take" not in flags and ddprun_heartbeat.reform_pending():
-        taken = ddprun_heartbeat.take_reform()
+        taken = ddprun_heartbeat.take_reform(wait_for_master=False)  # no store here
         assert taken is not None and taken["RANK"] == os.environ["RANK"], taken
         mark_round()
         time.sleep(float(flags.get("quiet-after-take", "0")))
