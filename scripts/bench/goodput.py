@@ -23,9 +23,12 @@ example's default: batch 64 per rank, a periodic checkpoint every 50 steps by ra
 Both launchers' defaults otherwise (join policy, heartbeats, last call). The rendezvous service runs apart from
 the nodes for both: a node that hosts it cannot be lost without ending the job under either launcher (ddprun's
 docs/MULTINODE.md "Elastic node counts"; torchrun's agents lose their TCPStore), and here every node may be lost.
-Two variants of ddprun, run only when named in --launchers, each against ddprun's baseline (without failures
-they run the same job): `ddprun-atfailure`, `ddprun-rendezvous --join-policy at_failure` (a node started again
-waits for the next failure instead of re-forming the job at once), and `ddprun-term5`, `--term-timeout 5` on
+Under ddprun the example re-forms in place (its processes stay across a join or a loss: docs/MULTINODE.md
+"Re-forming in place"); under torchrun every re-form restarts it. Three variants of ddprun, run only when named in
+--launchers, each against ddprun's baseline (without failures they run the same job): `ddprun-restart`, the
+example with `--no-reform-in-place` (every re-form restarts the workers, which save on SIGTERM and resume from the
+checkpoint, as under torchrun), `ddprun-atfailure`, `ddprun-rendezvous --join-policy at_failure` (a node started
+again waits for the next failure instead of re-forming the job at once), and `ddprun-term5`, `--term-timeout 5` on
 every node (a worker that has not exited 5 s after the re-form's SIGTERM is SIGKILLed, instead of after 30 s).
 
 A node loss: every process of the node dies at once, as when its machine goes. Each node starts with
@@ -41,7 +44,8 @@ running; --restart-after s later it is started again with the same command line.
 is recorded and started again the same way.
 
 What counts (the example's rank 0 prints `epoch E step S loss L` after every step with --log-every 1, and
-`rank 0: resumed from CKPT at step S (restart R, world size W)` when a round starts from the checkpoint; each
+`rank 0: resumed from CKPT at step S (restart R, world size W)` when a round starts from the checkpoint (or
+`rank 0: re-formed in place at step S (restart R, world size W)` when it took the round up in place); each
 line is time-stamped here as it is read from the launcher's stdout):
   - a round = the worker processes of one rendezvous round; it starts at step S of the checkpoint (0 for the
     first, which has all 3 nodes: they start together and both launchers start at MAX) and its steps each
