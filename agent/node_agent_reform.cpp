@@ -21,7 +21,6 @@
 namespace ddprun::agent {
 using nlohmann::json;
 
-
 // Every worker of this node runs and offered to take the next round up (and took every earlier one).
 bool NodeAgent::workers_offer_reform() const {
   if (!heartbeats_.enabled() || policy_.workers().size() != static_cast<std::size_t>(world_.local_world_size))
@@ -142,15 +141,16 @@ void NodeAgent::start_again_in_round() {
 // failure is reported in the new round, where the rendezvous counts it (while a round forms, failures are
 // the teardown's and ignored); the restart or the end that follows goes the usual way.
 void NodeAgent::reform_lost_a_worker() {
+  if (policy_.stop_signal() != 0) return;  // a signal stopped this node: its report went out (report_signal)
   const WorkerRecord* lost = policy_.root_cause();
   for (const WorkerRecord& w : policy_.workers())
     if (!lost && (w.state != WorkerState::kRunning || w.pid <= 0)) lost = &w;
-  if (!lost) return;  // a signal stopped this node: its report went out (report_signal)
+  if (!lost) return;
   const int lr = lost->local_rank;
   WorkerRecord& w = policy_.worker(lr);
   w.rank = world_.rank_offset + lr;
   if (w.reason.empty()) w.reason = "it ended while the job re-formed in place";
-  log_.error("rank ", w.rank, " ", w.reason, ": ", w.status.describe());
+  log_.error("rank ", w.rank, ": ", w.reason, " (", w.status.describe(), ")");
   report_worker_failure(lr);
 }
 

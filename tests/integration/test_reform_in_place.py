@@ -136,6 +136,29 @@ class ReformInPlace(ElasticCase):
         self.assertEqual([e["event"] for e in self.events_of("a")].count("started"), 4)  # 2 + 2 in round 1
         self.assertEqual(self.of_event("b", "reformed_in_place"), [])  # b's workers started in round 1
 
+    def test_a_worker_that_dies_while_the_round_forms_fails_in_the_new_round(self):
+        """a re-forms in place while c restarts its workers (they did not offer, and take 3 s to exit on SIGTERM), so
+        the round takes 3 s to form; meanwhile a's local rank 0 exits 3. Its failure is reported once the round is
+        there, under its new rank (the rendezvous takes failures during a re-form for the teardown's): with
+        --max-restarts 0 the job ends with it as the root cause, exit 3 on every node."""
+        died = self.path("die")
+        a = self.node("a", f"exit-on={died}", nnodes="2:3", host=True)
+        c = self.node("c", "no-offer", "slow-term=3", nnodes="2:3")
+        self.rounds_run([0, 1, 2, 3], 0)
+        b = self.node("b", nnodes="2:3")
+        self.wait_for(lambda: any(e.get("in_place") for e in self.of_event("a", "restarting")), "a re-forming in place")
+        with open(died, "w"):
+            pass
+        results = self.wait_all([a, b, c])
+        self.assertEqual([r.code for r in results], [3, 3, 3], results)
+        log = self.read(self.path("err_a.log"))
+        self.assertIn("rank 0: it ended while the job re-formed in place (exit code 3)", log)
+        rounds = self.rounds("a")
+        self.assertEqual([r.world for r in rounds], [(0, 2, 4), (1, 3, 6)])
+        for r in results:
+            self.assertIn(f"root cause: rank {rounds[1].rank_offset} (local rank 0, node {rounds[1].node_rank}, host "
+                          f"{socket.gethostname()}", r.stderr.decode(errors="replace"), r)
+
     def read(self, path):
         with open(path, errors="replace") as f:
             return f.read()

@@ -2,12 +2,14 @@
 takes each new round up when ddprun hands one over. For every round it runs in, it writes DIR/round.<RANK>.<RESTART>
 holding "pid world group_rank master_port", then waits for more. It exits 0 once DIR/go exists.
 
-    reform_worker.py DIR [no-offer] [never-take] [quiet-after-take=SEC]
+    reform_worker.py DIR [no-offer] [never-take] [quiet-after-take=SEC] [exit-on=PATH] [slow-term=SEC]
 
 no-offer: never offers (ddprun restarts it at a re-form, as any worker); never-take: offers but never takes a round
 up (ddprun kills it after --term-timeout); quiet-after-take=SEC: after taking a round up, silent for SEC s before
-its next beat (a rank waiting in init_process_group for a joiner that is still starting)."""
+its next beat (a rank waiting in init_process_group for a joiner that is still starting); exit-on=PATH: exits 3 once
+PATH exists (local rank 0 only); slow-term=SEC: SIGTERM makes it exit 0 SEC s later."""
 import os
+import signal
 import sys
 import time
 
@@ -25,12 +27,16 @@ def mark_round():
     os.replace(path + ".tmp", path)
 
 
+if "slow-term" in flags:
+    signal.signal(signal.SIGTERM, lambda *_: (time.sleep(float(flags["slow-term"])), os._exit(0)))
 mark_round()
 if "no-offer" not in flags:
     assert ddprun_heartbeat.offer_reforms(), "not under ddprun"
 step = 0
 go = os.path.join(out_dir, "go")
 while not os.path.exists(go):
+    if "exit-on" in flags and os.environ["LOCAL_RANK"] == "0" and os.path.exists(flags["exit-on"]):
+        sys.exit(3)
     if "never-take" not in flags and ddprun_heartbeat.reform_pending():
         taken = ddprun_heartbeat.take_reform(wait_for_master=False)  # no store here
         assert taken is not None and taken["RANK"] == os.environ["RANK"], taken
