@@ -63,6 +63,7 @@ class NodeAgent {
   std::string oom_kill_reason();
   std::optional<StartFailure> start_worker(int local_rank);
   int open_target(int local_rank, int stream_bit, bool& console, bool& file);
+  std::string output_prefix(int rank, int local_rank) const;
   void signal_everything(int signal, bool include_descendants);
   // node_agent_rdzv.cpp
   rendezvous::ClientHandlers rendezvous_handlers();
@@ -76,6 +77,7 @@ class NodeAgent {
   void report_agent_signal(int signal, std::int64_t time_ms);
   void leave_after_signal(int signal);
   void begin_next_round();
+  void note_reform(const rendezvous::StopOrder& order, bool in_place);
   // node_agent_reform.cpp: re-forming in place
   bool workers_offer_reform() const;
   bool all_workers_running() const;

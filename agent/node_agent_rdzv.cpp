@@ -126,10 +126,7 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
     // server's reason says why and what it costs ("restart 1 of 3", "a membership change: no restart used").
     const std::string why = order.membership ? order.reason : order.reason + " after: " + cause.text;
     log_.warning(why);
-    events_.write(json{{"event", "restarting"}, {"time_ms", unix_ms()}, {"cause", cause.text},
-                       {"reason", order.reason}, {"membership", order.membership}});
-    attempts_.push_back(Attempt{world_.restart_count, world_.nnodes, world_.world_size,
-                                order.membership ? order.reason : cause.text});
+    note_reform(order, /*in_place=*/false);
     lifecycle_.on_restart_ordered();
     apply(policy_.on_external_stop(unix_ms()), "restart");
     maybe_finish();
@@ -160,6 +157,18 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
     return;
   }
   on_outcome(&cause, "stopped_by_rendezvous");
+}
+
+// A re-form of the running round, restarting or in place: the events file's `restarting` and the summary's
+// earlier round.
+void NodeAgent::note_reform(const rdzv::StopOrder& order, bool in_place) {
+  const std::string cause = rdzv::describe(order.root_cause);
+  json e{{"event", "restarting"}, {"time_ms", unix_ms()}, {"cause", cause}, {"reason", order.reason},
+         {"membership", order.membership}};
+  if (in_place) e["in_place"] = true;
+  events_.write(e);
+  attempts_.push_back(Attempt{world_.restart_count, world_.nnodes, world_.world_size,
+                              order.membership ? order.reason : cause});
 }
 
 // The job's end as the rendezvous tells it (cause == nullptr: every node succeeded). Always terminal.

@@ -14,7 +14,6 @@
 #include "agent/atomic_file.hpp"
 #include "agent/env_contract.hpp"
 #include "agent/node_agent_impl.hpp"
-#include "agent/line_framer.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/time.hpp"
 
@@ -23,11 +22,11 @@ using nlohmann::json;
 
 // Every worker of this node runs and offered to take the next round up (and took every earlier one).
 bool NodeAgent::workers_offer_reform() const {
-  if (!heartbeats_.enabled() || policy_.workers().size() != static_cast<std::size_t>(world_.local_world_size))
+  if (!heartbeats_.enabled() || !all_workers_running() ||
+      policy_.workers().size() != static_cast<std::size_t>(world_.local_world_size))
     return false;
   for (const WorkerRecord& w : policy_.workers())
-    if (w.state != WorkerState::kRunning || w.pid <= 0 || heartbeats_.reforms_taken(w.local_rank) != reforms_announced_ + 1)
-      return false;
+    if (heartbeats_.reforms_taken(w.local_rank) != reforms_announced_ + 1) return false;
   return true;
 }
 
@@ -43,9 +42,7 @@ bool NodeAgent::reform_in_place(const rendezvous::StopOrder& order) {
     return false;
   reform_pending_ = true;
   log_.warning(order.reason, "; this node's workers stay and take the next round up in place");
-  events_.write(json{{"event", "restarting"}, {"time_ms", unix_ms()}, {"cause", rendezvous::describe(order.root_cause)},
-                     {"reason", order.reason}, {"membership", order.membership}, {"in_place", true}});
-  attempts_.push_back(Attempt{world_.restart_count, world_.nnodes, world_.world_size, order.reason});
+  note_reform(order, /*in_place=*/true);
   hang_timer_.cancel();  // until the next round, the workers may wait for it: nobody's silence
   link_.client().report_stopped();
   return true;
@@ -76,8 +73,7 @@ void NodeAgent::take_reform_assignment() {
     w.rank = world_.rank_offset + lr;
     heartbeats_.forget_beats(lr);  // a beat of the last round is not one of this round (as for new workers)
     heartbeats_.announce_reform(lr, reforms_announced_);
-    std::string prefix;
-    expand_prefix(config_.output.prefix_format, w.rank, lr, world_.node_rank, world_.role, config_.host, prefix);
+    const std::string prefix = output_prefix(w.rank, lr);
     for (auto& p : pumps_)
       if (p->local_rank() == lr) p->set_prefix(prefix);
   }

@@ -85,6 +85,13 @@ void NodeAgent::start_workers() {
   arm_hang_watch();
 }
 
+// The console prefix of a worker's lines (--prefix-format was checked at start-up).
+std::string NodeAgent::output_prefix(int rank, int local_rank) const {
+  std::string prefix;
+  expand_prefix(config_.output.prefix_format, rank, local_rank, world_.node_rank, world_.role, config_.host, prefix);
+  return prefix;
+}
+
 // Decides where one stream of a worker goes: to the console, to a log file (created by its queue's writer
 // thread, never on the loop), both, or nowhere (-1: no pump needed, the child writes to /dev/null).
 int NodeAgent::open_target(int local_rank, int stream_bit, bool& console, bool& file) {
@@ -131,8 +138,7 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
     env_in.flight_recorder_prefix = flight_recorder_prefix(local_rank);
   }
 
-  std::string prefix;
-  expand_prefix(config_.output.prefix_format, rank, local_rank, w.node_rank, w.role, config_.host, prefix);
+  const std::string prefix = output_prefix(rank, local_rank);
   struct Route {
     int bit;
     int console_fd;

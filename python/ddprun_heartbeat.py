@@ -249,10 +249,8 @@ def take_reform(timeout=None, stop=stop_requested, poll=0.01, wait_for_master=Tr
     if _page is None or not offer_reforms():
         return None
     deadline = None if timeout is None else time.monotonic() + timeout
-    while not reform_pending():
-        if (stop is not None and stop()) or (deadline is not None and time.monotonic() >= deadline):
-            return None
-        time.sleep(poll)
+    if not _wait_until(reform_pending, stop, deadline, poll):
+        return None
     announced = struct.unpack_from("q", _page, _offset + _REFORMS_ANNOUNCED)[0]
     values = {}
     with open(os.environ["DDPRUN_REFORM_FILE"]) as f:  # written whole before the announcement
@@ -265,23 +263,29 @@ def take_reform(timeout=None, stop=stop_requested, poll=0.01, wait_for_master=Tr
     # init_process_group, which may wait for a joiner's start), --hang-timeout does not judge it.
     struct.pack_into("qq", _page, _offset, -1, 0)
     struct.pack_into("q", _page, _offset + _REFORMS_TAKEN, announced + 1)
-    if wait_for_master and os.environ.get("RANK", "0") != "0" and not _master_listens(stop, deadline, poll):
+    if wait_for_master and os.environ.get("RANK", "0") != "0" and \
+            not _wait_until(_master_listens, stop, deadline, min(poll, 0.005)):
         return None
     return values
 
 
-def _master_listens(stop, deadline, poll):
-    """True once MASTER_ADDR:MASTER_PORT accepts a connection (closed at once: the store drops it), False when
-    `stop()` or the deadline comes first."""
+def _wait_until(ready, stop, deadline, poll):
+    """True once `ready()`; False when `stop()` or the deadline (monotonic seconds, None: none) comes first."""
+    while not ready():
+        if (stop is not None and stop()) or (deadline is not None and time.monotonic() >= deadline):
+            return False
+        time.sleep(poll)
+    return True
+
+
+def _master_listens():
+    """MASTER_ADDR:MASTER_PORT accepts a connection (closed at once: the store drops it)."""
     where = (os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "0")))
-    while True:
-        try:
-            socket.create_connection(where, timeout=1).close()
-            return True
-        except OSError:
-            if (stop is not None and stop()) or (deadline is not None and time.monotonic() >= deadline):
-                return False
-            time.sleep(min(poll, 0.005))
+    try:
+        socket.create_connection(where, timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
 def _error_file_json(error):

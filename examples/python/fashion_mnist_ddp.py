@@ -106,19 +106,32 @@ class Net(nn.Module):
 
 class Position:
     """Where the last completed optimizer step left the model: what a checkpoint records. `step_in_epoch` counts
-    batches of the current global batch (per-rank batch x world size)."""
+    batches of `global_batch` (per-rank batch x world size of the round that made them)."""
 
-    def __init__(self, epoch, step_in_epoch, step):
-        self.epoch, self.step_in_epoch, self.step = epoch, step_in_epoch, step
+    def __init__(self, epoch, step_in_epoch, step, global_batch):
+        self.epoch, self.step_in_epoch, self.step, self.global_batch = epoch, step_in_epoch, step, global_batch
 
 
-def save_checkpoint(path, model, optimizer, at, global_batch):
+def state_of(model, optimizer, at):
+    """What a checkpoint holds, and what a re-formed round's newest rank sends the others."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": at.epoch,
+            "step_in_epoch": at.step_in_epoch, "step": at.step, "global_batch": at.global_batch}
+
+
+def restore(state, model, optimizer, default_global_batch):
+    """The model and optimizer from `state` (state_of's), and its Position."""
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return Position(state["epoch"], state["step_in_epoch"], state["step"],
+                    state.get("global_batch", default_global_batch))
+
+
+def save_checkpoint(path, model, optimizer, at):
     """Atomic on POSIX: the state goes to a temporary file of this process's own (host and pid in its name, so
     ranks that save at once, as after a peer died, never write the same file), is fsynced, then renamed over
     the checkpoint; the directory is fsynced so that the rename lasts too."""
     tmp = f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": at.epoch,
-             "step_in_epoch": at.step_in_epoch, "step": at.step, "global_batch": global_batch}
+    state = state_of(model, optimizer, at)
     try:
         with open(tmp, "wb") as f:
             torch.save(state, f)
@@ -260,7 +273,7 @@ def train(args, ddp, optimizer, loader, sampler, at, checkpoint, device, rank, c
     return GO_ON, loss
 
 
-def adopt_newest_state(model, optimizer, at, global_batch, device):
+def adopt_newest_state(model, optimizer, at, global_batch):
     """Every rank takes the newest state any rank holds, from the lowest rank holding it. After a re-form in
     place the ranks that stayed hold the last completed step in memory, while a rank that joined loaded the
     checkpoint, which may be older; at a plain start all ranks hold the same. The place in the epoch carries over
@@ -271,15 +284,11 @@ def adopt_newest_state(model, optimizer, at, global_batch, device):
     dist.all_reduce(newest, op=dist.ReduceOp.MAX)
     holder = torch.tensor([rank if at.step == newest.item() else world], dtype=torch.int64)
     dist.all_reduce(holder, op=dist.ReduceOp.MIN)
-    state = [{"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": at.epoch,
-              "step_in_epoch": at.step_in_epoch, "step": at.step, "global_batch": at.global_batch}]
+    state = [state_of(model, optimizer, at)]
     dist.broadcast_object_list(state, src=int(holder.item()))
     if rank != holder.item():
-        model.load_state_dict(state[0]["model"])
-        optimizer.load_state_dict(state[0]["optimizer"])
-    at.epoch, at.step = state[0]["epoch"], state[0]["step"]
-    at.step_in_epoch = state[0]["step_in_epoch"] * state[0]["global_batch"] // global_batch
-    at.global_batch = global_batch
+        at = restore(state[0], model, optimizer, global_batch)
+    return Position(at.epoch, at.step_in_epoch * at.global_batch // global_batch, at.step, global_batch)
 
 
 def main():
@@ -292,14 +301,9 @@ def main():
 
     model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.5)
-    at = Position(0, 0, 0)
-    at.global_batch = args.batch_size * world
+    at = Position(0, 0, 0, args.batch_size * world)
     if args.checkpoint and os.path.exists(args.checkpoint):
-        state = torch.load(args.checkpoint, map_location=device)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        at = Position(state["epoch"], state["step_in_epoch"], state["step"])
-        at.global_batch = state.get("global_batch", args.batch_size * world)
+        at = restore(torch.load(args.checkpoint, map_location=device), model, optimizer, args.batch_size * world)
         print(f"rank {rank}: resumed from {args.checkpoint} at step {at.step} (restart "
               f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}, world size {world})", flush=True)
     # From here on SIGTERM asks for a checkpoint instead of killing the rank. Not earlier: until the group has
@@ -320,7 +324,7 @@ def main():
             return "no --checkpoint, nothing saved"
         what = "already holds"
         if at.step != saved_step:
-            save_checkpoint(args.checkpoint, model, optimizer, at, at.global_batch)
+            save_checkpoint(args.checkpoint, model, optimizer, at)
             saved_step, what = at.step, "saved at"
         return f"checkpoint {args.checkpoint} {what} step {at.step} (epoch {at.epoch}, batch {at.step_in_epoch} of " \
                f"{per_epoch})"
@@ -346,7 +350,7 @@ def main():
         else 0
     reformed = False
     while True:  # one pass per round this process trains in
-        adopt_newest_state(model, optimizer, at, args.batch_size * world, device)
+        at = adopt_newest_state(model, optimizer, at, args.batch_size * world)
         if reformed and rank == 0:
             print(f"rank 0: re-formed in place at step {at.step} (restart {os.environ['TORCHELASTIC_RESTART_COUNT']}, "
                   f"world size {world})", flush=True)
