@@ -159,6 +159,26 @@ class ReformInPlace(ElasticCase):
             self.assertIn(f"root cause: rank {rounds[1].rank_offset} (local rank 0, node {rounds[1].node_rank}, host "
                           f"{socket.gethostname()}", r.stderr.decode(errors="replace"), r)
 
+    def test_a_stop_signal_while_the_round_forms_ends_that_node_and_the_others_go_on(self):
+        """c (the host) restarts its workers slowly (no offer, 3 s to exit on SIGTERM), so the round takes 3 s to form
+        after b joins; meanwhile d, whose workers stay in place, gets SIGTERM. d ends with 143 and its workers are gone;
+        the round forms without it (2 nodes remain of --nnodes 2:3) and c and b finish."""
+        c = self.node("c", "no-offer", "slow-term=3", nnodes="2:3", host=True)
+        d = self.node("d", nnodes="2:3")
+        first = self.rounds_run([0, 1, 2, 3], 0)
+        offset = self.rounds("d")[0].rank_offset
+        pids = [first[r][0] for r in (offset, offset + 1)]
+        b = self.node("b", nnodes="2:3")
+        self.wait_for(lambda: any(e.get("in_place") for e in self.of_event("d", "restarting")), "d re-forming in place")
+        os.kill(d.pid, signal.SIGTERM)
+        res_d = self.wait_all([d])[0]
+        self.assertEqual(res_d.code, 128 + signal.SIGTERM, res_d)
+        self.assert_gone_within(pids, BOUND)
+        self.rounds_run([0, 1, 2, 3], 1)  # c's and b's new workers: 2 nodes
+        results = self.finish([c, b])
+        self.assertEqual([r.code for r in results], [0, 0], results)
+        self.assertEqual(self.worlds("c"), [(0, 2, 4), (1, 2, 4)])
+
     def read(self, path):
         with open(path, errors="replace") as f:
             return f.read()
