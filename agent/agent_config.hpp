@@ -105,6 +105,10 @@ struct AgentConfig {
   std::chrono::milliseconds straggler_window{20'000};
   bool straggler_stop = false;  // --straggler-action stop: a rank of this node named a straggler is killed as a failure
   std::chrono::milliseconds stack_capture_limit{5000};  // bounds the capture of a hung worker's stacks
+  // Bounds the wait for the NCCL Flight Recorder dumps a capture asked for (agent/flight_recorder.hpp): torch
+  // reads its FIFO within 1 s, then takes seconds to write the dump (4.4 s for 20 entries, torch 2.11 on an
+  // H100: docs/BENCHMARKS.md "GPU (NCCL)"), more than the stacks' limit.
+  std::chrono::milliseconds nccl_dump_limit{15000};
   std::string events_file;          // empty: none
   std::string metrics_textfile_dir;  // --metrics-textfile: Prometheus textfile of this node (agent/metrics_textfile.hpp)
   std::string host;                 // this node's name, for reports

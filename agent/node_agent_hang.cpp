@@ -141,7 +141,7 @@ void NodeAgent::start_job_capture() {
   hang_stacks_path_ = hang_stacks_file();
   layout_.keep(hang_stacks_path_);
   capture_.start(std::move(targets), hang_stacks_path_, env_value(config_.base_env, "PATH", "/usr/bin:/bin"),
-                 config_.stack_capture_limit, [this] { on_stacks_captured(); });
+                 config_.stack_capture_limit, config_.nccl_dump_limit, [this] { on_stacks_captured(); });
 }
 
 void NodeAgent::on_stacks_captured() {

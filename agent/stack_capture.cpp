@@ -72,7 +72,7 @@ bool catches_signal(pid_t pid, int signal) {
 int python_stacks_signal() { return SIGRTMIN + 2; }
 
 void StackCapture::start(std::vector<CaptureTarget> targets, std::string out_path, std::string path_env,
-                         std::chrono::milliseconds limit, Done done) {
+                         std::chrono::milliseconds limit, std::chrono::milliseconds dump_limit, Done done) {
   targets_ = std::move(targets);
   out_path_ = std::move(out_path);
   done_ = std::move(done);
@@ -95,9 +95,20 @@ void StackCapture::start(std::vector<CaptureTarget> targets, std::string out_pat
     kill_tools();
     for (std::size_t i = 0; i < tools_.size(); ++i)
       if (tools_[i].running) notes_[i] += "(the stack tool did not finish in time: cut short)\n";
+    // A dump still being written keeps the capture open until its own deadline; Python's stacks are asked
+    // for once the killed tools are reaped, and the poll ends the capture when the dumps are whole.
+    if (!nccl_dumps_settled()) return;
     finish();
   });
   ask_nccl_dumps();
+  if (std::any_of(nccl_wait_.begin(), nccl_wait_.end(), [](DumpWait w) { return w == DumpWait::kWaiting; })) {
+    dump_deadline_.expires_after(std::max(limit, dump_limit));
+    dump_deadline_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || !active_) return;
+      kill_tools();
+      finish();
+    });
+  }
   // Every target at once: a collective that never completes usually leaves several ranks hung together.
   for (std::size_t i = 0; i < targets_.size(); ++i) {
     const auto command = stack_tool_command(targets_[i].pid, path_env);
@@ -206,7 +217,7 @@ void StackCapture::poll_outputs() {
     python_sizes_[i] = now;
   }
   // The dumps: until each is whole. Torch reads its FIFO once a second and then pickles its ring buffer, so
-  // they get the rest of the capture's limit, not Python's second: the deadline ends the wait.
+  // they get their own deadline (dump_limit), not Python's second.
   const bool dumps_settled = nccl_dumps_settled();
   if (dumps_settled && (python_settled || std::chrono::steady_clock::now() >= python_until_)) return finish();
   poll_.expires_after(kPythonPoll);
@@ -256,6 +267,7 @@ void StackCapture::finish() {
   if (!active_) return;
   active_ = false;
   deadline_.cancel();
+  dump_deadline_.cancel();
   poll_.cancel();
   for (std::size_t i = 0; i < targets_.size(); ++i) {
     const FileMark now = nccl_wait_[i] == DumpWait::kWaiting ? file_mark(targets_[i].nccl_dump) : FileMark{};
@@ -300,6 +312,7 @@ void StackCapture::abandon() {
   if (!active_) return;
   active_ = false;
   deadline_.cancel();
+  dump_deadline_.cancel();
   poll_.cancel();
   kill_tools();
   for (std::size_t i = 0; i < tools_.size(); ++i) ::unlink(part_path(i).c_str());

@@ -2,8 +2,9 @@
 // elfutils, else gdb in batch mode) and, for a Python worker that registered faulthandler for
 // DDPRUN_STACKS_SIGNAL (README "Hang detection"), its Python stacks; for a worker whose NCCL Flight Recorder
 // listens on its FIFO, the recorder's dump (agent/flight_recorder.hpp). Asynchronous on the agent's loop: the
-// tools are the agent's children, reaped by its ChildReaper and handed here through on_child_exit. The
-// whole capture is bounded by `limit`; what is there by then goes into one text file.
+// tools are the agent's children, reaped by its ChildReaper and handed here through on_child_exit. The stacks
+// are bounded by `limit`, the Flight Recorder dumps asked for by `dump_limit` (torch takes seconds to write one);
+// what is there by then goes into one text file.
 #pragma once
 
 #include <sys/types.h>
@@ -61,11 +62,12 @@ int python_stacks_signal();
 class StackCapture {
  public:
   using Done = std::function<void()>;
-  explicit StackCapture(boost::asio::io_context& io) : io_(io), deadline_(io), poll_(io) {}
+  explicit StackCapture(boost::asio::io_context& io) : io_(io), deadline_(io), dump_deadline_(io), poll_(io) {}
 
-  // Captures every target into `out_path`; `done` runs on the loop once, when finished or after `limit`.
+  // Captures every target into `out_path`; `done` runs on the loop once, when finished, after `limit` when no
+  // Flight Recorder dump is awaited, else when the dumps are whole or at most after `dump_limit`.
   void start(std::vector<CaptureTarget> targets, std::string out_path, std::string path_env,
-             std::chrono::milliseconds limit, Done done);
+             std::chrono::milliseconds limit, std::chrono::milliseconds dump_limit, Done done);
   // True when `pid` was one of the capture's tools (the caller then has nothing else to do with it).
   bool on_child_exit(pid_t pid);
   bool active() const { return active_; }
@@ -89,7 +91,8 @@ class StackCapture {
   std::string part_path(std::size_t i) const { return out_path_ + ".part" + std::to_string(i); }
 
   boost::asio::io_context& io_;
-  boost::asio::steady_timer deadline_;
+  boost::asio::steady_timer deadline_;       // the stack tools and Python's stacks
+  boost::asio::steady_timer dump_deadline_;  // the Flight Recorder dumps, when one is awaited
   boost::asio::steady_timer poll_;
   std::vector<CaptureTarget> targets_;
   std::vector<Tool> tools_;  // one per target

@@ -10,10 +10,11 @@
 namespace ddprun::rendezvous::rules {
 namespace {
 
-// How long the verdict waits for the other nodes' views. Their agents capture stacks first (at most 5 s:
-// agent_config.hpp's stack_capture_limit), so this leaves room for that and for a loaded machine; a node
-// that has not answered by then is judged without.
-constexpr std::chrono::seconds kHangInquiryLimit{10};
+// How long the verdict waits for the other nodes' views. Their agents capture stacks first (at most 5 s, and
+// up to 15 s while an NCCL Flight Recorder dump is being written: agent_config.hpp's stack_capture_limit and
+// nccl_dump_limit), so this leaves room for that and for a loaded machine; a node that has not answered by
+// then is judged without.
+constexpr std::chrono::seconds kHangInquiryLimit{20};
 
 std::string node_name(const NodeEntry& node) {
   return "node " + std::to_string(node.node_rank) + " (host \"" + node.host + "\")";

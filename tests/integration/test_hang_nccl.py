@@ -38,9 +38,9 @@ class FlightRecorder(DdprunTestCase):
         self.env["PYTHONPATH"] = f"{PYTHON_DIR}:{self.env.get('PYTHONPATH', '')}"
         self.env["PYTHON_EXEC"] = "/usr/bin/python3"
 
-    def recorder_job(self, mode, *extra, hung="1"):
+    def recorder_job(self, mode, *extra, hung="1", dump_delay="0"):
         return self.run_ddprun("--nproc-per-node", 2, "--hang-timeout", "1.5", *extra, RECORDER, mode,
-                               "--hung-rank", hung, timeout=60)
+                               "--hung-rank", hung, "--dump-delay", dump_delay, timeout=60)
 
     def test_a_hang_gets_every_ranks_dump_in_the_log_dir_named_in_the_summary_and_events(self):
         logs, events = self.path("logs"), self.path("events.jsonl")
@@ -65,6 +65,26 @@ class FlightRecorder(DdprunTestCase):
         self.assertIn("## rank 1: NCCL Flight Recorder\ndump in " + named["1"], stacks)
         # The FIFOs are not copied: only the work tree's regular files reach the log tree.
         self.assertFalse(os.path.exists(os.path.join(logs, os.listdir(logs)[0], "attempt_0/1/nccl_trace_rank_1.pipe")))
+
+    def test_a_dump_that_takes_longer_than_the_stacks_is_waited_for(self):
+        """torch 2.11 on an H100 wrote a 20-entry dump 4.4 s after reading the FIFO, which read it up to 1 s after
+        the ask: past the stacks' 5 s. A 6 s dump is still waited for (up to 15 s), kept and named as written."""
+        logs = self.path("logs")
+        t0 = time.monotonic()
+        r = self.recorder_job("hang", "--log-dir", logs, dump_delay="6")
+        took = time.monotonic() - t0
+        self.assertEqual(r.code, HUNG, r)
+        named = dict(re.findall(r"NCCL Flight Recorder dump of rank (\d) in (\S+)", r.stderr.decode()))
+        self.assertEqual(sorted(named), ["0", "1"], r)
+        stacks_file = re.search(r"stacks in (\S+hang_stacks.txt)", r.stderr.decode()).group(1)
+        with open(stacks_file) as f:
+            stacks = f.read()
+        self.assertNotIn("no dump written in time", stacks)
+        self.assertIn("## rank 1: NCCL Flight Recorder\ndump in " + named["1"], stacks)
+        for rank, path in named.items():
+            with open(path, "rb") as f:
+                self.assertEqual(pickle.load(f)["rank"], int(rank))
+        self.assertLess(took, 25, "the wait for the dumps is bounded")
 
     def test_without_log_dir_the_dumps_are_kept_beside_the_stacks(self):
         r = self.recorder_job("hang")

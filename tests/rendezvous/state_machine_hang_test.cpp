@@ -188,12 +188,12 @@ TEST_SUITE("hang inquiry") {
     auto state = running(2);
     step(state, HangReport{1, view({beat(0, 9, 3000), beat(1, 9, 3000)}, true, "/a")}, at(10ms));
     REQUIRE(next_deadline(state).has_value());
-    for (auto t : {4000ms, 8000ms}) {  // both alive; node 2 just slow to capture
+    for (auto t : {4000ms, 8000ms, 12000ms, 16000ms}) {  // both alive; node 2 just slow to capture (a dump)
       step(state, Heartbeat{1}, at(t));
       step(state, Heartbeat{2}, at(t));
     }
-    CHECK(stop_in(step(state, Tick{}, at(9000ms))) == nullptr);
-    auto actions = step(state, Tick{}, at(10'011ms));
+    CHECK(stop_in(step(state, Tick{}, at(19000ms))) == nullptr);
+    auto actions = step(state, Tick{}, at(20'011ms));
     const StopMsg* stop = stop_in(actions);
     REQUIRE(stop != nullptr);
     CHECK(stop->root_cause.rank == 0);
