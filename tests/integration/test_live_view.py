@@ -51,7 +51,8 @@ class LiveView(LiveViewCase):
         proc = self.start("--standalone", "--nproc-per-node", 2, "--hang-timeout", 30, "--run-id", "viewed", WORKER,
                           "beatfor=6:100")
         self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
-        jobs = self.wait_view(lambda j: all(r["steps_per_s"] for r in j[0]["nodes"][0]["ranks"]))
+        # Not before the ranks are there: during the rendezvous the list is empty (and all() of it true).
+        jobs = self.wait_view(lambda j: (ranks := j[0]["nodes"][0]["ranks"]) and all(r["steps_per_s"] for r in ranks))
         self.assertEqual(len(jobs), 1, jobs)
         node = jobs[0]["nodes"][0]
         self.assertEqual((node["run_id"], node["state"], node["world_size"]), ("viewed", "running", 2), node)
