@@ -12,6 +12,10 @@
 //   reports itself stopped at once. Anything else while it waits (a restart, the job's end, a worker's death)
 //   goes as from kRunning.
 //
+//   Dropped from an elastic job that goes on (StopOrder::rejoin, node_agent_rdzv.cpp): the round ends as for a
+//   restart (kRestart); at kBeginNextRound the agent joins again with a fresh client instead of report_stopped,
+//   and the next assignment (new ranks) leads to kRunning as usual.
+//
 // The ending (what the rendezvous said) is independent of the stage: a job can be known to be over while its
 // workers are still being torn down, and a restart can be ordered before this node was placed at all.
 #pragma once

@@ -78,6 +78,8 @@ class NodeAgent {
   void leave_after_signal(int signal);
   void begin_next_round();
   void note_reform(const rendezvous::StopOrder& order, bool in_place);
+  bool may_rejoin(const rendezvous::StopOrder& order) const;
+  void rejoin_after_drop(const rendezvous::StopOrder& order);
   // node_agent_reform.cpp: re-forming in place
   bool workers_offer_reform() const;
   bool all_workers_running() const;
@@ -218,6 +220,7 @@ class NodeAgent {
   std::int64_t reforms_announced_ = 0;  // in-place re-forms handed to the running workers
   bool reform_pending_ = false;  // this node re-forms in place: the next assignment goes to its workers
   bool restart_into_round_ = false;  // its workers did not take the round up: new ones start in it
+  bool rejoin_pending_ = false;  // dropped from an elastic job: once the workers are gone, join it again
   boost::asio::steady_timer reform_ack_timer_;  // bounds the workers' taking the new round up
   AgentLifecycle lifecycle_;  // round stage, what the round leads to, clean-up (agent/agent_lifecycle.hpp)
   std::int64_t start_ms_ = 0;

@@ -121,6 +121,7 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   if (order.restarting && reform_in_place(order)) return;  // nothing failed and the workers can stay
   reform_pending_ = false;  // a restart or the end while re-forming in place: the usual way from here
   restart_into_round_ = false;
+  if (may_rejoin(order)) return rejoin_after_drop(order);
   if (order.restarting) {
     // The whole job re-forms: down with this attempt's workers, then report_stopped (begin_next_round). The
     // server's reason says why and what it costs ("restart 1 of 3", "a membership change: no restart used").
@@ -157,6 +158,25 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
     return;
   }
   on_outcome(&cause, "stopped_by_rendezvous");
+}
+
+// Dropped from an elastic job that goes on without this node (missed heartbeats: it was perhaps only paused,
+// a frozen VM, a SIGSTOP): unless this ddprun was told to stop, it ends its stale workers and then joins the
+// job again as a new node (begin_next_round → RendezvousLink::rejoin), placed like any late joiner.
+bool NodeAgent::may_rejoin(const rdzv::StopOrder& order) const {
+  return order.rejoin && !order.restarting && policy_.stop_signal() == 0 && !link_.hosting() &&
+         lifecycle_.placed_once() && !lifecycle_.outcome_known();
+}
+
+void NodeAgent::rejoin_after_drop(const rdzv::StopOrder& order) {
+  log_.warning("the rendezvous says: ", order.reason, "; this node's workers are stale: ending them, then joining "
+               "the job again as a new node");
+  events_.write(json{{"event", "dropped"}, {"time_ms", unix_ms()}, {"reason", order.reason}, {"rejoin", true}});
+  attempts_.push_back(Attempt{world_.restart_count, world_.nnodes, world_.world_size, order.reason});
+  rejoin_pending_ = true;
+  lifecycle_.on_restart_ordered();
+  apply(policy_.on_external_stop(unix_ms()), "dropped from the job");
+  maybe_finish();
 }
 
 // A re-form of the running round, restarting or in place: the events file's `restarting` and the summary's
@@ -201,6 +221,11 @@ void NodeAgent::begin_next_round() {
   if (const int signal = policy_.stop_signal(); signal != 0) return leave_after_signal(signal);
   policy_.reset_for_restart();
   if (restart_into_round_) return start_again_in_round();  // node_agent_reform.cpp: the round stands
+  if (rejoin_pending_) {
+    rejoin_pending_ = false;
+    log_.info("joining the job again as a new node");
+    return link_.rejoin();
+  }
   link_.client().report_stopped();
 }
 

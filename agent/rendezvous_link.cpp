@@ -188,6 +188,12 @@ bool RendezvousLink::announce_start_failure(const std::string& why, std::functio
   return true;
 }
 
+void RendezvousLink::rejoin() {
+  if (client_) client_->close();  // closed already by the stop; its pending handlers see it and do nothing
+  client_ = std::make_unique<rdzv::Client>(io_, client_config(), handlers_, log_);
+  client_->start();
+}
+
 void RendezvousLink::finish(std::function<void()> done) {
   if (client_) client_->close();
   if (!server_) {

@@ -32,6 +32,10 @@ class RendezvousLink {
   // False when there is no one to tell (one node) or no way to (node 0 cannot listen either).
   bool announce_start_failure(const std::string& why, std::function<void()> done);
   rendezvous::Client& client() { return *client_; }
+  // This node was dropped from an elastic job that goes on (StopOrder::rejoin) and its workers are gone: a
+  // fresh client joins the job again as a new node (a plain hello, no claim of the old round). Never called
+  // on the node hosting the server (the job cannot re-form without that one).
+  void rejoin();
   bool hosting() const { return server_ != nullptr; }
   std::uint16_t server_port() const;
 

@@ -99,6 +99,9 @@ void Client::Impl::handle(ServerMessage message) {
                                                             : "the rendezvous server refused this node: ";
     return fail(error->kind, prefix + error->message);
   }
+  // The server went on without this node (dropped while away): not taken back, told to join again instead.
+  if (const auto* dropped = std::get_if<StopMsg>(&message); reconnect_.active() && dropped && dropped->rejoin)
+    reconnect_.on_dropped();
   if (reconnect_.active()) {  // anything but a refusal: the restarted server took us back
     reconnect_.on_resumed(where(), logger_);
     if (handlers_.on_reconnect) handlers_.on_reconnect(true, where());
@@ -108,7 +111,8 @@ void Client::Impl::handle(ServerMessage message) {
     reconnect_.on_assignment(*assignment);
     if (handlers_.on_assignment) handlers_.on_assignment(*assignment);
   } else if (auto* stop = std::get_if<StopMsg>(&message)) {
-    StopOrder order{std::move(stop->root_cause), std::move(stop->reason), stop->restarting, stop->membership};
+    StopOrder order{std::move(stop->root_cause), std::move(stop->reason), stop->restarting, stop->membership,
+                    stop->rejoin};
     if (order.restarting) reconnect_.on_restart_ordered();
     if (!order.restarting) close();  // final: nothing more to hear, and the server's going away is expected
     if (handlers_.on_stop) handlers_.on_stop(order);

@@ -70,6 +70,7 @@ struct StopOrder {
   std::string reason;
   bool restarting = false;  // restart round: stop the workers, call report_stopped(), await on_assignment
   bool membership = false;  // the round re-forms because nodes joined: nothing failed (reason says who)
+  bool rejoin = false;      // this node was dropped and the job goes on: it may join again as a new node
 };
 
 struct ClientHandlers {

@@ -49,6 +49,12 @@ void Reconnect::on_resumed(const std::string& where, Logger& log) {
            "): this node resumed round ", round_ ? round_->restart_count : 0);
 }
 
+void Reconnect::on_dropped() {
+  active_ = false;
+  round_.reset();
+  replay_.clear();
+}
+
 std::string Reconnect::give_up(const std::string& where, const std::string& last) const {
   return "lost the rendezvous server at " + where + ": " + lost_why_ + "; no server took this node back within " +
          text::seconds(timeout_) + " (--rdzv-reconnect-timeout; " + counted(attempts_, "attempt") +

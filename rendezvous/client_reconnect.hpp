@@ -48,6 +48,8 @@ class Reconnect {
   const std::vector<std::string>& replay() const { return replay_; }
   // The restarted server answered the resume hello with something other than a refusal.
   void on_resumed(const std::string& where, Logger& log);
+  // The server went on without this node (StopMsg::rejoin): the episode ends, nothing of the round is resumed.
+  void on_dropped();
   // Why the client gives up: the loss, and how long and how often it tried to come back.
   std::string give_up(const std::string& where, const std::string& last) const;
 

@@ -179,6 +179,7 @@ std::string encode(const ServerMessage& message) {
           j["reason"] = m.reason;
           j["restarting"] = m.restarting;
           if (m.membership) j["membership"] = true;
+          if (m.rejoin) j["rejoin"] = true;
           return dump(j);
         } else if constexpr (std::is_same_v<T, CompleteMsg>) {
           return dump(typed("complete"));

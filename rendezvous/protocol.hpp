@@ -195,6 +195,9 @@ struct StopMsg {
   bool restarting = false;  // true: tear down, send `stopped`, and wait for the next round's assignment
   // A re-form because nodes joined (elastic): nothing failed; root_cause names the joining node only.
   bool membership = false;
+  // To a node dropped from an elastic job that re-forms without it (missed heartbeats: perhaps only paused):
+  // once its stale workers are gone it may join again, as a new node (a plain hello).
+  bool rejoin = false;
 };
 struct CompleteMsg {};
 struct CaptureMsg {};

@@ -235,7 +235,7 @@ ServerMessage decode_server_message(std::string_view payload) {
     return ErrorMsg{parse_error_kind(get_string(j, "kind", kMaxTypeBytes)), get_string(j, "message", kMaxMessageBytes)};
   if (type == "stop")
     return StopMsg{get_failure(j, "root_cause"), get_string(j, "reason", kMaxMessageBytes),
-                   get_bool(j, "restarting", false), get_bool(j, "membership", false)};
+                   get_bool(j, "restarting", false), get_bool(j, "membership", false), get_bool(j, "rejoin", false)};
   if (type == "complete") return CompleteMsg{};
   if (type == "capture") return CaptureMsg{};
   if (type == "job_view") return decode_job_view(j);

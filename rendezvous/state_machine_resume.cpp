@@ -110,12 +110,20 @@ void resume_into_running(RendezvousState& state, const Hello& event, Actions& ou
                       "\", " + other.address + ")",
                   event, state, out);
   }
-  refuse(event.conn,
-         "this node was dropped from " + round_text(claim) + " and the job went on without it (now round " +
-             std::to_string(state.restart_count) + ", " + to_string(state.phase) + ")" +
-             (is_elastic(state.config) ? "; its workers are stale: start its ddprun again to join as a new node"
-                                       : "; a job of fixed size does not take a node back"),
-         event, state, out);
+  const std::string dropped = "this node was dropped from " + round_text(claim) + " and the job went on without it "
+                              "(now round " + std::to_string(state.restart_count) + ", " + to_string(state.phase) + ")";
+  if (!is_elastic(state.config))
+    return refuse(event.conn, dropped + "; a job of fixed size does not take a node back", event, state, out);
+  // Elastic: its workers are stale, but the node may come back as a new one once they are gone (the same stop
+  // a node dropped for silence hears when its connection still stands: state_machine_run.cpp node_gone).
+  Failure failure;
+  failure.node_rank = claim.node_rank;
+  failure.host = event.hello.host;
+  failure.message = "dropped from " + round_text(claim);
+  out.push_back(Send{event.conn, StopMsg{std::move(failure), dropped + "; its workers are stale", false, false, true}});
+  out.push_back(Close{event.conn});
+  out.push_back(Log{LogLevel::kWarning, "host \"" + event.hello.host + "\" (" + event.peer_address + ") came back to " +
+                                            round_text(claim) + ", which went on without it: told to join again as a new node"});
 }
 
 }  // namespace

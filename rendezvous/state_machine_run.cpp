@@ -53,8 +53,8 @@ void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool sto
   const JobConfig& config = state.config;
   const std::string who = "node " + std::to_string(node.node_rank) + " (host \"" + node.host + "\")";
   const bool elastic = is_elastic(config);
-  auto tell = [&](const std::string& reason) {
-    out.push_back(Send{node.conn, StopMsg{failure, reason, false}});
+  auto tell = [&](const std::string& reason, bool rejoin = false) {
+    out.push_back(Send{node.conn, StopMsg{failure, reason, false, false, rejoin}});
     out.push_back(Close{node.conn});
   };
   const std::string how = stopped ? "left" : "was dropped (" + failure.message + ")";
@@ -84,7 +84,10 @@ void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool sto
   --state.round_size;
   if (node.stopped) --state.stopped_count;
   if (node.done) --state.done_count;
-  tell("this node " + how + "; the job re-forms without it");
+  // A node dropped for silence (not one that left on a signal) may come back as a new node once its stale
+  // workers are gone: a node that was only paused (SIGSTOP, a frozen VM) rejoins by itself (agent side:
+  // node_agent_rdzv.cpp on_stop). max_departures bounds how often one host may do that.
+  tell("this node " + how + "; the job re-forms without it", /*rejoin=*/!stopped);
   if (state.phase == Phase::kRestarting) {
     out.push_back(Log{LogLevel::kWarning, who + " left while the job re-formed (" + describe(failure) + "); " +
                                               counted(left, "node") + (left == 1 ? " goes on" : " go on")});

@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -71,8 +72,8 @@ class RendezvousRestart(MultiNodeCase):
             p.communicate()
         super().tearDown()
 
-    def server(self, *extra):
-        proc = subprocess.Popen([RENDEZVOUS, "--rdzv-id", RUN_ID, "--nnodes", "2", "--host", "127.0.0.1", "--port",
+    def server(self, *extra, nnodes="2"):
+        proc = subprocess.Popen([RENDEZVOUS, "--rdzv-id", RUN_ID, "--nnodes", nnodes, "--host", "127.0.0.1", "--port",
                                  str(self.port), "--heartbeat-interval", "0.2", "--heartbeat-timeout", "2",
                                  "--rdzv-timeout", str(BOUND), *map(str, extra)], env=self.env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -82,8 +83,8 @@ class RendezvousRestart(MultiNodeCase):
         proc.seen = self.stderr_until(proc, f"listening on 127.0.0.1:{self.port}".encode(), BOUND, why="never listened")
         return proc
 
-    def agent(self, name, *steps, reconnect=10):
-        proc = self.start("--nnodes", 2, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", RUN_ID,
+    def agent(self, name, *steps, reconnect=10, nnodes="2"):
+        proc = self.start("--nnodes", nnodes, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", RUN_ID,
                           "--rdzv-conf", "is_host=false", "--nproc-per-node", 1, "--rdzv-reconnect-timeout",
                           reconnect, "--events-file", self.path(f"{name}.events"), WORKER, *steps)
         self.agents.append(proc)
@@ -162,6 +163,48 @@ class RendezvousRestart(MultiNodeCase):
         results = self.wait_all(agents, timeout=BOUND)
         for r, s in zip(results, seen):
             self.assertEqual(r.code, 3, s + r.stderr)
+
+    def test_an_elastic_node_that_comes_back_after_the_round_went_on_rejoins_as_a_new_node(self):
+        """--nnodes 1:2. The server is SIGKILLed; b's agent is frozen (SIGSTOP) while a new server starts, so only a
+        claims round 0: b counts as lost at the adoption's deadline and the job re-forms with a alone (round 1).
+        Resumed, b reconnects with its claim of round 0; the server tells it to join again as a new node: it ends
+        its stale worker, joins with a plain hello, and round 2 has both nodes again. Both exit 0."""
+        server = self.server(nnodes="1:2")
+        agents = [self.agent(n, *self.steps("exit=0"), nnodes="1:2") for n in "ab"]
+        self.wait_ready(2)
+        b_rank = self.rendezvous_events("b")[0]["rank_offset"]
+        with open(self.pidfile) as f:
+            stale = [int(line.split()[1]) for line in f if int(line.split()[0]) == b_rank]
+        seen = self.kill_server(server, agents)
+        os.kill(agents[1].pid, signal.SIGSTOP)
+        try:
+            shutil.rmtree(self.ready)
+            os.mkdir(self.ready)
+            restarted = self.server(nnodes="1:2")
+            deadline = time.monotonic() + BOUND
+            while [e["restart_count"] for e in self.rendezvous_events("a")] != [0, 1]:
+                self.assertLess(time.monotonic(), deadline, "a never re-formed without b")
+                time.sleep(0.05)
+            self.wait_ready(1)
+            shutil.rmtree(self.ready)
+            os.mkdir(self.ready)
+        finally:
+            os.kill(agents[1].pid, signal.SIGCONT)
+        self.wait_ready(2)  # round 2: b is back
+        for pid in stale:
+            self.assertFalse(os.path.exists(f"/proc/{pid}"), "b's stale worker still runs")
+        self.release()
+        results = self.wait_all(agents, timeout=BOUND)
+        for r, s in zip(results, seen):
+            self.assertEqual(r.code, 0, s + r.stderr)
+        b_err = seen[1] + results[1].stderr
+        self.assertIn(b"this node was dropped from round 0", b_err)
+        self.assertIn(b"joining the job again as a new node", b_err)
+        self.assertEqual([e["restart_count"] for e in self.rendezvous_events("a")], [0, 1, 2])
+        self.assertEqual([e["restart_count"] for e in self.rendezvous_events("b")], [0, 2])
+        self.assertEqual([e["world_size"] for e in self.rendezvous_events("b")], [2, 2])
+        out, err = restarted.communicate(timeout=BOUND)
+        self.assertIn(b"came back to round 0", restarted.seen + err)
 
     def test_no_server_within_the_reconnect_timeout_ends_both_nodes(self):
         server = self.server()

@@ -114,6 +114,7 @@ TEST_CASE("elastic: a flaky spare never spends the restart budget, and is refuse
 TEST_CASE("elastic: a node stopped by a signal leaves: it is told so and the job re-forms without it") {
   auto state = elastic(1, 3, 2, 1);
   auto actions = step(state, FailureReport{2, signalled(15)}, at(20'000ms));
+  CHECK_FALSE(stop_invites_rejoin(actions, 2));  // it was told to stop: it does not come back by itself
   CHECK_FALSE(final_stop_to(actions, 2).empty());
   CHECK(closes(actions, 2));
   CHECK(find_one<Broadcast>(actions).conns == std::vector<ConnId>{1});
@@ -245,8 +246,14 @@ TEST_CASE("a node dropped for silence is told why before its connection closes: 
   step(state, Heartbeat{1}, at(300'000ms));
   auto actions = step(state, Tick{}, at(600'000ms));  // node 1 (conn 2) silent past the 600 s timeout
   CHECK(final_stop_to(actions, 2) == "this node was dropped (missed heartbeats for 600.0 s); the job re-forms without it");
+  CHECK(stop_invites_rejoin(actions, 2));  // issue 19: once its stale workers are gone it comes back as a new node
   CHECK(closes(actions, 2));
   CHECK(find_one<Broadcast>(actions).conns == std::vector<ConnId>{1});
+  // Come back it does, with a plain hello from the same host: admitted like any late joiner (one departure of
+  // the host counted, under max_departures).
+  auto back = step(state, late_hello(9, "host1"), at(600'100ms));
+  CHECK(final_stop_to(back, 9).empty());
+  CHECK(state.nodes.count(9) == 1);
 
   RendezvousState joining(job(3, false), at(0ms).steady);
   join_all(joining, 1, at(0ms));

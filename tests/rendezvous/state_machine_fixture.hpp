@@ -89,6 +89,14 @@ inline std::string final_stop_to(const std::vector<Action>& actions, ConnId conn
   return {};
 }
 
+// Whether the final stop sent to conn invites the node to join again as a new node (StopMsg::rejoin).
+inline bool stop_invites_rejoin(const std::vector<Action>& actions, ConnId conn) {
+  for (const auto& send : find_all<Send>(actions))
+    if (auto* stop = std::get_if<StopMsg>(&send.message); stop && send.conn == conn && !stop->restarting)
+      return stop->rejoin;
+  return false;
+}
+
 inline bool closes(const std::vector<Action>& actions, ConnId conn) {
   auto all = find_all<Close>(actions);
   return std::any_of(all.begin(), all.end(), [conn](const Close& c) { return c.conn == conn; });

@@ -192,6 +192,30 @@ TEST_CASE("a resume hello to a server whose round runs is a duplicate or a node 
   CHECK(state.nodes.size() == 2);
 }
 
+TEST_CASE("an elastic job tells a node that comes back to a round it went on without to join again") {
+  JobConfig config = job(3, false);
+  config.min_nodes = 1;
+  RendezvousState state(config, at(0ms).steady);
+  join_all(state, 3, at(0ms));
+  REQUIRE(state.phase == Phase::kRunning);
+  // Node 1 (conn 2) goes silent (a partition): dropped after the 5 s timeout, the others re-form (round 1).
+  step(state, Heartbeat{1}, at(4'000ms));
+  step(state, Heartbeat{3}, at(4'000ms));
+  step(state, Tick{}, at(5'000ms));
+  step(state, NodeStopped{1, 0}, at(5'100ms));
+  step(state, NodeStopped{3, 0}, at(5'100ms));
+  REQUIRE(state.phase == Phase::kRunning);
+  REQUIRE(state.restart_count == 1);
+  // Its agent reconnects, claiming its place in round 0.
+  auto old = step(state, resume(10, 1, {2, 2, 2}, 0, false), at(6'000ms));
+  CHECK(refusal(old, 10).empty());
+  CHECK(final_stop_to(old, 10).find("this node was dropped from round 0") == 0);
+  CHECK(stop_invites_rejoin(old, 10));
+  CHECK(closes(old, 10));
+  CHECK(state.nodes.size() == 2);  // not taken in: it comes back with a plain hello once its workers are gone
+  CHECK(state.phase == Phase::kRunning);
+}
+
 TEST_CASE("a node lost while the round is taken back frees its place for its own return") {
   RendezvousState state(job(2, false), at(0ms).steady);
   step(state, resume(1, 0, {2, 2}, 0, false), at(0ms));
