@@ -40,7 +40,11 @@ void Client::Impl::send(const ClientMessage& message) {
   if (done_) return;
   std::string frame = encode_frame(encode(message), config_.max_frame_bytes);
   // Lost a resumable server: a failure or node_done waits (Reconnect::replay) for the resume hello.
-  if (!reconnect_.note_sent(message, frame) || (reconnect_.active() && !hello_sent_)) return;
+  const bool waited_for_workers = reconnect_.waiting_for_workers();
+  const bool keep = reconnect_.note_sent(message, frame);
+  // Lost between rounds while the workers went down: now they are (`stopped`, which the hello replaces).
+  if (waited_for_workers && !reconnect_.waiting_for_workers()) connect();
+  if (!keep || (reconnect_.active() && !hello_sent_)) return;
   if (!hello_sent_) {
     pending_.push_back(std::move(frame));
     return;
@@ -166,8 +170,11 @@ void Client::Impl::on_challenge(const ChallengeMsg& challenge) {
   hello.master_port = config_.join.master_port;
   hello.hosts_server = config_.join.hosts_server;
   hello.resume = reconnect_.claim();
+  hello.after_round = reconnect_.after_round();
   hello_sent_ = true;
   outbox_.push_back(encode_frame(encode(ClientMessage{hello}), config_.max_frame_bytes));
+  if (hello.after_round)  // a heartbeat at once: its answer ends the reconnection (nothing else comes before the round)
+    outbox_.push_back(encode_frame(encode(ClientMessage{HeartbeatMsg{}}), config_.max_frame_bytes));
   if (hello.resume) {  // a heartbeat at once: its answer says the server took us back, without waiting 1 s
     outbox_.push_back(encode_frame(encode(ClientMessage{HeartbeatMsg{}}), config_.max_frame_bytes));
     outbox_.insert(outbox_.end(), reconnect_.replay().begin(), reconnect_.replay().end());

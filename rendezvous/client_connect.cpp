@@ -38,7 +38,8 @@ void Client::Impl::lost(const std::string& why) {
   last_heard_ = StallClock::now();
   retry_delay_ = kFirstRetry;
   connect_deadline_ = reconnect_.deadline();
-  retry(why);
+  // Between rounds with the workers still going down: the hello waits for them (send(), at `stopped`).
+  if (!reconnect_.waiting_for_workers()) retry(why);
   if (first && handlers_.on_reconnect) handlers_.on_reconnect(false, why);  // last: the handler may close us
 }
 

@@ -10,6 +10,8 @@ using std::chrono::milliseconds;
 
 void Reconnect::on_assignment(const Assignment& a) {
   round_ = a;
+  last_round_ = a.restart_count;
+  workers_down_ = false;
   replay_.clear();
 }
 
@@ -19,6 +21,7 @@ void Reconnect::on_restart_ordered() {
 }
 
 bool Reconnect::note_sent(const ClientMessage& message, const std::string& frame) {
+  if (std::holds_alternative<StoppedMsg>(message)) workers_down_ = true;
   const bool sticky = std::holds_alternative<FailureMsg>(message) || std::holds_alternative<NodeDoneMsg>(message);
   if (sticky && round_) replay_.push_back(frame);
   return !active_ || sticky;
@@ -26,15 +29,25 @@ bool Reconnect::note_sent(const ClientMessage& message, const std::string& frame
 
 bool Reconnect::on_lost(const std::string& why, const std::string& where, Logger& log) {
   if (active_) return Clock::now() < deadline_;
-  if (timeout_.count() <= 0 || !server_resumable_ || !round_) return false;
+  if (timeout_.count() <= 0 || !server_resumable_ || !last_round_) return false;
   active_ = true;
   lost_why_ = why;
   lost_at_ = Clock::now();
   deadline_ = lost_at_ + timeout_;
   attempts_ = 0;
-  log.warning("lost the rendezvous server at ", where, " (", why, "); the workers keep training; reconnecting for up to ",
-              text::seconds(timeout_));
+  if (round_)
+    log.warning("lost the rendezvous server at ", where, " (", why, "); the workers keep training; reconnecting for up ",
+                "to ", text::seconds(timeout_));
+  else
+    log.warning("lost the rendezvous server at ", where, " (", why, ") between rounds; reconnecting for up to ",
+                text::seconds(timeout_), " to join the round after round ", *last_round_,
+                workers_down_ ? "" : " once this node's workers are down");
   return true;
+}
+
+std::optional<int> Reconnect::after_round() const {
+  if (!active_ || round_) return std::nullopt;
+  return last_round_;
 }
 
 std::optional<ResumeClaim> Reconnect::claim() const {
@@ -44,9 +57,14 @@ std::optional<ResumeClaim> Reconnect::claim() const {
 
 void Reconnect::on_resumed(const std::string& where, Logger& log) {
   active_ = false;
-  log.info("reconnected to the rendezvous server at ", where, " after ",
-           text::seconds(duration_cast<milliseconds>(Clock::now() - lost_at_)), " (", counted(attempts_, "attempt"),
-           "): this node resumed round ", round_ ? round_->restart_count : 0);
+  const std::string after = text::seconds(duration_cast<milliseconds>(Clock::now() - lost_at_)) + " (" +
+                            counted(attempts_, "attempt") + ")";
+  if (round_)
+    log.info("reconnected to the rendezvous server at ", where, " after ", after, ": this node resumed round ",
+             round_->restart_count);
+  else
+    log.info("reconnected to the rendezvous server at ", where, " after ", after, ": this node waits for the round ",
+             "after round ", last_round_.value_or(0));
 }
 
 void Reconnect::on_dropped() {

@@ -9,8 +9,11 @@
 // (state_machine_resume.cpp). The reports that must not be lost (a failure, node_done) are kept since the
 // round's assignment and sent again after the hello: the old server may have died before reading them. Other
 // messages (heartbeats, the live view, hang views) mean nothing without a server and are dropped meanwhile.
-// Not resumable: between rounds (a re-form was under way at the old server), before the first assignment, or
-// a server an agent hosts (that node's workers died with it): the loss ends the client as before.
+// Between rounds (a re-form was under way at the old server) there is no round to claim: the node comes back
+// with a plain hello once its workers are down (the agent's report_stopped, which the hello replaces), saying
+// the last round it ran (HelloMsg::after_round), and the restarted server gathers the next round from those
+// hellos, numbered after it (state_machine.cpp). Not resumable: before the first assignment, or a server an
+// agent hosts (that node's workers died with it): the loss ends the client as before.
 #pragma once
 
 #include <chrono>
@@ -32,10 +35,15 @@ class Reconnect {
   void on_challenge(bool resumable) { server_resumable_ = resumable; }
   // A round starts: its claim replaces the last one, and nothing of the last round is replayed.
   void on_assignment(const Assignment& a);
-  // A re-form: between rounds there is nothing to resume.
+  // A re-form: between rounds there is nothing to resume (the next server gathers the next round afresh).
   void on_restart_ordered();
   // Keeps a copy of a report the server must not miss; false when `message` is dropped while disconnected.
+  // A `stopped` report says this node's workers are down: a reconnection between rounds may now say hello.
   bool note_sent(const ClientMessage& message, const std::string& frame);
+  // Lost between rounds while this node's workers were still going down: the hello waits for report_stopped.
+  bool waiting_for_workers() const { return active_ && !round_ && !workers_down_; }
+  // While reconnecting between rounds: the last round this node ran, for the hello (nullopt otherwise).
+  std::optional<int> after_round() const;
 
   bool active() const { return active_; }  // lost, not yet resumed
   // A loss: true when the client should reconnect (deadline set on the first loss of an episode), false when
@@ -57,6 +65,8 @@ class Reconnect {
   std::chrono::milliseconds timeout_;
   bool server_resumable_ = false;
   std::optional<Assignment> round_;   // the round this node runs, while it runs
+  std::optional<int> last_round_;     // the last round this node was placed in (restart_count)
+  bool workers_down_ = true;          // false from an assignment until the report that its workers are down
   std::vector<std::string> replay_;   // failure / node_done frames of this round
   bool active_ = false;
   std::string lost_why_;

@@ -92,6 +92,7 @@ json to_json_value(const ClientMessage& message) {
           if (m.hosts_server) j["hosts_server"] = true;
           if (!m.cannot_join.empty()) j["cannot_join"] = m.cannot_join;
           if (m.resume) j["resume"] = resume_json(*m.resume);
+          if (m.after_round) j["after_round"] = *m.after_round;
           return j;
         } else if constexpr (std::is_same_v<T, HeartbeatMsg>) {
           return typed("heartbeat");

@@ -86,6 +86,9 @@ struct HelloMsg {
   std::string cannot_join;
   // Set: this node runs a round its server placed it in, and comes back to a restarted server (issue 19).
   std::optional<ResumeClaim> resume;
+  // Set: this node comes back to a restarted server between rounds (its server died during a re-form), its
+  // workers down; the last round it ran. The restarted server numbers the round it gathers after it.
+  std::optional<int> after_round;
 };
 struct HeartbeatMsg {};
 struct FailureMsg { Failure failure; };

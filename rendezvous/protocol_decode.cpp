@@ -203,6 +203,7 @@ ClientMessage decode_client_message(std::string_view payload) {
     m.hosts_server = get_bool(j, "hosts_server", false);
     m.cannot_join = get_optional_string(j, "cannot_join", kMaxMessageBytes);
     if (j.contains("resume")) m.resume = decode_resume(required(j, "resume"));
+    m.after_round = get_optional_int_in(j, "after_round", 0, kMaxRank);
     return m;
   }
   if (type == "failure") return FailureMsg{get_failure(j, "failure")};

@@ -205,6 +205,17 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
   }
   NodeEntry& stored = state.nodes.emplace(event.conn, std::move(node)).first->second;
   touch(state, stored, now);
+  // A node back from a server lost during a re-form (client_reconnect.hpp): the round gathered here goes on
+  // with the job's numbering (TORCHELASTIC_RESTART_COUNT), and counts the rounds before it as restarts used,
+  // as a round taken back does (state_machine_resume.cpp: what a node cannot tell is assumed).
+  if (hello.after_round && state.phase == Phase::kJoining && *hello.after_round >= state.restart_count) {
+    state.restart_count = *hello.after_round + 1;
+    state.failure_restarts = std::min(state.restart_count, state.config.max_restarts);
+    out.push_back(Log{LogLevel::kInfo, "host \"" + stored.host + "\" came back after round " +
+                                           std::to_string(*hello.after_round) + " (its server was lost while the " +
+                                           "job re-formed): the round gathered here is round " +
+                                           std::to_string(state.restart_count)});
+  }
 
   int joined = static_cast<int>(state.nodes.size());
   if (state.phase != Phase::kJoining) return admit_late_joiner(state, stored, now, out);

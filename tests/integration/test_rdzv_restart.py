@@ -206,6 +206,38 @@ class RendezvousRestart(MultiNodeCase):
         out, err = restarted.communicate(timeout=BOUND)
         self.assertIn(b"came back to round 0", restarted.seen + err)
 
+    def test_a_server_lost_while_the_job_re_forms_is_replaced_and_the_next_round_runs(self):
+        """--max-restarts 1: rank 1 exits 3, the job re-forms; rank 0 takes 3 s to exit on SIGTERM, and the server
+        is SIGKILLed meanwhile. The agents, between rounds, reconnect with a plain hello once their workers are
+        down (saying they ran round 0); the restarted server gathers round 1 from them, and it succeeds."""
+        marker = self.path("first-round-over")
+        steps = ["termexit=3", f"?{marker}:waitfile={self.go}", f"@1:?{marker}:exit=3", f"?{marker}:hang", "exit=0"]
+        server = self.server("--max-restarts", 1)
+        agents = [self.agent(n, *self.steps(*steps)) for n in "ab"]
+        self.wait_ready(2)
+        open(marker, "w").close()
+        shutil.rmtree(self.ready)
+        os.mkdir(self.ready)
+        self.release()
+        seen = [self.stderr_until(a, b"restarting the job", BOUND, why="no restart") for a in agents]
+        os.kill(server.pid, signal.SIGKILL)
+        server.communicate()
+        time.sleep(0.5)
+        restarted = self.server("--max-restarts", 1)
+        self.wait_ready(2)  # round 1's workers
+        results = self.wait_all(agents, timeout=BOUND)
+        for r, s in zip(results, seen):
+            self.assertEqual(r.code, 0, s + r.stderr)
+            self.assertIn(b"between rounds; reconnecting for up to 10.0 s to join the round after round 0", s + r.stderr)
+        # Rank 0's node was still taking its worker down (3 s) when the server died: its hello waited for that.
+        self.assertIn(b"round 0 once this node's workers are down", seen[0] + results[0].stderr)
+        for n in "ab":
+            self.assertEqual([e["restart_count"] for e in self.rendezvous_events(n)], [0, 1])
+        out, err = restarted.communicate(timeout=BOUND)
+        self.assertEqual(restarted.returncode, 0, err)
+        self.assertIn(b"came back after round 0 (its server was lost while the job re-formed): the round gathered "
+                      b"here is round 1", restarted.seen + err)
+
     def test_no_server_within_the_reconnect_timeout_ends_both_nodes(self):
         server = self.server()
         agents = [self.agent(n, *self.steps("hang"), reconnect=3) for n in "ab"]

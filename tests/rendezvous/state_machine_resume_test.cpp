@@ -216,6 +216,31 @@ TEST_CASE("an elastic job tells a node that comes back to a round it went on wit
   CHECK(state.phase == Phase::kRunning);
 }
 
+TEST_CASE("nodes back between rounds (their server lost during a re-form) make the next round, numbered on") {
+  JobConfig config = job(2, true);
+  config.max_restarts = 3;
+  RendezvousState state(config, at(0ms).steady);
+  Joiner j;
+  j.conn = 1;
+  j.node_rank = 0;
+  Hello first = hello(j);
+  first.hello.after_round = 1;
+  auto said = step(state, first, at(0ms));
+  CHECK(state.restart_count == 2);
+  bool logged = false;
+  for (const auto& log : find_all<Log>(said)) logged |= log.text.find("came back after round 1") != std::string::npos;
+  CHECK(logged);
+  j.conn = 2;
+  j.node_rank = 1;
+  j.host = "host1";
+  Hello second = hello(j);
+  second.hello.after_round = 0;  // an older number never lowers it
+  auto start = find_one<SendAssignments>(step(state, second, at(10ms)));
+  CHECK(start.round.restart_count == 2);
+  CHECK(state.failure_restarts == 2);  // the rounds before count as restarts used, as when a round is taken back
+  CHECK(state.phase == Phase::kRunning);
+}
+
 TEST_CASE("a node lost while the round is taken back frees its place for its own return") {
   RendezvousState state(job(2, false), at(0ms).steady);
   step(state, resume(1, 0, {2, 2}, 0, false), at(0ms));
