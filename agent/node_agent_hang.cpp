@@ -24,8 +24,10 @@ using nlohmann::json;
 
 namespace {
 // How long a node that found a hung worker waits for the rendezvous' verdict before it decides alone: the
-// server waits up to 10 s for the other nodes' views (rendezvous/state_machine_hang.cpp), then answers.
-constexpr std::chrono::seconds kHangVerdictLimit{15};
+// server waits up to 20 s for the other nodes' views (rendezvous/state_machine_hang.cpp), then answers. Also
+// what a hang costs when its inquiry is lost with a restarted ddprun-rendezvous: this node's own verdict then
+// reaches the others through the new server (the failure report is replayed after the resume hello).
+constexpr std::chrono::seconds kHangVerdictLimit{25};
 // Children of a hung worker whose stacks are captured too, at most (each costs a stack tool's run).
 constexpr std::size_t kChildrenCaptured = 8;
 }  // namespace

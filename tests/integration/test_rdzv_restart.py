@@ -83,10 +83,10 @@ class RendezvousRestart(MultiNodeCase):
         proc.seen = self.stderr_until(proc, f"listening on 127.0.0.1:{self.port}".encode(), BOUND, why="never listened")
         return proc
 
-    def agent(self, name, *steps, reconnect=10, nnodes="2"):
+    def agent(self, name, *steps, reconnect=10, nnodes="2", extra=()):
         proc = self.start("--nnodes", nnodes, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", RUN_ID,
                           "--rdzv-conf", "is_host=false", "--nproc-per-node", 1, "--rdzv-reconnect-timeout",
-                          reconnect, "--events-file", self.path(f"{name}.events"), WORKER, *steps)
+                          reconnect, "--events-file", self.path(f"{name}.events"), *extra, WORKER, *steps)
         self.agents.append(proc)
         return proc
 
@@ -237,6 +237,28 @@ class RendezvousRestart(MultiNodeCase):
         self.assertEqual(restarted.returncode, 0, err)
         self.assertIn(b"came back after round 0 (its server was lost while the job re-formed): the round gathered "
                       b"here is round 1", restarted.seen + err)
+
+    def test_a_hang_inquiry_lost_with_the_server_is_decided_by_the_node_that_found_it(self):
+        """--hang-timeout 2: rank 1 stops beating; its node captures and asks the server for the job-wide verdict,
+        and the server is SIGKILLed then (the inquiry dies with it) and restarted. The node decides alone once no
+        verdict came (25 s), and its report reaches the other node through the new server: 78 on both, rank 1
+        the root cause."""
+        server = self.server()
+        steps = ["@1:beat=0", "@1:hang", "beatfor=120:100", "exit=0"]
+        agents = [self.agent(n, *self.steps(*steps), extra=("--hang-timeout", 2), reconnect=30) for n in "ab"]
+        self.wait_ready(2)
+        self.release()
+        hung_node = 1 if self.rendezvous_events("b")[0]["rank_offset"] == 1 else 0
+        seen = self.stderr_until(agents[hung_node], b"stacks of every worker in", BOUND, why="no hang capture")
+        os.kill(server.pid, signal.SIGKILL)
+        server.communicate()
+        self.server()
+        results = self.wait_all(agents, timeout=25 + BOUND)
+        for r in results:
+            self.assertEqual(r.code, 78, r.stderr)
+            self.assertIn(b"root cause: rank 1 (local rank 0, node", r.stderr)
+        self.assertIn(b"no hang verdict from the rendezvous within 25 s: deciding on this node's workers alone",
+                      seen + results[hung_node].stderr)
 
     def test_no_server_within_the_reconnect_timeout_ends_both_nodes(self):
         server = self.server()
