@@ -75,6 +75,15 @@ bool drain(const sigset_t& interrupt) {
   return drained;
 }
 
+void settle(std::chrono::milliseconds limit) {
+  if (g_console == nullptr) return;
+  const auto until = std::chrono::steady_clock::now() + limit;
+  auto settled = [](WriteQueue* ch) { return ch->idle() || ch->stalled(); };
+  while (!(settled(g_console->out.get()) && settled(g_console->err.get())) &&
+         std::chrono::steady_clock::now() < until)
+    ::usleep(2000);
+}
+
 void abandon() {
   if (g_console == nullptr) return;
   g_console->out->abandon();

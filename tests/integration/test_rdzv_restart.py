@@ -249,16 +249,21 @@ class RendezvousRestart(MultiNodeCase):
         self.wait_ready(2)
         self.release()
         hung_node = 1 if self.rendezvous_events("b")[0]["rank_offset"] == 1 else 0
-        seen = self.stderr_until(agents[hung_node], b"stacks of every worker in", BOUND, why="no hang capture")
+        # Frozen as soon as the hang is found, before the capture ends and the view is sent: the server cannot
+        # answer the inquiry (on an idle machine the other node's view comes within milliseconds), then dies.
+        seen = self.stderr_until(agents[hung_node], b"hung: no heartbeat", BOUND, why="no hang found")
+        os.kill(server.pid, signal.SIGSTOP)
+        seen = self.stderr_until(agents[hung_node], b"stacks of every worker in", BOUND, seen, why="no capture")
         os.kill(server.pid, signal.SIGKILL)
         server.communicate()
         self.server()
         results = self.wait_all(agents, timeout=25 + BOUND)
-        for r in results:
-            self.assertEqual(r.code, 78, r.stderr)
-            self.assertIn(b"root cause: rank 1 (local rank 0, node", r.stderr)
+        texts = [r.stderr if i != hung_node else seen + r.stderr for i, r in enumerate(results)]
+        for r, text in zip(results, texts):
+            self.assertEqual(r.code, 78, text)
+            self.assertIn(b"root cause: rank 1 (local rank 0, node", text)
         self.assertIn(b"no hang verdict from the rendezvous within 25 s: deciding on this node's workers alone",
-                      seen + results[hung_node].stderr)
+                      texts[hung_node])
 
     def test_no_server_within_the_reconnect_timeout_ends_both_nodes(self):
         server = self.server()
