@@ -173,12 +173,11 @@ void Client::Impl::on_challenge(const ChallengeMsg& challenge) {
   hello.after_round = reconnect_.after_round();
   hello_sent_ = true;
   outbox_.push_back(encode_frame(encode(ClientMessage{hello}), config_.max_frame_bytes));
-  if (hello.after_round)  // a heartbeat at once: its answer ends the reconnection (nothing else comes before the round)
+  // Back after a loss: a heartbeat at once, whose answer says the server took us back (or, between rounds, that
+  // it heard us: nothing else comes before the next round), without waiting for the heartbeat interval.
+  if (hello.resume || hello.after_round)
     outbox_.push_back(encode_frame(encode(ClientMessage{HeartbeatMsg{}}), config_.max_frame_bytes));
-  if (hello.resume) {  // a heartbeat at once: its answer says the server took us back, without waiting 1 s
-    outbox_.push_back(encode_frame(encode(ClientMessage{HeartbeatMsg{}}), config_.max_frame_bytes));
-    outbox_.insert(outbox_.end(), reconnect_.replay().begin(), reconnect_.replay().end());
-  }
+  if (hello.resume) outbox_.insert(outbox_.end(), reconnect_.replay().begin(), reconnect_.replay().end());
   for (auto& frame : pending_) outbox_.push_back(std::move(frame));
   pending_.clear();
   if (!writing_) write_next();
