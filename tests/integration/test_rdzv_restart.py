@@ -211,9 +211,11 @@ class RendezvousRestart(MultiNodeCase):
         is SIGKILLed meanwhile. The agents, between rounds, reconnect with a plain hello once their workers are
         down (saying they ran round 0); the restarted server gathers round 1 from them, and it succeeds."""
         marker = self.path("first-round-over")
-        steps = ["termexit=3", f"?{marker}:waitfile={self.go}", f"@1:?{marker}:exit=3", f"?{marker}:hang", "exit=0"]
+        # termexit first, before the ready file the test waits for: a SIGTERM that came before it would kill rank 0
+        # at once, and the old server could then start round 1 before it is killed.
+        steps = ["termexit=3", *self.steps(f"@1:?{marker}:exit=3", f"?{marker}:hang", "exit=0")]
         server = self.server("--max-restarts", 1)
-        agents = [self.agent(n, *self.steps(*steps)) for n in "ab"]
+        agents = [self.agent(n, *steps) for n in "ab"]
         self.wait_ready(2)
         open(marker, "w").close()
         shutil.rmtree(self.ready)
@@ -230,7 +232,8 @@ class RendezvousRestart(MultiNodeCase):
             self.assertEqual(r.code, 0, s + r.stderr)
             self.assertIn(b"between rounds; reconnecting for up to 10.0 s to join the round after round 0", s + r.stderr)
         # Rank 0's node was still taking its worker down (3 s) when the server died: its hello waited for that.
-        self.assertIn(b"round 0 once this node's workers are down", seen[0] + results[0].stderr)
+        slow = [self.rendezvous_events(n)[0]["rank_offset"] for n in "ab"].index(0)
+        self.assertIn(b"round 0 once this node's workers are down", seen[slow] + results[slow].stderr)
         for n in "ab":
             self.assertEqual([e["restart_count"] for e in self.rendezvous_events(n)], [0, 1])
         out, err = restarted.communicate(timeout=BOUND)
@@ -240,20 +243,20 @@ class RendezvousRestart(MultiNodeCase):
 
     def test_a_hang_inquiry_lost_with_the_server_is_decided_by_the_node_that_found_it(self):
         """--hang-timeout 2: rank 1 stops beating; its node captures and asks the server for the job-wide verdict,
-        and the server is SIGKILLed then (the inquiry dies with it) and restarted. The node decides alone once no
+        but the server was frozen just before and is SIGKILLed after the capture (the inquiry dies with it), then
+        restarted. The node decides alone once no
         verdict came (25 s), and its report reaches the other node through the new server: 78 on both, rank 1
         the root cause."""
         server = self.server()
         steps = ["@1:beat=0", "@1:hang", "beatfor=120:100", "exit=0"]
         agents = [self.agent(n, *self.steps(*steps), extra=("--hang-timeout", 2), reconnect=30) for n in "ab"]
         self.wait_ready(2)
-        self.release()
         hung_node = 1 if self.rendezvous_events("b")[0]["rank_offset"] == 1 else 0
-        # Frozen as soon as the hang is found, before the capture ends and the view is sent: the server cannot
-        # answer the inquiry (on an idle machine the other node's view comes within milliseconds), then dies.
-        seen = self.stderr_until(agents[hung_node], b"hung: no heartbeat", BOUND, why="no hang found")
+        # Frozen before the hang, so that it can never answer the inquiry (the whole inquiry takes milliseconds
+        # on an idle machine); the agents take its silence for a loss and reconnect. It dies after the capture.
         os.kill(server.pid, signal.SIGSTOP)
-        seen = self.stderr_until(agents[hung_node], b"stacks of every worker in", BOUND, seen, why="no capture")
+        self.release()
+        seen = self.stderr_until(agents[hung_node], b"stacks of every worker in", BOUND, why="no capture")
         os.kill(server.pid, signal.SIGKILL)
         server.communicate()
         self.server()
