@@ -33,10 +33,6 @@ namespace {
 namespace asio = boost::asio;
 using nlohmann::json;
 
-// Before the summary: how long the console's writer threads get to try the lines still queued (a reader gone
-// shows at the first try; a stalled one after 100 ms: WriteQueue::stalled), so the summary counts what it lost.
-constexpr std::chrono::milliseconds kConsoleSettleLimit{250};
-
 // The signals the agent answers on its loop: stop signals (teardown), notices (forwarded) and job control
 // (Ctrl-Z pauses the whole job, fg resumes it: suspend_job, resume_job).
 sigset_t job_signals() {
@@ -126,7 +122,7 @@ int NodeAgent::run() {
   // The job signals are still blocked (the signalfd never unblocks them): a SIGUSR1 or SIGTERM arriving now
   // (a scheduler's notice racing the job's end) is held and discarded at exit, not the job's exit code.
 
-  console::settle(kConsoleSettleLimit);  // a console that broke on the last lines counts them in the summary
+  console::settle();  // a console that broke on the last lines counts them in the summary
   const SummaryContext ctx = summary_context();
   int code = policy_.exit_code();
   if (code != 0 || !ctx.output_losses.empty()) {

@@ -97,7 +97,7 @@ void StackCapture::start(std::vector<CaptureTarget> targets, std::string out_pat
       if (tools_[i].running) notes_[i] += "(the stack tool did not finish in time: cut short)\n";
     // A dump still being written keeps the capture open until its own deadline; Python's stacks are asked
     // for once the killed tools are reaped, and the poll ends the capture when the dumps are whole.
-    if (!nccl_dumps_settled()) return;
+    if (!nccl_dumps_settled(/*take_look=*/false)) return;
     finish();
   });
   ask_nccl_dumps();
@@ -218,7 +218,7 @@ void StackCapture::poll_outputs() {
   }
   // The dumps: until each is whole. Torch reads its FIFO once a second and then pickles its ring buffer, so
   // they get their own deadline (dump_limit), not Python's second.
-  const bool dumps_settled = nccl_dumps_settled();
+  const bool dumps_settled = nccl_dumps_settled(/*take_look=*/true);
   if (dumps_settled && (python_settled || std::chrono::steady_clock::now() >= python_until_)) return finish();
   poll_.expires_after(kPythonPoll);
   poll_.async_wait([this](const boost::system::error_code& ec) {
@@ -226,13 +226,13 @@ void StackCapture::poll_outputs() {
   });
 }
 
-bool StackCapture::nccl_dumps_settled() {
+bool StackCapture::nccl_dumps_settled(bool take_look) {
   bool all = true;
   for (std::size_t i = 0; i < targets_.size(); ++i) {
     if (nccl_wait_[i] != DumpWait::kWaiting) continue;
     const FileMark now = file_mark(targets_[i].nccl_dump);
     if (!dump_settled(nccl_before_[i], nccl_last_[i], now)) all = false;
-    nccl_last_[i] = now;
+    if (take_look) nccl_last_[i] = now;
   }
   return all;
 }

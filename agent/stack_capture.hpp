@@ -84,7 +84,9 @@ class StackCapture {
   void ask_nccl_dumps();
   void ask_python();
   void poll_outputs();
-  bool nccl_dumps_settled();
+  // Every awaited dump written since the ask and unchanged since the poll's last look; `take_look`: this is the
+  // poll's next look (only poll_outputs takes them, 20 ms apart, so that "unchanged" means the same thing).
+  bool nccl_dumps_settled(bool take_look);
   std::string nccl_dump_note(std::size_t i) const;
   void finish();
   void kill_tools();

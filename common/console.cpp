@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 
 #include "common/log.hpp"
 #include "common/write_queue.hpp"
@@ -75,9 +76,9 @@ bool drain(const sigset_t& interrupt) {
   return drained;
 }
 
-void settle(std::chrono::milliseconds limit) {
+void settle() {
   if (g_console == nullptr) return;
-  const auto until = std::chrono::steady_clock::now() + limit;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
   auto settled = [](WriteQueue* ch) { return ch->idle() || ch->stalled(); };
   while (!(settled(g_console->out.get()) && settled(g_console->err.get())) &&
          std::chrono::steady_clock::now() < until)

@@ -13,7 +13,6 @@
 // - Before `start` (command-line errors, set-up) writes go straight to the fd, blocking, as any program's.
 #pragma once
 
-#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <functional>
@@ -45,11 +44,11 @@ bool congested(int fd);
 // (blocked by the caller) arrives. Returns false when interrupted: what is left is then abandoned and
 // counted lost. Used once at exit, after the job's outcome is settled.
 bool drain(const sigset_t& interrupt);
-// Gives the writer threads at most `limit` to act on what they hold: returns once every channel has written
-// it, broke on it (EPIPE: its loss is counted) or waits on a stalled reader. Used before the summary, so that
-// the lines it counts lost include those the writer had not tried yet (the writer thread may not have run since
-// the last workers' lines were queued); never waits longer than `limit` on a reader.
-void settle(std::chrono::milliseconds limit);
+// Gives the writer threads at most 250 ms to act on what they hold: returns once every channel has written it,
+// broke on it (EPIPE: its loss is counted) or waits on a stalled reader (WriteQueue::stalled: 100 ms). Used at
+// exit, after the agent's loop has stopped, before the summary, so that the lines it counts lost include those
+// the writer had not tried yet (the writer thread may not have run since the last workers' lines were queued).
+void settle();
 // Drops what is queued and everything written later (counted lost): the user stopped waiting for it.
 void abandon();
 // The same, for the channels whose reader stalls (congested, or a write waiting on it); healthy ones go on.

@@ -22,6 +22,14 @@ Assignment round_number(int restart_count) {
 }
 
 ddprun::Logger quiet(ddprun::LogLevel::kOff, "test", "");
+
+// A client of a resumable server (10 s to come back) that was placed in round `restart_count`.
+Reconnect placed_in(int restart_count) {
+  Reconnect r(10s);
+  r.on_challenge(true);
+  r.on_assignment(round_number(restart_count));
+  return r;
+}
 }  // namespace
 
 TEST_SUITE("client reconnect") {
@@ -40,9 +48,7 @@ TEST_SUITE("client reconnect") {
   }
 
   TEST_CASE("lost while the round runs: the hello claims it at once") {
-    Reconnect r(10s);
-    r.on_challenge(true);
-    r.on_assignment(round_number(3));
+    Reconnect r = placed_in(3);
     REQUIRE(r.on_lost("connection closed", "x:1", quiet));
     REQUIRE(r.claim().has_value());
     CHECK(r.claim()->restart_count == 3);
@@ -51,9 +57,7 @@ TEST_SUITE("client reconnect") {
   }
 
   TEST_CASE("lost between rounds with the workers down: a plain hello at once, after the last round") {
-    Reconnect r(10s);
-    r.on_challenge(true);
-    r.on_assignment(round_number(2));
+    Reconnect r = placed_in(2);
     r.on_restart_ordered();
     CHECK(r.note_sent(StoppedMsg{}, "frame"));  // connected: sent
     REQUIRE(r.on_lost("connection closed", "x:1", quiet));
@@ -63,9 +67,7 @@ TEST_SUITE("client reconnect") {
   }
 
   TEST_CASE("lost between rounds while the workers go down: the hello waits for 'stopped', which it replaces") {
-    Reconnect r(10s);
-    r.on_challenge(true);
-    r.on_assignment(round_number(0));
+    Reconnect r = placed_in(0);
     r.on_restart_ordered();
     REQUIRE(r.on_lost("connection closed", "x:1", quiet));
     CHECK(r.waiting_for_workers());
@@ -78,9 +80,7 @@ TEST_SUITE("client reconnect") {
   }
 
   TEST_CASE("told it was dropped while reconnecting: nothing of the round is kept") {
-    Reconnect r(10s);
-    r.on_challenge(true);
-    r.on_assignment(round_number(1));
+    Reconnect r = placed_in(1);
     CHECK(r.note_sent(FailureMsg{}, "failure-frame"));
     REQUIRE(r.on_lost("connection closed", "x:1", quiet));
     CHECK(r.replay().size() == 1);
