@@ -602,6 +602,31 @@ class ElasticEdges(ElasticCase):
                        if r["TORCHELASTIC_RESTART_COUNT"] == 2)
         self.assertEqual(final, list(range(6)))
 
+    def test_a_dropped_node_told_to_stop_as_it_wakes_does_not_rejoin(self):
+        """As above, but SIGTERM reaches the frozen agent together with SIGCONT: it ends its stale workers and
+        ends itself (143) instead of joining again; the other two finish their round without it."""
+        a = self.host_agent("1:3", *self.waiting(), name="a", max_restarts=1)
+        b = self.agent("1:3", *self.waiting(), name="b", max_restarts=1)
+        c = self.agent("1:3", *self.waiting(), name="c", max_restarts=1)
+        self.wait_ready(range(6))
+        offset = self.rounds("c")[0].rank_offset
+        stale = self.worker_pids([offset, offset + 1])
+        self.clear_ready()
+        os.kill(c.pid, signal.SIGSTOP)
+        try:
+            self.wait_ready(range(4))
+        finally:
+            os.kill(c.pid, signal.SIGTERM)  # pending while stopped: delivered as it wakes
+            os.kill(c.pid, signal.SIGCONT)
+        res_c = self.wait_all([c])[0]
+        self.assertEqual(res_c.code, 128 + signal.SIGTERM, res_c)
+        self.assertNotIn("INFO: joining the job again as a new node", res_c.stderr.decode(), res_c)
+        self.assert_gone_within(stale, BOUND)
+        results = self.release_all_ok([a, b], names="ab")
+        for n in "ab":
+            self.assertEqual(self.worlds(n), [(0, 3, 6), (1, 2, 4)], (n, results[n]))
+        self.assertEqual(self.worlds("c"), [(0, 3, 6)])
+
     def test_a_joiner_with_another_worker_count_gets_the_prefix_sum_ranks(self):
         a = self.host_agent("1:3", *self.waiting(), name="a", last_call=LAST_CALL)
         b = self.agent("1:3", *self.waiting(), name="b", nproc=1, last_call=LAST_CALL)

@@ -228,6 +228,30 @@ TEST_CASE("a resume hello carries the round this node runs, bounded and consiste
   CHECK_THROWS_AS(decode_client_message(j.dump()), ProtocolError);
 }
 
+TEST_CASE("a hello back between rounds says the last round; a stop may invite a dropped node back") {
+  HelloMsg hello;
+  hello.run_id = "r";
+  hello.mac = "ab";
+  hello.nproc = 1;
+  hello.host = "h";
+  hello.master_port = 1;
+  CHECK_FALSE(std::get<HelloMsg>(decode_client_message(encode(ClientMessage{hello}))).after_round);
+  hello.after_round = 4;
+  const std::string payload = encode(ClientMessage{hello});
+  CHECK(std::get<HelloMsg>(decode_client_message(payload)).after_round == 4);
+  auto with = [&](nlohmann::json value) {
+    auto j = nlohmann::json::parse(payload);
+    j["after_round"] = std::move(value);
+    return j.dump();
+  };
+  CHECK_THROWS_AS(decode_client_message(with(-1)), ProtocolError);
+  CHECK_THROWS_AS(decode_client_message(with("4")), ProtocolError);
+  StopMsg stop{sample_failure(), "dropped", false, false, true};
+  CHECK(std::get<StopMsg>(decode_server_message(encode(ServerMessage{stop}))).rejoin);
+  stop.rejoin = false;
+  CHECK_FALSE(std::get<StopMsg>(decode_server_message(encode(ServerMessage{stop}))).rejoin);
+}
+
 TEST_CASE("a challenge says whether its server may be restarted under a running job") {
   ChallengeMsg challenge;
   challenge.nonce = "00ff";
