@@ -43,7 +43,7 @@ struct Family {
   const char* help;
 };
 
-constexpr Family kRankState{"ddprun_rank_state", "1 for the state each rank is in (starting, running, stopping, hung, exited, failed)"};
+constexpr Family kRankState{"ddprun_rank_state", "1 for the state each rank is in (starting, running, slow, stopping, hung, exited, failed)"};
 constexpr Family kStep{"ddprun_rank_step", "the step of the rank's last heartbeat"};
 constexpr Family kRate{"ddprun_rank_steps_per_second", "the rank's steps per second over the last minute"};
 constexpr Family kBeatAge{"ddprun_rank_last_beat_age_seconds", "seconds since the rank's last heartbeat"};

@@ -113,7 +113,8 @@ NodeStatus NodeAgent::sample_status(bool remember) {
       const Beat beat = heartbeats_.read(w.local_rank);
       if (beat.ever() && running) {
         if (beat.step >= 0) r.step = beat.step;
-        r.beat_age_s = static_cast<double>(now_ns - beat.time_ns) / 1e9;
+        // A beat written after now_ns was read is 0 s old, not -0.001 s.
+        r.beat_age_s = static_cast<double>(std::max<std::int64_t>(0, now_ns - beat.time_ns)) / 1e9;
         if (beat.step >= 0 && remember) status_rates_.add(w.rank, w.pid, now_ns, beat.step, beat.work_ns);
       }
       if (running) r.steps_per_s = status_rates_.rate(w.rank);
@@ -134,7 +135,8 @@ NodeStatus NodeAgent::sample_status(bool remember) {
     // Under --hang-timeout the workers beat (the user said so): until the first beat a rank is starting. A
     // program that never beats is running from its start.
     else if (config_.hang_timeout.count() > 0 && !r.beat_age_s) r.state = "starting";
-    else r.state = "running";
+    // One word for the table, --json and the textfile alike (the table used to make "slow" of the flag).
+    else r.state = r.straggler ? "slow" : "running";
     s.ranks.push_back(std::move(r));
   }
   if (remember) {

@@ -99,7 +99,9 @@ std::string render_job(const json& job, std::int64_t now_ms) {
       const std::string beat = fixed(r.value("beat_age_s", json()), 1);
       const std::string work = fixed(r.value("work_per_step_s", json()), 3);
       // A named straggler is running, slowly: the one word that makes it stand out in the column.
-      const std::string state = r.value("straggler", false) ? "slow" : text(r.value("state", json()));
+      // The agent's word (an older agent said "running" and the flag: shown as "slow" too).
+      std::string state = text(r.value("state", json()));
+      if (state == "running" && r.value("straggler", false)) state = "slow";
       rank_rows.push_back({integer(r.value("rank", json())), node, host, integer(r.value("pid", json())), state,
                            integer(r.value("step", json())), fixed(r.value("steps_per_s", json()), 2),
                            work.empty() ? "" : work + "s", beat.empty() ? "" : beat + "s",

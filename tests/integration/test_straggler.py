@@ -90,6 +90,7 @@ class Stragglers(MultiNodeCase):
             self.assertEqual([s["rank"] for s in job["stragglers"]], [3], job)
             ranks = {r["rank"]: r for n in job["nodes"] for r in n["ranks"]}
             self.assertTrue(ranks[3]["straggler"], ranks)
+            self.assertEqual(ranks[3]["state"], "slow", ranks)  # --json says what the table says
             self.assertFalse(ranks[0]["straggler"] or ranks[1]["straggler"] or ranks[2]["straggler"], ranks)
         table = subprocess.run([STATUS, "--run-id", "slowjob"], env=self.env, capture_output=True, text=True,
                                timeout=20).stdout

@@ -44,3 +44,16 @@ TEST_CASE("sizes and ages for people") {
   CHECK(human_age(59'999) == "00:00:59");
   CHECK(human_age(90'061'000) == "1d 01:01:01");
 }
+
+// Issue 32: a named straggler that then stopped beating and was found hung showed "slow" (the flag won).
+TEST_CASE("the agent's state is shown as it is: a hung straggler is hung, a slow one slow") {
+  auto job_with = [](const char* state) {
+    const json rank = {{"rank", 1}, {"local_rank", 1}, {"pid", 200}, {"state", state}, {"step", 7},
+                       {"steps_per_s", nullptr}, {"beat_age_s", 31.0}, {"cpu_percent", nullptr},
+                       {"rss_bytes", nullptr}, {"straggler", true}};
+    return json{{"complete", true},
+                {"nodes", {{{"node_rank", 0}, {"host", "n1"}, {"state", "running"}, {"age_ms", 0}, {"ranks", {rank}}}}}};
+  };
+  CHECK(render_job(job_with("hung"), 1000).find("\n1     0     n1    200  hung ") != std::string::npos);
+  CHECK(render_job(job_with("slow"), 1000).find("\n1     0     n1    200  slow ") != std::string::npos);
+}
