@@ -6,6 +6,10 @@
 //     it is hung once that long has passed since `started_ns` without a first beat;
 //   - a worker whose last beat is `timeout` old or older is hung, unless it declared a quiet phase that has
 //     not ended yet (an evaluation, a checkpoint: "silent for at most T from now"); past its end, it is;
+//   - a worker the job-wide inquiry found waiting for another rank's quiet phase is exempt until that phase's
+//     bound (exempt_until_ns);
+//   - while a quiet phase or an exemption holds a deadline beyond the last beat's, the timer looks again
+//     within the discovery period: the phase may end early, and its closing beat's deadline is sooner;
 //   - a beat time in the future counts as "now" (a worker writing another clock than CLOCK_MONOTONIC:
 //     it is never found hung, which is why the README names the clock);
 //   - the one agent timer is armed for the earliest deadline among the beating workers, and at most
@@ -28,6 +32,9 @@ struct WatchedWorker {
   int local_rank = 0;
   Beat beat;
   std::int64_t started_ns = 0;  // CLOCK_MONOTONIC; for the initial timeout
+  // Not judged before this (CLOCK_MONOTONIC; 0: none): the job-wide inquiry found this worker waiting for a
+  // rank that declared a quiet phase (a save on rank 0 while the others wait in a barrier).
+  std::int64_t exempt_until_ns = 0;
 };
 
 struct HangCheck {
@@ -44,7 +51,13 @@ std::int64_t discovery_period_ns(std::int64_t timeout_ns);
 // The torch.distributed call a Python worker's stacks (faulthandler's text, most recent call first) show it
 // in: the function of the innermost frame in distributed_c10d.py ("all_reduce", "barrier"), "" when none. The
 // hang verdict compares it across ranks (rendezvous/hang_verdict.hpp).
+// A thread whose innermost frame is inside torch.autograd's backward gives "backward": with DDP that is the
+// reducer's gradient all-reduce, the README loop's waiting ranks.
 std::string torch_collective_in(const std::string& python_stacks);
+
+// The same from a worker's native stacks (eu-stack or gdb text), for a C++ worker with no Python stacks:
+// "gloo", "nccl" or "backward" (DDP's reducer) when some thread waits for the other ranks; "" when none does.
+std::string native_collective_in(const std::string& native_stacks);
 
 }  // namespace ddprun::agent
 

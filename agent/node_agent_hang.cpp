@@ -39,7 +39,9 @@ void NodeAgent::arm_hang_watch() {
     if (w.state == WorkerState::kRunning && w.pid > 0) {
       Beat beat = heartbeats_.read(w.local_rank);
       if (beat.ever()) beat.time_ns = std::max(beat.time_ns, hang_pause_end_ns_);
-      running.push_back({w.local_rank, beat, std::max(round_started_ns_, hang_pause_end_ns_)});
+      const auto exempt = hang_exempt_until_ns_.find(w.local_rank);
+      running.push_back({w.local_rank, beat, std::max(round_started_ns_, hang_pause_end_ns_),
+                         exempt == hang_exempt_until_ns_.end() ? 0 : exempt->second});
     }
   const std::int64_t now = monotonic_ns();
   const HangCheck check = check_hangs(running, config_.hang_timeout.count() * 1'000'000, now,
@@ -58,6 +60,15 @@ void NodeAgent::arm_hang_watch() {
   });
 }
 
+// The one truth of "silent since" (issue 31): the worker's last beat as it happened (CLOCK_MONOTONIC), or the
+// round's start for one that never beat. The log, the `hung` event, the view the verdict reads (and so the
+// summary) and the live view all say this; a pause of the whole job moves only *when* a worker is judged
+// (arm_hang_watch), never the time of its last beat.
+std::int64_t NodeAgent::silent_since_ns(int local_rank) const {
+  const Beat b = heartbeats_.read(local_rank);
+  return b.ever() ? b.time_ns : round_started_ns_;
+}
+
 // Workers are being judged: the round runs, nothing stopped it, no capture is under way.
 bool NodeAgent::hang_watch_applies() const {
   return lifecycle_.workers_started() && policy_.phase() == Phase::kRunning && !capture_.active();
@@ -74,11 +85,7 @@ void NodeAgent::restart_hang_watch_after_pause() {
 void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {
   // The one silent longest stopped first: this node's candidate when it must decide alone (one that never
   // beat counts from the round's start). The job-wide verdict is the rendezvous' (rendezvous/hang_verdict.hpp).
-  auto silent_since = [&](int lr) {
-    const Beat b = heartbeats_.read(lr);
-    return b.ever() ? b.time_ns : std::max(round_started_ns_, hang_pause_end_ns_);
-  };
-  std::sort(hung.begin(), hung.end(), [&](int a, int b) { return silent_since(a) < silent_since(b); });
+  std::sort(hung.begin(), hung.end(), [&](int a, int b) { return silent_since_ns(a) < silent_since_ns(b); });
   const std::int64_t now_ms = unix_ms();
   hung_.clear();
   for (int lr : hung) {
@@ -88,7 +95,7 @@ void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {
     h.local_rank = lr;
     h.step = beat.step;
     h.never_beat = !beat.ever();
-    h.silent_ms = std::max<std::int64_t>(0, (now_ns - silent_since(lr)) / 1'000'000);
+    h.silent_ms = std::max<std::int64_t>(0, (now_ns - silent_since_ns(lr)) / 1'000'000);
     h.last_beat_ms = now_ms - h.silent_ms;
     hung_.push_back(h);
     if (h.never_beat)
@@ -125,6 +132,14 @@ void NodeAgent::on_capture_requested() {
 // silence was noticed, so the stacks of all of them are the evidence.
 void NodeAgent::start_job_capture() {
   std::vector<CaptureTarget> targets;
+  // Stopped (SIGSTOP, a debugger) before the stack tools attach and stop everything themselves.
+  stopped_at_capture_.clear();
+  for (const WorkerRecord& w : policy_.workers()) {
+    process::ProcStat st;
+    if (w.state == WorkerState::kRunning && w.pid > 0 &&
+        process::read_proc_stat(std::to_string(w.pid).c_str(), st) && st.state == 'T')
+      stopped_at_capture_.insert(w.local_rank);
+  }
   auto add = [&](const WorkerRecord& w) {
     const FlightRecorderFiles fr = flight_recorder_files(config_.base_env, flight_recorder_prefix(w.local_rank), w.rank);
     targets.push_back({w.rank, w.local_rank, w.pid, stacks_file(w.local_rank), fr.pipe, fr.dump, fr.dump_is_ours,
@@ -202,14 +217,18 @@ rdzv::HangViewMsg NodeAgent::hang_view() const {
     r.pid = w.pid;
     r.step = beat.ever() ? beat.step : -1;
     r.never_beat = !beat.ever();
-    const std::int64_t since = beat.ever() ? std::max(beat.time_ns, hang_pause_end_ns_)
-                                           : std::max(round_started_ns_, hang_pause_end_ns_);
-    r.silent_ms = std::max<std::int64_t>(0, (now_ns - since) / 1'000'000);
+    r.silent_ms = std::max<std::int64_t>(0, (now_ns - silent_since_ns(w.local_rank)) / 1'000'000);
     r.quiet = beat.quiet_until_ns > now_ns;
-    // The file is in the private work tree on a local disk (never --log-dir): read on the loop, it is small.
+    if (r.quiet) r.quiet_left_ms = std::max<std::int64_t>(1, (beat.quiet_until_ns - now_ns) / 1'000'000);
+    r.stopped = stopped_at_capture_.count(w.local_rank) > 0;
+    // The files are in the private work tree on a local disk (never --log-dir): read on the loop, they are small.
     if (const std::string py = read_file(stacks_file(w.local_rank)); !py.empty()) {
       r.python_stack = true;
       r.collective = torch_collective_in(py);
+    } else if (const std::string native = capture_.native_stacks(w.pid); !native.empty()) {
+      // A C++ worker (the SDK): its native frames say whether it waits for the other ranks.
+      r.python_stack = true;
+      r.collective = native_collective_in(native);
     }
     r.hung = found_hung(w.local_rank);
     view.ranks.push_back(r);
@@ -234,6 +253,20 @@ void NodeAgent::decide_hang_locally() {
 // with SIGKILL at once (it may never act on SIGTERM) and recorded as hung; the rest go down as ordered.
 void NodeAgent::on_hang_verdict(const rdzv::Failure& root_cause) {
   hang_verdict_timer_.cancel();
+  hang_exempt_until_ns_.clear();
+  if (rdzv::is_hang(root_cause) && root_cause.unsure && lifecycle_.workers_started()) {
+    // The verdict could not tell which rank holds the others: every silent worker here goes with SIGKILL (a
+    // hung one may never act on SIGTERM), the others as ordered.
+    Decision d;
+    const std::int64_t now_ns = monotonic_ns();
+    for (const WorkerRecord& w : policy_.workers())
+      if (w.state == WorkerState::kRunning && w.pid > 0 &&
+          now_ns - silent_since_ns(w.local_rank) >= config_.hang_timeout.count() * 1'000'000) {
+        process::signal_group(w.pid, SIGKILL);
+        if (const Decision one = policy_.on_hung(w.local_rank, unix_ms()); one.teardown_began) d = one;
+      }
+    return apply(d, "hung");
+  }
   if (!rdzv::is_hang(root_cause) || root_cause.node_rank != world_.node_rank || root_cause.local_rank < 0 ||
       root_cause.local_rank >= world_.local_world_size || !lifecycle_.workers_started())
     return;
@@ -242,6 +275,29 @@ void NodeAgent::on_hang_verdict(const rdzv::Failure& root_cause) {
   const Decision d = policy_.on_hung(root_cause.local_rank, unix_ms());
   process::signal_group(w.pid, SIGKILL);
   apply(d, "hung");
+}
+
+// The inquiry found a declared quiet phase (a save on rank 0 while the others wait in a barrier or in the next
+// backward): nobody is hung. The silent workers here are left alone for the longest bound still running; a
+// phase that ends sooner beats, and everyone is judged by their beats again (agent/hang_watch.hpp).
+void NodeAgent::on_hang_deferred(const rdzv::HangDeferredMsg& m) {
+  hang_verdict_timer_.cancel();
+  hung_.clear();
+  hang_view_suspect_ = false;
+  const std::int64_t now_ns = monotonic_ns();
+  const std::int64_t until = now_ns + m.wait_ms * 1'000'000;
+  for (const WorkerRecord& w : policy_.workers())
+    if (w.state == WorkerState::kRunning && w.pid > 0 && heartbeats_.read(w.local_rank).quiet_until_ns <= now_ns)
+      hang_exempt_until_ns_[w.local_rank] = until;
+  log_.warning(rdzv::rank_list(m.quiet_ranks), " inside a declared quiet phase (up to ", m.wait_ms / 1000.0,
+               " s more): the ranks silent beside ", m.quiet_ranks.size() == 1 ? "it" : "them",
+               " wait for ", m.quiet_ranks.size() == 1 ? "it" : "them", ", and are not hung");
+  events_.write(json{{"event", "hang_deferred"}, {"time_ms", unix_ms()}, {"quiet_ranks", m.quiet_ranks},
+                     {"wait_ms", m.wait_ms}});
+  if (hang_watch_applies()) {
+    hang_timer_.cancel();
+    arm_hang_watch();
+  }
 }
 
 void NodeAgent::report_hang(const HungWorker& h) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -105,6 +106,8 @@ class NodeAgent {
   bool found_hung(int local_rank) const;  // by this node's own hang watch, in the capture under way
   void decide_hang_locally();
   void on_hang_verdict(const rendezvous::Failure& root_cause);
+  void on_hang_deferred(const rendezvous::HangDeferredMsg& m);
+  std::int64_t silent_since_ns(int local_rank) const;
   void report_hang(const HungWorker& h);
   std::string hang_stacks_file() const;
   std::string stacks_file(int local_rank) const;
@@ -204,6 +207,9 @@ class NodeAgent {
   std::vector<NcclDump> nccl_dumps_;  // written by the hang captures of the run, for the summary
   bool announcing_start_failure_ = false;  // link_.announce_start_failure runs: a stop signal ends it
   bool hang_view_suspect_ = false;  // the capture under way is for a hang found here (else: asked by the server)
+  std::set<int> stopped_at_capture_;  // local ranks whose process was stopped as the capture began
+  // Local rank → not judged before (CLOCK_MONOTONIC): waiting for a rank's declared quiet phase (hang_deferred).
+  std::map<int, std::int64_t> hang_exempt_until_ns_;
   boost::asio::steady_timer hang_verdict_timer_;  // bounds the wait for the rendezvous' verdict
   // The live view (node_agent_status.cpp).
   boost::asio::steady_timer status_timer_;

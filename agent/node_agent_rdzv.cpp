@@ -61,7 +61,8 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
       [this](bool back, const std::string& text) {
         events_.write(back ? json{{"event", "rendezvous_resumed"}, {"time_ms", unix_ms()}, {"server", text}}
                            : json{{"event", "rendezvous_lost"}, {"time_ms", unix_ms()}, {"why", text}});
-      }};
+      },
+      [this](const rdzv::HangDeferredMsg& m) { on_hang_deferred(m); }};
 }
 
 // This node cannot take part (link_.start failed): nothing was started. The other nodes of the job would wait

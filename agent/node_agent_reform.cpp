@@ -79,6 +79,8 @@ void NodeAgent::take_reform_assignment() {
   }
   lifecycle_.on_reformed();
   round_started_ns_ = now_ns;
+  hang_exempt_until_ns_.clear();
+  hung_.clear();
   status_rates_ = RateHistory();  // paces by rank: the ranks changed
   const World& w = world_;
   log_.info("re-formed in place: ranks ", w.rank_offset, "-", w.rank_offset + w.local_world_size - 1, " of ",

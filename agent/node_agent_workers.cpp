@@ -55,6 +55,8 @@ void NodeAgent::start_workers() {
   workers_attempt_ = w.restart_count;
   reforms_announced_ = 0;
   round_started_ns_ = monotonic_ns();
+  hang_exempt_until_ns_.clear();
+  hung_.clear();  // the last round's hung ranks: the live view must not show this round's as hung
   oom_kills_seen_ = oom_.kills();
   // The first worker that cannot be started stops the loop (the next ones would fail the same way); it is
   // handled once the line saying what started is out, so the log reads in order: started, why one did not,

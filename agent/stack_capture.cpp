@@ -79,6 +79,7 @@ void StackCapture::start(std::vector<CaptureTarget> targets, std::string out_pat
   active_ = true;
   python_phase_ = false;
   started_ = std::chrono::steady_clock::now();
+  native_.clear();
   tools_.assign(targets_.size(), Tool{});
   notes_.assign(targets_.size(), std::string());
   python_asked_.assign(targets_.size(), false);
@@ -286,7 +287,11 @@ void StackCapture::finish() {
            << (process_name(t.pid).empty() ? "gone" : process_name(t.pid)) << "): native stacks\n";
     else
       text << "\n## rank " << t.rank << " (local rank " << t.local_rank << ", pid " << t.pid << "): native stacks\n";
-    if (tools_[i].pid > 0) text << read_file(part_path(i));
+    if (tools_[i].pid > 0) {
+      std::string native = read_file(part_path(i));
+      text << native;
+      if (!t.child_of) native_[t.pid] = std::move(native);
+    }
     text << notes_[i];
     if (python_asked_[i]) {
       const std::string py = read_file(t.python_file);
@@ -306,6 +311,11 @@ void StackCapture::finish() {
     else ::unlink(tmp.c_str());
   }
   if (done_) done_();
+}
+
+std::string StackCapture::native_stacks(pid_t pid) const {
+  const auto it = native_.find(pid);
+  return it == native_.end() ? std::string() : it->second;
 }
 
 void StackCapture::abandon() {

@@ -13,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -75,6 +76,8 @@ class StackCapture {
   void abandon();
   // Of the last capture, once done: the Flight Recorder dumps asked for.
   std::vector<NcclDump> nccl_dumps() const;
+  // Of the last capture, once done: a worker's native stacks as its tool printed them ("" when none).
+  std::string native_stacks(pid_t pid) const;
 
  private:
   struct Tool {
@@ -107,6 +110,7 @@ class StackCapture {
   std::vector<FileMark> nccl_before_;  // the dump file before the ask (an older dump, or absent)
   std::vector<FileMark> nccl_last_;
   std::vector<bool> nccl_written_;  // at the capture's end
+  std::map<pid_t, std::string> native_;  // the workers' (not their children's) native stacks, at the end
   std::string out_path_;
   std::string tool_name_;
   std::chrono::steady_clock::time_point started_;

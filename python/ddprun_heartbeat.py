@@ -139,7 +139,11 @@ def beat(step=-1):
 @contextlib.contextmanager
 def quiet(seconds):
     """A phase silent on purpose (evaluation, a checkpoint save, loading data): not hung while it lasts, for
-    at most `seconds` from now (past that, a hang is still found). Nests; its end beats."""
+    at most `seconds` from now (past that, a hang is still found). Nests; its end beats.
+
+    The ranks that wait for this one meanwhile (rank 0 saves, the others wait in a barrier or in the next
+    step's backward) are not hung either: ddprun's job-wide verdict sees the phase and leaves every silent
+    rank alone until it ends or its bound runs out, on every node."""
     if _page is None:
         yield
         return

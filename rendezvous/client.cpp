@@ -125,6 +125,8 @@ void Client::Impl::handle(ServerMessage message) {
     if (handlers_.on_job_complete) handlers_.on_job_complete();
   } else if (std::holds_alternative<CaptureMsg>(message)) {
     if (handlers_.on_capture) handlers_.on_capture();
+  } else if (auto* deferred = std::get_if<HangDeferredMsg>(&message)) {
+    if (handlers_.on_hang_deferred) handlers_.on_hang_deferred(*deferred);
   } else if (auto* view = std::get_if<JobViewMsg>(&message)) {
     if (handlers_.on_job_view) handlers_.on_job_view(*view);
   } else if (auto* named = std::get_if<StragglersMsg>(&message)) {

@@ -84,6 +84,7 @@ struct ClientHandlers {
   // ClientConfig::reconnect_timeout: the server was lost and the client reconnects (back == false, `text` why),
   // or a restarted server took this node back (back == true). Neither is terminal.
   std::function<void(bool back, const std::string& text)> on_reconnect;
+  std::function<void(const HangDeferredMsg&)> on_hang_deferred;  // a declared quiet phase: nobody is hung yet
 };
 
 class Client {

@@ -16,7 +16,7 @@ bool operator==(const Failure& a, const Failure& b) {
   return a.node_rank == b.node_rank && a.host == b.host && a.rank == b.rank && a.local_rank == b.local_rank &&
          a.pid == b.pid && a.exit_code == b.exit_code && a.signal == b.signal &&
          a.time_unix_ms == b.time_unix_ms && a.error_file_contents == b.error_file_contents &&
-         a.message == b.message;
+         a.message == b.message && a.unsure == b.unsure;
 }
 
 namespace {
@@ -47,6 +47,12 @@ std::string describe(const Failure& failure) {
   if (failure.is_node_failure()) {
     out << "node " << failure.node_rank << " (host " << (failure.host.empty() ? "?" : failure.host) << ") lost";
     if (!failure.message.empty()) out << ": " << failure.message;
+    return out.str();
+  }
+  // The hang verdict could not tell which rank holds the others (hang_verdict.hpp): no rank in front, the
+  // message lists them all.
+  if (failure.unsure && is_hang(failure)) {
+    out << "the job " << failure.message;
     return out.str();
   }
   out << "rank " << failure.rank << " (local rank " << failure.local_rank << ", node " << failure.node_rank
@@ -94,6 +100,7 @@ void to_json(nlohmann::json& out, const Failure& failure) {
     out["error_file_contents"] = failure.error_file_contents;
   }
   if (!failure.message.empty()) out["message"] = failure.message;
+  if (failure.unsure) out["unsure"] = true;
 }
 
 void from_json(const nlohmann::json& in, Failure& failure) {
@@ -120,6 +127,7 @@ void from_json(const nlohmann::json& in, Failure& failure) {
   // to_json cuts at kMaxErrorFileBytes, but encoding replaces each invalid UTF-8 byte by U+FFFD (3 bytes).
   f.error_file_contents = get_optional_string(in, "error_file_contents", 3 * kMaxErrorFileBytes + 64);
   f.message = get_optional_string(in, "message", kMaxMessageBytes);
+  f.unsure = get_bool(in, "unsure", false);
   failure = std::move(f);
 }
 

@@ -25,6 +25,9 @@ struct Failure {
   std::int64_t time_unix_ms = 0;
   std::string error_file_contents;  // TORCHELASTIC_ERROR_FILE's contents, may be empty
   std::string message;              // why a node failed, or extra context; may be empty
+  // A hang verdict that could not tell which of several silent ranks holds the others: `rank` is only the
+  // first of them (the failure counts as a worker's, for restarts); every agent kills its silent workers.
+  bool unsure = false;
 
   bool is_node_failure() const { return rank < 0; }
   friend bool operator==(const Failure& a, const Failure& b);

@@ -15,22 +15,46 @@ namespace {
 // The message stays well inside a frame whatever the world size: rank lists are runs, and at most this
 // many distinct steps are listed.
 constexpr std::size_t kMaxStepsListed = 8;
+constexpr std::size_t kMaxRunsListed = 8;  // runs of ranks in one list ("ranks 0,2,4 and 997 more")
 
 // Orders ranks from most to least suspect: a rank inside a quiet phase it declared last (its silence is by
 // its word: an evaluation, a save, or waiting for one); then behind first (a rank that never beat before every
 // rank that did, then the smallest step), then silent longest, then the lowest rank for a stable answer.
 std::int64_t progress(const RankBeat& r) { return r.never_beat ? -2 : r.step; }
-auto suspicion(const RankBeat& r) { return std::make_tuple(r.quiet, progress(r), -r.silent_ms, r.rank); }
-auto how_far(const RankBeat& r) { return std::make_pair(r.quiet, progress(r)); }  // suspicion's first part
 
 struct Candidate {
   const RankBeat* rank;
   const NodeHangView* node;
+  std::int64_t silent_ms() const { return rank->silent_ms + node->age_ms; }  // as of the verdict
 };
+
+auto suspicion(const Candidate& c) {
+  return std::make_tuple(c.rank->quiet, progress(*c.rank), -c.silent_ms(), c.rank->rank);
+}
+auto how_far(const RankBeat& r) { return std::make_pair(r.quiet, progress(r)); }  // suspicion's first part
+
+// Among ranks equally far, a stopped process (SIGSTOP, a debugger's stop) holds every other: it is the one.
+std::vector<Candidate> by_stopped(std::vector<Candidate> tied) {
+  std::vector<Candidate> stopped;
+  std::copy_if(tied.begin(), tied.end(), std::back_inserter(stopped), [](const Candidate& c) { return c.rank->stopped; });
+  return stopped.empty() || stopped.size() == tied.size() ? tied : stopped;
+}
+
+// Among ranks still tied, the one silent longest when it is so by a clear margin; none when silences are too
+// close to tell anything (lockstep ranks beat within milliseconds of each other).
+const Candidate* by_silence(const std::vector<Candidate>& left) {
+  if (left.empty()) return nullptr;
+  std::vector<const Candidate*> order;
+  for (const Candidate& c : left) order.push_back(&c);
+  std::sort(order.begin(), order.end(), [](const Candidate* a, const Candidate* b) { return suspicion(*a) < suspicion(*b); });
+  if (order.size() == 1 || order[0]->silent_ms() - order[1]->silent_ms() >= kSilenceMarginMs) return order[0];
+  return nullptr;
+}
 
 std::string where(const RankBeat& r) {
   std::string at = r.never_beat ? "before its first heartbeat"
                                 : r.step >= 0 ? "at step " + std::to_string(r.step) : "with no step given";
+  if (r.stopped) at += " stopped (SIGSTOP)";
   if (r.python_stack) at += r.collective.empty() ? " outside any collective" : " in " + r.collective;
   return at;
 }
@@ -55,11 +79,16 @@ std::vector<Candidate> by_stacks(std::vector<Candidate> tied) {
 
 }  // namespace
 
-std::string rank_list(std::vector<int> ranks) {
+std::string rank_list(std::vector<int> ranks, std::size_t max_runs) {
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  std::size_t runs = 0;
   for (std::size_t i = 0; i < ranks.size();) {
+    if (runs++ == max_runs) {
+      out += " and " + std::to_string(ranks.size() - i) + " more";
+      break;
+    }
     std::size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
     if (i > 0) out += ",";
@@ -90,26 +119,42 @@ std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t
   return m;
 }
 
+std::optional<HangDeferredMsg> quiet_deferral(const std::vector<NodeHangView>& views) {
+  // A bound the view does not say (an older agent): look again after this long.
+  constexpr std::int64_t kUnsaidBoundMs = 10'000;
+  HangDeferredMsg m;
+  for (const NodeHangView& v : views)
+    for (const RankBeat& r : v.view.ranks)
+      if (r.quiet) {
+        if (m.quiet_ranks.size() < kMaxStragglers) m.quiet_ranks.push_back(r.rank);
+        m.wait_ms = std::max(m.wait_ms, r.quiet_left_ms > 0 ? r.quiet_left_ms : kUnsaidBoundMs);
+      }
+  if (m.quiet_ranks.empty()) return std::nullopt;
+  std::sort(m.quiet_ranks.begin(), m.quiet_ranks.end());
+  m.wait_ms = std::clamp<std::int64_t>(m.wait_ms, 1, kMaxQuietWaitMs);
+  return m;
+}
+
 Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_unix_ms) {
-  // The least advanced ranks (and not quiet by their word), then what the stacks say, then the longest silence.
+  // The least advanced ranks (and not quiet by their word), then a stopped one, then what the stacks say,
+  // then the longest silence by a clear margin; else nobody is named.
   std::vector<Candidate> all;
   for (const NodeHangView& v : views)
     for (const RankBeat& r : v.view.ranks) all.push_back({&r, &v});
-  auto more_suspect = [](const Candidate& a, const Candidate& b) { return suspicion(*a.rank) < suspicion(*b.rank); };
+  auto more_suspect = [](const Candidate& a, const Candidate& b) { return suspicion(a) < suspicion(b); };
   std::vector<Candidate> tied;
   if (!all.empty()) {
     const auto furthest_behind = how_far(*std::min_element(all.begin(), all.end(), more_suspect)->rank);
     std::copy_if(all.begin(), all.end(), std::back_inserter(tied),
                  [&](const Candidate& c) { return how_far(*c.rank) == furthest_behind; });
   }
-  const std::vector<Candidate> left = by_stacks(tied);
-  const auto chosen = std::min_element(left.begin(), left.end(), more_suspect);
-  const RankBeat* suspect = chosen == left.end() ? nullptr : chosen->rank;
-  const NodeHangView* suspect_node = chosen == left.end() ? nullptr : chosen->node;
+  const std::vector<Candidate> left = by_stacks(by_stopped(tied));
+  const Candidate* chosen = by_silence(left);
+  const RankBeat* suspect = chosen ? chosen->rank : nullptr;
   Failure f;
   f.time_unix_ms = now_unix_ms;
   f.signal = SIGKILL;
-  if (!suspect) {  // nobody reported a running worker: the job is stopped, with no rank to blame
+  if (left.empty()) {  // nobody reported a running worker: the job is stopped, with no rank to blame
     f.signal.reset();
     f.exit_code = 1;
     f.message = "hung: a worker stopped beating, but no node reported a running worker to judge";
@@ -119,22 +164,17 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
     }
     return f;
   }
-  f.node_rank = suspect_node->node_rank;
-  f.host = suspect_node->host;
-  f.rank = suspect->rank;
-  f.local_rank = suspect->local_rank;
-  f.pid = suspect->pid;
 
   // Evidence: where the others were, grouped by position ("ranks 0,2-3 at step 42").
-  // (progress, never beat, stack seen, collective) → the ranks there, and one of them to say where that is
-  std::map<std::tuple<std::int64_t, bool, bool, std::string>, std::pair<std::vector<int>, const RankBeat*>> others;
+  // (progress, never beat, stopped, stack seen, collective) → the ranks there, and one of them to say where
+  std::map<std::tuple<std::int64_t, bool, bool, bool, std::string>, std::pair<std::vector<int>, const RankBeat*>> others;
   std::vector<std::string> stacks;
   for (const NodeHangView& v : views) {
     // One node: its path; several: each prefixed with its host, where the file is.
     if (!v.view.stacks.empty()) stacks.push_back(views.size() == 1 ? v.view.stacks : v.host + ":" + v.view.stacks);
     for (const RankBeat& r : v.view.ranks)
-      if (&r != suspect) {
-        auto& group = others[{progress(r), r.never_beat, r.python_stack, r.collective}];
+      if (&r != suspect && (suspect || std::none_of(left.begin(), left.end(), [&](const Candidate& c) { return c.rank == &r; }))) {
+        auto& group = others[{progress(r), r.never_beat, r.stopped, r.python_stack, r.collective}];
         group.first.push_back(r.rank);
         group.second = &r;
       }
@@ -142,16 +182,44 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
   std::string evidence;
   std::size_t listed = 0;
   for (auto it = others.rbegin(); it != others.rend() && listed < kMaxStepsListed; ++it, ++listed) {
-    evidence += (evidence.empty() ? "" : ", ") + rank_list(it->second.first) + " " + where(*it->second.second);
+    evidence += (evidence.empty() ? "" : ", ") + rank_list(it->second.first, kMaxRunsListed) + " " +
+                where(*it->second.second);
   }
   if (others.size() > kMaxStepsListed) evidence += ", and others";
+  std::string stack_list;
+  for (std::size_t i = 0; i < stacks.size(); ++i) stack_list += (i ? ", " : "") + stacks[i];
+
+  if (!suspect) {
+    // The evidence does not separate the ranks left: say so, and blame no one. The job still ends as hung (78);
+    // every agent kills its silent workers with SIGKILL (agent/hang_inquiry.cpp).
+    const Candidate& first = *std::min_element(left.begin(), left.end(), more_suspect);
+    std::vector<int> ranks;
+    for (const Candidate& c : left) ranks.push_back(c.rank->rank);
+    f.node_rank = first.node->node_rank;
+    f.host = first.node->host;
+    f.rank = first.rank->rank;
+    f.local_rank = first.rank->local_rank;
+    f.pid = first.rank->pid;
+    f.unsure = true;
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f s", static_cast<double>(first.silent_ms()) / 1000.0);
+    f.message = "hung: " + rank_list(ranks, kMaxRunsListed) + " silent for about " + secs + " " + where(*first.rank) +
+                "; could not tell which one holds the others; killed with SIGKILL";
+    if (!evidence.empty()) f.message += "; ranks seen: " + evidence;
+    if (!stack_list.empty()) f.message += "; stacks in " + stack_list;
+    if (f.message.size() > kMaxMessageBytes) f.message.resize(kMaxMessageBytes);
+    return f;
+  }
+  f.node_rank = chosen->node->node_rank;
+  f.host = chosen->node->host;
+  f.rank = suspect->rank;
+  f.local_rank = suspect->local_rank;
+  f.pid = suspect->pid;
   if (!evidence.empty()) {
     const std::string self = rank_list({suspect->rank}) + " " + where(*suspect);
     evidence = self + " while " + evidence;
   }
-  std::string stack_list;
-  for (std::size_t i = 0; i < stacks.size(); ++i) stack_list += (i ? ", " : "") + stacks[i];
-  f.message = hang_message(suspect->silent_ms, suspect->step, now_unix_ms - suspect->silent_ms, stack_list,
+  f.message = hang_message(chosen->silent_ms(), suspect->step, now_unix_ms - chosen->silent_ms(), stack_list,
                            suspect->never_beat, evidence, /*by_initial_timeout=*/suspect->hung);
   if (f.message.size() > kMaxMessageBytes) f.message.resize(kMaxMessageBytes);
   return f;

@@ -5,13 +5,18 @@
 // Why job-wide: in a collective every rank waits for the slowest, so the ranks that go silent first are often
 // the waiters, and which of them an agent notices first is a matter of microseconds. The rank that is
 // *behind* is the suspect: the smallest step among all ranks (a rank that never beat counts as behind every
-// rank that did); among equals, what their Python stacks say (those waiting in a collective wait for a rank
-// outside it, or for the odd one out in another collective: it skipped theirs), then the one silent longest.
-// A rank inside a quiet phase it declared is named only when every rank is. The verdict names the evidence: where every other
-// rank was, and where each node's stacks are (host:path when several nodes answered).
+// rank that did); among equals, a rank whose process is stopped (SIGSTOP: it holds everyone), then what their
+// stacks say (those waiting in a collective — an explicit one, DDP's gradient all-reduce in backward, or a
+// native gloo/NCCL wait — wait for a rank outside it, or for the odd one out in another collective: it
+// skipped theirs), then the one silent longest by a clear margin. Where none of that separates the ranks,
+// the verdict says so ("could not tell which one holds the others") instead of naming one at random.
+// A rank inside a quiet phase it declared is no suspect: while one is, the ranks beside it wait for it
+// (quiet_deferral), and nobody is named until its bound runs out. The verdict names the evidence: where
+// every other rank was, and where each node's stacks are (host:path when several nodes answered).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,11 +29,25 @@ struct NodeHangView {
   int node_rank = 0;
   std::string host;
   HangViewMsg view;
+  // How long before the verdict the server received this view: its silences are that much older by then.
+  // Views of different nodes are taken at different times (each after its own capture), so silences are
+  // compared as of the verdict, not as each node measured them.
+  std::int64_t age_ms = 0;
 };
 
+// Silences closer than this do not tell ranks apart: in lockstep training every rank beats within
+// milliseconds of the others at the end of a step, and views are taken seconds apart.
+inline constexpr std::int64_t kSilenceMarginMs = 1000;
+
+// Some rank of the job is inside a quiet phase it declared (and its bound still runs): nobody is hung yet.
+// Returns the deferral to send every node (the quiet ranks, the longest bound left), or none.
+std::optional<HangDeferredMsg> quiet_deferral(const std::vector<NodeHangView>& views);
+
 // The root cause for the job: the suspect as a Failure (killed with SIGKILL by its agent), with a message
-// that starts "hung:" (is_hang). `now_unix_ms` dates the suspect's last beat. Empty views give a node-less
-// failure saying that no worker could be judged. Never throws.
+// that starts "hung:" (is_hang). `now_unix_ms` dates the suspect's last beat. When the evidence cannot separate
+// several ranks, an `unsure` failure whose message lists them (its rank is only the first of them): every
+// agent then kills its silent workers with SIGKILL. Empty views give a node-less failure saying that no worker
+// could be judged. Never throws.
 Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_unix_ms);
 
 // A hung worker's message, after the rank: "hung: no heartbeat for 3.0 s after step 41 (last beat at
@@ -41,7 +60,7 @@ std::string hang_message(std::int64_t silent_ms, std::int64_t step, std::int64_t
                          const std::string& stacks, bool never_beat = false, const std::string& evidence = "",
                          bool by_initial_timeout = true);
 
-// "rank 3", "ranks 0-2,5": ascending, runs of consecutive ranks joined.
-std::string rank_list(std::vector<int> ranks);
+// "rank 3", "ranks 0-2,5": ascending, runs of consecutive ranks joined; past `max_runs` runs, "and N more".
+std::string rank_list(std::vector<int> ranks, std::size_t max_runs = static_cast<std::size_t>(-1));
 
 }  // namespace ddprun::rendezvous

@@ -45,7 +45,8 @@ ResumeClaim resume_claim_of(const Assignment& a) {
 bool operator==(const RankBeat& a, const RankBeat& b) {
   return a.rank == b.rank && a.local_rank == b.local_rank && a.pid == b.pid && a.step == b.step &&
          a.silent_ms == b.silent_ms && a.never_beat == b.never_beat && a.hung == b.hung && a.quiet == b.quiet &&
-         a.python_stack == b.python_stack && a.collective == b.collective;
+         a.python_stack == b.python_stack && a.collective == b.collective && a.quiet_left_ms == b.quiet_left_ms &&
+         a.stopped == b.stopped;
 }
 
 const char* to_string(ErrorKind kind) {
@@ -110,6 +111,11 @@ json to_json_value(const ClientMessage& message) {
             ranks.push_back(json{{"rank", r.rank}, {"local_rank", r.local_rank}, {"pid", r.pid}, {"step", r.step},
                                  {"silent_ms", r.silent_ms}, {"never_beat", r.never_beat}, {"hung", r.hung},
                                  {"quiet", r.quiet}, {"python_stack", r.python_stack}, {"in", r.collective}});
+          // Optional on the wire, so that an older peer's view still decodes (absent: not quiet, not stopped).
+          for (std::size_t i = 0; i < m.ranks.size(); ++i) {
+            if (m.ranks[i].quiet_left_ms > 0) ranks[i]["quiet_left_ms"] = m.ranks[i].quiet_left_ms;
+            if (m.ranks[i].stopped) ranks[i]["stopped"] = true;
+          }
           j["ranks"] = std::move(ranks);
           j["stacks"] = m.stacks;
           return j;
@@ -196,6 +202,11 @@ std::string encode(const ServerMessage& message) {
             named.push_back(json{{"rank", s.rank}, {"node_rank", s.node_rank}, {"host", s.host},
                                  {"pace_us", s.pace_us}, {"median_us", s.median_us}, {"work", s.work}});
           j["named"] = std::move(named);
+          return dump(j);
+        } else if constexpr (std::is_same_v<T, HangDeferredMsg>) {
+          json j = typed("hang_deferred");
+          j["quiet_ranks"] = m.quiet_ranks;
+          j["wait_ms"] = m.wait_ms;
           return dump(j);
         } else {
           static_assert(std::is_same_v<T, CaptureMsg>);

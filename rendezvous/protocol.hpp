@@ -13,6 +13,7 @@
 //   client → hang_view{suspect, ranks, stacks}   --hang-timeout: this node's workers' beats and stacks, when
 //                                                its agent found one hung (suspect) or the server asked
 //   server → capture to every other node of the round, on a suspect view: capture stacks, send hang_view
+//   server → hang_deferred{quiet_ranks, wait_ms} to every node, when the views show a declared quiet phase
 //   server → stop{root_cause, reason, restarting} to every node | complete when every node is done
 //   client → node_status{status, paces} (every few seconds) | view_request   server → job_view{nodes, ages_ms}
 //   server → stragglers{named} to every node of the round, when the ranks named slow change
@@ -110,8 +111,11 @@ struct RankBeat {
   bool never_beat = false;
   bool hung = false;           // past the timeout by its own agent's judgement
   bool quiet = false;          // inside a quiet phase it declared (an evaluation, a save): silent by its word
-  bool python_stack = false;   // its Python stack was captured, so `collective` says where it is
-  std::string collective;      // the torch.distributed call it is in ("all_reduce", "barrier"), "" when none
+  bool python_stack = false;   // its stacks (Python, or native for a C++ worker) say where it is: `collective`
+  std::string collective;      // the collective it waits in ("all_reduce", "barrier", "backward" for DDP's
+                               // gradient all-reduce, "gloo"/"nccl" from native frames); "" when none
+  std::int64_t quiet_left_ms = 0;  // when quiet: how long its declared bound still runs (0: not said)
+  bool stopped = false;        // its process was stopped (SIGSTOP, a debugger) when the capture began
   friend bool operator==(const RankBeat& a, const RankBeat& b);
 };
 struct HangViewMsg {
@@ -204,6 +208,17 @@ struct StopMsg {
 };
 struct CompleteMsg {};
 struct CaptureMsg {};
+// The job-wide hang inquiry found ranks inside a quiet phase they declared (a save, an evaluation): the ranks
+// silent beside them wait for them, so nobody is hung yet. Every node exempts its silent workers for `wait_ms`
+// (the longest declared bound still running); a phase that ends earlier beats, and the watch goes on from there.
+inline constexpr std::int64_t kMaxQuietWaitMs = 7LL * 24 * 3600 * 1000;
+struct HangDeferredMsg {
+  std::vector<int> quiet_ranks;  // at most kMaxStragglers listed
+  std::int64_t wait_ms = 0;
+  friend bool operator==(const HangDeferredMsg& a, const HangDeferredMsg& b) {
+    return a.quiet_ranks == b.quiet_ranks && a.wait_ms == b.wait_ms;
+  }
+};
 // The answer to view_request: every connected node's latest status (JSON text each), and how old each is.
 struct JobViewMsg {
   std::vector<std::string> nodes;
@@ -227,7 +242,7 @@ struct StragglersMsg {
   std::vector<Straggler> named;
 };
 using ServerMessage = std::variant<ChallengeMsg, ErrorMsg, Assignment, HeartbeatAckMsg, StopMsg, CompleteMsg,
-                                   CaptureMsg, JobViewMsg, StragglersMsg>;
+                                   CaptureMsg, JobViewMsg, StragglersMsg, HangDeferredMsg>;
 
 // ---- encoding: payloads (JSON text), not frames ----
 std::string encode(const ClientMessage& message);

@@ -131,6 +131,8 @@ HangViewMsg decode_hang_view(const json& j) {
     b.quiet = get_bool(r, "quiet", false);
     b.python_stack = get_bool(r, "python_stack", false);
     b.collective = get_optional_string(r, "in", kMaxCollectiveBytes);
+    if (r.contains("quiet_left_ms")) b.quiet_left_ms = get_int_in(r, "quiet_left_ms", std::int64_t{0}, kMaxMs);
+    b.stopped = get_bool(r, "stopped", false);
     m.ranks.push_back(b);
   }
   return m;
@@ -180,6 +182,20 @@ StragglersMsg decode_stragglers(const json& j) {
                                 get_int_in(s, "pace_us", std::int64_t{0}, kMaxPaceUs),
                                 get_int_in(s, "median_us", std::int64_t{0}, kMaxPaceUs), get_bool(s, "work", false)});
   }
+  return m;
+}
+
+HangDeferredMsg decode_hang_deferred(const json& j) {
+  const json& ranks = required(j, "quiet_ranks");
+  if (!ranks.is_array() || ranks.size() > kMaxStragglers)
+    throw ProtocolError("field \"quiet_ranks\" is not an array of at most " + std::to_string(kMaxStragglers));
+  HangDeferredMsg m;
+  for (const json& r : ranks) {
+    if (!r.is_number_integer() || r.get<std::int64_t>() < 0 || r.get<std::int64_t>() > kMaxRank)
+      throw ProtocolError("a quiet rank is not a rank");
+    m.quiet_ranks.push_back(r.get<int>());
+  }
+  m.wait_ms = get_int_in(j, "wait_ms", std::int64_t{1}, kMaxQuietWaitMs);
   return m;
 }
 
@@ -239,6 +255,7 @@ ServerMessage decode_server_message(std::string_view payload) {
                    get_bool(j, "restarting", false), get_bool(j, "membership", false), get_bool(j, "rejoin", false)};
   if (type == "complete") return CompleteMsg{};
   if (type == "capture") return CaptureMsg{};
+  if (type == "hang_deferred") return decode_hang_deferred(j);
   if (type == "job_view") return decode_job_view(j);
   if (type == "stragglers") return decode_stragglers(j);
   throw ProtocolError("unknown message type");

@@ -97,6 +97,7 @@ struct RendezvousState {
   struct HangInquiry {
     Clock::time_point deadline;
     std::map<ConnId, HangViewMsg> views;
+    std::map<ConnId, Clock::time_point> received;  // when each view came: silences compared as of the verdict
   };
   std::optional<HangInquiry> hang;
   std::uint64_t next_join_seq = 0;

@@ -24,9 +24,23 @@ void decide(RendezvousState& state, const Now& now, Actions& out) {
   std::vector<NodeHangView> views;
   for (const auto& [conn, view] : state.hang->views) {
     auto it = state.nodes.find(conn);
-    if (it != state.nodes.end()) views.push_back({it->second.node_rank, it->second.host, view});
+    if (it == state.nodes.end()) continue;
+    const auto received = state.hang->received.find(conn);
+    const std::int64_t age_ms = received == state.hang->received.end()
+                                    ? 0
+                                    : std::chrono::duration_cast<std::chrono::milliseconds>(now.steady - received->second).count();
+    views.push_back({it->second.node_rank, it->second.host, view, std::max<std::int64_t>(0, age_ms)});
   }
   state.hang.reset();
+  // A rank inside a quiet phase it declared: the silent ranks beside it wait for it. Nobody is hung yet.
+  if (std::optional<HangDeferredMsg> deferral = quiet_deferral(views)) {
+    out.push_back(Log{LogLevel::kWarning, "hang inquiry: " + rank_list(deferral->quiet_ranks) +
+                                              " inside a declared quiet phase (up to " +
+                                              std::to_string(deferral->wait_ms / 1000) +
+                                              " s more); the silent ranks wait for it: no verdict"});
+    out.push_back(Broadcast{round_conns(state), std::move(*deferral)});
+    return;
+  }
   std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) { return a.node_rank < b.node_rank; });
   if (static_cast<int>(views.size()) < state.round_size)
     out.push_back(Log{LogLevel::kWarning, "hang verdict from " + std::to_string(views.size()) + " of " +
@@ -54,7 +68,7 @@ void on_hang_report(RendezvousState& state, const HangReport& event, const Now& 
   touch(state, node, now);
   if (!state.hang) {
     if (!event.view.suspect) return;  // an answer to an inquiry already decided
-    state.hang = RendezvousState::HangInquiry{now.steady + kHangInquiryLimit, {}};
+    state.hang = RendezvousState::HangInquiry{now.steady + kHangInquiryLimit, {}, {}};
     std::vector<ConnId> others = round_conns(state);
     others.erase(std::remove(others.begin(), others.end(), event.conn), others.end());
     out.push_back(Log{LogLevel::kWarning, node_name(node) + " found a hung worker" +
@@ -64,6 +78,7 @@ void on_hang_report(RendezvousState& state, const HangReport& event, const Now& 
     if (!others.empty()) out.push_back(Broadcast{std::move(others), CaptureMsg{}});
   }
   state.hang->views[event.conn] = event.view;
+  state.hang->received[event.conn] = now.steady;
   if (static_cast<int>(state.hang->views.size()) >= state.round_size) decide(state, now, out);
 }
 

@@ -241,6 +241,9 @@ int train(const sdk::WorldInfo& world, const ex::TrainOptions& opts) {
         loss.backward();
         optimizer.step();
         ++step;
+        // The step number for ddprun's live view and a hang's root cause (the SDK beats by itself after every
+        // collective; this adds where the rank was).
+        sdk::heartbeat(step);
         done_in_epoch = s + 1;
         const double local_loss = loss.item<double>();
         loss_sum += local_loss * static_cast<double>(idx.size(0));

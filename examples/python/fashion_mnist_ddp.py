@@ -32,6 +32,7 @@ The data is read straight from the Debian package dataset-fashion-mnist (gzipped
 downloaded.
 """
 import argparse
+import contextlib
 import gc
 import gzip
 import itertools
@@ -49,10 +50,21 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Sampler, TensorDataset
 
-try:  # ddprun's Python helper (on PYTHONPATH under ddprun): re-forming in place. Absent elsewhere: not needed.
-    import ddprun_heartbeat
+try:  # ddprun's Python helper (on PYTHONPATH under ddprun): beats, quiet phases, re-forming in place. Absent
+    import ddprun_heartbeat  # elsewhere: not needed.
 except ImportError:
     ddprun_heartbeat = None
+
+
+def beat(step):
+    """Alive at `step`: ddprun's hang detection (--hang-timeout), the live view's STEP column, stragglers."""
+    if ddprun_heartbeat:
+        ddprun_heartbeat.beat(step)
+
+
+def quiet(seconds):
+    """A phase silent on purpose (rank 0's checkpoint save): neither it nor the ranks waiting for it are hung."""
+    return ddprun_heartbeat.quiet(seconds) if ddprun_heartbeat else contextlib.nullcontext()
 
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # of the Fashion-MNIST training images, scaled to [0, 1]
@@ -261,10 +273,12 @@ def train(args, ddp, optimizer, loader, sampler, at, checkpoint, device, rank, c
                 loss.backward()  # the gradients' all-reduce
             optimizer.step()
             at.step, at.step_in_epoch = at.step + 1, i + 1
+            beat(at.step)  # after the step, as the README's loop: a rank stuck anywhere in the next one is found
             if rank == 0 and at.step % args.log_every == 0:
                 print(f"epoch {at.epoch} step {at.step} loss {loss.item():.4f}", flush=True)
             if rank == 0 and at.step % args.checkpoint_every == 0:
-                checkpoint()
+                with quiet(600):  # a slow disk is no hang, for rank 0 nor for the ranks waiting in the next vote
+                    checkpoint()
             if args.max_steps and at.step >= args.max_steps:
                 done = True
                 break

@@ -166,12 +166,44 @@ TEST_CASE("a declared quiet phase keeps a silent worker from being hung until it
   HangCheck c = check_hangs({w}, 2 * kSec, 20 * kSec);
   CHECK(c.hung.empty());
   REQUIRE(c.next_check_ns);
-  CHECK(*c.next_check_ns == 22 * kSec);  // looked at again when the phase ends
+  // Looked at again within the discovery period (the phase may end early), and never later than its end.
+  CHECK(*c.next_check_ns == 20 * kSec + discovery_period_ns(2 * kSec));
+  CHECK(check_hangs({w}, 2 * kSec, 21 * kSec + kSec / 2).next_check_ns == 22 * kSec);
   CHECK(check_hangs({w}, 2 * kSec, 22 * kSec).hung == std::vector<int>{0});
   // A phase shorter than the timeout changes nothing.
   w.beat.quiet_until_ns = 11 * kSec;
   CHECK(check_hangs({w}, 2 * kSec, 11 * kSec + kSec / 2).hung.empty());
   CHECK(check_hangs({w}, 2 * kSec, 12 * kSec).hung == std::vector<int>{0});
+}
+
+// Issue 32: the SDK example loads its data in a 10-minute quiet phase; the timer, armed for that bound, slept
+// through a rank SIGSTOPped right after the phase ended, and no verdict ever came.
+TEST_CASE("a quiet phase that ends early: the timer wakes within the discovery period and judges its last beat") {
+  WatchedWorker w = beat_at(0, 10 * kSec);
+  w.beat.quiet_until_ns = 610 * kSec;  // "at most 10 minutes"
+  HangCheck c = check_hangs({w}, 4 * kSec, 10 * kSec);
+  REQUIRE(c.next_check_ns);
+  CHECK(*c.next_check_ns <= 11 * kSec);
+  // The phase closed at 12 s with a beat, then the worker stopped: hung 4 s later, seen within a second.
+  w.beat = Beat{5, 12 * kSec};
+  c = check_hangs({w}, 4 * kSec, 12 * kSec + kSec / 2);
+  REQUIRE(c.next_check_ns);
+  CHECK(*c.next_check_ns == 16 * kSec);
+  CHECK(check_hangs({w}, 4 * kSec, 16 * kSec).hung == std::vector<int>{0});
+}
+
+TEST_CASE("an exemption from the job-wide inquiry holds a silent worker until its end, and no longer") {
+  WatchedWorker w = beat_at(0, 10 * kSec);
+  w.exempt_until_ns = 30 * kSec;
+  HangCheck c = check_hangs({w}, 2 * kSec, 20 * kSec);
+  CHECK(c.hung.empty());
+  REQUIRE(c.next_check_ns);
+  CHECK(*c.next_check_ns == 20 * kSec + discovery_period_ns(2 * kSec));
+  CHECK(check_hangs({w}, 2 * kSec, 29 * kSec).hung.empty());
+  CHECK(check_hangs({w}, 2 * kSec, 30 * kSec).hung == std::vector<int>{0});
+  // A beat after the exemption's start: judged by the beat again.
+  w.beat.time_ns = 29 * kSec;
+  CHECK(check_hangs({w}, 2 * kSec, 30 * kSec).hung.empty());
 }
 
 TEST_CASE("the slot carries the quiet phase as a worker writes it, and a new round clears it") {
@@ -225,4 +257,37 @@ TEST_CASE("the torch.distributed call a Python worker waits in is read from its 
   CHECK(torch_collective_in("  File \"/tmp/job.py\", line 3 in stuck_in_loader\n") == "");
   CHECK(torch_collective_in("") == "");
   CHECK(torch_collective_in("  File \"x/distributed_c10d.py\", line 2 in barrier") == "barrier");  // no newline
+}
+
+// Issue 32: the README loop beats after opt.step(); the ranks waiting for a stuck one sit in DDP's backward,
+// which has no distributed_c10d frame, and counted as "outside any collective" like the culprit.
+TEST_CASE("a rank inside torch.autograd's backward waits in DDP's gradient all-reduce; a stuck one does not") {
+  const std::string waiting =
+      "Thread 0x00007f3a1c5fe6c0 (most recent call first):\n"
+      "  File \"/usr/lib/python3.11/threading.py\", line 327 in wait\n"
+      "\n"
+      "Current thread 0x00007f3a2a0b5740 (most recent call first):\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/autograd/__init__.py\", line 197 in backward\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/_tensor.py\", line 487 in backward\n"
+      "  File \"/tmp/job.py\", line 12 in <module>\n";
+  CHECK(torch_collective_in(waiting) == "backward");
+  CHECK(torch_collective_in("Current thread 0x1 (most recent call first):\n"
+                            "  File \"/x/torch/autograd/graph.py\", line 825 in _engine_run_backward\n"
+                            "  File \"/x/torch/autograd/__init__.py\", line 347 in backward\n") == "backward");
+  // The culprit: asleep before its forward, or in a custom Function's Python backward (not the engine).
+  CHECK(torch_collective_in("Current thread 0x1 (most recent call first):\n"
+                            "  File \"/tmp/job.py\", line 9 in <module>\n") == "");
+  CHECK(torch_collective_in("Current thread 0x1 (most recent call first):\n"
+                            "  File \"/tmp/job.py\", line 30 in backward\n"
+                            "  File \"/x/torch/autograd/__init__.py\", line 197 in backward\n") == "");
+}
+
+TEST_CASE("a C++ worker's native stacks say whether a thread waits for the other ranks") {
+  CHECK(native_collective_in("#3 0x7f c10d::ProcessGroupGloo::AsyncWork::wait(std::chrono::duration<long>)\n") ==
+        "gloo");
+  CHECK(native_collective_in("#5 0x7f ddprun::sdk::GlooRing::all_reduce(at::Tensor&)\n") == "gloo");
+  CHECK(native_collective_in("#2 0x7f c10d::Reducer::finalize_backward()\n") == "backward");
+  // Every process has gloo's device loop and idle worker threads: no wait.
+  CHECK(native_collective_in("#1 0x7f gloo::transport::tcp::Device::loop()\n"
+                             "#1 0x7f c10d::ProcessGroupGloo::runLoop(int)\n") == "");
 }

@@ -134,6 +134,18 @@ class Quiet(HangCase):
         self.assert_hung(r, 1, step=1)
         self.assertLess(time.monotonic() - t0, 20)
 
+    def test_a_rank_stopped_after_a_long_quiet_phase_is_found(self):
+        # Issue 32: every rank inside a 10-minute quiet phase (the SDK example loads its data in one) armed the
+        # timer for that bound; a rank stopped just after the phase ended was never judged (the job waited).
+        t0 = time.monotonic()
+        r = self.worker("beat=1", "quiet=600", "sleep=1.5", "quiet=0", "@1:kill=STOP", "@0:hang", nproc=2,
+                        extra=("--hang-timeout", "1", "--term-timeout", "2"))
+        err = self.assert_hung(r, 1)
+        self.assertIn("stopped (SIGSTOP)", err)  # the verdict's evidence: a stopped process holds the others
+        # Bound: 1.5 s of quiet phase + 1 s timeout + the stack capture (5 s at most) + teardown; a loaded
+        # machine doubles it. The bug made it 600 s.
+        self.assertLess(time.monotonic() - t0, 30, r)
+
     def test_the_initial_timeout_catches_a_worker_that_never_beats(self):
         t0 = time.monotonic()
         r = self.worker("@1:hang", "@0:beatfor=60", nproc=2,
@@ -188,6 +200,53 @@ class Python(HangCase):
             ddprun_heartbeat.beat(3)
         """, nproc=2, python=sys.executable)
         self.assertEqual(r.code, 0, r)
+
+    def test_the_readme_ddp_loop_names_the_rank_stuck_before_its_forward(self):
+        # Issue 32: the README's loop beats after opt.step(); the ranks waiting for the stuck one sit in DDP's
+        # backward (the reducer's all-reduce), which has no distributed_c10d frame: they counted as "outside any
+        # collective" like the culprit, and the tie named rank 0 or 2. Three runs: the right rank every time.
+        if os.system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0:
+            self.skipTest("/usr/bin/python3 has no torch (Debian python3-torch)")
+        for attempt in range(3):
+            with self.subTest(attempt=attempt):
+                r = self.python_job('''
+                    import time, torch, torch.distributed as dist, ddprun_heartbeat
+                    dist.init_process_group("gloo")
+                    rank = dist.get_rank()
+                    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
+                    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for step in range(1000):
+                        if rank == 1 and step == 5:
+                            time.sleep(3600)           # stuck before its forward
+                        loss = model(torch.randn(4, 8)).sum()
+                        opt.zero_grad()
+                        loss.backward()
+                        opt.step()
+                        ddprun_heartbeat.beat(step)
+                ''', nproc=3, timeout="3")
+                err = self.assert_hung(r, 1, step=4)
+                self.assertIn("rank 1 at step 4 outside any collective while ranks 0,2 at step 4 in backward", err)
+
+    def test_a_quiet_save_on_one_rank_does_not_get_the_waiting_rank_killed(self):
+        # Issue 32: rank 0 saves for 7 s inside a quiet phase; rank 1 waits in dist.barrier() meanwhile. It was
+        # killed as hung (78); it is waiting for a rank that said it would be quiet.
+        if os.system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0:
+            self.skipTest("/usr/bin/python3 has no torch (Debian python3-torch)")
+        r = self.python_job('''
+            import time, torch, torch.distributed as dist, ddprun_heartbeat
+            dist.init_process_group("gloo")
+            rank = dist.get_rank()
+            for step in range(4):
+                ddprun_heartbeat.beat(step)
+                if step == 2 and rank == 0:
+                    with ddprun_heartbeat.quiet(60):
+                        time.sleep(7)                  # a checkpoint save, more than twice the timeout
+                dist.barrier()
+            print("done", rank, flush=True)
+        ''', nproc=2, timeout="3")
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(r.stdout.decode().count("done"), 2, r)
+        self.assertIn("rank 0 inside a declared quiet phase", r.stderr.decode())
 
     def test_a_rank_stuck_in_init_process_group_is_caught_by_the_initial_timeout(self):
         # Rank 1 never comes: rank 0 waits in init_process_group and neither ever beats.

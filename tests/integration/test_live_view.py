@@ -159,6 +159,39 @@ class MetricsTextfile(LiveViewCase):
         self.assertEqual(proc.wait(timeout=30), 0)
         self.assertEqual(os.listdir(textdir), [])  # the job's series go with it
 
+    def test_after_a_hang_and_a_restart_the_healthy_ranks_are_running_in_the_view_and_the_textfile(self):
+        # Issue 32: rank 1 hung in the first attempt; after the restart the view and the textfile kept
+        # state="hung" for the new, healthy rank 1 until the job ended (an alert on "hung" fired for it).
+        textdir = self.path("textfile")
+        os.mkdir(textdir)
+        marks = self.path("marks")
+        os.mkdir(marks)
+        first = os.path.join(marks, "ready.1")  # made by the first attempt's rank 1: later workers skip "?first:"
+        proc = self.start("--standalone", "--nproc-per-node", 2, "--hang-timeout", 1, "--max-restarts", 1,
+                          "--run-id", "again", "--metrics-textfile", textdir, WORKER,
+                          f"?{first}:beat=1", f"@1:?{first}:ready={marks}", f"@1:?{first}:hang",
+                          f"@0:?{first}:beatfor=60", "beatfor=8:100", "print=done")
+        self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        # The restart is seen in the view as round 1; then the file that marks the second attempt's workers.
+        jobs = self.wait_view(lambda js: js[0]["nodes"][0].get("restart_count") == 1 and all(
+            r["state"] == "running" and r["step"] is not None for r in js[0]["nodes"][0]["ranks"]), timeout=40)
+        ranks = {r["rank"]: r for r in jobs[0]["nodes"][0]["ranks"]}
+        self.assertEqual({r: ranks[r]["state"] for r in ranks}, {0: "running", 1: "running"}, jobs)
+        self.assertTrue(all(r["beat_age_s"] >= 0 for r in ranks.values()), jobs)
+        path = os.path.join(textdir, "ddprun_again_node0.prom")
+        deadline = time.monotonic() + 10
+        text = ""
+        while time.monotonic() < deadline and 'restarts{job="again",node="0"' not in text:
+            time.sleep(0.2)
+            with open(path) as f:
+                text = f.read()
+        time.sleep(1)  # a few status periods of the new round
+        with open(path) as f:
+            text = f.read()
+        self.assertNotIn('state="hung"', text)
+        self.assertRegex(text, r'ddprun_rank_state\{[^}]*rank="1"[^}]*state="running"\} 1')
+        self.assertEqual(proc.wait(timeout=40), 0)
+
     def test_an_unwritable_directory_is_refused_before_anything_starts(self):
         r = self.run_ddprun("--standalone", "--metrics-textfile", self.path("missing"), "--nproc-per-node", 1,
                             WORKER, "print=started")

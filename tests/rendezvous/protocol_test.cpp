@@ -37,12 +37,24 @@ TEST_CASE("client messages survive an encode/decode round trip") {
   HangViewMsg hang;
   hang.suspect = true;
   hang.stacks = "/tmp/x/hang_stacks.txt";
-  hang.ranks = {RankBeat{4, 0, 77, 41, 3000, false, true, false, true, "all_reduce"},
-                RankBeat{5, 1, 78, -1, 60000, true, false, true, false, ""}};
+  hang.ranks = {RankBeat{4, 0, 77, 41, 3000, false, true, false, true, "all_reduce", 0, true},
+                RankBeat{5, 1, 78, -1, 60000, true, false, true, false, "", 42'000, false}};
   auto h = std::get<HangViewMsg>(decode_client_message(encode(ClientMessage{hang})));
   CHECK(h.suspect);
   CHECK(h.stacks == hang.stacks);
   CHECK(h.ranks == hang.ranks);
+  // An older agent's view has neither the quiet bound nor the stopped flag: not stopped, bound not said.
+  const auto old = std::get<HangViewMsg>(decode_client_message(
+      R"({"type":"hang_view","ranks":[{"rank":1,"local_rank":0,"pid":9,"step":3,"silent_ms":10,"quiet":true}],"stacks":""})"));
+  CHECK(old.ranks.at(0).quiet);
+  CHECK(old.ranks.at(0).quiet_left_ms == 0);
+  CHECK_FALSE(old.ranks.at(0).stopped);
+  // The server's deferral of a verdict for a declared quiet phase, and its bounds.
+  const HangDeferredMsg deferred{{0, 5}, 58'000};
+  CHECK(std::get<HangDeferredMsg>(decode_server_message(encode(ServerMessage{deferred}))) == deferred);
+  CHECK_THROWS_AS(decode_server_message(R"({"type":"hang_deferred","quiet_ranks":[-1],"wait_ms":5})"), ProtocolError);
+  CHECK_THROWS_AS(decode_server_message(R"({"type":"hang_deferred","quiet_ranks":[1],"wait_ms":0})"), ProtocolError);
+  CHECK_THROWS_AS(decode_server_message(R"({"type":"hang_deferred","quiet_ranks":"1","wait_ms":5})"), ProtocolError);
   CHECK_FALSE(std::get<HangViewMsg>(decode_client_message(R"({"type":"hang_view","ranks":[],"stacks":""})")).suspect);
 }
 

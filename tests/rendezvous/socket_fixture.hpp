@@ -61,6 +61,7 @@ struct Recorder {
   int captures = 0;
   std::vector<JobViewMsg> views;
   std::vector<StragglersMsg> stragglers;
+  std::vector<HangDeferredMsg> deferrals;
   std::vector<bool> reconnects;  // on_reconnect: false when the server was lost, true when taken back
   std::optional<ClientError> error;
 
@@ -70,7 +71,8 @@ struct Recorder {
                           [this](const ClientError& e) { error = e; }, [this] { ++captures; },
                           [this](const JobViewMsg& v) { views.push_back(v); },
                           [this](const StragglersMsg& m) { stragglers.push_back(m); },
-                          [this](bool back, const std::string&) { reconnects.push_back(back); }};
+                          [this](bool back, const std::string&) { reconnects.push_back(back); },
+                          [this](const HangDeferredMsg& m) { deferrals.push_back(m); }};
   }
 };
 
