@@ -53,8 +53,9 @@ NodeAgent::NodeAgent(const AgentConfig& config)
               [this](bool has_children) { after_reap(has_children); }),
       grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), peer_signal_timer_(io_),
       link_(io_, config, rendezvous_handlers()),
-      guard_watch_(io_), hang_timer_(io_), probe_timer_(io_), capture_(io_),
-      hang_verdict_timer_(io_), status_timer_(io_), view_timer_(io_), reform_ack_timer_(io_) {}
+      guard_watch_(io_), probe_timer_(io_),
+      hang_(io_, config_, heartbeats_, layout_, policy_, log_, events_, hang_host()), status_timer_(io_),
+      view_timer_(io_), reform_ack_timer_(io_) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -195,11 +196,11 @@ void NodeAgent::resume_job() {
   events_.write(json{{"event", "resumed"}, {"time_ms", unix_ms()}});
   for (const WorkerRecord& w : policy_.workers())
     if (w.state == WorkerState::kRunning && w.pid > 0) process::signal_group(w.pid, SIGCONT);
-  restart_hang_watch_after_pause();
+  hang_.on_job_resumed();
 }
 
 void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
-  if (capture_.on_child_exit(pid)) return;  // a stack tool of the hang capture
+  if (hang_.on_child_exit(pid)) return;  // a stack tool of the hang capture
   auto it = local_rank_of_.find(pid);
   if (it == local_rank_of_.end()) {
     log_.debug("reaped descendant pid ", pid, " (", status.describe(), ")");
@@ -238,10 +239,8 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
 
 void NodeAgent::apply(const Decision& d, const char* reason) {
   if (d.teardown_began) {
-    hang_timer_.cancel();
+    hang_.cancel();  // stopped for another reason while capturing: the teardown takes the hung worker too
     reform_ack_timer_.cancel();
-    hang_verdict_timer_.cancel();
-    capture_.abandon();  // stopped for another reason while capturing: the teardown takes the hung worker too
     // No signal to send: slurmstepd's reached every worker already (on_signal), and a copy would be a second one.
     if (d.signal_all == 0)
       log_.info("tearing down: ", reason, "; slurmstepd already sent it to every worker, ddprun sends no copy");
@@ -332,11 +331,9 @@ void NodeAgent::maybe_finish() {
   grace_timer_.cancel();
   stop_reply_timer_.cancel();
   peer_signal_timer_.cancel();
-  hang_timer_.cancel();
-  hang_verdict_timer_.cancel();
+  hang_.cancel();
   reform_ack_timer_.cancel();
   probe_timer_.cancel();
-  capture_.abandon();
   stop_status();
   guard_watch_.close();
   link_.finish([] {});

@@ -1,328 +1,38 @@
-// Hang detection on the agent's loop (--hang-timeout): one timer reads every worker's heartbeat slot
-// (agent/heartbeat_channel.hpp) and asks agent/hang_watch.hpp who is hung. Then the stacks of every worker of
-// the node are captured (agent/stack_capture.hpp) and the node's view (each rank's step and silence) goes to
-// the rendezvous, which gathers every other node's view and stacks the same way and names the rank that is
-// behind (rendezvous/hang_verdict.hpp). Its stop order kills that rank with SIGKILL and tears the job down
-// with "hung" as the root cause (or restarts it, as --max-restarts allows), on every node.
-#include <unistd.h>
-
-#include <algorithm>
+// The agent's wiring of the hang inquiry (agent/hang_inquiry.hpp): what the inquiry may ask of this node, and
+// how its decisions are carried out on the workers this agent owns.
 #include <csignal>
-#include <nlohmann/json.hpp>
 
-#include "agent/env_contract.hpp"
-#include "agent/flight_recorder.hpp"
-#include "agent/hang_watch.hpp"
 #include "agent/node_agent_impl.hpp"
 #include "common/process/process_tree.hpp"
-#include "common/stall_clock.hpp"
 #include "common/time.hpp"
 
 namespace ddprun::agent {
-namespace rdzv = ddprun::rendezvous;
-using nlohmann::json;
 
-namespace {
-// How long a node that found a hung worker waits for the rendezvous' verdict before it decides alone: the
-// server waits up to 20 s for the other nodes' views (rendezvous/state_machine_hang.cpp), then answers. Also
-// what a hang costs when its inquiry is lost with a restarted ddprun-rendezvous: this node's own verdict then
-// reaches the others through the new server (the failure report is replayed after the resume hello).
-constexpr std::chrono::seconds kHangVerdictLimit{25};
-// Children of a hung worker whose stacks are captured too, at most (each costs a stack tool's run).
-constexpr std::size_t kChildrenCaptured = 8;
-}  // namespace
-
-void NodeAgent::arm_hang_watch() {
-  if (!heartbeats_.enabled() || config_.hang_timeout.count() == 0) return;
-  std::vector<WatchedWorker> running;
-  for (const WorkerRecord& w : policy_.workers())
-    if (w.state == WorkerState::kRunning && w.pid > 0) {
-      Beat beat = heartbeats_.read(w.local_rank);
-      if (beat.ever()) beat.time_ns = std::max(beat.time_ns, hang_pause_end_ns_);
-      const auto exempt = hang_exempt_until_ns_.find(w.local_rank);
-      running.push_back({w.local_rank, beat, std::max(round_started_ns_, hang_pause_end_ns_),
-                         exempt == hang_exempt_until_ns_.end() ? 0 : exempt->second});
-    }
-  const std::int64_t now = monotonic_ns();
-  const HangCheck check = check_hangs(running, config_.hang_timeout.count() * 1'000'000, now,
-                                      config_.hang_initial_timeout.count() * 1'000'000);
-  if (!check.hung.empty()) return on_hung(check.hung, now);
-  if (!check.next_check_ns) return;
-  // steady_clock is CLOCK_MONOTONIC, the clock the workers write.
-  hang_timer_.expires_at(std::chrono::steady_clock::time_point(std::chrono::nanoseconds(*check.next_check_ns)));
-  hang_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec || !hang_watch_applies()) return;
-    // Late by more than a loaded loop ever is: this process did not run, and the workers may not have
-    // either (a frozen machine); each gets a full timeout from now before it is judged.
-    if (std::chrono::steady_clock::now() - hang_timer_.expiry() > StallClock::kStallThreshold)
-      hang_pause_end_ns_ = monotonic_ns();
-    arm_hang_watch();
-  });
-}
-
-// The one truth of "silent since" (issue 31): the worker's last beat as it happened (CLOCK_MONOTONIC), or the
-// round's start for one that never beat. The log, the `hung` event, the view the verdict reads (and so the
-// summary) and the live view all say this; a pause of the whole job moves only *when* a worker is judged
-// (arm_hang_watch), never the time of its last beat.
-std::int64_t NodeAgent::silent_since_ns(int local_rank) const {
-  const Beat b = heartbeats_.read(local_rank);
-  return b.ever() ? b.time_ns : round_started_ns_;
-}
-
-// Workers are being judged: the round runs, nothing stopped it, no capture is under way.
-bool NodeAgent::hang_watch_applies() const {
-  return lifecycle_.workers_started() && policy_.phase() == Phase::kRunning && !capture_.active();
-}
-
-// fg after Ctrl-Z: the workers were stopped too, so their last beats are as old as the pause.
-void NodeAgent::restart_hang_watch_after_pause() {
-  hang_pause_end_ns_ = monotonic_ns();
-  if (!heartbeats_.enabled() || config_.hang_timeout.count() == 0 || !hang_watch_applies()) return;
-  hang_timer_.cancel();
-  arm_hang_watch();
-}
-
-void NodeAgent::on_hung(std::vector<int> hung, std::int64_t now_ns) {
-  // The one silent longest stopped first: this node's candidate when it must decide alone (one that never
-  // beat counts from the round's start). The job-wide verdict is the rendezvous' (rendezvous/hang_verdict.hpp).
-  std::sort(hung.begin(), hung.end(), [&](int a, int b) { return silent_since_ns(a) < silent_since_ns(b); });
-  const std::int64_t now_ms = unix_ms();
-  hung_.clear();
-  for (int lr : hung) {
-    const Beat beat = heartbeats_.read(lr);
-    const WorkerRecord& w = policy_.worker(lr);
-    HungWorker h;
-    h.local_rank = lr;
-    h.step = beat.step;
-    h.never_beat = !beat.ever();
-    h.silent_ms = std::max<std::int64_t>(0, (now_ns - silent_since_ns(lr)) / 1'000'000);
-    h.last_beat_ms = now_ms - h.silent_ms;
-    hung_.push_back(h);
-    if (h.never_beat)
-      log_.warning("rank ", w.rank, " (pid ", w.pid, ") hung: no first heartbeat ", h.silent_ms,
-                   " ms after its start; capturing the stacks of every worker");
-    else
-      log_.warning("rank ", w.rank, " (pid ", w.pid, ") hung: no heartbeat for ", h.silent_ms, " ms",
-                   h.step >= 0 ? " after step " + std::to_string(h.step) : std::string(),
-                   "; capturing the stacks of every worker");
-    events_.write(json{{"event", "hung"}, {"time_ms", now_ms}, {"rank", w.rank}, {"local_rank", lr},
-                       {"pid", w.pid}, {"node_rank", world_.node_rank}, {"last_step", h.step},
-                       {"last_beat_ms", h.never_beat ? json(nullptr) : json(h.last_beat_ms)},
-                       {"never_beat", h.never_beat}});
-  }
-  hang_view_suspect_ = true;
-  start_job_capture();
-}
-
-// The rendezvous asks: a worker on another node hung. This node's workers are captured and reported, so the
-// verdict sees every rank, and the stacks of the rank it names exist wherever it runs.
-void NodeAgent::on_capture_requested() {
-  if (capture_.active()) return;  // a capture of our own is under way: its view answers too
-  if (!lifecycle_.workers_started() || policy_.phase() != Phase::kRunning) {
-    link_.client().report_hang_view({});  // nothing runs here to judge
-    return;
-  }
-  log_.warning("a worker on another node hung: capturing the stacks of every worker here");
-  hung_.clear();
-  hang_view_suspect_ = false;
-  start_job_capture();
-}
-
-// Every running worker, the hung ones first: in a collective the rank at fault is often not the one whose
-// silence was noticed, so the stacks of all of them are the evidence.
-void NodeAgent::start_job_capture() {
-  std::vector<CaptureTarget> targets;
-  // Stopped (SIGSTOP, a debugger) before the stack tools attach and stop everything themselves.
-  stopped_at_capture_.clear();
-  for (const WorkerRecord& w : policy_.workers()) {
-    process::ProcStat st;
-    if (w.state == WorkerState::kRunning && w.pid > 0 &&
-        process::read_proc_stat(std::to_string(w.pid).c_str(), st) && st.state == 'T')
-      stopped_at_capture_.insert(w.local_rank);
-  }
-  auto add = [&](const WorkerRecord& w) {
-    const FlightRecorderFiles fr = flight_recorder_files(config_.base_env, flight_recorder_prefix(w.local_rank), w.rank);
-    targets.push_back({w.rank, w.local_rank, w.pid, stacks_file(w.local_rank), fr.pipe, fr.dump, fr.dump_is_ours,
-                       layout_.published(fr.dump)});
-  };
-  for (const HungWorker& h : hung_) {
-    const WorkerRecord& w = policy_.worker(h.local_rank);
-    add(w);
-    // What a hung worker may be waiting on: its DataLoader workers, a subprocess. Native stacks, a few.
-    std::size_t taken = 0;
-    for (pid_t child : process::descendants_of(w.pid))
-      if (taken++ < kChildrenCaptured) targets.push_back({w.rank, w.local_rank, child, "", "", "", false, "", w.pid});
-  }
-  for (const WorkerRecord& w : policy_.workers())
-    if (w.state == WorkerState::kRunning && w.pid > 0 && !found_hung(w.local_rank)) add(w);
-  hang_stacks_path_ = hang_stacks_file();
-  layout_.keep(hang_stacks_path_);
-  capture_.start(std::move(targets), hang_stacks_path_, env_value(config_.base_env, "PATH", "/usr/bin:/bin"),
-                 config_.stack_capture_limit, config_.nccl_dump_limit, [this] { on_stacks_captured(); });
-}
-
-void NodeAgent::on_stacks_captured() {
-  log_.warning("stacks of every worker in ", layout_.published(hang_stacks_path_));
-  json event{{"event", "stacks"}, {"time_ms", unix_ms()}, {"file", layout_.published(hang_stacks_path_)}};
-  if (const auto dumps = capture_.nccl_dumps(); !dumps.empty()) {
-    std::vector<int> unwritten;
-    std::string where;
-    json files = json::array();
-    for (const NcclDump& d : dumps) {
-      if (!d.written) {
-        unwritten.push_back(d.rank);
-        continue;
-      }
-      layout_.keep(d.path);  // without --log-dir, kept like the stacks file; with it, copied there at the end
-      files.push_back({{"rank", d.rank}, {"file", d.shown}});
-      where += (where.empty() ? "" : ", ") + ("rank " + std::to_string(d.rank) + " in " + d.shown);
-      nccl_dumps_.push_back(d);
-    }
-    log_.warning("NCCL Flight Recorder dumps: ", where.empty() ? std::string("none") : where,
-                 unwritten.empty() ? std::string() : "; asked, nothing written in time: " + rdzv::rank_list(unwritten));
-    event["nccl_dumps"] = std::move(files);
-  }
-  events_.write(event);
-  if (policy_.phase() != Phase::kRunning) return;  // stopped meanwhile: the teardown took them
-  rdzv::HangViewMsg view = hang_view();
-  link_.client().report_hang_view(view);
-  if (!view.suspect) return;
-  // The rendezvous names the rank that is behind and stops the job (on_stop → on_hang_verdict). A server that
-  // does not answer (an older one, or one in trouble) must not leave the job hung: decide on this node's view.
-  hang_verdict_timer_.expires_after(kHangVerdictLimit);
-  hang_verdict_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec || lifecycle_.outcome_known() || policy_.phase() != Phase::kRunning) return;
-    log_.warning("no hang verdict from the rendezvous within ", kHangVerdictLimit.count(),
-                 " s: deciding on this node's workers alone");
-    decide_hang_locally();
-  });
-}
-
-bool NodeAgent::found_hung(int local_rank) const {
-  return std::any_of(hung_.begin(), hung_.end(), [&](const HungWorker& h) { return h.local_rank == local_rank; });
-}
-
-// This node's workers as the verdict compares them: step and silence of each, read now.
-rdzv::HangViewMsg NodeAgent::hang_view() const {
-  rdzv::HangViewMsg view;
-  view.suspect = hang_view_suspect_;
-  view.stacks = layout_.published(hang_stacks_path_);
-  const std::int64_t now_ns = monotonic_ns();
-  for (const WorkerRecord& w : policy_.workers()) {
-    if (w.state != WorkerState::kRunning || w.pid <= 0) continue;
-    const Beat beat = heartbeats_.read(w.local_rank);
-    rdzv::RankBeat r;
-    r.rank = w.rank;
-    r.local_rank = w.local_rank;
-    r.pid = w.pid;
-    r.step = beat.ever() ? beat.step : -1;
-    r.never_beat = !beat.ever();
-    r.silent_ms = std::max<std::int64_t>(0, (now_ns - silent_since_ns(w.local_rank)) / 1'000'000);
-    r.quiet = beat.quiet_until_ns > now_ns;
-    if (r.quiet) r.quiet_left_ms = std::max<std::int64_t>(1, (beat.quiet_until_ns - now_ns) / 1'000'000);
-    r.stopped = stopped_at_capture_.count(w.local_rank) > 0;
-    // The files are in the private work tree on a local disk (never --log-dir): read on the loop, they are small.
-    if (const std::string py = read_file(stacks_file(w.local_rank)); !py.empty()) {
-      r.python_stack = true;
-      r.collective = torch_collective_in(py);
-    } else if (const std::string native = capture_.native_stacks(w.pid); !native.empty()) {
-      // A C++ worker (the SDK): its native frames say whether it waits for the other ranks.
-      r.python_stack = true;
-      r.collective = native_collective_in(native);
-    }
-    r.hung = found_hung(w.local_rank);
-    view.ranks.push_back(r);
-  }
-  return view;
-}
-
-// Without the rendezvous' verdict: the hung worker(s) found here, the one silent longest as the root cause.
-void NodeAgent::decide_hang_locally() {
-  Decision d;
-  for (const HungWorker& h : hung_) {
-    const Decision one = policy_.on_hung(h.local_rank, unix_ms());
-    if (one.teardown_began) d = one;
-    // SIGKILL: a hung process may never act on SIGTERM, and it has had its chance (a stopped one too).
-    process::signal_group(policy_.worker(h.local_rank).pid, SIGKILL);
-  }
-  apply(d, "hung");
-  if (d.teardown_began && !hung_.empty()) report_hang(hung_.front());
-}
-
-// The rendezvous' stop order: when it is a hang verdict naming a rank of this node, that worker is killed
-// with SIGKILL at once (it may never act on SIGTERM) and recorded as hung; the rest go down as ordered.
-void NodeAgent::on_hang_verdict(const rdzv::Failure& root_cause) {
-  hang_verdict_timer_.cancel();
-  hang_exempt_until_ns_.clear();
-  if (rdzv::is_hang(root_cause) && root_cause.unsure && lifecycle_.workers_started()) {
-    // The verdict could not tell which rank holds the others: every silent worker here goes with SIGKILL (a
-    // hung one may never act on SIGTERM), the others as ordered.
+HangInquiry::Host NodeAgent::hang_host() {
+  HangInquiry::Host h;
+  h.round_runs = [this] { return lifecycle_.workers_started() && policy_.phase() == Phase::kRunning; };
+  h.outcome_known = [this] { return lifecycle_.outcome_known(); };
+  h.node_rank = [this] { return world_.node_rank; };
+  h.attempt = [this] { return workers_attempt_; };
+  h.send_view = [this](const rendezvous::HangViewMsg& view) { link_.client().report_hang_view(view); };
+  h.kill_hung = [this](const std::vector<int>& local_ranks) {
     Decision d;
-    const std::int64_t now_ns = monotonic_ns();
-    for (const WorkerRecord& w : policy_.workers())
-      if (w.state == WorkerState::kRunning && w.pid > 0 &&
-          now_ns - silent_since_ns(w.local_rank) >= config_.hang_timeout.count() * 1'000'000) {
-        process::signal_group(w.pid, SIGKILL);
-        if (const Decision one = policy_.on_hung(w.local_rank, unix_ms()); one.teardown_began) d = one;
-      }
-    return apply(d, "hung");
-  }
-  if (!rdzv::is_hang(root_cause) || root_cause.node_rank != world_.node_rank || root_cause.local_rank < 0 ||
-      root_cause.local_rank >= world_.local_world_size || !lifecycle_.workers_started())
-    return;
-  const WorkerRecord& w = policy_.worker(root_cause.local_rank);
-  if (w.state != WorkerState::kRunning || w.pid != root_cause.pid) return;
-  const Decision d = policy_.on_hung(root_cause.local_rank, unix_ms());
-  process::signal_group(w.pid, SIGKILL);
-  apply(d, "hung");
-}
-
-// The inquiry found a declared quiet phase (a save on rank 0 while the others wait in a barrier or in the next
-// backward): nobody is hung. The silent workers here are left alone for the longest bound still running; a
-// phase that ends sooner beats, and everyone is judged by their beats again (agent/hang_watch.hpp).
-void NodeAgent::on_hang_deferred(const rdzv::HangDeferredMsg& m) {
-  hang_verdict_timer_.cancel();
-  hung_.clear();
-  hang_view_suspect_ = false;
-  const std::int64_t now_ns = monotonic_ns();
-  const std::int64_t until = now_ns + m.wait_ms * 1'000'000;
-  for (const WorkerRecord& w : policy_.workers())
-    if (w.state == WorkerState::kRunning && w.pid > 0 && heartbeats_.read(w.local_rank).quiet_until_ns <= now_ns)
-      hang_exempt_until_ns_[w.local_rank] = until;
-  log_.warning(rdzv::rank_list(m.quiet_ranks), " inside a declared quiet phase (up to ", m.wait_ms / 1000.0,
-               " s more): the ranks silent beside ", m.quiet_ranks.size() == 1 ? "it" : "them",
-               " wait for ", m.quiet_ranks.size() == 1 ? "it" : "them", ", and are not hung");
-  events_.write(json{{"event", "hang_deferred"}, {"time_ms", unix_ms()}, {"quiet_ranks", m.quiet_ranks},
-                     {"wait_ms", m.wait_ms}});
-  if (hang_watch_applies()) {
-    hang_timer_.cancel();
-    arm_hang_watch();
-  }
-}
-
-void NodeAgent::report_hang(const HungWorker& h) {
-  rendezvous::Failure f = failure_of(policy_.worker(h.local_rank));
-  f.signal = SIGKILL;
-  f.time_unix_ms = unix_ms();
-  f.message = hang_message(h.silent_ms, h.step, h.last_beat_ms, layout_.published(hang_stacks_path_), h.never_beat);
-  link_.client().report_failure(f);
-}
-
-// Always inside the private work tree (mkdtemp's 0700, on a local file system: agent/run_layout.hpp):
-// never a predictable name in a shared directory such as /dev/shm, where another user could plant a
-// symlink or a FIFO, and never on a --log-dir that may hang the loop. Without --log-dir the temporary
-// tree is removed at the end except for this file (RunLayout::keep); with it, the file is copied there.
-std::string NodeAgent::hang_stacks_file() const {
-  return layout_.attempt_work_file(workers_attempt_, "hang_stacks.txt");
-}
-
-std::string NodeAgent::stacks_file(int local_rank) const {
-  return layout_.work_dir(workers_attempt_, local_rank) + "/python_stacks.txt";
-}
-
-// Beside the Python stacks, for the same reasons: torch makes its FIFO and writes its dump there.
-std::string NodeAgent::flight_recorder_prefix(int local_rank) const {
-  return layout_.work_dir(workers_attempt_, local_rank) + "/" + kFlightRecorderPrefixName;
+    for (int lr : local_ranks) {
+      if (const Decision one = policy_.on_hung(lr, unix_ms()); one.teardown_began) d = one;
+      // SIGKILL: a hung process may never act on SIGTERM, and it has had its chance (a stopped one too).
+      process::signal_group(policy_.worker(lr).pid, SIGKILL);
+    }
+    apply(d, "hung");
+    return d.teardown_began;
+  };
+  h.report_hang = [this](int local_rank, const std::string& message) {
+    rendezvous::Failure f = failure_of(policy_.worker(local_rank));
+    f.signal = SIGKILL;
+    f.time_unix_ms = unix_ms();
+    f.message = message;
+    link_.client().report_failure(f);
+  };
+  return h;
 }
 
 }  // namespace ddprun::agent

@@ -15,7 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "agent/child_reaper.hpp"
 #include "agent/event_log.hpp"
 #include "agent/exit_summary.hpp"
+#include "agent/hang_inquiry.hpp"
 #include "agent/heartbeat_channel.hpp"
 #include "agent/live_status.hpp"
 #include "agent/metrics_textfile.hpp"
@@ -89,29 +89,8 @@ class NodeAgent {
   void on_reform_ack_deadline();
   void start_again_in_round();
   void reform_lost_a_worker();
-  // node_agent_hang.cpp
-  struct HungWorker {
-    int local_rank = 0;
-    std::int64_t step = -1;
-    std::int64_t silent_ms = 0;
-    std::int64_t last_beat_ms = 0;
-    bool never_beat = false;  // --hang-initial-timeout
-  };
-  void arm_hang_watch();
-  void on_hung(std::vector<int> hung, std::int64_t now_ns);
-  void on_capture_requested();
-  void start_job_capture();
-  void on_stacks_captured();
-  rendezvous::HangViewMsg hang_view() const;
-  bool found_hung(int local_rank) const;  // by this node's own hang watch, in the capture under way
-  void decide_hang_locally();
-  void on_hang_verdict(const rendezvous::Failure& root_cause);
-  void on_hang_deferred(const rendezvous::HangDeferredMsg& m);
-  std::int64_t silent_since_ns(int local_rank) const;
-  void report_hang(const HungWorker& h);
-  std::string hang_stacks_file() const;
-  std::string stacks_file(int local_rank) const;
-  std::string flight_recorder_prefix(int local_rank) const;
+  // node_agent_hang.cpp: the wiring of the hang inquiry (agent/hang_inquiry.hpp)
+  HangInquiry::Host hang_host();
   // node_agent_status.cpp: the live view
   void start_status();
   void stop_status();
@@ -129,8 +108,6 @@ class NodeAgent {
   void on_signal(const ReceivedSignal& received);
   void suspend_job();
   void resume_job();
-  void restart_hang_watch_after_pause();
-  bool hang_watch_applies() const;
   void on_child_exit(pid_t pid, const process::ExitStatus& status);
   void after_reap(bool has_children);
   void apply(const Decision& d, const char* reason);
@@ -183,12 +160,7 @@ class NodeAgent {
   process::OomKillCounter oom_;      // the OOM kills in the workers' memory cgroup
   long long oom_kills_seen_ = -1;    // its count at the round's start plus the kills already put on a worker
   boost::asio::posix::stream_descriptor guard_watch_;  // says when the guard is gone (watch_guard)
-  HeartbeatChannel heartbeats_;  // --hang-timeout only
-  boost::asio::steady_timer hang_timer_;
-  std::int64_t round_started_ns_ = 0;  // CLOCK_MONOTONIC when this round's workers started (initial timeout)
-  // Beats older than this count as made at this time: a pause of the whole job (Ctrl-Z, a frozen machine)
-  // is nobody's silence. Set on SIGCONT and when the hang timer fires late (StallClock's threshold).
-  std::int64_t hang_pause_end_ns_ = 0;
+  HeartbeatChannel heartbeats_;  // the workers' beats: the hang inquiry, the live view, re-forming in place
   // DDPRUN_LOOP_PROBE_MS (benchmarks): a timer every that many ms records how late it fires, i.e. the longest
   // time the loop was busy or blocked; logged at the end (scripts/bench/console_stall.py reads it).
   boost::asio::steady_timer probe_timer_;
@@ -201,16 +173,8 @@ class NodeAgent {
   // The most CPU time the loop thread used between two ticks: the longest stretch of the loop's own work
   // (handlers, system calls), whatever the scheduler did. The part of the lateness ddprun controls.
   std::chrono::nanoseconds probe_max_cpu_{0};
-  StackCapture capture_;
-  std::vector<HungWorker> hung_;  // of the capture under way, the root cause first
-  std::string hang_stacks_path_;
-  std::vector<NcclDump> nccl_dumps_;  // written by the hang captures of the run, for the summary
   bool announcing_start_failure_ = false;  // link_.announce_start_failure runs: a stop signal ends it
-  bool hang_view_suspect_ = false;  // the capture under way is for a hang found here (else: asked by the server)
-  std::set<int> stopped_at_capture_;  // local ranks whose process was stopped as the capture began
-  // Local rank → not judged before (CLOCK_MONOTONIC): waiting for a rank's declared quiet phase (hang_deferred).
-  std::map<int, std::int64_t> hang_exempt_until_ns_;
-  boost::asio::steady_timer hang_verdict_timer_;  // bounds the wait for the rendezvous' verdict
+  HangInquiry hang_;  // --hang-timeout (agent/hang_inquiry.hpp); after everything it reads
   // The live view (node_agent_status.cpp).
   boost::asio::steady_timer status_timer_;
   boost::asio::steady_timer view_timer_;  // bounds the wait for the rendezvous' view of the other nodes

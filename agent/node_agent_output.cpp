@@ -192,7 +192,7 @@ SummaryContext NodeAgent::summary_context() const {
   ctx.stdin_rank = config_.stdin_rank;
   ctx.attempts = attempts_;
   ctx.output_losses = output_losses_;
-  for (const NcclDump& d : nccl_dumps_) ctx.nccl_dumps.push_back({d.rank, d.shown});
+  for (const NcclDump& d : hang_.nccl_dumps()) ctx.nccl_dumps.push_back({d.rank, d.shown});
   note_console_losses(ctx.output_losses);
   return ctx;
 }

@@ -54,7 +54,7 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
         c.time_ms = unix_ms();
         on_outcome(&c, "rendezvous_error");
       },
-      [this] { on_capture_requested(); },
+      [this] { hang_.on_capture_requested(); },
       [this](const rdzv::JobViewMsg& view) { on_job_view(view); },
       [this](const rdzv::StragglersMsg& named) { on_stragglers(named); },
       // A separate ddprun-rendezvous lost and looked for, or back (the client logs both): the events file says so.
@@ -62,7 +62,7 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
         events_.write(back ? json{{"event", "rendezvous_resumed"}, {"time_ms", unix_ms()}, {"server", text}}
                            : json{{"event", "rendezvous_lost"}, {"time_ms", unix_ms()}, {"why", text}});
       },
-      [this](const rdzv::HangDeferredMsg& m) { on_hang_deferred(m); }};
+      [this](const rdzv::HangDeferredMsg& m) { hang_.on_deferred(m); }};
 }
 
 // This node cannot take part (link_.start failed): nothing was started. The other nodes of the job would wait
@@ -117,7 +117,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
 }
 
 void NodeAgent::on_stop(const rdzv::StopOrder& order) {
-  on_hang_verdict(order.root_cause);
+  hang_.on_stop_order(order.root_cause);
   const JobCause cause = cause_of(order.root_cause);
   if (order.restarting && reform_in_place(order)) return;  // nothing failed and the workers can stay
   reform_pending_ = false;  // a restart or the end while re-forming in place: the usual way from here

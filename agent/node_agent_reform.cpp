@@ -37,13 +37,13 @@ bool NodeAgent::reform_in_place(const rendezvous::StopOrder& order) {
     log_.debug("re-form ordered again while re-forming in place: ", order.reason);
     return true;
   }
-  if (!nothing_failed || policy_.phase() != Phase::kRunning || !hung_.empty() || !workers_offer_reform() ||
+  if (!nothing_failed || policy_.phase() != Phase::kRunning || hang_.inquiring() || !workers_offer_reform() ||
       !lifecycle_.on_reform_in_place())
     return false;
   reform_pending_ = true;
   log_.warning(order.reason, "; this node's workers stay and take the next round up in place");
   note_reform(order, /*in_place=*/true);
-  hang_timer_.cancel();  // until the next round, the workers may wait for it: nobody's silence
+  hang_.pause_watch();  // until the next round, the workers may wait for it: nobody's silence
   link_.client().report_stopped();
   return true;
 }
@@ -67,7 +67,6 @@ void NodeAgent::take_reform_assignment() {
     process::signal_group(w.pid, SIGKILL);
   }
   ++reforms_announced_;
-  const std::int64_t now_ns = monotonic_ns();
   for (int lr = 0; lr < world_.local_world_size; ++lr) {
     WorkerRecord& w = policy_.worker(lr);
     w.rank = world_.rank_offset + lr;
@@ -78,9 +77,7 @@ void NodeAgent::take_reform_assignment() {
       if (p->local_rank() == lr) p->set_prefix(prefix);
   }
   lifecycle_.on_reformed();
-  round_started_ns_ = now_ns;
-  hang_exempt_until_ns_.clear();
-  hung_.clear();
+  hang_.start_round();
   status_rates_ = RateHistory();  // paces by rank: the ranks changed
   const World& w = world_;
   log_.info("re-formed in place: ranks ", w.rank_offset, "-", w.rank_offset + w.local_world_size - 1, " of ",
@@ -93,7 +90,7 @@ void NodeAgent::take_reform_assignment() {
   reform_ack_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) on_reform_ack_deadline();
   });
-  arm_hang_watch();
+  hang_.watch();
 }
 
 bool NodeAgent::all_workers_running() const {

@@ -131,7 +131,7 @@ NodeStatus NodeAgent::sample_status(bool remember) {
     }
     if (!running) r.state = w.state == WorkerState::kSucceeded ? "exited" : w.hung ? "hung" : "failed";
     else if (policy_.phase() != Phase::kRunning) r.state = "stopping";
-    else if (found_hung(w.local_rank)) r.state = "hung";
+    else if (hang_.found_hung(w.local_rank)) r.state = "hung";
     // Under --hang-timeout the workers beat (the user said so): until the first beat a rank is starting. A
     // program that never beats is running from its start.
     else if (config_.hang_timeout.count() > 0 && !r.beat_age_s) r.state = "starting";

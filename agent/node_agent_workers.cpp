@@ -54,9 +54,7 @@ void NodeAgent::start_workers() {
   if (heartbeats_.enabled()) heartbeats_.clear();  // no beat of a previous round counts in this one
   workers_attempt_ = w.restart_count;
   reforms_announced_ = 0;
-  round_started_ns_ = monotonic_ns();
-  hang_exempt_until_ns_.clear();
-  hung_.clear();  // the last round's hung ranks: the live view must not show this round's as hung
+  hang_.start_round();
   oom_kills_seen_ = oom_.kills();
   // The first worker that cannot be started stops the loop (the next ones would fail the same way); it is
   // handled once the line saying what started is out, so the log reads in order: started, why one did not,
@@ -84,7 +82,7 @@ void NodeAgent::start_workers() {
   // Not one worker could start (out of descriptors, processes, memory): no exit will ever be reaped, so the
   // round's end is looked for now, once this handler is done.
   if (started == 0) boost::asio::post(io_, [this] { reaper_.reap_now(); });
-  arm_hang_watch();
+  hang_.watch();
 }
 
 // The console prefix of a worker's lines (--prefix-format was checked at start-up).
@@ -135,9 +133,9 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
     opts.inherit_fds.push_back(heartbeats_.fd());
   }
   if (config_.hang_timeout.count() > 0) {
-    env_in.stacks_file = stacks_file(local_rank);
+    env_in.stacks_file = hang_.stacks_file(local_rank);
     env_in.stacks_signal = python_stacks_signal();
-    env_in.flight_recorder_prefix = flight_recorder_prefix(local_rank);
+    env_in.flight_recorder_prefix = hang_.flight_recorder_prefix(local_rank);
   }
 
   const std::string prefix = output_prefix(rank, local_rank);

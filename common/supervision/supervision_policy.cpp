@@ -40,6 +40,10 @@ void SupervisionPolicy::add_worker(int rank, int local_rank, pid_t pid, std::int
 }
 
 WorkerRecord& SupervisionPolicy::worker(int local_rank) {
+  return const_cast<WorkerRecord&>(static_cast<const SupervisionPolicy&>(*this).worker(local_rank));
+}
+
+const WorkerRecord& SupervisionPolicy::worker(int local_rank) const {
   require(local_rank >= 0 && static_cast<std::size_t>(local_rank) < workers_.size(), "no such local rank");
   return workers_[static_cast<std::size_t>(local_rank)];
 }

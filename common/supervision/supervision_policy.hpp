@@ -106,6 +106,7 @@ class SupervisionPolicy {
   Phase phase() const { return phase_; }
   const std::vector<WorkerRecord>& workers() const { return workers_; }
   WorkerRecord& worker(int local_rank);
+  const WorkerRecord& worker(int local_rank) const;
   // The earliest failure on this node, if any.
   const WorkerRecord* root_cause() const;
   // The signal that stopped the job from outside (0: none).
