@@ -27,15 +27,13 @@ std::string resolve_token(const TopologyOptions& o, const std::vector<std::strin
                     "set DDPRUN_TOKEN");
     return o.rdzv_token;
   }
-  if (!o.rdzv_token_file.empty()) {
-    try {
-      return rendezvous::read_token_file(o.rdzv_token_file);
-    } catch (const Error& e) {
-      throw UsageError(std::string("--rdzv-token-file: ") + e.what(), kExitNoInput);
-    }
+  std::string given;
+  try {
+    given = rendezvous::given_token(o.rdzv_token, o.rdzv_token_file, contract::env_value(env, contract::kToken, ""));
+  } catch (const Error& e) {
+    throw UsageError(std::string("--rdzv-token-file: ") + e.what(), kExitNoInput);
   }
-  const std::string from_env = contract::env_value(env, contract::kToken, "");
-  if (!from_env.empty()) return from_env;
+  if (!given.empty()) return given;
   // One node: nobody else needs to know the token, so it is a fresh random one.
   if (local_only) return rendezvous::generate_token();
   notes.push_back("no --rdzv-token, --rdzv-token-file or DDPRUN_TOKEN: the rendezvous accepts any node that "

@@ -91,6 +91,12 @@ std::string run_id_token(std::string_view run_id) { return "ddprun-run-id-token:
 
 bool is_run_id_token(std::string_view token, std::string_view run_id) { return token == run_id_token(run_id); }
 
+std::string given_token(const std::string& option, const std::string& file, const std::string& environment) {
+  if (!option.empty()) return option;
+  if (!file.empty()) return read_token_file(file);
+  return environment;
+}
+
 std::string read_token_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error("cannot read token file " + path);

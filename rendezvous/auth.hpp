@@ -45,4 +45,9 @@ bool is_run_id_token(std::string_view token, std::string_view run_id);
 // when it cannot be read or is empty.
 std::string read_token_file(const std::string& path);
 
+// The job token a user gave, as ddprun and ddprun-rendezvous both take it (they once read it in opposite
+// orders, so one setting meant two tokens): the option's value, else the token file's first line, else the
+// environment's DDPRUN_TOKEN; "" when none is given. Throws ddprun::Error when the file cannot be read.
+std::string given_token(const std::string& option, const std::string& file, const std::string& environment);
+
 }  // namespace ddprun::rendezvous

@@ -100,8 +100,8 @@ int run(int argc, char** argv) {
   if (!parse_log_level(log_level, level)) throw UsageError("unknown --log-level " + log_level, kUsageError);
   Logger logger(level, "ddprun-rendezvous", "");
   parse_nnodes(nnodes, config);
-  if (token.empty() && std::getenv("DDPRUN_TOKEN")) token = std::getenv("DDPRUN_TOKEN");
-  if (token.empty() && !token_file.empty()) token = read_token_file(token_file);
+  const char* from_env = std::getenv("DDPRUN_TOKEN");
+  token = given_token(token, token_file, from_env ? from_env : "");  // the order ddprun's agents use
   if (token.empty()) throw UsageError("no job token: pass --token-file, set DDPRUN_TOKEN, or --token", kUsageError);
   config.token = token;
   if (config.require_munge) {

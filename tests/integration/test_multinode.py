@@ -277,6 +277,26 @@ class DynamicJobs(MultiNodeCase):
             self.assertNotIn("listening on", res.stderr.decode(), res)
         self.assertEqual(self.wait_all([server])[0].code, 0)
 
+    def test_the_server_and_the_agents_take_the_same_token_from_the_same_settings(self):
+        # Issue 31: DDPRUN_TOKEN=A in the environment and a token file holding B given to both programs: the
+        # agents took the file's, the separate server the environment's, and every node exited 77.
+        token = self.path("token")
+        with open(token, "w") as f:
+            f.write("from-the-file\n")
+        self.env["DDPRUN_TOKEN"] = "from-the-environment"
+        server = subprocess.Popen([os.environ.get("DDPRUN_RENDEZVOUS", os.path.join(
+                                      os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous")), "--rdzv-id", "dynjob",
+                                   "--nnodes", "3", "--host", "127.0.0.1", "--port", str(self.port),
+                                   "--token-file", token],
+                                  env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True)
+        procs = [self.dyn("env=RANK", extra=("--rdzv-token-file", token)) for _ in range(3)]
+        results = self.wait_all(procs)
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+        self.check_ranks(results, 3)
+        self.assertEqual(self.wait_all([server])[0].code, 0)
+
     def test_failure_reaches_every_dynamic_node(self):
         procs = [self.dyn(f"ready={self.ready}", f"@1:waitfile={self.go}", "@1:exit=9", "hang") for _ in range(3)]
         self.wait_ready(3)

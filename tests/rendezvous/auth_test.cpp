@@ -42,6 +42,19 @@ TEST_CASE("a token file's first line is the token, whitespace stripped") {
   CHECK_THROWS_AS(read_token_file(path), ddprun::Error);
 }
 
+// Issue 31: ddprun took flag > file > environment, ddprun-rendezvous flag > environment > file; DDPRUN_TOKEN=A
+// with a token file holding B gave each program another token (exit 77 "wrong job token").
+TEST_CASE("the token given: the option, then the file, then the environment, for both programs") {
+  std::string path = "/tmp/ddprun_rdzv_given_token_test_" + std::to_string(::getpid());
+  { std::ofstream(path) << "from-file\n"; }
+  CHECK(given_token("from-option", path, "from-env") == "from-option");
+  CHECK(given_token("", path, "from-env") == "from-file");
+  CHECK(given_token("", "", "from-env") == "from-env");
+  CHECK(given_token("", "", "") == "");
+  std::remove(path.c_str());
+  CHECK_THROWS_AS(given_token("", path, "from-env"), ddprun::Error);  // a file that cannot be read is no fallback
+}
+
 namespace {
 std::string hex(const Sha256Digest& d) {
   static constexpr char kDigits[] = "0123456789abcdef";
