@@ -1,7 +1,7 @@
 // The error hierarchy of ddprun's libraries, and the one invariant-check macro.
 //
 // Library APIs throw these (each header says which); worker failures are never exceptions, they are data
-// (agent/failure.hpp). Inside Asio handlers code works with error_code and converts in one place.
+// (rendezvous/failure.hpp, common/supervision/supervision_policy.hpp). Inside Asio handlers code works with error_code and converts in one place.
 #pragma once
 
 #include <sstream>

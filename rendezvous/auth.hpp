@@ -17,7 +17,7 @@ std::string compute_mac(std::string_view token, std::string_view nonce, std::str
 bool verify_mac(std::string_view token, std::string_view nonce, std::string_view run_id, std::string_view mac);
 
 // The server's side, sent in its challenge: proof = hex(HMAC-SHA256(token, "ddprun-rdzv/1 server" LF nonce LF
-// run_id)). A node that tries several candidate ports (a SLURM step: rendezvous/ports.hpp) reads it to tell
+// run_id)). A node that tries several candidate ports (a SLURM step: common/process/ports.hpp) reads it to tell
 // its own job's server from another job's before saying anything: a server of another run, or with another
 // token, cannot make it. With the run id's fallback token it proves only the run id, as the MAC does.
 std::string compute_server_proof(std::string_view token, std::string_view nonce, std::string_view run_id);

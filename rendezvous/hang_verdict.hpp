@@ -1,6 +1,6 @@
 // Which rank hung the job: decided once, from every node's view of its workers' beats (protocol.hpp's
 // hang_view), not by the first agent whose worker went silent. A pure function, unit-tested in
-// tests/rendezvous/hang_verdict_test.cpp.
+// tests/rendezvous/state_machine_hang_test.cpp.
 //
 // Why job-wide: in a collective every rank waits for the slowest, so the ranks that go silent first are often
 // the waiters, and which of them an agent notices first is a matter of microseconds. The rank that is

@@ -12,6 +12,7 @@ runs=${RUNS:-3}
 window=${SECONDS_IDLE:-10}
 bench=idle
 . "$(dirname "$0")/single_node_common.sh"
+require_peer
 tick=$(getconf CLK_TCK)
 
 work=$(mktemp -d)

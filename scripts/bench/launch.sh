@@ -14,6 +14,7 @@ runs=${RUNS:-30}
 torch_runs=${TORCH_RUNS:-5}
 bench=launch
 . "$(dirname "$0")/single_node_common.sh"
+require_peer
 command -v hyperfine >/dev/null || { echo "launch: hyperfine not installed (apt-get install hyperfine)" >&2; exit 2; }
 
 work=$(mktemp -d)

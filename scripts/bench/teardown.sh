@@ -17,6 +17,7 @@ ignore_runs=${IGNORE_RUNS:-3}
 torch_ignore_runs=${TORCH_IGNORE_RUNS:-1}
 bench=teardown
 . "$(dirname "$0")/single_node_common.sh"
+require_peer
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
