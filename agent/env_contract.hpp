@@ -1,4 +1,4 @@
-// The environment every worker gets (README "Worker environment"): torchrun's variables, plus ddprun's
+// The environment every worker gets (docs/ENVIRONMENT.md): torchrun's variables, plus ddprun's
 // own DDPRUN_* additions, named in common/contract/worker_contract.hpp. Pure: computes a new environment
 // from the agent's and the world assignment.
 #pragma once

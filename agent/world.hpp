@@ -1,5 +1,5 @@
 // Where this node's workers sit in the job: what the launcher (one node) or the rendezvous (many nodes)
-// decided, and everything the worker environment (README "Worker environment") is computed from.
+// decided, and everything the worker environment (docs/ENVIRONMENT.md) is computed from.
 #pragma once
 
 #include <string>

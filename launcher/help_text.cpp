@@ -88,7 +88,7 @@ std::string epilog() {
          "  DDPRUN_MUNGE_SOCKET   munged's socket (default: AuthInfo=socket= of slurm.conf, else\n"
          "                        libmunge's /run/munge/munge.socket.2)\n"
          "  SLURM_*               in a SLURM step: the nodes, this node's rank and the job id; each\n"
-         "                        worker's SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS are its own (README)\n"
+         "                        worker's SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS are its own (docs/ENVIRONMENT.md)\n"
          "  TMPDIR                where the run directory goes (default /dev/shm)\n"
          "\n"
          "Exit status:\n"

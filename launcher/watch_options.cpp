@@ -17,7 +17,7 @@ void define_watch_options(CLI::App& app, WatchOptions& o) {
                  "data load); then hung like after --hang-timeout, which it needs (default 0: off)");
   app.add_option("--straggler-threshold", o.straggler_threshold,
                  "Name a rank a straggler when its work per step (or step time) stays this many percent above "
-                 "the other ranks' median (README 'Stragglers'; default 30; 0: off)");
+                 "the other ranks' median (docs/MONITORING.md; default 30; 0: off)");
   app.add_option("--straggler-window", o.straggler_window,
                  "Seconds over which a rank's pace is measured; it is named after half as long past the "
                  "threshold (default 20)");

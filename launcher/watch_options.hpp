@@ -1,5 +1,5 @@
 // The options that watch a running job's workers: hang detection (README "Hang detection") and straggler
-// naming (README "Stragglers"), as typed and as the agent and the rendezvous take them.
+// naming (docs/MONITORING.md "Stragglers"), as typed and as the agent and the rendezvous take them.
 #pragma once
 
 #include <string>

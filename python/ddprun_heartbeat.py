@@ -29,7 +29,7 @@ DDPRUN_HEARTBEAT_OFFSET holds int64 step, then int64 CLOCK_MONOTONIC nanoseconds
 written last; at +16 the end of a quiet phase (CLOCK_MONOTONIC nanoseconds, 0: none), written before the beat
 that opens it; at +24 the worker's own work so far (nanoseconds), added before a beat.
 
-Stragglers (README "Stragglers"). In a job whose ranks step in lockstep, every rank's step takes as long as the
+Stragglers (docs/MONITORING.md "Stragglers"). In a job whose ranks step in lockstep, every rank's step takes as long as the
 slowest rank's, so the beats alone cannot tell which rank is slow. Wrap the part of a step that is this rank's
 own work, and not a wait for the others, in work(): loading the batch, the forward pass, a backward without
 DDP's gradient reduction. ddprun compares each rank's work per step with the other ranks' median:
@@ -210,7 +210,7 @@ def stop_signal():
     return _stop_by
 
 
-# Re-forming in place (README "Re-forming in place"). The slot's +32 is ddprun's count of the in-place re-forms
+# Re-forming in place (docs/MULTINODE.md "Re-forming in place"). The slot's +32 is ddprun's count of the in-place re-forms
 # it announced; +40 this worker's: 0 none offered, 1 + the re-forms taken up.
 _REFORMS_ANNOUNCED = 32
 _REFORMS_TAKEN = 40

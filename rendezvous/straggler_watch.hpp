@@ -1,4 +1,4 @@
-// Straggler naming (README "Stragglers"): a rank that is alive but slow slows every collective of the job.
+// Straggler naming (docs/MONITORING.md "Stragglers"): a rank that is alive but slow slows every collective of the job.
 // The server hears each running rank's pace from its agent every few seconds (node_status' paces, measured
 // over the agent's window) and names a rank whose pace stays above the other ranks' median by the threshold.
 //

@@ -39,7 +39,7 @@ def read_events(paths, prog="plot_events"):
 
 
 def is_straggler(event):
-    """A rank named slow but alive: ddprun's `straggler` event (README "Stragglers"); `straggler_end` is not."""
+    """A rank named slow but alive: ddprun's `straggler` event (docs/MONITORING.md "Stragglers"); `straggler_end` is not."""
     return event.get("event") == "straggler" and "rank" in event
 
 

@@ -8,7 +8,7 @@
 //
 // The SDK also tells ddprun how much of each step was this rank's own work rather than waiting for the other
 // ranks (PeerWait below): in lockstep training every rank's step takes as long as the slowest's, so only this
-// tells ddprun which rank is slow (README "Stragglers").
+// tells ddprun which rank is slow (docs/MONITORING.md "Stragglers").
 #pragma once
 
 #include <chrono>

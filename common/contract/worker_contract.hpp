@@ -1,7 +1,7 @@
 // The job's contract with its workers, in one place: every side includes this header (the agent that sets
 // it up, the worker SDK and the embedded spawn that read it, the launcher, the tests) and the Python helper
 // (python/ddprun_heartbeat.py) is checked against it (tests/integration/test_contract.py, through
-// tests/bin/contract_dump). Header-only, no dependency but the C++ library. README "Worker environment",
+// tests/bin/contract_dump). Header-only, no dependency but the C++ library. docs/ENVIRONMENT.md,
 // "Hang detection" and "Exit codes" (common/exit_codes.hpp) say the same for users.
 #pragma once
 
@@ -43,7 +43,7 @@ inline constexpr const char* kHeartbeatOffset = "DDPRUN_HEARTBEAT_OFFSET";  // t
 inline constexpr const char* kStacksFile = "DDPRUN_STACKS_FILE";            // faulthandler writes here
 inline constexpr const char* kStacksSignal = "DDPRUN_STACKS_SIGNAL";        // ... on this signal
 // With the heartbeat: where the agent writes the next round's variables ("NAME=value" lines) for a worker that
-// re-forms in place (the slot's +32/+40 below; README "Re-forming in place").
+// re-forms in place (the slot's +32/+40 below; docs/MULTINODE.md "Re-forming in place").
 inline constexpr const char* kReformFile = "DDPRUN_REFORM_FILE";
 // --hang-timeout, each only where the user set none (PyTorch's names; agent/flight_recorder.hpp): the NCCL
 // Flight Recorder's FIFO and dump in the worker's private directory, the recorder on, the FIFO read every second.

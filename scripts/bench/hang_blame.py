@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Does --hang-timeout blame the right rank? (README "Hang detection"); python3 stdlib only.
 
-  hang_blame.py [--runs N] [--seed S] [--skew [FAST:SLOW]] [--build DIR] [--scenarios a,b] [--random-order]
-               [--step K] [--timeout SEC] [--after-beat] [--keep DIR] [--run-timeout SEC]
+  hang_blame.py [--runs N] [--seed S] [--skew [FAST:SLOW]] [--first other|guilty] [--build DIR]
+               [--scenarios a,b] [--random-order] [--step K] [--timeout SEC] [--after-beat] [--readme]
+               [--keep DIR] [--run-timeout SEC]
 
 Each run is a real job on loopback: two ddprun processes (--nnodes 2, --node-rank 0 and 1, --master-addr
 127.0.0.1, a free --rdzv-port), 2 ranks each, 4 gloo ranks in all under Debian's /usr/bin/python3 (python3-torch).
@@ -18,9 +19,18 @@ the guilty rank, drawn at random among 0-3 (--seed: the same draws every time), 
              step K, so the step rule cannot decide.
 
 (--after-beat moves the stop of straggler/loop/deadlock after K's beat: every rank at step K as well.)
+
+--readme: the README's loop instead (issue 32): DistributedDataParallel over nn.Linear(8, 8), each step a forward,
+backward (DDP's gradient all-reduce), opt.step() and *then* beat(step). The guilty rank goes wrong before K's
+forward (straggler, loop, deadlock) or runs out of data after K-1 (uneven: dist.barrier()); the others wait inside
+DDP's backward, which has no distributed_c10d frame. (skip has no meaning there.)
+
 Scenarios go round-robin (--random-order: drawn). Both nodes get --hang-timeout (--timeout, default 2); --skew
-gives the node that does NOT hold the guilty rank the shorter one (default 1.5 against 4), so that it notices first
-and the verdict has to come from the other node's beats.
+gives one node the shorter one (default 1.5 against 4), so that it notices first: --first other (the default) the
+node that does NOT hold the guilty rank, so that the verdict has to come from the other node's beats; --first
+guilty the culprit's own node.
+
+A root cause that says "could not tell which one holds the others" is counted apart: honest, not right.
 
 Recorded per run: the rank in each node's "root cause: rank N" line (both must agree for "right"), both exit codes
 (78 expected), the wall time from the first start to both ddprun processes gone, whether every node's stack file
@@ -44,6 +54,7 @@ HUNG = 78
 NNODES, NPROC = 2, 2
 WORLD = NNODES * NPROC
 SCENARIOS = ["straggler", "loop", "deadlock", "uneven", "skip"]
+README_SCENARIOS = ["straggler", "loop", "deadlock", "uneven"]
 # The function each scenario's guilty rank is in once stuck: its stack should show it ("evidence").
 MARKER = {"straggler": "stuck_in_loader", "loop": "spin_forever", "deadlock": "take_lock_twice",
           "uneven": "out_of_data", "skip": "skipped_all_reduce"}
@@ -94,8 +105,52 @@ SCRIPT = """
     time.sleep(600)                        # not reached by a rank that waits for the guilty one
 """
 
+README_SCRIPT = """
+    import os, threading, time, torch, torch.distributed as dist, ddprun_heartbeat
+    scenario, guilty = os.environ["BLAME_SCENARIO"], int(os.environ["BLAME_GUILTY"])
+    K = int(os.environ["BLAME_STEP"])
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def stuck_in_loader():
+        time.sleep(600)
+
+    def spin_forever():
+        n = 0
+        while True:
+            n += 1
+
+    def take_lock_twice():
+        lock = threading.Lock()
+        lock.acquire()
+        lock.acquire()
+
+    def out_of_data():
+        dist.barrier()
+
+    STOP = {"straggler": stuck_in_loader, "loop": spin_forever, "deadlock": take_lock_twice}
+    for step in range(1, 1000):
+        me = rank == guilty and step == K
+        if me and scenario == "uneven":
+            break                          # fewer batches: the loop ends after step K-1
+        if me:
+            STOP[scenario]()               # before the forward
+        loss = model(torch.randn(4, 8)).sum()
+        opt.zero_grad()
+        loss.backward()                    # DDP's all-reduce of the gradients
+        opt.step()
+        ddprun_heartbeat.beat(step)        # the README's placement: at the end of the step
+        time.sleep(0.05)
+    if scenario == "uneven" and rank == guilty:
+        out_of_data()
+    time.sleep(600)
+"""
+
 # ddprun's own last word (its summary); the rendezvous' log lines before it say the same on the hosting node.
 ROOT_CAUSE = re.compile(r"^ddprun: root cause: rank (\d+) \(([^)]*)\) (\w+).*$", re.M)
+UNSURE = re.compile(r"^ddprun: root cause: the job hung: .*could not tell which one holds the others.*$", re.M)
 STACKS = re.compile(r"stacks in (.+?) at \d{4}-\d\d-\d\dT")
 
 
@@ -123,7 +178,7 @@ def one_run(ddprun, index, scenario, guilty, a):
     try:
         script = os.path.join(tmp, "job.py")
         with open(script, "w") as f:
-            f.write(textwrap.dedent(SCRIPT))
+            f.write(textwrap.dedent(README_SCRIPT if a.readme else SCRIPT))
         env = dict(os.environ, TMPDIR=tmp, DDPRUN_TOKEN="test-token", PYTHON_EXEC=PYTHON, GLOO_SOCKET_IFNAME="lo",
                    PYTHONPATH=":".join(p for p in (PYTHON_DIR, os.environ.get("PYTHONPATH", "")) if p),
                    BLAME_SCENARIO=scenario, BLAME_GUILTY=str(guilty), BLAME_STEP=str(a.step),
@@ -132,7 +187,8 @@ def one_run(ddprun, index, scenario, guilty, a):
         guilty_node = guilty // NPROC
         if a.skew:
             fast, slow = a.skew.split(":")
-            timeouts = [slow if n == guilty_node else fast for n in range(NNODES)]
+            first = (lambda n: n != guilty_node) if a.first == "other" else (lambda n: n == guilty_node)
+            timeouts = [fast if first(n) else slow for n in range(NNODES)]
         else:
             timeouts = [f"{a.timeout:g}"] * NNODES
         port = free_port()
@@ -174,9 +230,10 @@ def one_run(ddprun, index, scenario, guilty, a):
             text = err.read().decode(errors="replace")
             err.close()
             m = ROOT_CAUSE.search(text)
-            named.append(int(m.group(1)) if m else None)
-            reasons.append(m.group(3) if m else None)
-            line = m.group(0) if m else ""
+            unsure = UNSURE.search(text)
+            named.append(int(m.group(1)) if m else "?" if unsure else None)
+            reasons.append(m.group(3) if m else "unsure" if unsure else None)
+            line = m.group(0) if m else unsure.group(0) if unsure else ""
             evidence_lines.append(line)
             s = STACKS.search(line)
             files.append([e.split(":", 1)[1] if ":" in e else e for e in s.group(1).split(", ")] if s else [])
@@ -207,7 +264,7 @@ def one_run(ddprun, index, scenario, guilty, a):
                 if os.path.exists(path):
                     shutil.copy(path, os.path.join(dest, f"hang_stacks.{k}.txt"))
         return dict(scenario=scenario, guilty=guilty, named=named, reasons=reasons, rcs=rcs, wall=wall,
-                    right=agree and named[0] == guilty, agree=agree, complete=complete, evidence=evidence,
+                    right=agree and named[0] == guilty, unsure=agree and named[0] == "?", agree=agree, complete=complete, evidence=evidence,
                     timed_out=timed_out, left=left, noticed=noticed, line=evidence_lines[0] or evidence_lines[-1],
                     timeouts=timeouts)
     finally:  # also on an exception or Ctrl-C (ddprun is in its own session: the terminal's SIGINT missed it)
@@ -236,16 +293,20 @@ def main():
                     help="--hang-timeout FAST on the node without the guilty rank, SLOW on its node (default 1.5:4)")
     ap.add_argument("--timeout", type=float, default=2.0, help="--hang-timeout on both nodes without --skew")
     ap.add_argument("--build", default=os.environ.get("BUILD", os.path.join(ROOT, "build")))
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma list among " + ",".join(SCENARIOS))
+    ap.add_argument("--first", choices=("other", "guilty"), default="other",
+                    help="with --skew: which node notices first, the one without the guilty rank or its own")
+    ap.add_argument("--readme", action="store_true", help="the README's DDP loop, beat after opt.step()")
+    ap.add_argument("--scenarios", default=None, help="comma list among " + ",".join(SCENARIOS))
     ap.add_argument("--random-order", action="store_true", help="draw the scenario of each run (default: round-robin)")
     ap.add_argument("--step", type=int, default=6, help="K, the step at which the guilty rank goes wrong")
     ap.add_argument("--after-beat", action="store_true", help="straggler/loop/deadlock stop after K's beat")
     ap.add_argument("--keep", metavar="DIR", help="copy the logs and stack files of every run not all right here")
     ap.add_argument("--run-timeout", type=float, default=150.0, help="a run past this is killed (counted: timeout)")
     a = ap.parse_args()
-    scenarios = a.scenarios.split(",")
+    known = README_SCENARIOS if a.readme else SCENARIOS
+    scenarios = a.scenarios.split(",") if a.scenarios else known
     for s in scenarios:
-        if s not in SCENARIOS:
+        if s not in known:
             ap.error(f"unknown scenario {s!r}")
     if a.skew and not re.fullmatch(r"[\d.]+:[\d.]+", a.skew):
         ap.error("--skew FAST:SLOW, e.g. 1.5:4")
@@ -257,9 +318,11 @@ def main():
     try:
         ddprun = os.path.join(bindir, "ddprun")
         shutil.copy2(os.path.join(a.build, "launcher", "ddprun"), ddprun)
-        timeouts = f"skew {a.skew} (fast on the node without the guilty rank)" if a.skew else f"{a.timeout:g} s"
+        where = "without the guilty rank" if a.first == "other" else "of the guilty rank"
+        timeouts = f"skew {a.skew} (fast on the node {where})" if a.skew else f"{a.timeout:g} s"
         print(f"hang_blame: {a.runs} runs, seed {a.seed}, 2 nodes x 2 gloo ranks, K={a.step}, --hang-timeout "
-              f"{timeouts}{', stop after the beat' if a.after_beat else ''}", flush=True)
+              f"{timeouts}{', stop after the beat' if a.after_beat else ''}"
+              f"{', the README DDP loop (beat after opt.step)' if a.readme else ''}", flush=True)
         for i in range(a.runs):
             scenario = rng.choice(scenarios) if a.random_order else scenarios[i % len(scenarios)]
             guilty = rng.randrange(WORLD)
@@ -267,7 +330,7 @@ def main():
             results.append(r)
             named = "/".join("-" if n is None else str(n) for n in r["named"])
             print(f"run {i:2d} {scenario:9s} guilty {guilty} (node {guilty // NPROC}, timeouts "
-                  f"{'/'.join(r['timeouts'])}, noticed by node {r['noticed']}): named {named} {'RIGHT' if r['right'] else 'WRONG'}"
+                  f"{'/'.join(r['timeouts'])}, noticed by node {r['noticed']}): named {named} {'RIGHT' if r['right'] else 'COULD NOT TELL' if r['unsure'] else 'WRONG'}"
                   f" ({'/'.join(str(x) for x in r['reasons'])}), rc {'/'.join(str(c) for c in r['rcs'])}, "
                   f"{r['wall']:.1f} s, stacks {'complete' if r['complete'] else 'INCOMPLETE'}, "
                   f"evidence {'yes' if r['evidence'] else 'no'}"
@@ -276,7 +339,7 @@ def main():
     finally:
         shutil.rmtree(bindir, ignore_errors=True)
     print()
-    print(f"{'scenario':10s} {'named right':>12s} {'agree':>7s} {'rc 78':>7s} {'stacks complete':>16s} "
+    print(f"{'scenario':10s} {'named right':>12s} {'unsure':>7s} {'agree':>7s} {'rc 78':>7s} {'stacks complete':>16s} "
           f"{'evidence':>9s} {'median s':>9s}  wrong: guilty->named")
     for s in scenarios + ["all"]:
         rows = [r for r in results if s in ("all", r["scenario"])]
@@ -284,8 +347,9 @@ def main():
             continue
         n = len(rows)
         wrong = ", ".join(f"{r['guilty']}->{'/'.join('-' if x is None else str(x) for x in r['named'])}"
-                          for r in rows if not r["right"])
-        print(f"{s:10s} {sum(r['right'] for r in rows):>7d} / {n:<2d} {sum(r['agree'] for r in rows):>4d}/{n:<2d} "
+                          for r in rows if not r["right"] and not r["unsure"])
+        print(f"{s:10s} {sum(r['right'] for r in rows):>7d} / {n:<2d} {sum(r['unsure'] for r in rows):>4d}/{n:<2d} "
+              f"{sum(r['agree'] for r in rows):>4d}/{n:<2d} "
               f"{sum(all(c == HUNG for c in r['rcs']) for r in rows):>4d}/{n:<2d} "
               f"{sum(r['complete'] for r in rows):>11d} / {n:<2d} {sum(r['evidence'] for r in rows):>6d}/{n:<2d} "
               f"{statistics.median(r['wall'] for r in rows):>9.1f}  {wrong}")

@@ -1,4 +1,4 @@
-"""The worker environment, as real workers see it (README "Worker environment")."""
+"""The worker environment, as real workers see it (docs/ENVIRONMENT.md)."""
 import os
 import socket
 import sys

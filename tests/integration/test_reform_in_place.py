@@ -1,4 +1,4 @@
-"""Re-forming in place (README "Re-forming in place"): in an elastic job, a re-form in which no worker failed (a
+"""Re-forming in place (docs/MULTINODE.md "Re-forming in place"): in an elastic job, a re-form in which no worker failed (a
 node joined, a node was lost) keeps the workers of the nodes that stay, when they offered it; they take the new
 round's variables up without a restart. A worker that did not offer is restarted as before; one that offered but
 does not take the round up within --term-timeout is replaced by a new worker in the same round.

@@ -1,4 +1,4 @@
-"""Issue 21's straggler naming (README "Stragglers"): a rank that is alive but slow is named, with its pace and the
+"""Issue 21's straggler naming (docs/MONITORING.md "Stragglers"): a rank that is alive but slow is named, with its pace and the
 other ranks' median, in every node's log, the events file and the live view; a balanced job is never named; the
 measure is each rank's own work per step where the workers say it (a lockstep job, where step times are equal),
 else its step time. Real ddprun processes and their real rendezvous; the workers are tests/bin/test_worker beating
