@@ -9,6 +9,7 @@
 
 #include "agent/world.hpp"
 #include "common/log.hpp"
+#include "common/timeouts.hpp"
 #include "rendezvous/job_config.hpp"
 
 namespace ddprun::agent {
@@ -93,7 +94,7 @@ struct AgentConfig {
   std::vector<std::string> base_env;
   std::string log_dir;              // empty: error files in a temporary directory, no log files
   OutputConfig output;
-  std::chrono::milliseconds term_timeout{30000};
+  std::chrono::milliseconds term_timeout = timeouts::kTermTimeout;
   // --hang-timeout: a worker that beat once and then stays silent this long is hung; 0: beats are only
   // read, for the live view and straggler naming (README "Hang detection").
   std::chrono::milliseconds hang_timeout{0};
@@ -104,11 +105,11 @@ struct AgentConfig {
   // sent to the rendezvous, which judges (rdzv.job.stragglers: the threshold, and half this window to last).
   std::chrono::milliseconds straggler_window{20'000};
   bool straggler_stop = false;  // --straggler-action stop: a rank of this node named a straggler is killed as a failure
-  std::chrono::milliseconds stack_capture_limit{5000};  // bounds the capture of a hung worker's stacks
+  std::chrono::milliseconds stack_capture_limit = timeouts::kStackCapture;  // bounds the capture of a hung worker's stacks
   // Bounds the wait for the NCCL Flight Recorder dumps a capture asked for (agent/flight_recorder.hpp): torch
   // reads its FIFO within 1 s, then takes seconds to write the dump (4.4 s for 20 entries, torch 2.11 on an
   // H100: docs/BENCHMARKS.md "GPU (NCCL)"), more than the stacks' limit.
-  std::chrono::milliseconds nccl_dump_limit{15000};
+  std::chrono::milliseconds nccl_dump_limit = timeouts::kNcclDump;
   std::string events_file;          // empty: none
   std::string metrics_textfile_dir;  // --metrics-textfile: Prometheus textfile of this node (agent/metrics_textfile.hpp)
   std::string host;                 // this node's name, for reports

@@ -11,6 +11,7 @@
 #include "agent/hang_watch.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/stall_clock.hpp"
+#include "common/timeouts.hpp"
 #include "common/time.hpp"
 
 namespace ddprun::agent {
@@ -22,7 +23,7 @@ namespace {
 // server waits up to 20 s for the other nodes' views (rendezvous/state_machine_hang.cpp), then answers. Also
 // what a hang costs when its inquiry is lost with a restarted ddprun-rendezvous: this node's own verdict then
 // reaches the others through the new server (the failure report is replayed after the resume hello).
-constexpr std::chrono::seconds kVerdictLimit{25};
+constexpr std::chrono::milliseconds kVerdictLimit = timeouts::kHangVerdict;
 // Children of a hung worker whose stacks are captured too, at most (each costs a stack tool's run).
 constexpr std::size_t kChildrenCaptured = 8;
 }  // namespace
@@ -210,7 +211,7 @@ void HangInquiry::on_captured() {
   verdict_timer_.expires_after(kVerdictLimit);
   verdict_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || host_.outcome_known() || !host_.round_runs()) return;
-    log_.warning("no hang verdict from the rendezvous within ", kVerdictLimit.count(),
+    log_.warning("no hang verdict from the rendezvous within ", kVerdictLimit.count() / 1000,
                  " s: deciding on this node's workers alone");
     decide_alone();
   });

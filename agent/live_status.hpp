@@ -20,11 +20,12 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/timeouts.hpp"
 #include "rendezvous/protocol.hpp"
 
 namespace ddprun::agent {
 
-inline constexpr std::chrono::milliseconds kStatusPeriod{5000};
+inline constexpr std::chrono::milliseconds kStatusPeriod = timeouts::kStatusPeriod;
 inline constexpr std::int64_t kRateWindowNs = 60'000'000'000;
 
 // One worker as the view shows it. Absent values (no beats, no /proc) are null in JSON, blank in the table.

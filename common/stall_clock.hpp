@@ -14,13 +14,15 @@
 #include <chrono>
 #include <cstdint>
 
+#include "common/timeouts.hpp"
+
 namespace ddprun {
 
 class StallClock {
  public:
   using Clock = std::chrono::steady_clock;
   // A timer this late means the process did not run (a loaded loop's jitter stays far below).
-  static constexpr std::chrono::milliseconds kStallThreshold{500};
+  static constexpr std::chrono::milliseconds kStallThreshold = timeouts::kStallThreshold;
 
   static Clock::time_point now() { return Clock::now() - std::chrono::nanoseconds(stalled_ns().load()); }
 

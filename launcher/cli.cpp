@@ -11,6 +11,7 @@
 #include "agent/line_framer.hpp"
 #include "agent/run_layout.hpp"
 #include "common/error.hpp"
+#include "common/timeouts.hpp"
 #include "common/version.hpp"
 #include "launcher/arg_matching.hpp"
 #include "launcher/exit_codes.hpp"
@@ -35,7 +36,7 @@ struct RawOptions {
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
-  std::string term_timeout = "30";
+  std::string term_timeout = std::to_string(timeouts::kTermTimeout.count() / 1000);
   WatchOptions watch;  // hangs and stragglers (launcher/watch_options.hpp)
   std::string role = "default";
   bool no_python = false;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "agent/agent_config.hpp"
+#include "common/timeouts.hpp"
 
 namespace ddprun::launcher {
 
@@ -28,8 +29,8 @@ struct TopologyOptions {
   std::string rdzv_token_file;
   std::string rdzv_auth = "auto";  // auto | munge | token (resolve_munge_use in topology.cpp)
   std::string rdzv_timeout = "900";
-  std::string heartbeat_interval = "1";
-  std::string heartbeat_timeout = "15";  // torchrun: keep-alive every 5 s, 3 attempts
+  std::string heartbeat_interval = std::to_string(timeouts::kHeartbeatInterval.count() / 1000);
+  std::string heartbeat_timeout = std::to_string(timeouts::kHeartbeatTimeout.count() / 1000);  // torchrun's 5 s x 3
   std::string rdzv_reconnect_timeout = "60";  // a lost ddprun-rendezvous: seconds to wait for its return
   std::string local_addr;
   std::string max_restarts = "0";

@@ -7,6 +7,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
 
+#include "common/timeouts.hpp"
 #include "rendezvous/client.hpp"
 #include "rendezvous/client_reconnect.hpp"
 #include "rendezvous/framing.hpp"
@@ -29,7 +30,7 @@ inline constexpr std::chrono::milliseconds kMaxRetry{1000};
 inline constexpr std::chrono::milliseconds kMaxReconnectRetry{250};
 // One connect attempt (or name look-up) may take this long, and never past the connect deadline: a server
 // whose SYNs vanish (a firewall, a full accept queue) would otherwise hold a connect() for ~2 minutes.
-inline constexpr std::chrono::milliseconds kAttemptLimit{3000};
+inline constexpr std::chrono::milliseconds kAttemptLimit = timeouts::kConnectAttempt;
 // With candidate ports (a SLURM step), a port whose listener sends no challenge this soon is not our server
 // (an unrelated program holds it): the next candidate is tried.
 inline constexpr std::chrono::milliseconds kCandidateChallengeLimit{1000};

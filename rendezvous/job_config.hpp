@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+
+#include "common/timeouts.hpp"
 #include "rendezvous/framing.hpp"
 #include "rendezvous/straggler_watch.hpp"
 
@@ -38,8 +40,8 @@ struct JobConfig {
   // Dynamic: the server assigns node ranks, sorted by (host, address, join order), so the same set of
   // machines gets the same ranks every time.
   bool static_node_ranks = false;
-  std::chrono::milliseconds heartbeat_interval{1000};  // told to every client in the challenge
-  std::chrono::milliseconds heartbeat_timeout{15000};   // silence after which a node (or the server) is lost
+  std::chrono::milliseconds heartbeat_interval = timeouts::kHeartbeatInterval;  // told to every client in the challenge
+  std::chrono::milliseconds heartbeat_timeout = timeouts::kHeartbeatTimeout;   // silence after which a node (or the server) is lost
   std::chrono::milliseconds join_timeout{900'000};     // --rdzv-timeout: server start → all nodes joined
   std::chrono::milliseconds last_call{30'000};         // elastic only, see above
   int max_restarts = 0;                                // restart rounds after worker failures

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "common/error.hpp"
+#include "common/timeouts.hpp"
 #include "common/version.hpp"
 #include "rendezvous/auth.hpp"
 #include "rendezvous/munge_auth.hpp"
@@ -54,7 +55,8 @@ int run(int argc, char** argv) {
   config.resumable = true;
   std::string host = "0.0.0.0", nnodes = "1", token, token_file, port_file, log_level = "info", join_policy = "now";
   std::uint16_t port = 29400;
-  double heartbeat_interval = 1.0, heartbeat_timeout = 15.0, join_timeout = 900.0, last_call = 30.0,
+  double heartbeat_interval = timeouts::seconds_of(timeouts::kHeartbeatInterval),
+         heartbeat_timeout = timeouts::seconds_of(timeouts::kHeartbeatTimeout), join_timeout = 900.0, last_call = 30.0,
          join_min_interval = 0.0, straggler_threshold = 30.0, straggler_window = 20.0;
   app.add_option("--rdzv-id", config.run_id, "run id the agents must present")->required();
   app.add_option("--nnodes", nnodes, "expected nodes: N, or MIN:MAX for an elastic job");

@@ -4,6 +4,7 @@
 // a worker failure: restart while max_restarts allows, else stop.
 #include <algorithm>
 
+#include "common/timeouts.hpp"
 #include "rendezvous/hang_verdict.hpp"
 #include "rendezvous/state_machine_rules.hpp"
 
@@ -14,7 +15,7 @@ namespace {
 // up to 15 s while an NCCL Flight Recorder dump is being written: agent_config.hpp's stack_capture_limit and
 // nccl_dump_limit), so this leaves room for that and for a loaded machine; a node that has not answered by
 // then is judged without.
-constexpr std::chrono::seconds kHangInquiryLimit{20};
+constexpr std::chrono::milliseconds kHangInquiryLimit = timeouts::kHangInquiry;
 
 std::string node_name(const NodeEntry& node) {
   return "node " + std::to_string(node.node_rank) + " (host \"" + node.host + "\")";
@@ -45,7 +46,7 @@ void decide(RendezvousState& state, const Now& now, Actions& out) {
   if (static_cast<int>(views.size()) < state.round_size)
     out.push_back(Log{LogLevel::kWarning, "hang verdict from " + std::to_string(views.size()) + " of " +
                                               std::to_string(state.round_size) + " nodes' views (the others did "
-                                              "not answer within " + std::to_string(kHangInquiryLimit.count()) + " s)"});
+                                              "not answer within " + std::to_string(kHangInquiryLimit.count() / 1000) + " s)"});
   Failure verdict = hang_verdict(views, now.unix_ms);
   out.push_back(Log{LogLevel::kWarning, "hang verdict: " + describe(verdict)});
   worker_failed(state, std::move(verdict), out);

@@ -24,7 +24,7 @@ struct Fixture {
   HeartbeatChannel beats{2};
   RunLayout layout;
   SupervisionPolicy policy;
-  ddprun::Logger log;
+  ddprun::Logger log{ddprun::LogLevel::kOff, "ddprun", ""};
   EventLog events;
   std::vector<std::vector<int>> killed;
   std::vector<rdzv::HangViewMsg> views;

@@ -1,0 +1,51 @@
+// The timeout chain: every default bound that another bound depends on, declared once, with its order checked
+// at compile time (issue 31: they were scattered defaults, and a change to one silently broke another's
+// assumption). Where a bound is an option (--heartbeat-timeout, --term-timeout), this is its default; the
+// options' checks keep a user's values in the same order where the program needs it. docs/DESIGN-NOTES.md,
+// "The timeout chain", says why each link is where it is.
+#pragma once
+
+#include <chrono>
+
+namespace ddprun::timeouts {
+
+using std::chrono::milliseconds;
+
+// A timer this late means the process did not run (stopped, frozen, starved): far above a loaded loop's jitter.
+inline constexpr milliseconds kStallThreshold{500};
+
+// --- liveness of the nodes (rendezvous) ---
+inline constexpr milliseconds kHeartbeatInterval{1000};   // --heartbeat-interval: an agent's beat to the server
+inline constexpr milliseconds kConnectAttempt{3000};      // one connect to the server, within --rdzv-timeout
+inline constexpr milliseconds kStatusPeriod{5000};        // a node's live-view status and straggler paces
+inline constexpr milliseconds kHeartbeatTimeout{15000};   // --heartbeat-timeout: torchrun's 5 s keep-alive x 3
+inline constexpr milliseconds kTermTimeout{30000};        // --term-timeout: SIGTERM to SIGKILL; also how long a
+                                                          // re-formed round waits for its workers to take it up
+
+// --- a hang's inquiry (--hang-timeout) ---
+inline constexpr milliseconds kStackCapture{5000};   // a node's stack tools and Python stacks
+inline constexpr milliseconds kNcclDump{15000};      // a Flight Recorder dump (a process's first takes 5-7 s)
+inline constexpr milliseconds kHangInquiry{20000};   // the server waits this long for every node's view
+inline constexpr milliseconds kHangVerdict{25000};   // a node waits this long for the verdict, then decides alone
+
+// For options given in seconds (as doubles, or as text).
+constexpr double seconds_of(milliseconds m) { return static_cast<double>(m.count()) / 1000.0; }
+
+// A stall is not a missed heartbeat; a beat comes several times within a timeout.
+static_assert(kStallThreshold < kHeartbeatInterval);
+static_assert(kHeartbeatInterval * 3 <= kHeartbeatTimeout);
+// A connect attempt that hangs costs less than the silence that loses a node.
+static_assert(kConnectAttempt < kHeartbeatTimeout);
+// A node's status reaches the server at least twice within the time after which that node counts as lost, so a
+// live view never shows a node as stale while the server still counts it alive.
+static_assert(kStatusPeriod * 2 <= kHeartbeatTimeout);
+// A re-formed round waits longer for its workers than the server waits for a silent node: a worker rebuilding
+// its process group is not given up on before the node it runs on would be.
+static_assert(kHeartbeatTimeout < kTermTimeout);
+// The inquiry: the stacks, then the dumps, fit within the server's wait for the views, which ends before the
+// noticing node gives up on the verdict, with room for a loaded machine at each step.
+static_assert(kStackCapture <= kNcclDump);
+static_assert(kNcclDump < kHangInquiry);
+static_assert(kHangInquiry < kHangVerdict);
+
+}  // namespace ddprun::timeouts
