@@ -238,6 +238,8 @@ void admit_late_joiner(RendezvousState& state, const NodeEntry& node, const Now&
   else if (state.done_count > 0) why = "the job is finishing";
   else if (state.config.join_policy == JoinPolicy::kAtFailure)
     why = "join_policy at_failure: the job re-forms with it after a failure or a departure";
+  else if (state.hang)
+    why = "a hang inquiry is under way: the job re-forms with it once the verdict is in";
   else if (auto at = joiners_reform_at(state); at && now.steady < *at)
     why = "join_min_interval " + text::seconds(state.config.join_min_interval) + ": the round has run " +
           text::seconds(std::chrono::duration_cast<std::chrono::milliseconds>(now.steady - state.round_started));
@@ -248,8 +250,11 @@ void admit_late_joiner(RendezvousState& state, const NodeEntry& node, const Now&
 
 std::optional<Clock::time_point> joiners_reform_at(const RendezvousState& state) {
   const bool waiting = static_cast<int>(state.nodes.size()) > state.round_size;  // nodes not placed
+  // A hang inquiry under way is decided first (issue 32: a join re-formed the job and the hang was never judged,
+  // no restart charged, its stacks never referenced); the joiners come in with the verdict's restart, or after a
+  // deferral.
   if (state.phase != Phase::kRunning || !waiting || state.done_count > 0 ||
-      state.config.join_policy != JoinPolicy::kNow)
+      state.config.join_policy != JoinPolicy::kNow || state.hang)
     return std::nullopt;
   return state.round_started + state.config.join_min_interval;
 }

@@ -40,7 +40,7 @@ void decide(RendezvousState& state, const Now& now, Actions& out) {
                                               std::to_string(deferral->wait_ms / 1000) +
                                               " s more); the silent ranks wait for it: no verdict"});
     out.push_back(Broadcast{round_conns(state), std::move(*deferral)});
-    return;
+    return admit_waiting_joiners(state, now, out);  // a join that waited for the inquiry
   }
   std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) { return a.node_rank < b.node_rank; });
   if (static_cast<int>(views.size()) < state.round_size)

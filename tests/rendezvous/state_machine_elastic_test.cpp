@@ -406,3 +406,62 @@ TEST_CASE("join policies: the names, and at_failure with an interval is refused 
   config.join_min_interval = 0ms;
   CHECK_NOTHROW(validate(config));
 }
+
+namespace {
+HangViewMsg hung_view(int rank, bool suspect, bool quiet = false) {
+  RankBeat r;
+  r.rank = rank;
+  r.local_rank = 0;
+  r.pid = 1000 + rank;
+  r.step = 5;
+  r.silent_ms = quiet ? 9000 : 3000;
+  r.hung = !quiet;
+  r.quiet = quiet;
+  r.quiet_left_ms = quiet ? 30'000 : 0;
+  HangViewMsg v;
+  v.suspect = suspect;
+  v.ranks = {r};
+  return v;
+}
+}  // namespace
+
+// Issue 32: a node joining during a hang inquiry re-formed the job for the join; the hang was never judged, no
+// restart charged, its stacks never referenced.
+TEST_CASE("elastic: a node that joins during a hang inquiry waits for the verdict, which restarts the job with it") {
+  auto state = elastic(2, 4, 2, 1);
+  const int r0 = 0, r1 = 2;  // two workers per node: node 0 holds ranks 0-1, node 1 ranks 2-3
+  step(state, HangReport{1, hung_view(r0, true)}, at(20'000ms));
+  REQUIRE(state.hang.has_value());
+  auto joined = step(state, late_hello(7, "host9"), at(20'100ms));
+  CHECK(refusal(joined, 7).empty());
+  CHECK(find_all<Broadcast>(joined).empty());  // no re-form for the join yet
+  bool said = false;
+  for (const auto& log : find_all<Log>(joined)) said |= log.text.find("a hang inquiry is under way") != std::string::npos;
+  CHECK(said);
+  CHECK(state.phase == Phase::kRunning);
+  // The other node answers: the verdict stops the job as a failure (a restart is charged), and the newcomer is
+  // placed in the round that follows.
+  auto decided = step(state, HangReport{2, hung_view(r1, false)}, at(21'000ms));
+  auto stop = find_one<Broadcast>(decided);
+  const auto& msg = std::get<StopMsg>(stop.message);
+  CHECK(is_hang(msg.root_cause));
+  CHECK_FALSE(msg.membership);
+  CHECK(state.failure_restarts == 1);
+  auto send = find_one<SendAssignments>(all_stopped(state, {1, 2}, at(21'100ms)));
+  CHECK(send.round.nnodes == 3);
+}
+
+TEST_CASE("elastic: a join that waited for an inquiry deferred by a quiet phase re-forms the job then") {
+  auto state = elastic(2, 4, 2, 1);
+  step(state, HangReport{1, hung_view(0, true)}, at(20'000ms));
+  step(state, late_hello(7, "host9"), at(20'100ms));
+  auto deferred = step(state, HangReport{2, hung_view(2, false, /*quiet=*/true)}, at(21'000ms));
+  bool told = false, reformed = false;
+  for (const auto& b : find_all<Broadcast>(deferred)) {
+    told |= std::holds_alternative<HangDeferredMsg>(b.message);
+    if (const auto* s = std::get_if<StopMsg>(&b.message)) reformed = s->membership;
+  }
+  CHECK(told);
+  CHECK(reformed);  // the waiting joiner's re-form, now that nobody is judged
+  CHECK(state.failure_restarts == 0);
+}
