@@ -240,6 +240,7 @@ rdzv::HangViewMsg HangInquiry::view() const {
     r.quiet = beat.quiet_until_ns > now_ns;
     if (r.quiet) r.quiet_left_ms = std::max<std::int64_t>(1, (beat.quiet_until_ns - now_ns) / 1'000'000);
     r.stopped = stopped_at_capture_.count(w.local_rank) > 0;
+    r.slow = host_.named_slow(w.rank);
     // The files are in the private work tree on a local disk (never --log-dir): read on the loop, they are small.
     if (const std::string py = read_file(stacks_file(w.local_rank)); !py.empty()) {
       r.python_stack = true;

@@ -43,6 +43,7 @@ class HangInquiry {
     std::function<bool()> outcome_known;  // the job's end is decided: no verdict of this node's own any more
     std::function<int()> node_rank;       // this round's
     std::function<int()> attempt;         // whose work files the running workers use
+    std::function<bool(int rank)> named_slow;  // the rendezvous names this rank a straggler now
     std::function<void(const rendezvous::HangViewMsg&)> send_view;
     // These local ranks are hung: kill each with SIGKILL (a hung process may never act on SIGTERM), record
     // it as hung and tear the rest down as the policy says. True when that began the job's teardown.

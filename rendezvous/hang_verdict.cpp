@@ -40,6 +40,14 @@ std::vector<Candidate> by_stopped(std::vector<Candidate> tied) {
   return stopped.empty() || stopped.size() == tied.size() ? tied : stopped;
 }
 
+// Among ranks still tied, one named a straggler (issue 32: a rank ddprun itself had named slow, then silent: the
+// others wait for it).
+std::vector<Candidate> by_slow(std::vector<Candidate> tied) {
+  std::vector<Candidate> slow;
+  std::copy_if(tied.begin(), tied.end(), std::back_inserter(slow), [](const Candidate& c) { return c.rank->slow; });
+  return slow.empty() || slow.size() == tied.size() ? tied : slow;
+}
+
 // Among ranks still tied, the one silent longest when it is so by a clear margin; none when silences are too
 // close to tell anything (lockstep ranks beat within milliseconds of each other).
 const Candidate* by_silence(const std::vector<Candidate>& left) {
@@ -55,6 +63,7 @@ std::string where(const RankBeat& r) {
   std::string at = r.never_beat ? "before its first heartbeat"
                                 : r.step >= 0 ? "at step " + std::to_string(r.step) : "with no step given";
   if (r.stopped) at += " stopped (SIGSTOP)";
+  if (r.slow) at += " (named a straggler)";
   if (r.python_stack) at += r.collective.empty() ? " outside any collective" : " in " + r.collective;
   return at;
 }
@@ -148,7 +157,7 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
     std::copy_if(all.begin(), all.end(), std::back_inserter(tied),
                  [&](const Candidate& c) { return how_far(*c.rank) == furthest_behind; });
   }
-  const std::vector<Candidate> left = by_stacks(by_stopped(tied));
+  const std::vector<Candidate> left = by_slow(by_stacks(by_stopped(tied)));
   const Candidate* chosen = by_silence(left);
   const RankBeat* suspect = chosen ? chosen->rank : nullptr;
   Failure f;
@@ -167,14 +176,15 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
 
   // Evidence: where the others were, grouped by position ("ranks 0,2-3 at step 42").
   // (progress, never beat, stopped, stack seen, collective) → the ranks there, and one of them to say where
-  std::map<std::tuple<std::int64_t, bool, bool, bool, std::string>, std::pair<std::vector<int>, const RankBeat*>> others;
+  std::map<std::tuple<std::int64_t, bool, bool, bool, bool, std::string>, std::pair<std::vector<int>, const RankBeat*>>
+      others;
   std::vector<std::string> stacks;
   for (const NodeHangView& v : views) {
     // One node: its path; several: each prefixed with its host, where the file is.
     if (!v.view.stacks.empty()) stacks.push_back(views.size() == 1 ? v.view.stacks : v.host + ":" + v.view.stacks);
     for (const RankBeat& r : v.view.ranks)
       if (&r != suspect && (suspect || std::none_of(left.begin(), left.end(), [&](const Candidate& c) { return c.rank == &r; }))) {
-        auto& group = others[{progress(r), r.never_beat, r.stopped, r.python_stack, r.collective}];
+        auto& group = others[{progress(r), r.never_beat, r.stopped, r.slow, r.python_stack, r.collective}];
         group.first.push_back(r.rank);
         group.second = &r;
       }

@@ -8,7 +8,7 @@
 // rank that did); among equals, a rank whose process is stopped (SIGSTOP: it holds everyone), then what their
 // stacks say (those waiting in a collective — an explicit one, DDP's gradient all-reduce in backward, or a
 // native gloo/NCCL wait — wait for a rank outside it, or for the odd one out in another collective: it
-// skipped theirs), then the one silent longest by a clear margin. Where none of that separates the ranks,
+// skipped theirs), then one named a straggler this round, then the one silent longest by a clear margin. Where none of that separates the ranks,
 // the verdict says so ("could not tell which one holds the others") instead of naming one at random.
 // A rank inside a quiet phase it declared is no suspect: while one is, the ranks beside it wait for it
 // (quiet_deferral), and nobody is named until its bound runs out. The verdict names the evidence: where

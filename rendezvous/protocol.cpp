@@ -46,7 +46,7 @@ bool operator==(const RankBeat& a, const RankBeat& b) {
   return a.rank == b.rank && a.local_rank == b.local_rank && a.pid == b.pid && a.step == b.step &&
          a.silent_ms == b.silent_ms && a.never_beat == b.never_beat && a.hung == b.hung && a.quiet == b.quiet &&
          a.python_stack == b.python_stack && a.collective == b.collective && a.quiet_left_ms == b.quiet_left_ms &&
-         a.stopped == b.stopped;
+         a.stopped == b.stopped && a.slow == b.slow;
 }
 
 const char* to_string(ErrorKind kind) {
@@ -115,6 +115,7 @@ json to_json_value(const ClientMessage& message) {
           for (std::size_t i = 0; i < m.ranks.size(); ++i) {
             if (m.ranks[i].quiet_left_ms > 0) ranks[i]["quiet_left_ms"] = m.ranks[i].quiet_left_ms;
             if (m.ranks[i].stopped) ranks[i]["stopped"] = true;
+            if (m.ranks[i].slow) ranks[i]["slow"] = true;
           }
           j["ranks"] = std::move(ranks);
           j["stacks"] = m.stacks;

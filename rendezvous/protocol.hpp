@@ -116,6 +116,7 @@ struct RankBeat {
                                // gradient all-reduce, "gloo"/"nccl" from native frames); "" when none
   std::int64_t quiet_left_ms = 0;  // when quiet: how long its declared bound still runs (0: not said)
   bool stopped = false;        // its process was stopped (SIGSTOP, a debugger) when the capture began
+  bool slow = false;           // named a straggler in this round when the capture began
   friend bool operator==(const RankBeat& a, const RankBeat& b);
 };
 struct HangViewMsg {

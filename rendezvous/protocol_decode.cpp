@@ -133,6 +133,7 @@ HangViewMsg decode_hang_view(const json& j) {
     b.collective = get_optional_string(r, "in", kMaxCollectiveBytes);
     if (r.contains("quiet_left_ms")) b.quiet_left_ms = get_int_in(r, "quiet_left_ms", std::int64_t{0}, kMaxMs);
     b.stopped = get_bool(r, "stopped", false);
+    b.slow = get_bool(r, "slow", false);
     m.ranks.push_back(b);
   }
   return m;

@@ -21,12 +21,14 @@ double median(std::vector<std::int64_t> values) {
 }  // namespace
 
 void StragglerWatch::report(int node_rank, const std::string& host, const std::vector<RankPace>& paces) {
-  forget_node(node_rank);
+  erase_where(ranks_, [&](const auto& entry) { return entry.second.node_rank == node_rank; });
+  nodes_.insert(node_rank);
   for (const RankPace& p : paces) ranks_[p.rank] = Entry{node_rank, host, p};
 }
 
 void StragglerWatch::forget_node(int node_rank) {
   erase_where(ranks_, [&](const auto& entry) { return entry.second.node_rank == node_rank; });
+  nodes_.erase(node_rank);
 }
 
 void StragglerWatch::clear() {
@@ -34,6 +36,7 @@ void StragglerWatch::clear() {
   over_since_.clear();
   under_since_.clear();
   named_.clear();
+  nodes_.clear();
 }
 
 bool StragglerWatch::judge(Clock::time_point now) {
@@ -62,7 +65,12 @@ bool StragglerWatch::judge(Clock::time_point now) {
     if (named_now)
       named.push_back(Straggler{rank, entry.node_rank, entry.host, value(entry), static_cast<std::int64_t>(mid), by_work});
   }
-  // Ranks no longer reported are no longer judged, nor named.
+  // Ranks no longer reported are no longer judged. A named one whose node still reports stays named (issue 32: a
+  // straggler that stopped making steps was said to have recovered, and the live view went back to "running"
+  // while it hung); one whose node is gone goes with it.
+  for (const Straggler& s : named_)
+    if (!ranks_.count(s.rank) && nodes_.count(s.node_rank)) named.push_back(s);
+  std::sort(named.begin(), named.end(), [](const Straggler& a, const Straggler& b) { return a.rank < b.rank; });
   erase_where(over_since_, [&](const auto& e) { return !ranks_.count(e.first); });
   erase_where(under_since_, [&](const auto& e) { return !ranks_.count(e.first); });
   named_ = std::move(named);

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,8 @@ class StragglerWatch {
   using Clock = std::chrono::steady_clock;
   explicit StragglerWatch(StragglerRule rule = {}) : rule_(rule) {}
 
-  // A node's latest paces, replacing all it said before (a rank it no longer reports is no longer judged).
+  // A node's latest paces, replacing all it said before (a rank it no longer reports is no longer judged; a
+  // named one stays named: a straggler that stopped making steps has not recovered).
   void report(int node_rank, const std::string& host, const std::vector<RankPace>& paces);
   void forget_node(int node_rank);
   // A new round: ranks are numbered afresh, the named are no longer named (no message: every agent starts
@@ -58,6 +60,7 @@ class StragglerWatch {
   std::map<int, Clock::time_point> over_since_;   // judged above the line in every judgement since
   std::map<int, Clock::time_point> under_since_;  // named, judged at or below the margin in every one since
   std::vector<Straggler> named_;
+  std::set<int> nodes_;  // the nodes that report, until forgotten (left, or a new round)
 };
 
 }  // namespace ddprun::rendezvous

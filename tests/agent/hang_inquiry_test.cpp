@@ -41,6 +41,7 @@ struct Fixture {
     host.outcome_known = [] { return false; };
     host.node_rank = [] { return 2; };
     host.attempt = [] { return 0; };
+    host.named_slow = [](int) { return false; };
     host.send_view = [this](const rdzv::HangViewMsg& v) { views.push_back(v); };
     host.kill_hung = [this](const std::vector<int>& lrs) {
       killed.push_back(lrs);

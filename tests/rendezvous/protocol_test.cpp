@@ -37,8 +37,8 @@ TEST_CASE("client messages survive an encode/decode round trip") {
   HangViewMsg hang;
   hang.suspect = true;
   hang.stacks = "/tmp/x/hang_stacks.txt";
-  hang.ranks = {RankBeat{4, 0, 77, 41, 3000, false, true, false, true, "all_reduce", 0, true},
-                RankBeat{5, 1, 78, -1, 60000, true, false, true, false, "", 42'000, false}};
+  hang.ranks = {RankBeat{4, 0, 77, 41, 3000, false, true, false, true, "all_reduce", 0, true, false},
+                RankBeat{5, 1, 78, -1, 60000, true, false, true, false, "", 42'000, false, true}};
   auto h = std::get<HangViewMsg>(decode_client_message(encode(ClientMessage{hang})));
   CHECK(h.suspect);
   CHECK(h.stacks == hang.stacks);

@@ -91,6 +91,18 @@ TEST_SUITE("hang verdict") {
     CHECK(f.message.find("rank 1 at step 100 stopped (SIGSTOP) while rank 0 at step 100") != std::string::npos);
   }
 
+  TEST_CASE("among ranks the stacks cannot tell apart, one named a straggler before it stopped is named") {
+    // Every rank inside a collective by its stacks (a straggler stuck in one of its own), silences too close.
+    RankBeat slow = in(beat(2, 88, 30'100), "all_reduce");
+    slow.slow = true;
+    std::vector<NodeHangView> views{{0, "a", view({in(beat(0, 88, 30'000), "all_reduce"),
+                                                   in(beat(1, 88, 30'050), "all_reduce"), slow}, true, "")}};
+    const Failure f = hang_verdict(views, 0);
+    CHECK(f.rank == 2);
+    CHECK_FALSE(f.unsure);
+    CHECK(f.message.find("rank 2 at step 88 (named a straggler) in all_reduce") != std::string::npos);
+  }
+
   TEST_CASE("the README loop under DDP: the waiting ranks sit in backward, the stuck one outside it") {
     // Beat after opt.step(); rank 1 stuck before its forward at step 5, ranks 0 and 2 wait in DDP's all-reduce.
     std::vector<NodeHangView> views{{0, "a",

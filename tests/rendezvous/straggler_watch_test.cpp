@@ -114,3 +114,30 @@ TEST_CASE("threshold 0 is off; one rank alone is never named") {
   alone.judge(t0);
   CHECK_FALSE(alone.judge(t0 + 5s));
 }
+
+// Issue 32: a named straggler that stopped making steps (hung) left the node's paces, was unnamed, and the
+// events said straggler_end (a recovery) while the live view went from "slow" back to "running".
+TEST_CASE("a named straggler its node no longer reports stays named: it stopped, it did not recover") {
+  StragglerWatch w(StragglerRule{0.30, 10s});
+  w.report(0, "a", {pace(0, 150'000, 100'000), pace(1, 150'000, 150'000)});
+  w.report(1, "b", {pace(2, 150'000, 100'000), pace(3, 150'000, 104'000)});
+  CHECK_FALSE(w.judge(t0));
+  CHECK(w.judge(t0 + 10s));
+  REQUIRE(named_ranks(w) == std::vector<int>{1});
+  w.report(0, "a", {pace(0, 150'000, 100'000)});  // rank 1 made too few steps in the window to be measured
+  CHECK_FALSE(w.judge(t0 + 15s));
+  CHECK(named_ranks(w) == std::vector<int>{1});
+  CHECK_FALSE(w.judge(t0 + 60s));
+  CHECK(named_ranks(w) == std::vector<int>{1});
+  w.report(0, "a", {pace(0, 150'000, 100'000), pace(1, 150'000, 100'000)});  // back, and fast: goes after persist
+  CHECK_FALSE(w.judge(t0 + 61s));
+  CHECK(w.judge(t0 + 71s));
+  CHECK(named_ranks(w).empty());
+  CHECK(w.judge(t0 + 71s) == false);
+  w.report(0, "a", {pace(0, 150'000, 100'000), pace(1, 150'000, 150'000)});
+  w.judge(t0 + 80s);
+  CHECK(w.judge(t0 + 90s));
+  w.forget_node(0);  // its node gone: its name goes with it
+  CHECK(w.judge(t0 + 91s));
+  CHECK(named_ranks(w).empty());
+}
