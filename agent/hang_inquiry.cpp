@@ -133,6 +133,12 @@ void HangInquiry::on_hung(std::vector<int> hung, std::int64_t now_ns) {
   start_capture();
 }
 
+void HangInquiry::judge_not_taken_up(const std::vector<int>& local_ranks) {
+  if (local_ranks.empty() || capture_.active()) return;
+  on_hung(local_ranks, monotonic_ns());
+  for (HungWorker& h : hung_) h.not_taken_up = true;
+}
+
 // The rendezvous asks: a worker on another node hung. This node's workers are captured and reported, so the
 // verdict sees every rank, and the stacks of the rank it names exist wherever it runs.
 void HangInquiry::on_capture_requested() {
@@ -250,7 +256,10 @@ rdzv::HangViewMsg HangInquiry::view() const {
       r.python_stack = true;
       r.collective = native_collective_in(native);
     }
-    r.hung = found_hung(w.local_rank);
+    // Found by this node's own watch (the initial timeout's wording needs it); not one that did not take a
+    // re-formed round up, which the verdict names as never beaten in this round.
+    r.hung = std::any_of(hung_.begin(), hung_.end(),
+                         [&](const HungWorker& h) { return h.local_rank == w.local_rank && !h.not_taken_up; });
     out.ranks.push_back(r);
   }
   return out;

@@ -66,6 +66,9 @@ class HangInquiry {
   void on_job_resumed();
   // The rendezvous asks: a worker on another node hung. This node's workers are captured and reported.
   void on_capture_requested();
+  // These workers did not take a re-formed round up within --term-timeout (agent/node_agent_reform.cpp): under
+  // --hang-timeout they are hung as any silent worker is (stacks, the job-wide verdict), not quietly replaced.
+  void judge_not_taken_up(const std::vector<int>& local_ranks);
   // The job's stop order: when it is a hang verdict for a rank of this node (or one that could not tell), the
   // silent ranks go with SIGKILL (kill_hung).
   void on_stop_order(const rendezvous::Failure& root_cause);
@@ -97,6 +100,7 @@ class HangInquiry {
     std::int64_t silent_ms = 0;
     std::int64_t last_beat_ms = 0;
     bool never_beat = false;  // --hang-initial-timeout
+    bool not_taken_up = false;  // a re-formed round not taken up within --term-timeout
   };
   bool judging() const { return host_.round_runs() && !capture_.active(); }
   void on_hung(std::vector<int> hung, std::int64_t now_ns);

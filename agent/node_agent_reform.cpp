@@ -101,7 +101,8 @@ bool NodeAgent::all_workers_running() const {
 
 // A worker still on the last round --term-timeout after the new one was handed over: stuck in a collective with
 // a peer that vanished without a reset (a machine that lost power), or a program that offered but never looks.
-// Nothing failed: this node's workers are replaced by new ones in the same round, which the other nodes' workers
+// Under --hang-timeout it is a hang, judged job-wide (stacks, verdict, 78 or a restart). Otherwise nothing
+// failed: this node's workers are replaced by new ones in the same round, which the other nodes' workers
 // wait for in init_process_group, as a restart would have replaced them (no restart of --max-restarts is used).
 // SIGKILL at once: each had --term-timeout already.
 void NodeAgent::on_reform_ack_deadline() {
@@ -116,6 +117,17 @@ void NodeAgent::on_reform_ack_deadline() {
   }
   if (!late) return;
   events_.write(json{{"event", "reform_not_taken"}, {"time_ms", unix_ms()}, {"restart_count", world_.restart_count}});
+  // Under --hang-timeout a worker that did not take the round up is hung (issue 32: a SIGSTOPped worker stalled
+  // the re-form until here, then was replaced with no stacks and no root cause): judged job-wide like any hang.
+  if (config_.hang_timeout.count() > 0 && heartbeats_.enabled()) {
+    std::vector<int> not_taken;
+    for (int lr = 0; lr < world_.local_world_size; ++lr) {
+      const WorkerRecord& w = policy_.worker(lr);
+      if (w.state == WorkerState::kRunning && w.pid > 0 && heartbeats_.reforms_taken(lr) <= reforms_announced_)
+        not_taken.push_back(lr);
+    }
+    return hang_.judge_not_taken_up(not_taken);
+  }
   restart_into_round_ = true;
   lifecycle_.on_restart_ordered();
   Decision d = policy_.on_external_stop(unix_ms());

@@ -136,6 +136,27 @@ class ReformInPlace(ElasticCase):
         self.assertEqual([e["event"] for e in self.events_of("a")].count("started"), 4)  # 2 + 2 in round 1
         self.assertEqual(self.of_event("b", "reformed_in_place"), [])  # b's workers started in round 1
 
+    def test_a_worker_stopped_as_a_node_is_lost_is_judged_hung_not_quietly_replaced(self):
+        """Issue 32: a's rank 1 is SIGSTOPped as b is lost: the re-form in place waited for it until --term-timeout,
+        then replaced a's workers with no hung event, no stacks, no root cause. Under --hang-timeout a worker that
+        does not take the round up is hung: stacks, the job-wide verdict naming it (stopped), exit 78."""
+        hang = ("--hang-timeout", 3)
+        a = self.node("a", term_timeout=2, extra=hang, host=True)
+        self.rounds_run([0, 1], 0)
+        b = self.node("b", term_timeout=2, extra=hang)
+        second = self.rounds_run([0, 1, 2, 3], 1)
+        os.kill(second[1][0], signal.SIGSTOP)
+        os.kill(b.pid, signal.SIGKILL)
+        res_a, res_b = self.wait_all([a, b])
+        self.assertEqual(res_b.code, -signal.SIGKILL)
+        self.assertEqual(res_a.code, 78, res_a)
+        log = self.read(self.path("err_a.log"))
+        self.assertIn("did not take the re-formed round up within 2000 ms (--term-timeout)", log)
+        self.assertRegex(log, r"root cause: rank 1 \(.*\) hung: .*rank 1 .*stopped \(SIGSTOP\)")
+        self.assertIn("stacks in ", log)
+        self.assertNotIn("start again in the same round", log)
+        self.assertEqual(len(self.of_event("a", "hung")), 1)
+
     def test_a_worker_that_dies_while_the_round_forms_fails_in_the_new_round(self):
         """a re-forms in place while c restarts its workers (they did not offer, and take 3 s to exit on SIGTERM), so
         the round takes 3 s to form; meanwhile a's local rank 0 exits 3. Its failure is reported once the round is
