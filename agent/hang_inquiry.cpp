@@ -24,8 +24,11 @@ namespace {
 // what a hang costs when its inquiry is lost with a restarted ddprun-rendezvous: this node's own verdict then
 // reaches the others through the new server (the failure report is replayed after the resume hello).
 constexpr std::chrono::milliseconds kVerdictLimit = timeouts::kHangVerdict;
-// Children of a hung worker whose stacks are captured too, at most (each costs a stack tool's run).
+// Children of a hung worker whose stacks are captured too, at most (each costs a stack tool's run); and of all the
+// node's workers together, hung or not (issue 32: the job-wide verdict may name a rank this node did not find
+// hung, when another node noticed first, and its stuck DataLoader worker's stack was then missing).
 constexpr std::size_t kChildrenCaptured = 8;
+constexpr std::size_t kChildrenCapturedPerNode = 16;
 }  // namespace
 
 HangInquiry::HangInquiry(boost::asio::io_context& io, const AgentConfig& config, const HeartbeatChannel& beats,
@@ -170,16 +173,25 @@ void HangInquiry::start_capture() {
     targets.push_back({w.rank, w.local_rank, w.pid, stacks_file(w.local_rank), fr.pipe, fr.dump, fr.dump_is_ours,
                        layout_.published(fr.dump)});
   };
-  for (const HungWorker& h : hung_) {
-    const WorkerRecord& w = policy_.worker(h.local_rank);
-    add(w);
-    // What a hung worker may be waiting on: its DataLoader workers, a subprocess. Native stacks, a few.
+  // What a worker may be waiting on: its DataLoader workers, a subprocess. Native stacks, a few each, the hung
+  // workers' first.
+  std::vector<CaptureTarget> children;
+  auto add_children = [&](const WorkerRecord& w) {
     std::size_t taken = 0;
     for (pid_t child : process::descendants_of(w.pid))
-      if (taken++ < kChildrenCaptured) targets.push_back({w.rank, w.local_rank, child, "", "", "", false, "", w.pid});
+      if (taken++ < kChildrenCaptured && children.size() < kChildrenCapturedPerNode)
+        children.push_back({w.rank, w.local_rank, child, "", "", "", false, "", w.pid});
+  };
+  for (const HungWorker& h : hung_) {
+    add(policy_.worker(h.local_rank));
+    add_children(policy_.worker(h.local_rank));
   }
   for (const WorkerRecord& w : policy_.workers())
-    if (w.state == WorkerState::kRunning && w.pid > 0 && !found_hung(w.local_rank)) add(w);
+    if (w.state == WorkerState::kRunning && w.pid > 0 && !found_hung(w.local_rank)) {
+      add(w);
+      add_children(w);
+    }
+  targets.insert(targets.end(), children.begin(), children.end());
   stacks_path_ = hang_stacks_file();
   layout_.keep(stacks_path_);
   capture_.start(std::move(targets), stacks_path_, env_value(config_.base_env, "PATH", "/usr/bin:/bin"),

@@ -99,7 +99,8 @@ std::string torch_collective_in(const std::string& python_stacks) {
 
 std::string native_collective_in(const std::string& native_stacks) {
   // Frames that only a thread waiting for the other ranks shows (eu-stack and gdb print demangled names).
-  // Not gloo's device loop or ProcessGroupGloo's idle worker threads: those exist in every process.
+  // Not gloo's device loop (gloo::transport::tcp::Loop::run), ProcessGroupGloo's idle worker threads
+  // (runLoop in a condition wait) or the SDK's idle GlooRing thread (GlooRing::run): every process has those.
   static const std::pair<const char*, const char*> kWaits[] = {
       {"c10d::Reducer::finalize_backward", "backward"},
       {"c10d::Reducer::", "backward"},
@@ -107,13 +108,12 @@ std::string native_collective_in(const std::string& native_stacks) {
       {"gloo::transport::tcp::UnboundBuffer::waitSend", "gloo"},
       {"gloo::transport::tcp::Buffer::waitRecv", "gloo"},
       {"gloo::transport::tcp::Buffer::waitSend", "gloo"},
-      {"gloo::transport::tcp::Pair::recv", "gloo"},
+      {"c10d::ProcessGroupGloo::AsyncWork::execute", "gloo"},
       {"c10d::ProcessGroupGloo::AsyncWork::wait", "gloo"},
       {"c10d::ProcessGroupNCCL::WorkNCCL::synchronize", "nccl"},
       {"c10d::ProcessGroupNCCL::WorkNCCL::wait", "nccl"},
-      {"ddprun::sdk::GlooRing::", "gloo"},
-      {"ddprun::sdk::NcclComm::", "nccl"},
-      {"ddprun::sdk::PeerWait::", "gloo"},
+      {"c10d::Work::wait", "gloo"},
+      {"ddprun::sdk::GlooRing::wait_all", "gloo"},
   };
   for (const auto& [frame, kind] : kWaits)
     if (native_stacks.find(frame) != std::string::npos) return kind;

@@ -278,7 +278,7 @@ void StackCapture::finish() {
   std::ostringstream text;
   const auto children = std::count_if(targets_.begin(), targets_.end(), [](const CaptureTarget& t) { return t.child_of; });
   text << "# ddprun: stacks of " << targets_.size() - static_cast<std::size_t>(children) << " worker(s)"
-       << (children ? " and " + std::to_string(children) + " child process(es) of hung ones" : std::string())
+       << (children ? " and " + std::to_string(children) + " child process(es) of workers" : std::string())
        << ", captured in " << ms.count() << " ms" << (tool_name_.empty() ? "" : " with " + tool_name_) << "\n";
   for (std::size_t i = 0; i < targets_.size(); ++i) {
     const CaptureTarget& t = targets_[i];

@@ -134,7 +134,10 @@ std::optional<HangDeferredMsg> quiet_deferral(const std::vector<NodeHangView>& v
   HangDeferredMsg m;
   for (const NodeHangView& v : views)
     for (const RankBeat& r : v.view.ranks)
-      if (r.quiet) {
+      // A quiet rank that is itself waiting in a collective (by its stacks) waits like the others: its phase says
+      // why it may be silent, not that the others wait for it (the SDK's quiet_phase test: rank 0 declares 60 s
+      // around its allreduce while rank 1 overruns its own 1.5 s bound; rank 1 is the hang).
+      if (r.quiet && !(r.python_stack && !r.collective.empty())) {
         if (m.quiet_ranks.size() < kMaxStragglers) m.quiet_ranks.push_back(r.rank);
         m.wait_ms = std::max(m.wait_ms, r.quiet_left_ms > 0 ? r.quiet_left_ms : kUnsaidBoundMs);
       }

@@ -39,8 +39,9 @@ struct NodeHangView {
 // milliseconds of the others at the end of a step, and views are taken seconds apart.
 inline constexpr std::int64_t kSilenceMarginMs = 1000;
 
-// Some rank of the job is inside a quiet phase it declared (and its bound still runs): nobody is hung yet.
-// Returns the deferral to send every node (the quiet ranks, the longest bound left), or none.
+// Some rank of the job is inside a quiet phase it declared (and its bound still runs) and not itself waiting in a
+// collective by its stacks: the silent ranks wait for it, nobody is hung yet. Returns the deferral to send every
+// node (those quiet ranks, the longest bound left), or none.
 std::optional<HangDeferredMsg> quiet_deferral(const std::vector<NodeHangView>& views);
 
 // The root cause for the job: the suspect as a Failure (killed with SIGKILL by its agent), with a message

@@ -285,9 +285,14 @@ TEST_CASE("a rank inside torch.autograd's backward waits in DDP's gradient all-r
 TEST_CASE("a C++ worker's native stacks say whether a thread waits for the other ranks") {
   CHECK(native_collective_in("#3 0x7f c10d::ProcessGroupGloo::AsyncWork::wait(std::chrono::duration<long>)\n") ==
         "gloo");
-  CHECK(native_collective_in("#5 0x7f ddprun::sdk::GlooRing::all_reduce(at::Tensor&)\n") == "gloo");
+  CHECK(native_collective_in("#5 0x7f ddprun::sdk::GlooRing::wait_all()\n") == "gloo");
+  CHECK(native_collective_in("#2 0x7f c10d::Work::wait(std::chrono::duration<long>)\n"
+                             "#3 0x55 ddprun::sdk::ProcessGroup::allreduce(at::Tensor&)\n") == "gloo");
   CHECK(native_collective_in("#2 0x7f c10d::Reducer::finalize_backward()\n") == "backward");
-  // Every process has gloo's device loop and idle worker threads: no wait.
+  // Every process has gloo's device loop, idle ProcessGroupGloo workers and the SDK's idle ring thread: no wait
+  // (the SDK example's skip_allreduce role: rank 0 in pause() with all three, rank 1 in Work::wait).
   CHECK(native_collective_in("#1 0x7f gloo::transport::tcp::Device::loop()\n"
-                             "#1 0x7f c10d::ProcessGroupGloo::runLoop(int)\n") == "");
+                             "#1 0x7f gloo::transport::tcp::Loop::run()\n"
+                             "#2 0x7f c10d::ProcessGroupGloo::runLoop(int)\n"
+                             "#2 0x55 ddprun::sdk::GlooRing::run()\n") == "");
 }

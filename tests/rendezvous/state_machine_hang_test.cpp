@@ -142,6 +142,11 @@ TEST_SUITE("hang verdict") {
     CHECK(d->wait_ms == 48'000);
     views[0].view.ranks[0].quiet_left_ms = 0;  // an older agent: bound not said, looked at again soon
     CHECK(quiet_deferral(views)->wait_ms == 10'000);
+    // A quiet rank whose stacks show it waiting in a collective waits like the others: no deferral for it.
+    views[0].view.ranks[0] = in(views[0].view.ranks[0], "all_reduce");
+    CHECK_FALSE(quiet_deferral(views).has_value());
+    views[0].view.ranks[0] = in(views[0].view.ranks[0], "");  // outside any: its save is what the others wait for
+    CHECK(quiet_deferral(views).has_value());
     views[0].view.ranks[0].quiet = false;
     CHECK_FALSE(quiet_deferral(views).has_value());
   }
