@@ -12,6 +12,16 @@ void AgentLifecycle::on_restart_ordered() {
   if (stage_ == Stage::kAwaitingRound) stage_ = Stage::kNothingRan;
 }
 
+void AgentLifecycle::on_dropped() {
+  on_restart_ordered();
+  if (ending_ == Ending::kRestart) ending_ = Ending::kRejoin;
+}
+
+void AgentLifecycle::on_reform_not_taken() {
+  if (ending_ != Ending::kOpen || stage_ != Stage::kRunning) return;  // only a running round's own workers
+  ending_ = Ending::kRestartInRound;
+}
+
 void AgentLifecycle::on_job_over() {
   // A restart's teardown may be under way: it now ends the job instead.
   ending_ = Ending::kJobOver;
@@ -21,11 +31,18 @@ void AgentLifecycle::on_job_over() {
 bool AgentLifecycle::on_reform_in_place() {
   if (stage_ != Stage::kRunning || ending_ != Ending::kOpen) return false;
   stage_ = Stage::kReforming;
+  ending_ = Ending::kInPlace;
   return true;
+}
+
+bool AgentLifecycle::on_reform_assignment() {
+  if (ending_ == Ending::kInPlace) ending_ = Ending::kOpen;
+  return stage_ == Stage::kReforming;
 }
 
 void AgentLifecycle::on_reformed() {
   if (stage_ == Stage::kReforming) stage_ = Stage::kRunning;
+  if (ending_ == Ending::kInPlace) ending_ = Ending::kOpen;
 }
 
 bool AgentLifecycle::on_processes_gone() {
@@ -36,9 +53,12 @@ bool AgentLifecycle::on_processes_gone() {
 
 AgentLifecycle::Next AgentLifecycle::after_drained() {
   if (stage_ != Stage::kRoundOver && stage_ != Stage::kNothingRan) return Next::kWait;
-  if (ending_ == Ending::kRestart) {
+  if (ending_ == Ending::kRestart || ending_ == Ending::kRestartInRound || ending_ == Ending::kRejoin) {
+    const Next next = ending_ == Ending::kRestart          ? Next::kBeginNextRound
+                      : ending_ == Ending::kRestartInRound ? Next::kRestartInRound
+                                                           : Next::kRejoin;
     ending_ = Ending::kOpen;  // once: the next round's begin is under way
-    return Next::kBeginNextRound;
+    return next;
   }
   if (ending_ != Ending::kJobOver) return Next::kWait;  // e.g. every worker succeeded: the other nodes?
   stage_ = Stage::kFinished;

@@ -13,8 +13,13 @@
 //   goes as from kRunning.
 //
 //   Dropped from an elastic job that goes on (StopOrder::rejoin, node_agent_rdzv.cpp): the round ends as for a
-//   restart (kRestart); at kBeginNextRound the agent joins again with a fresh client instead of report_stopped,
-//   and the next assignment (new ranks) leads to kRunning as usual.
+//   restart (kRejoin); once drained (Next::kRejoin) the agent joins again with a fresh client instead of
+//   report_stopped, and the next assignment (new ranks) leads to kRunning as usual.
+//   Workers that did not take a re-formed round up (without --hang-timeout): kRestartInRound; once drained
+//   (Next::kRestartInRound) new workers start in the round the rendezvous already formed, without asking it.
+//
+// What the round leads to is one value, Ending (issue 31: it had regrown as three flags beside this class,
+// reform_pending_, restart_into_round_ and rejoin_pending_, which could contradict it and each other).
 //
 // The ending (what the rendezvous said) is independent of the stage: a job can be known to be over while its
 // workers are still being torn down, and a restart can be ordered before this node was placed at all.
@@ -33,9 +38,12 @@ class AgentLifecycle {
     kFinished,       // the job is over here: every process gone, every stream drained; the loop stops
   };
   enum class Ending {
-    kOpen,     // nothing said yet
-    kRestart,  // the rendezvous re-forms the job: this round's processes go, then the next assignment
-    kJobOver,  // the rendezvous said how the job ended (or this node lost it): always final
+    kOpen,            // nothing said yet
+    kInPlace,         // a re-form in place: the next assignment goes to this round's workers
+    kRestart,         // the rendezvous re-forms the job: this round's processes go, then the next assignment
+    kRestartInRound,  // this node's workers did not take a re-formed round up: new ones start in that round
+    kRejoin,          // dropped from an elastic job that goes on: once the workers are gone, join it again
+    kJobOver,         // the rendezvous said how the job ended (or this node lost it): always final
   };
   // Clean-up of a round's processes after a teardown began or its workers all exited, leaving descendants.
   enum class Cleanup {
@@ -44,7 +52,7 @@ class AgentLifecycle {
     kKilling,      // the grace period is over: SIGKILL to anything left, until nothing is
   };
   // What to do once every process is gone and every stream drained (after_drained).
-  enum class Next { kWait, kBeginNextRound, kFinish };
+  enum class Next { kWait, kBeginNextRound, kRestartInRound, kRejoin, kFinish };
 
   Stage stage() const { return stage_; }
   Ending ending() const { return ending_; }
@@ -58,7 +66,11 @@ class AgentLifecycle {
   bool processes_gone() const {
     return stage_ == Stage::kRoundOver || stage_ == Stage::kNothingRan || stage_ == Stage::kFinished;
   }
-  bool restarting() const { return ending_ == Ending::kRestart; }
+  bool restarting() const {
+    return ending_ == Ending::kRestart || ending_ == Ending::kRestartInRound || ending_ == Ending::kRejoin;
+  }
+  // A re-form in place was accepted and its assignment has not come: it goes to the running workers.
+  bool awaits_reform() const { return ending_ == Ending::kInPlace; }
   bool outcome_known() const { return ending_ == Ending::kJobOver; }
   bool finished() const { return stage_ == Stage::kFinished; }
 
@@ -66,11 +78,19 @@ class AgentLifecycle {
   void on_placed() { placed_once_ = true; }
   // This round's workers are being started.
   void on_workers_started();
-  // The rendezvous ordered a restart / said the job is over. Before any worker ran, nothing is left to go.
+  // The rendezvous ordered a restart / said the job is over. Before any worker ran, nothing is left to go. A
+  // restart replaces a re-form in place under way; the end replaces any restart.
   void on_restart_ordered();
   void on_job_over();
+  // Dropped from an elastic job that goes on: a restart whose next round is joined anew (Next::kRejoin).
+  void on_dropped();
+  // The workers did not take a re-formed round up: a restart of this node's workers alone, in that round.
+  void on_reform_not_taken();
   // A membership re-form that keeps this round's workers (false: not while running an open round).
   bool on_reform_in_place();
+  // The re-form's assignment came (awaits_reform): true when the workers are still there to take it up
+  // (false: one ended meanwhile, the round is over and its failure goes the usual way).
+  bool on_reform_assignment();
   // Its assignment was handed to the workers: they run the new round.
   void on_reformed();
   // Every process of the round is gone (workers and descendants reaped). False if that was already known.

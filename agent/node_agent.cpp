@@ -233,7 +233,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
   // while this one scans /proc and signals its own workers (~2 ms saved on every cross-node teardown).
   // While the job re-forms in place the report waits for the new round (reform_lost_a_worker): the rendezvous
   // takes failures during a re-form for the teardown's.
-  if (d.teardown_began && w.state == WorkerState::kFailed && !reform_pending_) report_worker_failure(lr);
+  if (d.teardown_began && w.state == WorkerState::kFailed && !lifecycle_.awaits_reform()) report_worker_failure(lr);
   apply(d, "worker_failed");
 }
 
@@ -315,12 +315,14 @@ void NodeAgent::maybe_finish() {
   if (!std::all_of(pumps_.begin(), pumps_.end(), done)) return;
   if (!restart && !std::all_of(retired_pumps_.begin(), retired_pumps_.end(), done)) return;
   drain_timer_.cancel();  // every stream drained: none is left open, however long the job's outcome takes
-  switch (lifecycle_.after_drained()) {
+  switch (const AgentLifecycle::Next next = lifecycle_.after_drained(); next) {
     case AgentLifecycle::Next::kWait:
       return;
     case AgentLifecycle::Next::kBeginNextRound:
+    case AgentLifecycle::Next::kRestartInRound:
+    case AgentLifecycle::Next::kRejoin:
       // Posted: this may run inside a pump's callback, and the next round destroys the pumps.
-      asio::post(io_, [this] { begin_next_round(); });
+      asio::post(io_, [this, next] { begin_next_round(next); });
       return;
     case AgentLifecycle::Next::kFinish:
       break;

@@ -77,7 +77,7 @@ class NodeAgent {
   void report_signal(int signal);
   void report_agent_signal(int signal, std::int64_t time_ms);
   void leave_after_signal(int signal);
-  void begin_next_round();
+  void begin_next_round(AgentLifecycle::Next how);
   void note_reform(const rendezvous::StopOrder& order, bool in_place);
   bool may_rejoin(const rendezvous::StopOrder& order) const;
   void rejoin_after_drop(const rendezvous::StopOrder& order);
@@ -188,9 +188,6 @@ class NodeAgent {
   // Re-forming in place (node_agent_reform.cpp).
   int workers_attempt_ = 0;  // the attempt whose files the running workers use (kept by a re-form in place)
   std::int64_t reforms_announced_ = 0;  // in-place re-forms handed to the running workers
-  bool reform_pending_ = false;  // this node re-forms in place: the next assignment goes to its workers
-  bool restart_into_round_ = false;  // its workers did not take the round up: new ones start in it
-  bool rejoin_pending_ = false;  // dropped from an elastic job: once the workers are gone, join it again
   boost::asio::steady_timer reform_ack_timer_;  // bounds the workers' taking the new round up
   AgentLifecycle lifecycle_;  // round stage, what the round leads to, clean-up (agent/agent_lifecycle.hpp)
   std::int64_t start_ms_ = 0;

@@ -109,7 +109,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
                      {"master_addr", a.master_addr}, {"master_port", a.master_port},
                      {"restart_count", a.restart_count}});
   lifecycle_.on_placed();
-  if (reform_pending_) return take_reform_assignment();  // this node's workers stay (node_agent_reform.cpp)
+  if (lifecycle_.awaits_reform()) return take_reform_assignment();  // this node's workers stay (node_agent_reform.cpp)
   if (policy_.phase() != Phase::kRunning) return;  // a signal came first: on_signal already reported it
   if (a.restart_count > 0) layout_.prepare_attempt(a.restart_count, world_.local_world_size);
   lifecycle_.on_workers_started();
@@ -120,8 +120,8 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   hang_.on_stop_order(order.root_cause);
   const JobCause cause = cause_of(order.root_cause);
   if (order.restarting && reform_in_place(order)) return;  // nothing failed and the workers can stay
-  reform_pending_ = false;  // a restart or the end while re-forming in place: the usual way from here
-  restart_into_round_ = false;
+  // A restart or the end while re-forming in place (or starting again in a round): the usual way from here
+  // (AgentLifecycle::on_restart_ordered and on_job_over replace what the round led to).
   if (may_rejoin(order)) return rejoin_after_drop(order);
   if (order.restarting) {
     // The whole job re-forms: down with this attempt's workers, then report_stopped (begin_next_round). The
@@ -174,8 +174,7 @@ void NodeAgent::rejoin_after_drop(const rdzv::StopOrder& order) {
                "the job again as a new node");
   events_.write(json{{"event", "dropped"}, {"time_ms", unix_ms()}, {"reason", order.reason}, {"rejoin", true}});
   attempts_.push_back(Attempt{world_.restart_count, world_.nnodes, world_.world_size, order.reason});
-  rejoin_pending_ = true;
-  lifecycle_.on_restart_ordered();
+  lifecycle_.on_dropped();
   apply(policy_.on_external_stop(unix_ms()), "dropped from the job");
   maybe_finish();
 }
@@ -205,7 +204,7 @@ void NodeAgent::on_outcome(const JobCause* cause, const char* reason) {
 
 // Every process of the stopped attempt is gone and its output drained: tell the rendezvous, and start
 // over when the next assignment comes (on_assignment).
-void NodeAgent::begin_next_round() {
+void NodeAgent::begin_next_round(AgentLifecycle::Next how) {
   if (lifecycle_.finished()) return;  // the job's end came while this was posted: no next round
   lifecycle_.on_next_round();
   grace_timer_.cancel();
@@ -221,9 +220,8 @@ void NodeAgent::begin_next_round() {
   // ddprun was told to stop while the round's workers went down: no next round, the job ends.
   if (const int signal = policy_.stop_signal(); signal != 0) return leave_after_signal(signal);
   policy_.reset_for_restart();
-  if (restart_into_round_) return start_again_in_round();  // node_agent_reform.cpp: the round stands
-  if (rejoin_pending_) {
-    rejoin_pending_ = false;
+  if (how == AgentLifecycle::Next::kRestartInRound) return start_again_in_round();  // node_agent_reform.cpp
+  if (how == AgentLifecycle::Next::kRejoin) {
     log_.info("joining the job again as a new node");
     return link_.rejoin();
   }

@@ -40,7 +40,6 @@ bool NodeAgent::reform_in_place(const rendezvous::StopOrder& order) {
   if (!nothing_failed || policy_.phase() != Phase::kRunning || hang_.inquiring() || !workers_offer_reform() ||
       !lifecycle_.on_reform_in_place())
     return false;
-  reform_pending_ = true;
   log_.warning(order.reason, "; this node's workers stay and take the next round up in place");
   note_reform(order, /*in_place=*/true);
   hang_.pause_watch();  // until the next round, the workers may wait for it: nobody's silence
@@ -50,8 +49,7 @@ bool NodeAgent::reform_in_place(const rendezvous::StopOrder& order) {
 
 // The assignment of a round this node re-forms into in place.
 void NodeAgent::take_reform_assignment() {
-  reform_pending_ = false;
-  if (!lifecycle_.reforming() || policy_.phase() != Phase::kRunning || !all_workers_running())
+  if (!lifecycle_.on_reform_assignment() || policy_.phase() != Phase::kRunning || !all_workers_running())
     return reform_lost_a_worker();
   for (int lr = 0; lr < world_.local_world_size; ++lr) {
     // Written whole before the announcement: a worker never reads half a round.
@@ -128,8 +126,7 @@ void NodeAgent::on_reform_ack_deadline() {
     }
     return hang_.judge_not_taken_up(not_taken);
   }
-  restart_into_round_ = true;
-  lifecycle_.on_restart_ordered();
+  lifecycle_.on_reform_not_taken();
   Decision d = policy_.on_external_stop(unix_ms());
   d.signal_all = SIGKILL;
   apply(d, "a worker did not take the re-formed round up; this node's workers start again in the same round");
@@ -138,7 +135,6 @@ void NodeAgent::on_reform_ack_deadline() {
 
 // The old workers are gone (begin_next_round): new ones in the round the rendezvous formed, without asking it.
 void NodeAgent::start_again_in_round() {
-  restart_into_round_ = false;
   layout_.prepare_attempt(world_.restart_count, world_.local_world_size);
   lifecycle_.on_workers_started();
   start_workers();

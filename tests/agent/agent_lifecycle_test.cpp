@@ -164,3 +164,88 @@ TEST_CASE("a re-form in place overtaken: a restart or the end while the round fo
     CHECK_FALSE(l.on_reform_in_place());
   }
 }
+
+// Issue 31: what a round leads to had regrown as three flags beside the lifecycle (reform_pending_,
+// restart_into_round_, rejoin_pending_). They are Endings now, and each transition is checked here.
+TEST_CASE("a re-form in place awaits its assignment until it comes, and a worker lost meanwhile says so") {
+  AgentLifecycle l;
+  l.on_placed();
+  l.on_workers_started();
+  CHECK_FALSE(l.awaits_reform());
+  CHECK(l.on_reform_in_place());
+  CHECK(l.awaits_reform());
+  CHECK(l.ending() == AgentLifecycle::Ending::kInPlace);
+  CHECK(l.on_reform_assignment());  // the workers are there to take it up
+  CHECK_FALSE(l.awaits_reform());
+  l.on_reformed();
+  CHECK(l.stage() == Stage::kRunning);
+  CHECK(l.on_reform_in_place());
+  CHECK(l.on_processes_gone());  // a worker died while the round formed
+  CHECK(l.awaits_reform());      // its assignment still comes here, to report the loss in the new round
+  CHECK_FALSE(l.on_reform_assignment());
+  CHECK_FALSE(l.awaits_reform());
+}
+
+TEST_CASE("dropped from an elastic job: the round ends as a restart, then the node joins again") {
+  AgentLifecycle l;
+  l.on_placed();
+  l.on_workers_started();
+  l.on_dropped();
+  CHECK(l.restarting());
+  CHECK(l.ending() == AgentLifecycle::Ending::kRejoin);
+  CHECK(l.on_processes_gone());
+  CHECK(l.after_drained() == Next::kRejoin);
+  CHECK(l.ending() == AgentLifecycle::Ending::kOpen);  // once
+  l.on_next_round();
+  CHECK(l.stage() == Stage::kAwaitingRound);
+  SUBCASE("the job's end replaces a rejoin under way") {
+    AgentLifecycle m;
+    m.on_placed();
+    m.on_workers_started();
+    m.on_dropped();
+    m.on_job_over();
+    CHECK(m.on_processes_gone());
+    CHECK(m.after_drained() == Next::kFinish);
+  }
+  SUBCASE("nothing after the end") {
+    AgentLifecycle m;
+    m.on_job_over();
+    m.on_dropped();
+    CHECK(m.ending() == AgentLifecycle::Ending::kJobOver);
+  }
+}
+
+TEST_CASE("workers that did not take a re-formed round up start again in it; a restart order replaces that") {
+  AgentLifecycle l;
+  l.on_placed();
+  l.on_workers_started();
+  CHECK(l.on_reform_in_place());
+  CHECK(l.on_reform_assignment());
+  l.on_reformed();
+  l.on_reform_not_taken();
+  CHECK(l.ending() == AgentLifecycle::Ending::kRestartInRound);
+  CHECK(l.restarting());
+  SUBCASE("drained: new workers in the same round") {
+    CHECK(l.on_processes_gone());
+    CHECK(l.after_drained() == Next::kRestartInRound);
+  }
+  SUBCASE("the rendezvous orders a restart meanwhile: the usual next round") {
+    l.on_restart_ordered();
+    CHECK(l.on_processes_gone());
+    CHECK(l.after_drained() == Next::kBeginNextRound);
+  }
+}
+
+TEST_CASE("illegal transitions are refused: nothing changes") {
+  AgentLifecycle l;
+  l.on_reform_not_taken();  // no running round
+  CHECK(l.ending() == AgentLifecycle::Ending::kOpen);
+  l.on_placed();
+  l.on_workers_started();
+  l.on_restart_ordered();
+  l.on_reform_not_taken();  // a restart is under way
+  CHECK(l.ending() == AgentLifecycle::Ending::kRestart);
+  CHECK_FALSE(l.on_reform_in_place());
+  CHECK_FALSE(l.awaits_reform());
+  CHECK_FALSE(l.on_reform_assignment());
+}
