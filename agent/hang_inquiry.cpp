@@ -84,6 +84,7 @@ std::int64_t HangInquiry::silent_since_ns(int local_rank) const {
 
 void HangInquiry::start_round() {
   round_started_ns_ = monotonic_ns();
+  verdict_pending_ = false;
   exempt_until_ns_.clear();
   hung_.clear();  // the last round's hung ranks: the live view must not show this round's as hung
   watch_timer_.cancel();
@@ -101,6 +102,7 @@ void HangInquiry::on_job_resumed() {
 void HangInquiry::cancel() {
   watch_timer_.cancel();
   verdict_timer_.cancel();
+  verdict_pending_ = false;
   capture_.abandon();  // stopped for another reason while capturing: the teardown takes the hung worker too
 }
 
@@ -223,12 +225,24 @@ void HangInquiry::on_captured() {
   if (!host_.round_runs()) return;  // stopped meanwhile: the teardown took them
   const rdzv::HangViewMsg mine = view();
   host_.send_view(mine);
-  if (!mine.suspect) return;
-  // The rendezvous names the rank that is behind and stops the job (on_stop_order). A server that
-  // does not answer (an older one, or one in trouble) must not leave the job hung: decide on this node's view.
+  if (mine.suspect) await_verdict();
+}
+
+void HangInquiry::on_server_resumed() {
+  if (!verdict_pending_ || capture_.active() || !host_.round_runs() || host_.outcome_known()) return;
+  log_.warning("the rendezvous server came back while this node waited for a hang verdict: sending its view again");
+  host_.send_view(view());
+  await_verdict();
+}
+
+// The rendezvous names the rank that is behind and stops the job (on_stop_order). A server that does not answer
+// (an older one, or one in trouble) must not leave the job hung: decide on this node's view.
+void HangInquiry::await_verdict() {
+  verdict_pending_ = true;
   verdict_timer_.expires_after(kVerdictLimit);
   verdict_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || host_.outcome_known() || !host_.round_runs()) return;
+    verdict_pending_ = false;
     log_.warning("no hang verdict from the rendezvous within ", kVerdictLimit.count() / 1000,
                  " s: deciding on this node's workers alone");
     decide_alone();
@@ -292,6 +306,7 @@ void HangInquiry::decide_alone() {
 // that could not tell which rank holds the others takes every silent worker here.
 void HangInquiry::on_stop_order(const rdzv::Failure& root_cause) {
   verdict_timer_.cancel();
+  verdict_pending_ = false;
   exempt_until_ns_.clear();
   if (!rdzv::is_hang(root_cause) || !host_.round_runs()) return;
   std::vector<int> ranks;
@@ -314,6 +329,7 @@ void HangInquiry::on_stop_order(const rdzv::Failure& root_cause) {
 // phase that ends sooner beats, and everyone is judged by their beats again (agent/hang_watch.hpp).
 void HangInquiry::on_deferred(const rdzv::HangDeferredMsg& m) {
   verdict_timer_.cancel();
+  verdict_pending_ = false;
   hung_.clear();
   suspect_ = false;
   const std::int64_t now_ns = monotonic_ns();

@@ -74,6 +74,9 @@ class HangInquiry {
   void on_stop_order(const rendezvous::Failure& root_cause);
   // A declared quiet phase somewhere in the job: the silent workers here wait for it.
   void on_deferred(const rendezvous::HangDeferredMsg& m);
+  // A restarted ddprun-rendezvous took this node back: a verdict this node still waits for was lost with the old
+  // server, so its view goes again (the new server asks the other nodes anew).
+  void on_server_resumed();
   // True when `pid` was one of the capture's stack tools.
   bool on_child_exit(pid_t pid) { return capture_.on_child_exit(pid); }
   // The job is being torn down, or ends: timers and the capture stop.
@@ -108,6 +111,7 @@ class HangInquiry {
   void on_captured();
   rendezvous::HangViewMsg view() const;
   void decide_alone();
+  void await_verdict();
   std::string hang_stacks_file() const;
 
   boost::asio::io_context& io_;
@@ -127,6 +131,7 @@ class HangInquiry {
   std::int64_t pause_end_ns_ = 0;
   std::vector<HungWorker> hung_;  // of the capture under way, the root cause first
   bool suspect_ = false;          // the capture under way is for a hang found here (else: asked by the server)
+  bool verdict_pending_ = false;  // this node's suspect view went out and no verdict (nor deferral) came back
   std::string stacks_path_;
   std::set<int> stopped_at_capture_;  // local ranks whose process was stopped as the capture began
   // Local rank → not judged before (CLOCK_MONOTONIC): waiting for a rank's declared quiet phase (on_deferred).

@@ -61,6 +61,7 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
       [this](bool back, const std::string& text) {
         events_.write(back ? json{{"event", "rendezvous_resumed"}, {"time_ms", unix_ms()}, {"server", text}}
                            : json{{"event", "rendezvous_lost"}, {"time_ms", unix_ms()}, {"why", text}});
+        if (back) hang_.on_server_resumed();
       },
       [this](const rdzv::HangDeferredMsg& m) { hang_.on_deferred(m); }};
 }

@@ -111,6 +111,9 @@ struct RendezvousState {
     std::vector<int> rank_offsets;       // as each node claimed it, checked against nprocs when complete
     // Reports made before the round was whole, replayed once it is: a failure, or (nullopt) node_done.
     std::vector<std::pair<ConnId, std::optional<Failure>>> held;
+    // Hang views sent before the round was whole (a node re-sends its pending inquiry's view on resume),
+    // replayed once it is: an inquiry lost with the old server is asked again (issue 32).
+    std::vector<std::pair<ConnId, HangViewMsg>> held_views;
   };
   std::optional<Adoption> adopting;
   // A start failure (state_machine_start.cpp) ended the job before its first round: how many nodes know it

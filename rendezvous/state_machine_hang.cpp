@@ -56,6 +56,13 @@ void decide(RendezvousState& state, const Now& now, Actions& out) {
 
 void on_hang_report(RendezvousState& state, const HangReport& event, const Now& now, Actions& out) {
   auto it = state.nodes.find(event.conn);
+  if (state.adopting) {  // a restarted server taking the round back: the view waits until the round is whole
+    if (it != state.nodes.end()) {
+      touch(state, it->second, now);
+      state.adopting->held_views.emplace_back(event.conn, event.view);
+    }
+    return;
+  }
   // Only a running round is judged; a late joiner that waits runs no worker.
   if (it == state.nodes.end() || state.phase != Phase::kRunning || it->second.node_rank < 0) return;
   NodeEntry& node = it->second;

@@ -96,6 +96,10 @@ void adopt(RendezvousState& state, const Now& now, Actions& out) {
     if (failure) on_failure(state, FailureReport{conn, std::move(*failure)}, now, out);
     else on_node_done(state, NodeDone{conn}, now, out);
   }
+  for (auto& [conn, view] : a.held_views) {
+    if (state.phase != Phase::kRunning) break;
+    on_hang_report(state, HangReport{conn, std::move(view)}, now, out);
+  }
 }
 
 // A node's claim when this server's round already runs: a duplicate, or a node the job went on without.

@@ -91,6 +91,31 @@ TEST_CASE("reports sent while the round is taken back are replayed once it runs"
   CHECK(state.phase == Phase::kStopped);
 }
 
+// Issue 32: the server was killed during a hang verdict and restarted; nobody asked again, and the node that
+// noticed decided alone 25 s later. Its agent re-sends its view on resume; the view waits for the whole round.
+TEST_CASE("a hang view sent while the round is taken back opens the inquiry once it runs") {
+  RendezvousState state(job(2, true), at(0ms).steady);
+  step(state, resume(1, 0, {2, 2}, 0, true), at(10ms));
+  RankBeat r;
+  r.rank = 1;
+  r.local_rank = 1;
+  r.pid = 77;
+  r.step = 4;
+  r.silent_ms = 30'000;
+  r.hung = true;
+  HangViewMsg view;
+  view.suspect = true;
+  view.ranks = {r};
+  CHECK(step(state, HangReport{1, view}, at(11ms)).empty());  // held: no round to judge yet
+  CHECK_FALSE(state.hang.has_value());
+  auto actions = step(state, resume(2, 1, {2, 2}, 0, true), at(12ms));
+  REQUIRE(state.hang.has_value());  // the inquiry is open again: the other node is asked for its view
+  const auto ask = find_all<Broadcast>(actions);
+  REQUIRE(ask.size() == 1);
+  CHECK(std::holds_alternative<CaptureMsg>(ask[0].message));
+  CHECK(ask[0].conns == std::vector<ConnId>{2});
+}
+
 TEST_CASE("a claim of another round is refused, naming both; the adoption goes on") {
   RendezvousState state(job(2, true), at(0ms).steady);
   step(state, resume(1, 0, {2, 2}, 1, true), at(10ms));
