@@ -141,8 +141,10 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     bool greeted = it->second->greeted;
     if (it->second->joined) --joined_open_;
     conns_.erase(it);
-    if (auto node = state_.nodes.find(id); node != state_.nodes.end())
-      tell_stragglers(live_view_.forget(id, node->second.node_rank, Clock::now()));
+    // Its status goes whether or not the state machine still counts the node (one it dropped for silence is no
+    // longer among its nodes: issue 32, its old incarnation stayed in every view as a phantom row).
+    const auto node = state_.nodes.find(id);
+    tell_stragglers(live_view_.forget(id, node == state_.nodes.end() ? -1 : node->second.node_rank, Clock::now()));
     if (!greeted) return;
     --greeted_open_;
     run(Disconnected{id, reason});
@@ -314,6 +316,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
       for (ConnId id : broadcast->conns)
         if (auto* conn = find(id)) conn->send(frame);
     } else if (auto* close = std::get_if<Close>(&action)) {
+      live_view_.forget(close->conn, -1, Clock::now());  // a node the server let go is no part of the job's view
       if (auto* conn = find(close->conn); conn && !conn->closing()) {
         conn->close_after_flush();
         lingering_.emplace_back(Clock::now() + state_.config.heartbeat_timeout, close->conn);

@@ -572,6 +572,9 @@ class ElasticEdges(ElasticCase):
         """Three nodes under 1:3, --max-restarts 1; a non-host agent is SIGSTOPped: after --heartbeat-timeout the
         others re-form without it (round 1). Resumed, it reads why, ends its stale workers, joins again with a
         fresh hello and is placed in round 2 (3 nodes again); every node then succeeds, no restart used."""
+        runtime = self.path("runtime")
+        os.mkdir(runtime, 0o700)
+        self.env.update(XDG_RUNTIME_DIR=runtime, DDPRUN_STATUS_PERIOD_MS="200")
         a = self.host_agent("1:3", *self.waiting(), name="a", max_restarts=1)
         b = self.agent("1:3", *self.waiting(), name="b", max_restarts=1)
         c = self.agent("1:3", *self.waiting(), name="c", max_restarts=1)
@@ -587,6 +590,25 @@ class ElasticEdges(ElasticCase):
             os.kill(c.pid, signal.SIGCONT)
         self.assert_gone_within(stale, BOUND)
         self.wait_ready(range(6))  # round 2: c is back
+        # Issue 32 reported a phantom row of c's old incarnation (a dead pid, "running") in the survivors' view after
+        # a 60 s freeze. Here (a 1 s freeze) every node's view shows three nodes of round 2, each once, and no dead
+        # pid: a guard, which the old server passed too in this shorter freeze.
+        status = os.path.join(os.path.dirname(os.path.abspath(DDPRUN)), "ddprun-status")
+        deadline, jobs = time.monotonic() + BOUND, []
+        while time.monotonic() < deadline:  # one job per agent on this machine, each the whole job's view
+            r = subprocess.run([status, "--json", "--run-id", "elastic"], env=self.env, capture_output=True,
+                               text=True, timeout=20)
+            jobs = json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else []
+            if len(jobs) == 3 and all(len(j["nodes"]) == 3 and all(n.get("restart_count") == 2 for n in j["nodes"])
+                                      for j in jobs):
+                break
+            time.sleep(0.2)
+        self.assertEqual(len(jobs), 3, jobs)
+        for job in jobs:
+            self.assertEqual(sorted(n["node_rank"] for n in job["nodes"]), [0, 1, 2], job)
+            pids = [rank["pid"] for n in job["nodes"] for rank in n["ranks"]]
+            self.assertEqual(len(pids), 6, job)
+            self.assertFalse(set(pids) & set(stale), job)
         results = self.release_all_ok([a, b, c])
         err = results["c"].stderr.decode()
         self.assertIn("this node was dropped (missed heartbeats for 1.0 s); the job re-forms without it", err)
