@@ -5,6 +5,7 @@ import json
 import resource
 import time
 
+import event_schema
 from harness import descendants, kill_all, reap_zombies
 
 # What a worker's children may be (test_worker's fork= step): in its group, setsid'd, orphaned, or a daemon that
@@ -65,4 +66,4 @@ def read_events(path, strict=False):
     lines = text.splitlines()
     if not strict and lines and not text.endswith("\n"):
         lines.pop()  # a line being written when ddprun was killed
-    return [json.loads(line) for line in lines]
+    return event_schema.check([json.loads(line) for line in lines], path)

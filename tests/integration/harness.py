@@ -15,6 +15,8 @@ import tempfile
 import time
 import unittest
 
+import event_schema
+
 DDPRUN = os.environ.get("DDPRUN", os.path.join(os.path.dirname(__file__), "../../build/launcher/ddprun"))
 WORKER = os.environ.get("TEST_WORKER", os.path.join(os.path.dirname(__file__), "../../build/tests/bin/test_worker"))
 
@@ -209,5 +211,6 @@ class DdprunTestCase(unittest.TestCase):
         return pids
 
     def events(self, path):
+        """The events file at `path`, every line checked against docs/events.schema.json (event_schema.py)."""
         with open(path) as f:
-            return [json.loads(line) for line in f]
+            return event_schema.check([json.loads(line) for line in f], path)

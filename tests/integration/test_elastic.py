@@ -15,6 +15,7 @@ import socket
 import subprocess
 import time
 
+import event_schema
 from harness import DDPRUN, WORKER, pid_alive
 from multinode import MultiNodeCase
 from ports import listening
@@ -197,7 +198,7 @@ class ElasticCase(MultiNodeCase):
                 text = f.read()
         except FileNotFoundError:
             return []
-        return [json.loads(line) for line in text.split("\n")[:-1]]
+        return event_schema.check([json.loads(line) for line in text.split("\n")[:-1]], name)
 
     def rounds(self, name):
         """A Round (restart_count, nnodes, world_size, node_rank, rank_offset) per rendezvous event of node NAME;

@@ -25,10 +25,6 @@ class Stragglers(MultiNodeCase):
         os.mkdir(self.runtime, 0o700)
         self.env.update(XDG_RUNTIME_DIR=self.runtime, DDPRUN_STATUS_PERIOD_MS="500")
 
-    def events(self, path):
-        with open(path) as f:
-            return [json.loads(line) for line in f]
-
     def test_a_rank_that_steps_slower_is_named_by_its_step_time(self):
         events = self.path("events.jsonl")
         r = self.worker("@0:beatfor=9:50", "@1:beatfor=9:100", nproc=2, extra=(*FAST, "--events-file", events))

@@ -21,10 +21,6 @@ class TorchStragglerCase(DdprunTestCase):
         self.env["PYTHON_EXEC"] = torch_python()
         self.env["PYTHONPATH"] = PYTHON_DIR + (":" + self.env["PYTHONPATH"] if self.env.get("PYTHONPATH") else "")
 
-    def events(self, path):
-        with open(path) as f:
-            return [json.loads(line) for line in f]
-
 
 class TorchStraggler(TorchStragglerCase):
     def test_a_gloo_rank_that_works_50_percent_longer_is_named_within_30_s(self):

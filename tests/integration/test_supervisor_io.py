@@ -252,7 +252,6 @@ class HungFileSystem(DdprunTestCase):
         os.remove(self.gate)
         out, err = proc.communicate(timeout=60)
         self.assertEqual(proc.returncode, 3, err.decode())
-        with open(events) as f:
-            lines = [json.loads(line) for line in f]
+        lines = self.events(events)
         self.assertEqual(lines[-1]["event"], "summary")
         self.assertIn("teardown", [e["event"] for e in lines])
