@@ -33,7 +33,9 @@ std::optional<std::int64_t> load_checkpoint(const std::string& path, torch::nn::
                                             std::int64_t* step_samples = nullptr);
 
 // The per-epoch policy of a training loop: `dir/checkpoint.pt`, written by rank 0 after each epoch
-// (the others wait at a barrier, so nobody races ahead of a save), loaded by every rank on resume.
+// (the others wait at a barrier, so nobody races ahead of a save), loaded by every rank on resume. Rank 0's
+// save is a QuietPhase: under ddprun --hang-timeout neither it nor the ranks waiting for it at the barrier are
+// hung until the phase's bound (heartbeat.hpp).
 class Checkpointer {
  public:
   // dir empty: checkpoints are off. Creates dir if needed.

@@ -25,7 +25,10 @@ void heartbeat();
 // object lives, and for at most `at_most` from its construction, the rank is not hung however long since its
 // last beat; past `at_most` it is (a save that hangs is still caught). Its end beats. Phases nest: the inner
 // one's end restores the outer one's bound. The SDK's own evaluation-free paths use it (Checkpointer::save,
-// maybe_resume); a program wraps its own long quiet phases.
+// maybe_resume); a program wraps its own long quiet phases. The ranks that wait for this one meanwhile (in a
+// barrier, in the next collective) are not hung either: ddprun's job-wide verdict sees the phase and leaves
+// every silent rank alone until it ends or its bound runs out. A rank that is quiet while itself waiting in a
+// collective covers nobody: it waits like the others.
 class QuietPhase {
  public:
   explicit QuietPhase(std::chrono::milliseconds at_most);
