@@ -76,7 +76,7 @@ void HangInquiry::watch() {
 // The one truth of "silent since" (issue 31): the worker's last beat as it happened (CLOCK_MONOTONIC), or the
 // round's start for one that never beat. The log, the `hung` event, the view the verdict reads (and so the
 // summary) and the live view all say this; a pause of the whole job moves only *when* a worker is judged
-// (arm_hang_watch), never the time of its last beat.
+// (watch), never the time of its last beat.
 std::int64_t HangInquiry::silent_since_ns(int local_rank) const {
   const Beat b = beats_.read(local_rank);
   return b.ever() ? b.time_ns : round_started_ns_;

@@ -102,8 +102,7 @@ std::string native_collective_in(const std::string& native_stacks) {
   // Not gloo's device loop (gloo::transport::tcp::Loop::run), ProcessGroupGloo's idle worker threads
   // (runLoop in a condition wait) or the SDK's idle GlooRing thread (GlooRing::run): every process has those.
   static const std::pair<const char*, const char*> kWaits[] = {
-      {"c10d::Reducer::finalize_backward", "backward"},
-      {"c10d::Reducer::", "backward"},
+      {"c10d::Reducer::", "backward"},  // finalize_backward and the bucket waits
       {"gloo::transport::tcp::UnboundBuffer::waitRecv", "gloo"},
       {"gloo::transport::tcp::UnboundBuffer::waitSend", "gloo"},
       {"gloo::transport::tcp::Buffer::waitRecv", "gloo"},

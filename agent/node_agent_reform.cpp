@@ -105,27 +105,19 @@ bool NodeAgent::all_workers_running() const {
 // SIGKILL at once: each had --term-timeout already.
 void NodeAgent::on_reform_ack_deadline() {
   if (policy_.phase() != Phase::kRunning || lifecycle_.stage() != AgentLifecycle::Stage::kRunning) return;
-  bool late = false;
+  std::vector<int> late;
   for (int lr = 0; lr < world_.local_world_size; ++lr) {
     const WorkerRecord& w = policy_.worker(lr);
     if (w.state != WorkerState::kRunning || w.pid <= 0 || heartbeats_.reforms_taken(lr) > reforms_announced_) continue;
-    late = true;
+    late.push_back(lr);
     log_.warning("rank ", w.rank, " (pid ", w.pid, ") did not take the re-formed round up within ",
                  config_.term_timeout.count(), " ms (--term-timeout)");
   }
-  if (!late) return;
+  if (late.empty()) return;
   events_.write(json{{"event", "reform_not_taken"}, {"time_ms", unix_ms()}, {"restart_count", world_.restart_count}});
   // Under --hang-timeout a worker that did not take the round up is hung (issue 32: a SIGSTOPped worker stalled
   // the re-form until here, then was replaced with no stacks and no root cause): judged job-wide like any hang.
-  if (config_.hang_timeout.count() > 0 && heartbeats_.enabled()) {
-    std::vector<int> not_taken;
-    for (int lr = 0; lr < world_.local_world_size; ++lr) {
-      const WorkerRecord& w = policy_.worker(lr);
-      if (w.state == WorkerState::kRunning && w.pid > 0 && heartbeats_.reforms_taken(lr) <= reforms_announced_)
-        not_taken.push_back(lr);
-    }
-    return hang_.judge_not_taken_up(not_taken);
-  }
+  if (config_.hang_timeout.count() > 0 && heartbeats_.enabled()) return hang_.judge_not_taken_up(late);
   lifecycle_.on_reform_not_taken();
   Decision d = policy_.on_external_stop(unix_ms());
   d.signal_all = SIGKILL;

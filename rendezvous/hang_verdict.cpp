@@ -33,19 +33,12 @@ auto suspicion(const Candidate& c) {
 }
 auto how_far(const RankBeat& r) { return std::make_pair(r.quiet, progress(r)); }  // suspicion's first part
 
-// Among ranks equally far, a stopped process (SIGSTOP, a debugger's stop) holds every other: it is the one.
-std::vector<Candidate> by_stopped(std::vector<Candidate> tied) {
-  std::vector<Candidate> stopped;
-  std::copy_if(tied.begin(), tied.end(), std::back_inserter(stopped), [](const Candidate& c) { return c.rank->stopped; });
-  return stopped.empty() || stopped.size() == tied.size() ? tied : stopped;
-}
-
-// Among ranks still tied, one named a straggler (issue 32: a rank ddprun itself had named slow, then silent: the
-// others wait for it).
-std::vector<Candidate> by_slow(std::vector<Candidate> tied) {
-  std::vector<Candidate> slow;
-  std::copy_if(tied.begin(), tied.end(), std::back_inserter(slow), [](const Candidate& c) { return c.rank->slow; });
-  return slow.empty() || slow.size() == tied.size() ? tied : slow;
+// Among tied ranks, those with a mark the others lack (`flag`: stopped, named a straggler); unchanged when none or
+// all have it, since then it tells nothing.
+std::vector<Candidate> by_mark(std::vector<Candidate> tied, bool RankBeat::*flag) {
+  std::vector<Candidate> marked;
+  std::copy_if(tied.begin(), tied.end(), std::back_inserter(marked), [&](const Candidate& c) { return c.rank->*flag; });
+  return marked.empty() || marked.size() == tied.size() ? tied : marked;
 }
 
 // Among ranks still tied, the one silent longest when it is so by a clear margin; none when silences are too
@@ -160,7 +153,9 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
     std::copy_if(all.begin(), all.end(), std::back_inserter(tied),
                  [&](const Candidate& c) { return how_far(*c.rank) == furthest_behind; });
   }
-  const std::vector<Candidate> left = by_slow(by_stacks(by_stopped(tied)));
+  // A stopped process (SIGSTOP, a debugger's stop) holds every other; then the stacks; then a rank ddprun had
+  // named a straggler before it went silent (issue 32): the others wait for it.
+  const std::vector<Candidate> left = by_mark(by_stacks(by_mark(tied, &RankBeat::stopped)), &RankBeat::slow);
   const Candidate* chosen = by_silence(left);
   const RankBeat* suspect = chosen ? chosen->rank : nullptr;
   Failure f;

@@ -59,12 +59,14 @@ README_SCENARIOS = ["straggler", "loop", "deadlock", "uneven"]
 MARKER = {"straggler": "stuck_in_loader", "loop": "spin_forever", "deadlock": "take_lock_twice",
           "uneven": "out_of_data", "skip": "skipped_all_reduce"}
 
-SCRIPT = """
+# What both loops share: the set-up and the ways the guilty rank goes wrong (each in a function of its own, so that
+# its stack names it: MARKER). The loops follow: the bench's own (beat, then an explicit all_reduce) and the README's.
+COMMON = """
     import os, threading, time, torch, torch.distributed as dist, ddprun_heartbeat
     scenario, guilty = os.environ["BLAME_SCENARIO"], int(os.environ["BLAME_GUILTY"])
     K, after_beat = int(os.environ["BLAME_STEP"]), os.environ["BLAME_AFTER_BEAT"] == "1"
     dist.init_process_group("gloo")
-    rank, t = dist.get_rank(), torch.ones(1)
+    rank = dist.get_rank()
 
     def stuck_in_loader():
         time.sleep(600)
@@ -86,6 +88,10 @@ SCRIPT = """
         dist.barrier()
 
     STOP = {"straggler": stuck_in_loader, "loop": spin_forever, "deadlock": take_lock_twice}
+"""
+
+SCRIPT = COMMON + """
+    t = torch.ones(1)
     for step in range(1, 1000):
         me = rank == guilty and step == K
         if me and scenario == "uneven":
@@ -105,32 +111,9 @@ SCRIPT = """
     time.sleep(600)                        # not reached by a rank that waits for the guilty one
 """
 
-README_SCRIPT = """
-    import os, threading, time, torch, torch.distributed as dist, ddprun_heartbeat
-    scenario, guilty = os.environ["BLAME_SCENARIO"], int(os.environ["BLAME_GUILTY"])
-    K = int(os.environ["BLAME_STEP"])
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+README_SCRIPT = COMMON + """
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    def stuck_in_loader():
-        time.sleep(600)
-
-    def spin_forever():
-        n = 0
-        while True:
-            n += 1
-
-    def take_lock_twice():
-        lock = threading.Lock()
-        lock.acquire()
-        lock.acquire()
-
-    def out_of_data():
-        dist.barrier()
-
-    STOP = {"straggler": stuck_in_loader, "loop": spin_forever, "deadlock": take_lock_twice}
     for step in range(1, 1000):
         me = rank == guilty and step == K
         if me and scenario == "uneven":
