@@ -312,9 +312,9 @@ TEST_SUITE("hang inquiry") {
     saving.quiet = false;
     step(state, HangReport{2, view({in(beat(2, 3, 61000), "barrier"), in(beat(3, 3, 61000), "barrier")}, true, "/b")},
          at(60s));
-    const StopMsg* stop = stop_in(step(state, HangReport{1, view({in(saving, ""), in(beat(1, 3, 61000), "barrier")},
-                                                                  false, "/a")},
-                                       at(61s)));
+    const auto decided = step(state, HangReport{1, view({in(saving, ""), in(beat(1, 3, 61000), "barrier")}, false, "/a")},
+                              at(61s));
+    const StopMsg* stop = stop_in(decided);  // points into `decided`, which must outlive it
     REQUIRE(stop != nullptr);
     CHECK(stop->root_cause.rank == 0);
   }
