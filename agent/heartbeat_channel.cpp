@@ -66,7 +66,7 @@ void HeartbeatChannel::clear() {
   for (int lr = 0; lr < slots_; ++lr) {
     write_quiet(base_ + offset_of(lr), 0);
     for (std::size_t at : {contract::kBeatWorkOffset, contract::kBeatReformsAnnouncedOffset,
-                           contract::kBeatReformsTakenOffset})
+                           contract::kBeatReformsTakenOffset, contract::kBeatGroupLostOffset})
       __atomic_store_n(reinterpret_cast<std::int64_t*>(base_ + offset_of(lr) + at), 0, __ATOMIC_RELAXED);
     write(base_ + offset_of(lr), -1, 0);
   }
@@ -92,6 +92,11 @@ std::int64_t HeartbeatChannel::reforms_taken(int local_rank) const {
 void HeartbeatChannel::announce_reform(int local_rank, std::int64_t n) {
   __atomic_store_n(reinterpret_cast<std::int64_t*>(base_ + offset_of(local_rank) + contract::kBeatReformsAnnouncedOffset),
                    n, __ATOMIC_RELEASE);
+}
+
+void HeartbeatChannel::announce_group_lost(int local_rank, std::int64_t n) {
+  __atomic_store_n(reinterpret_cast<std::int64_t*>(base_ + offset_of(local_rank) + contract::kBeatGroupLostOffset), n,
+                   __ATOMIC_RELEASE);
 }
 
 void HeartbeatChannel::add_work(void* slot, std::int64_t work_ns) {

@@ -85,6 +85,7 @@ class NodeAgent {
   bool workers_offer_reform() const;
   bool all_workers_running() const;
   bool reform_in_place(const rendezvous::StopOrder& order);
+  void leave_lost_group();
   void take_reform_assignment();
   void on_reform_ack_deadline();
   void start_again_in_round();

@@ -35,6 +35,7 @@ bool NodeAgent::reform_in_place(const rendezvous::StopOrder& order) {
   const bool nothing_failed = order.membership || order.root_cause.is_node_failure();
   if (lifecycle_.reforming() && nothing_failed) {  // the round being formed changed again: still in place
     log_.debug("re-form ordered again while re-forming in place: ", order.reason);
+    if (!order.membership) leave_lost_group();
     return true;
   }
   if (!nothing_failed || policy_.phase() != Phase::kRunning || hang_.inquiring() || !workers_offer_reform() ||
@@ -42,9 +43,19 @@ bool NodeAgent::reform_in_place(const rendezvous::StopOrder& order) {
     return false;
   log_.warning(order.reason, "; this node's workers stay and take the next round up in place");
   note_reform(order, /*in_place=*/true);
+  if (!order.membership) leave_lost_group();  // a node lost (a join leaves the group whole)
   hang_.pause_watch();  // until the next round, the workers may wait for it: nobody's silence
   link_.client().report_stopped();
   return true;
+}
+
+// A node of the round was lost, perhaps frozen rather than dead (issue 32: SIGSTOP of a whole node). Its peers'
+// connections stay open, so the survivors would wait in a collective with it until --term-timeout and then be
+// replaced, losing everything since the last checkpoint. Every collective of that group needs the lost node: the
+// workers leave the group now (the helper shuts its connections down, the collective fails as if the peer had
+// died) and keep their state for the next round.
+void NodeAgent::leave_lost_group() {
+  for (int lr = 0; lr < world_.local_world_size; ++lr) heartbeats_.announce_group_lost(lr, reforms_announced_ + 1);
 }
 
 // The assignment of a round this node re-forms into in place.

@@ -82,6 +82,16 @@ or was lost (no worker failed), ddprun keeps the workers that offered it instead
 The slot's +32 is ddprun's count of rounds handed over in place, +40 the worker's: 0 none offered, 1 + the rounds
 taken up. A round must be taken up within ddprun's --term-timeout.
 
+A node can be lost without dying: frozen (SIGSTOP, a hung kernel) or cut off, its connections still open. Every
+collective of the old group waits on it and none fails by itself, so no rank reaches its next step boundary.
+ddprun then writes at +48 the number of the re-form whose old group lost the node, and after offer_reforms() a
+thread of this module leaves that group at once: it shuts down the process's TCP connections opened for the
+group (between the import, or take_reform(), and the first beat() after it; neither a listening socket nor one
+of the store at MASTER_PORT), so the waiting collective fails as if the peer had died ("Connection closed by
+peer"). The loop's "group broke" path then takes the round up with the last completed step's state: nothing is
+saved, loaded or lost. Import this module before init_process_group so that it can tell the group's connections
+from the program's own.
+
 The error file (README "Python": failures). record() is the stdlib counterpart of torch's
 torch.distributed.elastic.multiprocessing.errors.record, for the main function: an exception escaping it is
 written to TORCHELASTIC_ERROR_FILE (each worker's own path, set by ddprun) in torchelastic's layout,
@@ -106,6 +116,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 import traceback
 
@@ -116,10 +127,11 @@ _stacks = None  # faulthandler keeps writing to this file object: it must stay o
 
 
 def _setup():
-    global _page, _offset, _stacks
+    global _page, _offset, _stacks, _sockets_before
     fd = os.environ.get("DDPRUN_HEARTBEAT_FD")
     if fd is None:
         return
+    _sockets_before = _tcp_sockets()
     _page = mmap.mmap(int(fd), 0)
     _offset = int(os.environ["DDPRUN_HEARTBEAT_OFFSET"])
     if "DDPRUN_STACKS_FILE" in os.environ:
@@ -129,8 +141,10 @@ def _setup():
 
 def beat(step=-1):
     """Tells ddprun this worker is alive, at training step `step` (-1: none)."""
-    global _step
+    global _step, _group
     _step = step
+    if _group is None and _watcher is not None and _watcher == os.getpid():
+        _group = _group_connections()  # the round's first beat: its process group is up
     if _page is not None:
         # Native 'q': one 8-byte store per field, in order, so the time (second) is written last.
         struct.pack_into("qq", _page, _offset, step, time.monotonic_ns())
@@ -214,6 +228,80 @@ def stop_signal():
 # it announced; +40 this worker's: 0 none offered, 1 + the re-forms taken up.
 _REFORMS_ANNOUNCED = 32
 _REFORMS_TAKEN = 40
+_GROUP_LOST = 48
+_sockets_before = None  # {fd: "socket:[inode]"}: this process's TCP sockets before its round's process group
+_group = None           # the same for the connections of the round's group, once known (its first beat)
+_watcher = None         # the pid whose thread watches for a lost node (a forked child has none)
+
+
+def _tcp_sockets(connected_only=False):
+    """{fd: "socket:[inode]"} of this process's TCP sockets (the link names an open file: an fd closed and
+    reused names another), connected ones only if asked."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{name}")
+            if not link.startswith("socket:"):
+                continue
+            with socket.socket(fileno=os.dup(int(name))) as s:  # the duplicate only: closing it leaves the fd
+                if s.family not in (socket.AF_INET, socket.AF_INET6) or s.type != socket.SOCK_STREAM:
+                    continue
+                if connected_only:
+                    if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                        continue
+                    s.getpeername()  # OSError when not connected
+        except OSError:
+            continue
+        found[int(name)] = link
+    return found
+
+
+def _group_connections():
+    """The connections of the round's process group: opened since _sockets_before, none of the store's (its
+    server thread aborts the process on a socket shut under it)."""
+    store = int(os.environ.get("MASTER_PORT", "0") or 0)
+    group = {}
+    for fd, link in _tcp_sockets(connected_only=True).items():
+        if _sockets_before.get(fd) == link:
+            continue
+        try:
+            with socket.socket(fileno=os.dup(fd)) as s:
+                if store in (s.getsockname()[1], s.getpeername()[1]):
+                    continue
+        except OSError:
+            continue
+        group[fd] = link
+    return group
+
+
+def _leave_group():
+    """Shuts the round's group connections down (the fds stay open: the group closes them); how many."""
+    closed = 0
+    for fd, link in (_group if _group is not None else _group_connections()).items():
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != link:
+                continue  # closed since, the fd is another file now
+            with socket.socket(fileno=os.dup(fd)) as s:
+                s.shutdown(socket.SHUT_RDWR)
+            closed += 1
+        except OSError:
+            continue
+    return closed
+
+
+def _watch_for_a_lost_node():
+    """A thread: when ddprun says a node of this round was lost (+48 reaches the next re-form's number), leaves
+    the round's group so that a collective waiting on the lost node fails now."""
+    left = 0
+    while True:
+        time.sleep(0.1)
+        lost = struct.unpack_from("q", _page, _offset + _GROUP_LOST)[0]
+        taken = struct.unpack_from("q", _page, _offset + _REFORMS_TAKEN)[0]
+        if 0 < taken <= lost and lost != left:
+            left = lost
+            n = _leave_group()
+            print(f"ddprun_heartbeat: a node of this round was lost: shut down the {n} connections of this rank's "
+                  "process group, so that no collective waits for the lost node", file=sys.stderr, flush=True)
 
 
 def offer_reforms():
@@ -224,8 +312,12 @@ def offer_reforms():
     False elsewhere (torchrun: every re-form restarts the worker, as before)."""
     if _page is None or "DDPRUN_REFORM_FILE" not in os.environ:
         return False
+    global _watcher
     if struct.unpack_from("q", _page, _offset + _REFORMS_TAKEN)[0] == 0:
         struct.pack_into("q", _page, _offset + _REFORMS_TAKEN, 1)
+    if _watcher != os.getpid() and _sockets_before is not None:
+        _watcher = os.getpid()
+        threading.Thread(target=_watch_for_a_lost_node, name="ddprun_heartbeat lost node", daemon=True).start()
     return True
 
 
@@ -263,6 +355,8 @@ def take_reform(timeout=None, stop=stop_requested, poll=0.01, wait_for_master=Tr
             if name:
                 values[name] = value
     os.environ.update(values)
+    global _sockets_before, _group
+    _sockets_before, _group = _tcp_sockets(), None  # the new round's group: what opens from here to its first beat
     # The new round starts without a beat, as a new worker's does: until this worker's first beat in it (after
     # init_process_group, which may wait for a joiner's start), --hang-timeout does not judge it.
     struct.pack_into("qq", _page, _offset, -1, 0)

@@ -82,6 +82,12 @@ inline constexpr std::size_t kBeatWorkOffset = 24;
 // as a failure.
 inline constexpr std::size_t kBeatReformsAnnouncedOffset = 32;  // written by the agent
 inline constexpr std::size_t kBeatReformsTakenOffset = 40;      // written by the worker: 0 none offered
+// Written by the agent: n when the process group of the round before in-place re-form n lost a node. A lost node
+// may be frozen (SIGSTOP, a hung kernel, a cut network) rather than dead: its peers' sockets stay open and a
+// collective waiting on it never fails by itself, so the worker would never reach its next step boundary. A
+// worker that offered re-forms leaves that group at once instead: the Python helper shuts the group's connections
+// down, the collective fails as if the peer had died, and the worker takes the round up with its state intact.
+inline constexpr std::size_t kBeatGroupLostOffset = 48;
 
 // The error file (torchelastic's format; common/supervision/error_file.hpp reads it):
 //   {"message": {"message": "<Type>: <text>", "extraInfo": {"py_callstack": "...", "timestamp": "<unix s>"}}}

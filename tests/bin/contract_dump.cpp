@@ -25,7 +25,8 @@ int main() {
          std::to_string(c::kBeatTimeOffset) + ", \"quiet_until_offset\": " + std::to_string(c::kBeatQuietUntilOffset) +
          ", \"work_offset\": " + std::to_string(c::kBeatWorkOffset) + ", \"reforms_announced_offset\": " +
          std::to_string(c::kBeatReformsAnnouncedOffset) + ", \"reforms_taken_offset\": " +
-         std::to_string(c::kBeatReformsTakenOffset) + "}, \"error_file\": {\"message\": \"" + c::kErrorMessageKey +
+         std::to_string(c::kBeatReformsTakenOffset) + ", \"group_lost_offset\": " +
+         std::to_string(c::kBeatGroupLostOffset) + "}, \"error_file\": {\"message\": \"" + c::kErrorMessageKey +
          "\", \"extra_info\": \"" + c::kErrorExtraInfoKey + "\", \"callstack\": \"" + c::kErrorCallstackKey +
          "\", \"timestamp\": \"" + c::kErrorTimestampKey + "\"}, \"flight_recorder\": {\"pipe_file\": \"" +
          c::kNcclPipeFile + "\", \"dump_file\": \"" + c::kNcclDumpFile + "\", \"newer_dump_file\": \"" + c::kFrDumpFile +

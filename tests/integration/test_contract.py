@@ -5,6 +5,7 @@ import json
 import mmap
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -97,6 +98,55 @@ class Contract(DdprunTestCase):
             self.assertEqual(int.from_bytes(page[taken:taken + 8], sys.byteorder, signed=True), 2)
             time_at = slot + hb["time_offset"]
             self.assertEqual(int.from_bytes(page[time_at:time_at + 8], sys.byteorder, signed=True), 0)
+            page.close()
+        finally:
+            os.close(fd)
+
+    def test_a_lost_node_makes_the_python_helper_leave_its_group(self):
+        """Issue 32, a frozen node: after offer_reforms(), ddprun's group-lost number at +48 (the next re-form's)
+        makes the helper shut down the connections opened for the round's group (between the import and the
+        first beat), so a collective waiting on the lost node fails. Left alone: a connection the program had
+        before the import, the store's connection (MASTER_PORT) and a listening socket."""
+        hb = self.c["heartbeat"]
+        fd = os.memfd_create("contract-test")
+        listeners = {name: socket.create_server(("127.0.0.1", 0)) for name in ("own", "peer", "store")}
+        for lst in listeners.values():
+            self.addCleanup(lst.close)
+        port = {name: lst.getsockname()[1] for name, lst in listeners.items()}
+        try:
+            os.ftruncate(fd, 4096)
+            slot = hb["slot_bytes"]
+            page = mmap.mmap(fd, 4096)
+            code = (f"import os, socket, sys; own = socket.create_connection(('127.0.0.1', {port['own']}))\n"
+                    f"sys.path.insert(0, {os.path.dirname(HELPER)!r}); import ddprun_heartbeat as h\n"
+                    f"peer = socket.create_connection(('127.0.0.1', {port['peer']}))\n"
+                    f"store = socket.create_connection(('127.0.0.1', {port['store']}))\n"
+                    "listening = socket.create_server(('127.0.0.1', 0))\n"
+                    "print(h.offer_reforms(), flush=True); h.beat(0)\n"
+                    "sys.stdin.readline()\n"  # the test's sides are accepted; it writes +48 next
+                    "print(repr(peer.recv(10)), own.recv(10).decode(), store.recv(10).decode(), flush=True)\n"
+                    "print(listening.getsockname()[1] > 0, flush=True)\n")
+            env = dict(os.environ, DDPRUN_HEARTBEAT_FD=str(fd), DDPRUN_HEARTBEAT_OFFSET=str(slot),
+                       DDPRUN_REFORM_FILE=self.path("reform.env"), MASTER_PORT=str(port["store"]))
+            p = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(fd,), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.addCleanup(lambda: p.poll() is None and p.kill())
+            self.assertEqual(p.stdout.readline(), "True\n")
+            sides = {name: lst.accept()[0] for name, lst in listeners.items()}
+            for side in sides.values():
+                self.addCleanup(side.close)
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            lost = slot + hb["group_lost_offset"]
+            page[lost:lost + 8] = (1).to_bytes(8, sys.byteorder, signed=True)  # re-form 1's old group lost a node
+            sides["peer"].settimeout(30)
+            self.assertEqual(sides["peer"].recv(10), b"", "the group's connection was not shut down")
+            sides["own"].sendall(b"own")  # still open both ways: the process reads these after the peer's EOF
+            sides["store"].sendall(b"store")
+            out, err = p.communicate(timeout=30)
+            self.assertEqual(p.returncode, 0, err)
+            self.assertEqual(out, "b'' own store\nTrue\n")
+            self.assertIn("ddprun_heartbeat: a node of this round was lost: shut down the 1 connections", err)
             page.close()
         finally:
             os.close(fd)

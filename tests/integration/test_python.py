@@ -10,9 +10,10 @@ import re
 import signal
 import subprocess
 import threading
+import time
 import unittest
 
-from harness import DdprunTestCase, read_until
+from harness import DdprunTestCase, descendants, read_until
 from python_env import EXAMPLES, NO_TORCH, torch_python
 from ports import free_port
 
@@ -125,15 +126,19 @@ class PythonExamples(DdprunTestCase):
         self.assertEqual(self.checkpoint_step(ckpt), 10)
         self.assertEqual([f for f in os.listdir(self.tmp) if ".tmp." in f], [], "a temporary checkpoint was left")
 
-    def join_then_lose_a_node(self, ckpt, *example_args, round_start):
+    def join_then_lose_a_node(self, ckpt, *example_args, round_start, freeze=False):
         """--nnodes 1:2, one rank per node, the default --checkpoint-every (50), 3 epochs (B has seconds to join).
         Node A trains alone; node B joins; once A's rank 0 logged a step of the two-node round, B's ddprun is
         SIGKILLed (its guard SIGKILLs its worker) and A finishes alone. `round_start`: what A's rank 0 writes when a
-        round starts. Returns A's stdout and the step logged with two nodes."""
+        round starts. With `freeze`, B's ddprun and worker are SIGSTOPped instead (until A is done), and the
+        nodes drop a silent peer after 3 s (--heartbeat-timeout). Returns A's stdout and stderr, the step logged
+        with two nodes and the seconds from B's loss to A's next round."""
         self.env["DDPRUN_TOKEN"] = "test-token"
         common = ["--nnodes", "1:2", "--nproc-per-node", 1, "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
                   "--rdzv-id", "py", "--max-restarts", 0, "--rdzv-conf", "last_call_timeout=0.2",
                   "--term-timeout", 30]
+        if freeze:
+            common += ["--heartbeat-interval", 0.5, "--heartbeat-timeout", 3]
         train = [TRAIN, *SHORT, "--epochs", 3, "--checkpoint", ckpt, *example_args]
         a = self.start(*common, "--events-file", self.path("events.a"), *train)
         procs = [a]
@@ -152,19 +157,27 @@ class PythonExamples(DdprunTestCase):
             out = read_until(a, out, b"\n", "the step's line")
             m = re.search(rb"\[rank0\]: epoch \d+ step (\d+) loss", out[mark:])
             self.assertIsNotNone(m, out)
-            os.kill(b.pid, signal.SIGKILL)
+            lost_at = time.monotonic()
+            if freeze:  # the worker is in a process group of its own: every process of the node
+                for pid in [b.pid, *descendants(b.pid)]:
+                    os.kill(pid, signal.SIGSTOP)
+            else:
+                os.kill(b.pid, signal.SIGKILL)
             out = read_until(a, out, round_start, "the re-form without node B")
+            next_round_after = time.monotonic() - lost_at
             while chunk := os.read(a.stdout.fileno(), 65536):
                 out += chunk
             err = a.stderr.read()
             self.assertEqual(a.wait(timeout=60), 0, (out, err))
+            if freeze:
+                os.killpg(b.pid, signal.SIGKILL)
             self.assertEqual(b.wait(timeout=30), -signal.SIGKILL)
         finally:
             for p in procs:
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGKILL)
                 p.communicate()
-        return out.decode(), int(m.group(1))
+        return out.decode(), err.decode(), int(m.group(1)), next_round_after
 
     def test_a_join_and_a_lost_node_cost_no_completed_step(self):
         """Restarting at each re-form (--no-reform-in-place, what the example does under torchrun). B's join: the
@@ -172,8 +185,8 @@ class PythonExamples(DdprunTestCase):
         that step. B's loss: A's collective fails, A's rank saves the last completed step alone, and A resumes
         there alone and finishes."""
         ckpt = self.path("ckpt.pt")
-        text, together = self.join_then_lose_a_node(ckpt, "--no-reform-in-place",
-                                                    round_start=b"[rank0]: rank 0: resumed from")
+        text, _, together, _ = self.join_then_lose_a_node(ckpt, "--no-reform-in-place",
+                                                          round_start=b"[rank0]: rank 0: resumed from")
         m = re.search(r"\[rank0\]: rank 0: stop requested by SIGTERM: checkpoint \S+ (?:saved at|already holds) "
                       r"step (\d+) \(epoch (\d+), batch (\d+) of 62\); exiting\n", text)
         self.assertIsNotNone(m, text)
@@ -202,7 +215,7 @@ class PythonExamples(DdprunTestCase):
         throughout) takes both new rounds up without a restart, never trains a step twice, and finishes; B's worker
         loaded the periodic checkpoint and caught up from A's state by the broadcast."""
         ckpt = self.path("ckpt.pt")
-        text, together = self.join_then_lose_a_node(ckpt, round_start=b"[rank0]: rank 0: re-formed in place at step")
+        text, _, together, _ = self.join_then_lose_a_node(ckpt, round_start=b"[rank0]: rank 0: re-formed in place at step")
         joined = re.search(r"\[rank0\]: rank 0: ddprun re-forms the job; waiting for the next round\n"
                            r"\[rank0\]: rank 0: re-formed in place at step (\d+) \(restart 1, world size 2\)\n", text)
         self.assertIsNotNone(joined, text)
@@ -222,6 +235,32 @@ class PythonExamples(DdprunTestCase):
                          [(0, 1), (1, 2), (2, 1)])
         self.assertEqual(len([e for e in events if e["event"] == "started"]), 1, "A's worker was restarted")
         self.assertEqual(len([e for e in events if e["event"] == "reformed_in_place"]), 2)
+
+    def test_a_frozen_node_costs_no_completed_step(self):
+        """Issue 32: B's ddprun and worker SIGSTOPped, not dead. Its connections stay open, so A's rank waits in a
+        collective that never fails by itself; before, A's ddprun dropped B after --heartbeat-timeout, then waited
+        --term-timeout (30 s) for its worker to take the round up, killed it and restarted it from the checkpoint.
+        Now A's worker leaves the group as soon as B is dropped (ddprun_heartbeat shuts its connections down) and
+        takes the round up in place, with the step it had completed: no restart, no step trained twice, the next
+        round within the heartbeat timeout and a few seconds (15 s here: a bound for a loaded machine, still far
+        below the 33 s of the old path)."""
+        ckpt = self.path("ckpt.pt")
+        text, err, together, after = self.join_then_lose_a_node(
+            ckpt, round_start=b"[rank0]: rank 0: re-formed in place at step", freeze=True)
+        lost = re.search(r"\[rank0\]: rank 0: the group broke \([^\n]*Connection closed[^\n]*\); waiting for the next "
+                         r"round\n\[rank0\]: rank 0: re-formed in place at step (\d+) \(restart 2, world size 1\)\n",
+                         text)
+        self.assertIsNotNone(lost, (text, err))
+        self.assertGreaterEqual(int(lost.group(1)), together)
+        self.assertLess(after, 15, "the frozen node's peers waited for --term-timeout")
+        self.assertIn("ddprun_heartbeat: a node of this round was lost: shut down the", err)
+        steps = [int(m) for m in re.findall(r"\[rank0\]: epoch \d+ step (\d+) loss", text)]
+        self.assertEqual(steps, sorted(set(steps)), "a step was trained twice")
+        self.assertNotIn("resumed from", text)
+        self.assertNotIn("did not take the re-formed round up", err)
+        events = self.events(self.path("events.a"))
+        self.assertEqual(len([e for e in events if e["event"] == "started"]), 1, "A's worker was restarted")
+        self.assertIsNotNone(re.search(r"\[rank0\]: rank 0: finished at step \d+,", text), text)
 
     def test_a_job_killed_outright_keeps_the_periodic_checkpoint(self):
         """No rank can save when every one is SIGKILLed (ddprun is, and its guard SIGKILLs the workers): what is
