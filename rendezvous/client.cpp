@@ -143,10 +143,25 @@ void Client::Impl::on_challenge(const ChallengeMsg& challenge) {
                                           kProtocolName + " v" + std::to_string(kProtocolVersion));
   if (challenge.heartbeat_interval_ms <= 0 || challenge.heartbeat_timeout_ms <= challenge.heartbeat_interval_ms)
     throw ProtocolError("nonsensical heartbeat settings in the challenge");
-  // Candidate ports: another job's server (another step of the allocation) is passed by before this node
-  // says anything to it; so is a server that is not a ddprun of this version.
-  if (candidates() && !verify_server_proof(config_.token, challenge.nonce, config_.run_id, challenge.proof))
-    return abandon_connection("the server at " + where() + " belongs to another job");
+  // Nothing is believed or sent before the server proves it knows the job's token and run id (issue 33): a
+  // program of another user that took the port first (before node 0 listens, or in the window of a server
+  // restart) would otherwise hand the workers its own MASTER_ADDR, and collect this node's MAC over a nonce of
+  // its choosing, its resume claim and its status. This node keeps looking for the real server until its
+  // timeout. Candidate ports (a SLURM step): another job's server is passed by the same way.
+  if (!verify_server_proof(config_.token, challenge.nonce, config_.run_id, challenge.proof)) {
+    const std::string why = candidates() ? "the server at " + where() + " belongs to another job"
+                                         : "the program at " + where() +
+                                               " did not prove it knows this job's token and run id: another "
+                                               "job's server, one given another token (check --rdzv-id and "
+                                               "--rdzv-token-file / DDPRUN_TOKEN / --rdzv-token on every node and "
+                                               "the server), or another user's program";
+    if (!candidates() && !said_unproven_) {
+      said_unproven_ = true;
+      logger_.warning(why, ": not trusted; looking for the real rendezvous server until the rendezvous timeout");
+    }
+    unproven_ = why;
+    return abandon_connection(why);
+  }
   reconnect_.on_challenge(challenge.resumable);
   heartbeat_interval_ = milliseconds(challenge.heartbeat_interval_ms);
   heartbeat_timeout_ = milliseconds(challenge.heartbeat_timeout_ms);

@@ -114,6 +114,7 @@ void Client::Impl::retry(const std::string& why, bool rotate) {
     std::string name = name_problem_.empty() || name_problem_ == why
                            ? ""
                            : "; the name \"" + config_.server_host + "\" did not resolve: " + name_problem_;
+    if (!unproven_.empty() && unproven_ != why) name += "; earlier, " + unproven_;
     return fail(ErrorKind::kTimeout, "could not reach the rendezvous server at " + where() + ports + " within " +
                                          text::seconds(connect_limit_) + ": " + why + name);
   }

@@ -135,6 +135,8 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   bool challenged_ = false;  // the server spoke: from now on a closed connection is a lost server
   unsigned attempt_ = 0;  // numbers connect attempts, so a late answer to an abandoned one is ignored
   bool said_unresolved_ = false;
+  bool said_unproven_ = false;  // the warning about a server without the proof, once
+  std::string unproven_;        // the last such server, for the final message
   bool hello_sent_ = false;
   bool writing_ = false;
   bool done_ = false;

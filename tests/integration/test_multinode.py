@@ -80,15 +80,19 @@ class StaticJobs(MultiNodeCase):
             self.assertEqual(res.code, 128 + signal.SIGTERM, res)
 
     def test_wrong_token_run_id_and_duplicate_rank_are_refused_job_undisturbed(self):
+        """A duplicate rank is refused (77). An agent with another token or run id cannot tell the job's server
+        from an impostor (issue 33: it trusts only a server that proves both): it says so at once, sends nothing,
+        and ends at its --rdzv-timeout (75) with that reason."""
         steps = [f"ready={self.ready}", f"waitfile={self.go}"]
         procs = [self.node(r, 2, *steps) for r in range(2)]
         self.wait_ready(2)
-        intruders = [self.node(1, 2, "exit=3", extra=("--rdzv-token", "wrong")),
-                     self.node(1, 2, "exit=3", extra=("--run-id", "other")),
+        intruders = [self.node(1, 2, "exit=3", extra=("--rdzv-token", "wrong"), rdzv_timeout=2),
+                     self.node(1, 2, "exit=3", extra=("--run-id", "other"), rdzv_timeout=2),
                      self.node(1, 2, "exit=3")]
         bad = self.wait_all(intruders)
-        for res, words in zip(bad, ["wrong job token", "run id", "refused this node"]):
-            self.assertEqual(res.code, REFUSED, res)
+        unproven = "did not prove it knows this job's token and run id"
+        for res, code, words in zip(bad, [TIMEOUT, TIMEOUT, REFUSED], [unproven, unproven, "refused this node"]):
+            self.assertEqual(res.code, code, res)
             self.assertIn(words, res.stderr.decode(), res)
             self.assertNotIn("[rank", res.stdout.decode(), res)
         self.release()

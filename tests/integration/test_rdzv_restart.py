@@ -13,6 +13,7 @@ import signal
 import socket
 import struct
 import subprocess
+import threading
 import time
 
 from harness import DDPRUN, WORKER
@@ -53,6 +54,49 @@ class FakeAgent:
 
     def close(self):
         self.sock.close()
+
+
+class Impostor:
+    """Another user's program on the rendezvous port (issue 33): it answers every connection with a challenge it
+    cannot prove (it does not know the token) and takes whatever the agent says, answering a hello with a round
+    whose master is 6.6.6.6:4444, as an attacker would. Records every byte an agent sent it."""
+
+    def __init__(self, port):
+        self.listener = socket.create_server(("127.0.0.1", port))
+        self.connections, self.received, self.open = 0, b"", True
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def frame(message):
+        payload = json.dumps(message).encode()
+        return struct.pack(">I", len(payload)) + payload
+
+    def serve(self):
+        while self.open:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                conn.settimeout(1)
+                try:
+                    conn.sendall(self.frame({"type": "challenge", "proto": "ddprun-rdzv", "v": 1, "nonce": "ab" * 16,
+                                             "heartbeat_interval_ms": 500, "heartbeat_timeout_ms": 5000}))
+                    while chunk := conn.recv(65536):
+                        self.received += chunk
+                        conn.sendall(self.frame({"type": "assignment", "node_rank": 0, "rank_offset": 0, "round": {
+                            "nnodes": 1, "world_size": 1, "nprocs_runs": [[1, 1]], "master_addr": "6.6.6.6",
+                            "master_port": 4444, "run_id": RUN_ID, "restart_count": 0, "max_restarts": 0}}))
+                except OSError:
+                    pass
+
+    def close(self):
+        self.open = False
+        self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+        self.thread.join(timeout=5)
 
 
 class RendezvousRestart(MultiNodeCase):
@@ -137,6 +181,75 @@ class RendezvousRestart(MultiNodeCase):
         out, err = restarted.communicate(timeout=BOUND)
         self.assertEqual(restarted.returncode, 0, err)
         self.assertIn(b"took back round 0 (2 nodes, world size 2", restarted.seen + err)
+
+    def wait_for_connection(self, impostor):
+        deadline = time.monotonic() + BOUND
+        while impostor.connections == 0:
+            self.assertLess(time.monotonic(), deadline, "no agent connected to the impostor")
+            time.sleep(0.02)
+
+    def test_a_joiner_trusts_no_program_on_the_port_and_finds_the_real_server(self):
+        """Issue 33: another user's program holds the port before the server listens. The agent (a secret token)
+        sends it nothing, warns once naming the endpoint, and keeps looking: once the impostor is gone and the real
+        server listens, the job runs with the real round's master. Before: the workers got 6.6.6.6:4444."""
+        impostor = Impostor(self.port)
+        self.addCleanup(lambda: impostor.open and impostor.close())
+        agent = self.start("--nnodes", 1, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", RUN_ID,
+                           "--rdzv-conf", "is_host=false", "--nproc-per-node", 1, "--rdzv-timeout", BOUND,
+                           "sh", "-c", "echo master=$MASTER_ADDR:$MASTER_PORT")
+        self.agents.append(agent)
+        self.wait_for_connection(impostor)
+        seen = self.stderr_until(agent, b"not trusted; looking for the real rendezvous server", BOUND)
+        time.sleep(1)  # a few more tries meet the impostor
+        impostor.close()
+        server = self.server(nnodes="1")
+        out, err = agent.communicate(timeout=BOUND)
+        self.assertEqual(agent.returncode, 0, seen + err)
+        self.assertEqual(impostor.received, b"", "the agent said something to the impostor")
+        self.assertNotIn(b"6.6.6.6", out)
+        self.assertRegex(out, rb"master=127\.0\.0\.1:\d+")
+        self.assertIn(f"the program at 127.0.0.1:{self.port} did not prove it knows this job's token and run id".encode(),
+                      seen)
+        self.assertEqual(server.wait(timeout=BOUND), 0)
+
+    def test_a_joiner_that_meets_only_an_impostor_times_out_saying_so(self):
+        impostor = Impostor(self.port)
+        self.addCleanup(impostor.close)
+        agent = self.start("--nnodes", 1, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", RUN_ID,
+                           "--rdzv-conf", "is_host=false", "--nproc-per-node", 1, "--rdzv-timeout", 3,
+                           "sh", "-c", "echo master=$MASTER_ADDR:$MASTER_PORT")
+        self.agents.append(agent)
+        out, err = agent.communicate(timeout=BOUND)
+        self.assertEqual(agent.returncode, 75, err)  # the rendezvous timeout's code
+        self.assertEqual(out, b"")  # no worker started
+        self.assertEqual(impostor.received, b"")
+        self.assertRegex(err, rb"could not reach the rendezvous server at 127\.0\.0\.1:\d+ within 3(\.0)? s: the "
+                              rb"program at 127\.0\.0\.1:\d+ did not prove it knows this job's token")
+
+    def test_after_a_server_restart_the_agents_pass_an_impostor_by(self):
+        """Issue 33, the restart window: the server is SIGKILLed, another user's program takes the port, the admin
+        restarts the server 1 s after it is gone. The agents tell the impostor nothing (no MAC over its nonce, no
+        resume claim, no status) and resume with the real server: the job completes."""
+        server = self.server()
+        agents = [self.agent(n, *self.steps("exit=0")) for n in "ab"]
+        self.wait_ready(2)
+        pids = self.worker_pids()
+        os.kill(server.pid, signal.SIGKILL)
+        server.communicate()
+        impostor = Impostor(self.port)
+        self.addCleanup(lambda: impostor.open and impostor.close())
+        self.wait_for_connection(impostor)
+        time.sleep(1)
+        impostor.close()
+        self.server()
+        seen = [self.stderr_until(a, b"this node resumed round 0", BOUND, why="never resumed") for a in agents]
+        self.release()
+        results = self.wait_all(agents, timeout=BOUND)
+        for r, s in zip(results, seen):
+            self.assertEqual(r.code, 0, s + r.stderr)
+            self.assertIn(b"did not prove it knows this job's token", s)
+        self.assertEqual(impostor.received, b"", "an agent said something to the impostor")
+        self.assertEqual(self.worker_pids(), pids)
 
     def test_a_worker_failure_after_the_restart_stops_both_nodes(self):
         agents, seen, restarted, _ = self.restart_under_the_job("@1:exit=3", "hang")

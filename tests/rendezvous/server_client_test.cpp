@@ -121,7 +121,9 @@ TEST_CASE("a client notices a server that stays connected but falls silent") {
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   tcp::socket silent(io);
   acceptor.async_accept(silent, [&](boost::system::error_code) {
+    // A server that proves it knows the job (the client trusts nothing else), then says nothing more.
     ChallengeMsg challenge{kProtocolName, kProtocolVersion, "0f", 50, 300, false, ""};
+    challenge.proof = compute_server_proof("s3cret", "0f", "job42");
     asio::write(silent, asio::buffer(encode_frame(encode(ServerMessage{challenge}))));
   });
   auto agent = start_agent(io, client_config(acceptor.local_endpoint().port(), 0, 1));
@@ -129,6 +131,41 @@ TEST_CASE("a client notices a server that stays connected but falls silent") {
   REQUIRE(run_until(io, [&] { return agent->events.error.has_value(); }, 3000ms));
   CHECK(agent->events.error->message.find("nothing heard for 0.3 s") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - started < 1500ms);
+}
+
+TEST_CASE("a client says nothing to a server that cannot prove the job's token, and keeps looking") {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  int connections = 0;
+  std::string heard;
+  std::function<void()> accept_next;
+  std::vector<std::shared_ptr<tcp::socket>> sockets;
+  accept_next = [&] {
+    auto s = std::make_shared<tcp::socket>(io);
+    sockets.push_back(s);
+    acceptor.async_accept(*s, [&, s](boost::system::error_code ec) {
+      if (ec) return;
+      ++connections;
+      ChallengeMsg challenge{kProtocolName, kProtocolVersion, "0f", 50, 300, false, ""};
+      challenge.proof = compute_server_proof("another token", "0f", "job42");
+      asio::write(*s, asio::buffer(encode_frame(encode(ServerMessage{challenge}))));
+      auto buffer = std::make_shared<std::array<char, 4096>>();
+      s->async_read_some(asio::buffer(*buffer), [&, buffer](boost::system::error_code, std::size_t n) {
+        heard.append(buffer->data(), n);
+      });
+      accept_next();
+    });
+  };
+  accept_next();
+  auto config = client_config(acceptor.local_endpoint().port(), 0, 1);
+  config.connect_timeout = 1500ms;
+  auto agent = start_agent(io, config);
+  REQUIRE(run_until(io, [&] { return agent->events.error.has_value(); }, 5000ms));
+  CHECK(agent->events.error->kind == ErrorKind::kTimeout);
+  CHECK(agent->events.error->message.find("did not prove it knows this job's token and run id") != std::string::npos);
+  CHECK(connections >= 2);  // it kept looking
+  io.run_for(50ms);
+  CHECK(heard.empty());  // no hello, no MAC over the impostor's nonce
 }
 
 TEST_CASE("a client refuses a server that speaks another protocol version") {
