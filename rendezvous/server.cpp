@@ -122,9 +122,15 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
           } else if constexpr (std::is_same_v<T, HangViewMsg>) {
             run(HangReport{id, std::move(m)});
           } else if constexpr (std::is_same_v<T, NodeStatusMsg>) {
-            if (auto node = state_.nodes.find(id); node != state_.nodes.end())
-              tell_stragglers(live_view_.on_status(id, node->second.node_rank, node->second.host, std::move(m),
-                                                   Clock::now()));
+            if (auto node = state_.nodes.find(id); node != state_.nodes.end()) {
+              const NodeEntry& n = node->second;
+              if (own_paces(m.paces, n.rank_offset, n.rank_offset < 0 ? 0 : n.nproc) > 0 && !conn->said_foreign_paces) {
+                conn->said_foreign_paces = true;  // once per connection: an insider must not flood the log
+                logger_.warning("node ", n.node_rank, " (host \"", n.host, "\") reported paces of ranks that are not "
+                                "its own: ignored");
+              }
+              live_view_.on_status(id, n.node_rank, n.host, std::move(m), Clock::now());
+            }
           } else if constexpr (std::is_same_v<T, ViewRequestMsg>) {
             if (state_.nodes.count(id)) conn->send(frame_of(live_view_.job_view(state_.config.max_frame_bytes, Clock::now())));
           } else {
@@ -144,7 +150,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     // Its status goes whether or not the state machine still counts the node (one it dropped for silence is no
     // longer among its nodes: issue 32, its old incarnation stayed in every view as a phantom row).
     const auto node = state_.nodes.find(id);
-    tell_stragglers(live_view_.forget(id, node == state_.nodes.end() ? -1 : node->second.node_rank, Clock::now()));
+    live_view_.forget(id, node == state_.nodes.end() ? -1 : node->second.node_rank);
     if (!greeted) return;
     --greeted_open_;
     run(Disconnected{id, reason});
@@ -316,7 +322,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
       for (ConnId id : broadcast->conns)
         if (auto* conn = find(id)) conn->send(frame);
     } else if (auto* close = std::get_if<Close>(&action)) {
-      live_view_.forget(close->conn, -1, Clock::now());  // a node the server let go is no part of the job's view
+      live_view_.forget(close->conn, -1);  // a node the server let go is no part of the job's view
       if (auto* conn = find(close->conn); conn && !conn->closing()) {
         conn->close_after_flush();
         lingering_.emplace_back(Clock::now() + state_.config.heartbeat_timeout, close->conn);
@@ -338,6 +344,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
                            text::seconds(std::chrono::duration_cast<std::chrono::milliseconds>(stall)),
                            " (stopped or frozen): that time is not counted as any node's silence");
       self->run(Tick{});
+      self->tell_stragglers(self->live_view_.tick(Clock::now()));
       self->sweep(self->handshakes_, "no hello in time", [](const ServerConnection& c) { return !c.greeted; });
       self->sweep(self->lingering_, "peer did not hang up", [](const ServerConnection&) { return true; });
       self->check_drained();

@@ -50,6 +50,7 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   std::string nonce;
   bool greeted = false;  // its hello has reached the state machine
   bool joined = false;   // ... and was accepted: a node of the job, not a stranger
+  bool said_foreign_paces = false;  // the warning about paces of ranks not its own, once
 
  private:
   void read_some();

@@ -2,22 +2,20 @@
 
 namespace ddprun::rendezvous {
 
-std::optional<StragglersMsg> ServerLiveView::on_status(std::uint64_t conn, int node_rank, const std::string& host,
-                                                       NodeStatusMsg status, Clock::time_point now) {
+void ServerLiveView::on_status(std::uint64_t conn, int node_rank, const std::string& host, NodeStatusMsg status,
+                               Clock::time_point now) {
   statuses_[conn] = Entry{std::move(status.status), now};
-  if (node_rank < 0) return std::nullopt;
-  stragglers_.report(node_rank, host, status.paces);
-  return judged(now);
+  if (node_rank >= 0) stragglers_.report(node_rank, host, std::move(status.paces));
 }
 
-std::optional<StragglersMsg> ServerLiveView::forget(std::uint64_t conn, int node_rank, Clock::time_point now) {
+void ServerLiveView::forget(std::uint64_t conn, int node_rank) {
   statuses_.erase(conn);
-  if (node_rank < 0) return std::nullopt;
-  stragglers_.forget_node(node_rank);
-  return judged(now);
+  if (node_rank >= 0) stragglers_.forget_node(node_rank);
 }
 
-std::optional<StragglersMsg> ServerLiveView::judged(Clock::time_point now) {
+std::optional<StragglersMsg> ServerLiveView::tick(Clock::time_point now) {
+  if (judged_at_ && now - *judged_at_ < kJudgeEvery) return std::nullopt;
+  judged_at_ = now;
   if (!stragglers_.judge(now)) return std::nullopt;
   return StragglersMsg{stragglers_.named()};
 }

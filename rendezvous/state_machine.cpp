@@ -314,6 +314,7 @@ void start_round(RendezvousState& state, Actions& out) {
   int offset = 0;
   for (std::size_t rank = 0; rank < state.by_rank.size(); ++rank) {
     send.slots.push_back(Slot{state.by_rank[rank], static_cast<int>(rank), offset});
+    state.nodes.at(state.by_rank[rank]).rank_offset = offset;
     offset += nprocs[rank];
   }
   for (auto& [conn, node] : state.nodes) node.done = node.stopped = false;

@@ -57,6 +57,7 @@ struct NodeEntry {
   int node_rank = -1;          // static: from the hello; dynamic: -1 until placed in a round (an elastic
                                // job's late joiner waits so until the next re-form)
   int nproc = 0;
+  int rank_offset = -1;        // its first global rank in the round it was placed in (-1: none yet)
   std::string host;
   std::string address;         // as the other nodes reach it
   bool loopback = false;       // reached the server over loopback, so it runs on the server's machine

@@ -89,6 +89,8 @@ void adopt(RendezvousState& state, const Now& now, Actions& out) {
   state.done_count = state.stopped_count = 0;
   state.last_call_deadline.reset();
   for (auto& [conn, node] : state.nodes) node.done = node.stopped = false;
+  for (std::size_t rank = 0; rank < state.by_rank.size(); ++rank)
+    if (state.by_rank[rank] != 0) state.nodes.at(state.by_rank[rank]).rank_offset = a.rank_offsets[rank];
   out.push_back(Log{LogLevel::kInfo, "took back " + round_text(a.claim) + " from " +
                                          counted(state.round_size, "node") + " after this server's restart"});
   for (auto& [conn, failure] : a.held) {

@@ -159,3 +159,55 @@ TEST_CASE("a joined node whose heartbeats stop is lost after the deadline and ev
   CHECK(cause.host == "rawhost");
   CHECK(cause.message == "missed heartbeats for 0.4 s");
 }
+
+namespace {
+// Three static nodes of one rank each, straggler naming with 1 ms persistence: a rank is named at the second
+// judgement that finds it past the line (the server judges once a second).
+struct ThreeRanks {
+  asio::io_context io;
+  Server server{io, job(), quiet_logger()};
+  std::vector<std::unique_ptr<Agent>> nodes;
+
+  static JobConfig job() {
+    JobConfig config = test_job(3, true);
+    config.stragglers.persist = 1ms;
+    return config;
+  }
+  ThreeRanks() {
+    server.start("127.0.0.1", 0);
+    for (int r = 0; r < 3; ++r) nodes.push_back(start_agent(io, client_config(server.port(), r, 1)));
+    REQUIRE(run_until(io, [&] {
+      for (auto& n : nodes)
+        if (n->events.assignments.empty()) return false;
+      return true;
+    }));
+  }
+  void status(int node, std::vector<RankPace> paces) { nodes[static_cast<std::size_t>(node)]->client->report_status("{}", std::move(paces)); }
+  // The ranks named in the last message node 0 heard (none heard: none named).
+  std::vector<int> named() const {
+    std::vector<int> out;
+    if (!nodes[0]->events.stragglers.empty())
+      for (const Straggler& s : nodes[0]->events.stragglers.back().named) out.push_back(s.rank);
+    return out;
+  }
+};
+}  // namespace
+
+// Issue 33: a status's paces were not checked against the sender's ranks. An insider (node 2) that reports
+// the honest ranks 0 and 1 fifty times slower, and ranks far outside the world, got them named (and, under
+// --straggler-action stop, SIGKILLed). Its foreign paces are ignored now; a rank slow by its own node's report
+// is still named.
+TEST_CASE("an insider's paces of other nodes' ranks are ignored; a node's own slow rank is still named") {
+  ThreeRanks job;
+  for (int i = 0; i < 3; ++i) {
+    job.status(0, {RankPace{0, 1000, 500}});
+    job.status(1, {RankPace{1, 1000, 500}});
+    job.status(2, {RankPace{0, 1000, 25'000}, RankPace{1, 1000, 25'000}, RankPace{2, 1000, 500},
+                   RankPace{1'000'000, 1000, 1}, RankPace{1'000'001, 1000, 1}});
+    run_for(job.io, 700ms);
+  }
+  CHECK(job.named().empty());
+  job.status(1, {RankPace{1, 1000, 5000}});  // rank 1's own node: ten times the others' work
+  REQUIRE(run_until(job.io, [&] { return !job.named().empty(); }, 3000ms));
+  CHECK(job.named() == std::vector<int>{1});
+}

@@ -4,6 +4,9 @@
 
 #include "rendezvous/straggler_watch.hpp"
 
+#include <algorithm>
+#include <random>
+
 using namespace ddprun::rendezvous;
 using namespace std::chrono_literals;
 
@@ -140,4 +143,58 @@ TEST_CASE("a named straggler its node no longer reports stays named: it stopped,
   w.forget_node(0);  // its node gone: its name goes with it
   CHECK(w.judge(t0 + 91s));
   CHECK(named_ranks(w).empty());
+}
+
+TEST_CASE("own_paces keeps a node's own ranks, each once") {
+  std::vector<RankPace> paces{{4, 1, -1}, {3, 1, -1}, {5, 1, -1}, {4, 2, -1}, {6, 1, -1}, {-1, 1, -1}, {1 << 30, 1, -1}};
+  CHECK(own_paces(paces, 4, 2) == 5);
+  REQUIRE(paces.size() == 2);
+  CHECK(paces[0] == RankPace{4, 1, -1});
+  CHECK(paces[1] == RankPace{5, 1, -1});
+  std::vector<RankPace> unplaced{{0, 1, -1}};
+  CHECK(own_paces(unplaced, -1, 0) == 1);  // a node not placed in a round owns no rank
+}
+
+// Issue 33: the judgement reads each rank's median of the others off one sorted list (O(R log R)) instead of
+// sorting the others for every rank. The same names, paces and medians as that direct rule, on random jobs
+// with ties, even and odd sizes, and both measures.
+TEST_CASE("the sorted-list median names exactly whom the direct rule names") {
+  std::mt19937 random(33);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int nodes = 1 + static_cast<int>(random() % 6), per_node = 1 + static_cast<int>(random() % 4);
+    const bool with_work = random() % 2 == 0;
+    StragglerWatch watch({0.3, 0ms});
+    std::vector<std::pair<int, std::int64_t>> values;  // rank, the value judged
+    for (int n = 0; n < nodes; ++n) {
+      std::vector<RankPace> paces;
+      for (int l = 0; l < per_node; ++l) {
+        const int rank = n * per_node + l;
+        const std::int64_t v = 100 + static_cast<std::int64_t>(random() % 4) * 50;  // ties on purpose
+        paces.push_back(with_work ? RankPace{rank, 1000, v} : RankPace{rank, v, -1});
+        values.emplace_back(rank, v);
+      }
+      watch.report(n, "h" + std::to_string(n), paces);
+    }
+    watch.judge(std::chrono::steady_clock::time_point{} + 1s);
+    std::vector<Straggler> expected;
+    for (const auto& [rank, v] : values) {
+      if (values.size() < 2) break;
+      std::vector<std::int64_t> others;
+      for (const auto& [r, o] : values)
+        if (r != rank) others.push_back(o);
+      std::sort(others.begin(), others.end());
+      const std::size_t m = others.size();
+      const double mid = m % 2 ? static_cast<double>(others[m / 2])
+                               : (static_cast<double>(others[m / 2 - 1]) + static_cast<double>(others[m / 2])) / 2;
+      if (mid > 0 && static_cast<double>(v) > mid * 1.3)
+        expected.push_back(Straggler{rank, rank / per_node, "h" + std::to_string(rank / per_node), v,
+                                     static_cast<std::int64_t>(mid), with_work});
+    }
+    REQUIRE(watch.named().size() == expected.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      CHECK(watch.named()[i].rank == expected[i].rank);
+      CHECK(watch.named()[i].median_us == expected[i].median_us);
+      CHECK(watch.named()[i].pace_us == expected[i].pace_us);
+    }
+  }
 }
