@@ -63,7 +63,8 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
                            : json{{"event", "rendezvous_lost"}, {"time_ms", unix_ms()}, {"why", text}});
         if (back) hang_.on_server_resumed();
       },
-      [this](const rdzv::HangDeferredMsg& m) { hang_.on_deferred(m); }};
+      [this](const rdzv::HangDeferredMsg& m) { hang_.on_deferred(m); },
+      {}};  // on_heartbeat_ack: the load generator's
 }
 
 // This node cannot take part (link_.start failed): nothing was started. The other nodes of the job would wait

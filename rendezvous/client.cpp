@@ -131,7 +131,16 @@ void Client::Impl::handle(ServerMessage message) {
     if (handlers_.on_job_view) handlers_.on_job_view(*view);
   } else if (auto* named = std::get_if<StragglersMsg>(&message)) {
     if (handlers_.on_stragglers) handlers_.on_stragglers(*named);
+  } else if (std::holds_alternative<HeartbeatAckMsg>(message) && !heartbeats_sent_.empty()) {
+    const auto rtt = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - heartbeats_sent_.front());
+    heartbeats_sent_.pop_front();
+    if (handlers_.on_heartbeat_ack) handlers_.on_heartbeat_ack(rtt);
   }
+}
+
+void Client::Impl::note_heartbeat_sent() {
+  if (heartbeats_sent_.size() >= 64) heartbeats_sent_.pop_front();  // a server that never answers: bounded
+  heartbeats_sent_.push_back(Clock::now());
 }
 
 void Client::Impl::on_challenge(const ChallengeMsg& challenge) {
@@ -193,7 +202,10 @@ void Client::Impl::on_challenge(const ChallengeMsg& challenge) {
   // Back after a loss: a heartbeat at once, whose answer says the server took us back (or, between rounds, that
   // it heard us: nothing else comes before the next round), without waiting for the heartbeat interval.
   if (hello.resume || hello.after_round)
+  {
     outbox_.push_back(encode_frame(encode(ClientMessage{HeartbeatMsg{}}), config_.max_frame_bytes));
+    note_heartbeat_sent();
+  }
   if (hello.resume) outbox_.insert(outbox_.end(), reconnect_.replay().begin(), reconnect_.replay().end());
   for (auto& frame : pending_) outbox_.push_back(std::move(frame));
   pending_.clear();

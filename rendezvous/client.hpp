@@ -85,6 +85,8 @@ struct ClientHandlers {
   // or a restarted server took this node back (back == true). Neither is terminal.
   std::function<void(bool back, const std::string& text)> on_reconnect;
   std::function<void(const HangDeferredMsg&)> on_hang_deferred;  // a declared quiet phase: nobody is hung yet
+  // The server answered a heartbeat, this long after it was sent (the load generator's steady-state figure).
+  std::function<void(std::chrono::microseconds rtt)> on_heartbeat_ack;
 };
 
 class Client {

@@ -23,6 +23,7 @@ void Client::Impl::drop_connection() {
   connected_ = challenged_ = false;
   heartbeat_timer_.cancel();
   decoder_ = FrameDecoder(config_.max_frame_bytes);  // drop a challenge cut short
+  heartbeats_sent_.clear();  // their answers would come on this connection
   ++attempt_;  // a read, write or timer of this connection still pending is now stale
 }
 
@@ -154,7 +155,10 @@ void Client::Impl::schedule_heartbeat() {
                          " (stopped or frozen): that time is not counted as the server's silence");
     milliseconds timeout = self->hello_sent_ ? self->heartbeat_timeout_ : kHandshakeTimeout;
     if (StallClock::now() - self->last_heard_ > timeout) return self->lost("nothing heard for " + text::seconds(timeout));
-    if (self->hello_sent_) self->send(HeartbeatMsg{});
+    if (self->hello_sent_) {
+      self->send(HeartbeatMsg{});
+      self->note_heartbeat_sent();
+    }
     self->schedule_heartbeat();
   });
 }

@@ -118,6 +118,8 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   Reconnect reconnect_;  // a resumable server lost while this node runs a round (client_reconnect.hpp)
   std::array<char, 1024> read_buffer_{};
   std::deque<std::string> outbox_;
+  std::deque<Clock::time_point> heartbeats_sent_;  // unanswered, in order: the server answers each in turn
+  void note_heartbeat_sent();
   std::vector<std::string> pending_;  // reports made before the hello went out
   Clock::time_point connect_deadline_;
   milliseconds connect_limit_{0};

@@ -162,8 +162,9 @@ std::string missing_nodes(const RendezvousState& state) {
 // bounded them; only the state machine knows the node's rank offset and worker count.
 std::string check_ranks(const RendezvousState& state, const NodeEntry& node, const Failure& failure) {
   if (failure.is_node_failure() || node.node_rank < 0) return {};
-  long long offset = 0;
-  for (int r = 0; r < node.node_rank; ++r) offset += state.nodes.at(state.by_rank[static_cast<std::size_t>(r)]).nproc;
+  long long offset = std::max(node.rank_offset, 0);  // set when the node was placed: no walk over the job
+  if (node.rank_offset < 0)
+    for (int r = 0; r < node.node_rank; ++r) offset += state.nodes.at(state.by_rank[static_cast<std::size_t>(r)]).nproc;
   if (failure.local_rank >= node.nproc)
     return "local rank " + std::to_string(failure.local_rank) + " but the node runs " + std::to_string(node.nproc) +
            " workers";

@@ -11,26 +11,8 @@ shift || true
 sizes=("$@")
 [ ${#sizes[@]} -eq 0 ] && sizes=(1000 4000 10000)
 runs=${RUNS:-3}
-server=$build/rendezvous/ddprun-rendezvous
-loadgen=$build/rendezvous/ddprun-rdzv-loadgen
-for exe in "$server" "$loadgen"; do
-  [ -x "$exe" ] || { echo "rdzv_scale: $exe not built (ninja -C $build ddprun-rendezvous ddprun-rdzv-loadgen)" >&2; exit 2; }
-done
-
-# Each side holds one socket per agent, plus a few: 10k agents need ~10k descriptors per process.
-max=${sizes[0]}
-for n in "${sizes[@]}"; do [ "$n" -gt "$max" ] && max=$n; done
-ulimit -n "$(ulimit -Hn)"
-if [ "$(ulimit -n)" -lt $((max + 64)) ]; then
-  echo "rdzv_scale: ulimit -n is $(ulimit -n); $((max + 64)) descriptors needed per process" >&2
-  exit 2
-fi
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-
-median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+name=rdzv_scale
+source "$(dirname "$0")/rdzv_common.sh"
 
 printf "%-7s %-16s %-16s %-18s %s\n" nodes "assign_ms(med)" "complete_ms(med)" "server_rss_kib(max)" "assign_ms(all)"
 for n in "${sizes[@]}"; do

@@ -72,7 +72,7 @@ struct Recorder {
                           [this](const JobViewMsg& v) { views.push_back(v); },
                           [this](const StragglersMsg& m) { stragglers.push_back(m); },
                           [this](bool back, const std::string&) { reconnects.push_back(back); },
-                          [this](const HangDeferredMsg& m) { deferrals.push_back(m); }};
+                          [this](const HangDeferredMsg& m) { deferrals.push_back(m); }, {}};
   }
 };
 
