@@ -1,8 +1,10 @@
 #include "agent/heartbeat_channel.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -23,12 +25,20 @@ HeartbeatChannel::HeartbeatChannel(int slots) : slots_(slots) {
   bytes_ = (offset_of(slots) + page - 1) / page * page;
   if (bytes_ == 0) bytes_ = page;
   // A memfd, not a file: nothing on disk to clean up or to write back, and it dies with its last holder.
-  fd_ = ::memfd_create("ddprun-heartbeat", MFD_CLOEXEC);
+  fd_ = ::memfd_create("ddprun-heartbeat", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd_ < 0) throw SystemError("cannot create the heartbeat channel (memfd_create)", errno);
   if (::ftruncate(fd_, static_cast<off_t>(bytes_)) != 0) {
     const int err = errno;
     release();
     throw SystemError("cannot size the heartbeat channel", err);
+  }
+  // Sealed against shrinking (issue 33): a worker that truncated the memfd (os.ftruncate on its descriptor,
+  // or the path /proc/self/fd/N opened with "w") made the agent's next read of the page a SIGBUS, which
+  // killed ddprun with no summary. Now the truncation fails in the worker (EPERM) and the page stays whole.
+  if (::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
+    const int err = errno;
+    release();
+    throw SystemError("cannot seal the heartbeat channel", err);
   }
   void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) {
@@ -51,6 +61,7 @@ HeartbeatChannel& HeartbeatChannel::operator=(HeartbeatChannel&& other) noexcept
     slots_ = std::exchange(other.slots_, 0);
     bytes_ = std::exchange(other.bytes_, 0);
     base_ = std::exchange(other.base_, nullptr);
+    foreign_said_ = std::move(other.foreign_said_);
   }
   return *this;
 }
@@ -63,6 +74,7 @@ void HeartbeatChannel::release() {
 }
 
 void HeartbeatChannel::clear() {
+  foreign_said_.assign(static_cast<std::size_t>(slots_), false);
   for (int lr = 0; lr < slots_; ++lr) {
     write_quiet(base_ + offset_of(lr), 0);
     for (std::size_t at : {contract::kBeatWorkOffset, contract::kBeatReformsAnnouncedOffset,
@@ -81,7 +93,25 @@ Beat HeartbeatChannel::read(int local_rank) const {
   b.quiet_until_ns =
       __atomic_load_n(reinterpret_cast<std::int64_t*>(slot + contract::kBeatQuietUntilOffset), __ATOMIC_RELAXED);
   b.work_ns = __atomic_load_n(reinterpret_cast<std::int64_t*>(slot + contract::kBeatWorkOffset), __ATOMIC_RELAXED);
+  // A beat is at most a second ahead of this read (the worker may write between our clock read and the load).
+  const std::int64_t now = monotonic_ns();
+  if (b.time_ns < 0 || b.time_ns > now + 1'000'000'000) {
+    b.foreign_clock = true;
+    b.time_ns = 0;
+  }
+  if (b.time_ns == 0 || b.step < -1) b.step = -1;
+  b.quiet_until_ns = std::clamp<std::int64_t>(b.quiet_until_ns, 0, now + kMaxQuietNs);
+  b.work_ns = std::max<std::int64_t>(b.work_ns, 0);
   return b;
+}
+
+bool HeartbeatChannel::take_foreign_clock_notice(int local_rank) {
+  if (foreign_said_.size() < static_cast<std::size_t>(slots_)) foreign_said_.resize(static_cast<std::size_t>(slots_));
+  if (local_rank < 0 || local_rank >= slots_ || !read(local_rank).foreign_clock ||
+      foreign_said_[static_cast<std::size_t>(local_rank)])
+    return false;
+  foreign_said_[static_cast<std::size_t>(local_rank)] = true;
+  return true;
 }
 
 std::int64_t HeartbeatChannel::reforms_taken(int local_rank) const {

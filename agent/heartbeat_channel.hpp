@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "common/contract/worker_contract.hpp"
 
@@ -26,6 +27,9 @@ struct Beat {
   std::int64_t time_ns = 0;  // CLOCK_MONOTONIC; 0: never beat
   std::int64_t quiet_until_ns = 0;  // a declared quiet phase ends then (CLOCK_MONOTONIC); 0: none
   std::int64_t work_ns = 0;         // the worker's own work so far (not waiting for other ranks); 0: not said
+  // The slot's time was not CLOCK_MONOTONIC's (in the future, or negative: a worker beating with CLOCK_REALTIME):
+  // read as never beat, so that it is not "alive" forever, and said once (take_foreign_clock_notice).
+  bool foreign_clock = false;
   bool ever() const { return time_ns != 0; }
 };
 
@@ -50,7 +54,13 @@ class HeartbeatChannel {
 
   // Every slot back to "never beat": a new round's workers start from nothing.
   void clear();
+  // What the worker wrote, within bounds (issue 33: the worker's values reached the status code's arithmetic
+  // and the rendezvous unchecked): a time from another clock reads as none, a step below -1 as -1, a negative
+  // work counter as 0, a quiet phase at most kMaxQuietNs from now.
   Beat read(int local_rank) const;
+  static constexpr std::int64_t kMaxQuietNs = 30LL * 24 * 3600 * 1'000'000'000;  // 30 days
+  // True the first time a slot's beat came from another clock since the slot was cleared: say it once.
+  bool take_foreign_clock_notice(int local_rank);
   // Re-forming in place (common/contract/worker_contract.hpp): what the worker took up (0: it offers none;
   // 1 + the re-forms taken up), and the agent's announcement of the n-th.
   std::int64_t reforms_taken(int local_rank) const;
@@ -71,6 +81,7 @@ class HeartbeatChannel {
 
   int fd_ = -1;
   int slots_ = 0;
+  std::vector<bool> foreign_said_;  // by slot: take_foreign_clock_notice said it
   std::size_t bytes_ = 0;
   unsigned char* base_ = nullptr;
 };

@@ -119,9 +119,13 @@ std::optional<rendezvous::RankPace> RateHistory::pace(int rank, std::int64_t win
   if (steps < kMinPaceSteps || last.time_ns <= first->time_ns) return std::nullopt;
   rendezvous::RankPace p;
   p.rank = rank;
-  p.step_us = (last.time_ns - first->time_ns) / steps / 1000;
+  const std::int64_t elapsed = last.time_ns - first->time_ns;
+  p.step_us = std::min(elapsed / steps / 1000, rendezvous::kMaxPaceUs);
+  // The worker's own work cannot exceed the time that passed (issue 33: a wall-clock time written into the
+  // counter went to the rendezvous as a pace past the protocol's bound, which closed this healthy node):
+  // such a counter says nothing.
   const std::int64_t work = last.work_ns - first->work_ns;
-  p.work_us = last.work_ns > 0 && work >= 0 ? work / steps / 1000 : -1;
+  p.work_us = last.work_ns > 0 && work >= 0 && work <= elapsed ? work / steps / 1000 : -1;
   return p;
 }
 

@@ -1,5 +1,7 @@
 #include "agent/metrics_textfile.hpp"
 
+#include "common/background_thread.hpp"
+
 #include "agent/atomic_file.hpp"
 
 #include <fcntl.h>
@@ -140,11 +142,7 @@ struct TextfileWriter::Shared {
 
 TextfileWriter::TextfileWriter(std::string dir) : shared_(std::make_shared<Shared>()) {
   shared_->dir = std::move(dir);
-  sigset_t all, old;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_BLOCK, &all, &old);  // the agent's signalfd sees every signal
-  std::thread([shared = shared_] { shared->run(); }).detach();
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  start_background_thread("the metrics textfile's writer", [shared = shared_] { shared->run(); });
 }
 
 TextfileWriter::~TextfileWriter() {

@@ -60,6 +60,7 @@ NodeAgent::NodeAgent(const AgentConfig& config)
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
   layout_ = RunLayout::create(config_.log_dir, config_.world.run_id);
+  if (!layout_.note().empty()) log_.warning(layout_.note());
   try {
     layout_.prepare_attempt(world_.restart_count, config_.world.local_world_size);
     if (!config_.events_file.empty()) events_ = EventLog(config_.events_file);

@@ -111,6 +111,10 @@ NodeStatus NodeAgent::sample_status(bool remember) {
     const bool running = w.state == WorkerState::kRunning;
     if (heartbeats_.enabled() && w.local_rank < heartbeats_.slots()) {
       const Beat beat = heartbeats_.read(w.local_rank);
+      if (beat.foreign_clock && running && heartbeats_.take_foreign_clock_notice(w.local_rank))
+        log_.warning("rank ", w.rank, " (pid ", w.pid, ") beats with a time from another clock than CLOCK_MONOTONIC "
+                     "(Python's time.monotonic_ns(), C++'s std::chrono::steady_clock): its beats are ignored, so "
+                     "--hang-timeout and the live view see none");
       if (beat.ever() && running) {
         if (beat.step >= 0) r.step = beat.step;
         // A beat written after now_ns was read is 0 s old, not -0.001 s.

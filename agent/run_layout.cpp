@@ -1,5 +1,7 @@
 #include "agent/run_layout.hpp"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,15 +21,30 @@ namespace {
 // Where the temporary run directory goes: $TMPDIR when set, else a RAM file system. On disk, removing the
 // ten directories of an 8-worker run at exit cost ~20 ms on a file system mounted with `discard` (each
 // rmdir waits for the device), which was most of ddprun's teardown time; on tmpfs it is microseconds.
-std::string temporary_base() {
+// The candidates in order; the first usable one with room wins (issue 33: a full /dev/shm made every job
+// refuse to start, 73, while /tmp had room).
+std::vector<std::string> temporary_bases() {
+  std::vector<std::string> bases;
   for (const char* var : {"TMPDIR", "XDG_RUNTIME_DIR"}) {
     const char* v = std::getenv(var);
-    if (v && *v && ::access(v, W_OK | X_OK) == 0) return v;
+    if (v && *v) bases.emplace_back(v);
   }
-  if (::access("/dev/shm", W_OK | X_OK) == 0) return "/dev/shm";
-  return "/tmp";
+  bases.emplace_back("/dev/shm");
+  bases.emplace_back("/tmp");
+  return bases;
 }
 
+// Room for a run directory: its few directories and files (error files, stacks, re-form files, the output of
+// --log-dir's copy is elsewhere). "" when there is, else why not.
+std::string lacks_room(const std::string& base) {
+  if (::access(base.c_str(), W_OK | X_OK) != 0) return std::strerror(errno);
+  struct statvfs fs {};
+  if (::statvfs(base.c_str(), &fs) != 0) return std::strerror(errno);
+  constexpr unsigned long long kMinBytes = 1ULL << 20, kMinFiles = 64;
+  if (static_cast<unsigned long long>(fs.f_bavail) * fs.f_frsize < kMinBytes) return "full (less than 1 MiB free)";
+  if (fs.f_files > 0 && fs.f_favail < kMinFiles) return "out of inodes";
+  return {};
+}
 // <root>/attempt_<n>, the one spelling of an attempt's directory in either tree.
 std::string attempt_dir(const std::string& root, int attempt) { return root + "/attempt_" + std::to_string(attempt); }
 
@@ -54,11 +71,31 @@ void copy_tree(const fs::path& from, const fs::path& to) {
 }
 }  // namespace
 
+// The run's temporary directory in the first candidate base with room; the bases passed by go into `note`.
+std::string make_temporary_dir(const std::string& name, std::string& note) {
+  const std::vector<std::string> bases = temporary_bases();
+  std::string problems;
+  for (const std::string& base : bases) {
+    std::string why = lacks_room(base);
+    if (why.empty()) {
+      try {
+        std::string dir = make_private_dir(base, name);
+        if (!problems.empty()) note = "the run directory is in " + base + ": " + problems;
+        return dir;
+      } catch (const CantCreateError& e) {
+        why = e.what();
+      }
+    }
+    problems += (problems.empty() ? "" : "; ") + base + " " + why;
+  }
+  throw CantCreateError("no place for the run directory: " + problems + " (set TMPDIR to a writable directory)");
+}
+
 RunLayout RunLayout::create(const std::string& log_dir, const std::string& run_id) {
   RunLayout layout;
   if (log_dir.empty()) {
     layout.temporary_ = true;
-    layout.root_ = make_private_dir(temporary_base(), "ddprun-" + run_id);
+    layout.root_ = make_temporary_dir("ddprun-" + run_id, layout.note_);
     layout.work_root_ = layout.root_;
     return layout;
   }
@@ -67,7 +104,7 @@ RunLayout RunLayout::create(const std::string& log_dir, const std::string& run_i
   if (ec) throw CantCreateError("cannot create log directory " + log_dir, ec.value());
   layout.root_ = make_private_dir(log_dir, run_id);
   try {
-    layout.work_root_ = make_private_dir(temporary_base(), "ddprun-" + run_id);
+    layout.work_root_ = make_temporary_dir("ddprun-" + run_id, layout.note_);
   } catch (...) {
     ::rmdir(layout.root_.c_str());
     throw;

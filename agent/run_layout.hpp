@@ -42,6 +42,8 @@ class RunLayout {
   std::string attempt_work_file(int attempt, const std::string& name) const;
   std::string published(const std::string& work_path) const;
   const std::string& work_root() const { return work_root_; }
+  // Why the run directory is not in the first candidate base (a full /dev/shm, say); "" when it is.
+  const std::string& note() const { return note_; }
   std::string stdout_file(int attempt, int local_rank) const { return worker_dir(attempt, local_rank) + "/stdout.log"; }
   std::string stderr_file(int attempt, int local_rank) const { return worker_dir(attempt, local_rank) + "/stderr.log"; }
 
@@ -56,6 +58,7 @@ class RunLayout {
   std::string root_;
   std::string work_root_;  // == root_ without --log-dir
   bool temporary_ = false;
+  std::string note_;
   std::vector<std::string> kept_;
 };
 

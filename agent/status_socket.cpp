@@ -1,6 +1,7 @@
 #include "agent/status_socket.hpp"
 
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,8 @@
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -33,10 +36,29 @@ std::string status_directory(std::string& problem) {
   if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
       (st.st_mode & 077) != 0) {
     problem = dir + " is not a private directory of this user (a directory, owned by uid " +
-              std::to_string(::geteuid()) + ", mode 0700): not used, so other users cannot reach this job";
+              std::to_string(::geteuid()) + ", mode 0700): not used, so other users cannot reach this job" +
+              (runtime != nullptr && runtime[0] == '/'
+                   ? std::string()
+                   : "; set XDG_RUNTIME_DIR to a private directory of yours (a login session's /run/user/" +
+                         std::to_string(::geteuid()) + ") to use that instead");
     return {};
   }
   return dir;
+}
+
+std::string status_run_name(const std::string& run_id) {
+  std::uint64_t hash = 14695981039346656037ULL;  // FNV-1a: stable across builds and machines, unlike std::hash
+  for (unsigned char c : run_id) hash = (hash ^ c) * 1099511628211ULL;
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return std::string("~") + text;
+}
+
+std::string status_socket_path(const std::string& dir, const std::string& run_id, long pid) {
+  const std::string tail = "." + std::to_string(pid) + ".sock";
+  std::string path = dir + "/" + run_id + tail;
+  if (path.size() < sizeof(sockaddr_un{}.sun_path)) return path;
+  return dir + "/" + status_run_name(run_id) + tail;
 }
 
 class StatusSocket::Impl : public std::enable_shared_from_this<Impl> {
@@ -46,7 +68,12 @@ class StatusSocket::Impl : public std::enable_shared_from_this<Impl> {
   bool open(const std::string& run_id, std::string& problem) {
     const std::string dir = status_directory(problem);
     if (dir.empty()) return false;
-    path_ = dir + "/" + run_id + "." + std::to_string(::getpid()) + ".sock";
+    path_ = status_socket_path(dir, run_id, ::getpid());
+    if (path_.size() >= sizeof(sockaddr_un{}.sun_path)) {  // the directory's own path is too long
+      problem = "the live view's socket path " + path_ + " is longer than a Unix socket address allows";
+      path_.clear();
+      return false;
+    }
     ::unlink(path_.c_str());  // a pid's old socket: that process is gone (pids are unique among the living)
     error_code ec;
     acceptor_.open(local(), ec);

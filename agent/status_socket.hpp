@@ -16,6 +16,13 @@ namespace ddprun::agent {
 // The private directory, made when missing; "" with `problem` set when it is unsafe or cannot be made.
 std::string status_directory(std::string& problem);
 
+// The socket's name in `dir`: "<run id>.<pid>.sock", or, where that path would not fit a Unix socket address
+// (108 bytes: issue 33, a run id of 90-128 characters ended ddprun with "internal error: File name too long"),
+// "<status_run_name(run id)>.<pid>.sock". ddprun-status matches --run-id against either.
+std::string status_socket_path(const std::string& dir, const std::string& run_id, long pid);
+// A run id's short form in socket names: "~" and 16 hex digits of its hash.
+std::string status_run_name(const std::string& run_id);
+
 class StatusSocket {
  public:
   // `answer` is called on the loop for each request; it calls `reply` (once, maybe later) with the document.

@@ -1,5 +1,7 @@
 #include "common/write_queue.hpp"
 
+#include "common/background_thread.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -65,12 +67,8 @@ bool WriteQueue::open_file() {
 }
 
 void WriteQueue::start() {
-  sigset_t all, old;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_BLOCK, &all, &old);
   // The thread holds the queue until it is finished and written: a producer may drop it at any time.
-  std::thread([self = shared_from_this()] { self->loop(); }).detach();
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  start_background_thread("a log writer", [self = shared_from_this()] { self->loop(); });
 }
 
 void WriteQueue::write(std::string_view data) {

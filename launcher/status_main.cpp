@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   for (;;) {
     json jobs = json::array();
     for (const JobSocket& s : job_sockets(dir))
-      if (run_id.empty() || s.run_id == run_id)
+      if (run_id.empty() || s.run_id == run_id || s.run_id == ddprun::agent::status_run_name(run_id))
         if (auto doc = ask(s)) jobs.push_back(std::move(*doc));
     std::string screen;
     if (as_json) {

@@ -20,7 +20,44 @@ std::string fixed(const json& v, int decimals) {
 
 std::string integer(const json& v) { return v.is_number_integer() ? std::to_string(v.get<std::int64_t>()) : ""; }
 
-std::string text(const json& v) { return v.is_string() ? v.get<std::string>() : ""; }
+// Another node's strings reach this terminal (issue 33: an insider's status with escape sequences rewrote the
+// user's title, cleared the screen and forged a line): every control character, C0, DEL and UTF-8's C1, is shown
+// as \xNN instead of acting on the terminal, as --json escapes them.
+std::string text(const json& v) {
+  if (!v.is_string()) return "";
+  const std::string& raw = v.get_ref<const std::string&>();
+  std::string out;
+  out.reserve(raw.size());
+  auto hex = [&](unsigned char c) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\x%02x", c);
+    out += buf;
+  };
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    const auto c = static_cast<unsigned char>(raw[i]);
+    const auto next = i + 1 < raw.size() ? static_cast<unsigned char>(raw[i + 1]) : 0;
+    if (c < 0x20 || c == 0x7f) {
+      hex(c);
+    } else if (c == 0xc2 && next >= 0x80 && next <= 0x9f) {  // U+0080..U+009F: CSI and the other C1 controls
+      hex(c);
+      hex(next);
+      ++i;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+// A number another node sent, or `fallback` when it is not one (its status is not trusted to be well formed).
+std::int64_t whole(const json& object, const char* key, std::int64_t fallback = 0) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_number() ? it->get<std::int64_t>() : fallback;
+}
+double real(const json& object, const char* key, double fallback = 0) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_number() ? it->get<double>() : fallback;
+}
 
 // Columns padded to their widest cell; the last column is not padded.
 std::string table(const std::vector<std::vector<std::string>>& rows) {
@@ -76,32 +113,36 @@ std::string render_job(const json& job, std::int64_t now_ms) {
   const json& nodes = job.at("nodes");
   if (!nodes.is_array() || nodes.empty()) return "(no status)\n";
   const json& here = nodes.front();  // the node asked: its numbers are the job's as this node knows them
+  if (!here.is_object()) return "(no status)\n";
   std::ostringstream out;
   out << "run " << text(here.value("run_id", json())) << "  round " << integer(here.value("restart_count", json()))
       << " (max restarts " << integer(here.value("max_restarts", json())) << ")  world "
       << integer(here.value("world_size", json())) << " on " << integer(here.value("nnodes", json())) << " node"
-      << (here.value("nnodes", 1) == 1 ? "" : "s") << "  age "
-      << human_age(now_ms - here.value("started_ms", now_ms)) << "\n";
+      << (whole(here, "nnodes", 1) == 1 ? "" : "s") << "  age "
+      << human_age(now_ms - whole(here, "started_ms", now_ms)) << "\n";
   std::vector<std::vector<std::string>> node_rows{{"NODE", "HOST", "AGENT", "RANKS", "AS OF"}};
   std::vector<std::vector<std::string>> rank_rows{
       {"RANK", "NODE", "HOST", "PID", "STATE", "STEP", "STEPS/S", "WORK/STEP", "LAST BEAT", "CPU%", "RSS"}};
   std::vector<const json*> sorted;
-  for (const json& n : nodes) sorted.push_back(&n);
+  for (const json& n : nodes)
+    if (n.is_object()) sorted.push_back(&n);
   std::sort(sorted.begin(), sorted.end(),
-            [](const json* a, const json* b) { return a->value("node_rank", 0) < b->value("node_rank", 0); });
+            [](const json* a, const json* b) { return whole(*a, "node_rank") < whole(*b, "node_rank"); });
   for (const json* n : sorted) {
-    const json& ranks = n->value("ranks", json::array());
+    const json ranks = n->contains("ranks") && n->at("ranks").is_array() ? n->at("ranks") : json::array();
     const std::string node = integer(n->value("node_rank", json()));
     const std::string host = text(n->value("host", json()));
     node_rows.push_back({node, host, text(n->value("state", json())), std::to_string(ranks.size()),
-                         fixed(json(n->value("age_ms", 0) / 1000.0), 1) + "s ago"});
+                         fixed(json(real(*n, "age_ms") / 1000.0), 1) + "s ago"});
     for (const json& r : ranks) {
+      if (!r.is_object()) continue;
       const std::string beat = fixed(r.value("beat_age_s", json()), 1);
       const std::string work = fixed(r.value("work_per_step_s", json()), 3);
       // A named straggler is running, slowly: the one word that makes it stand out in the column.
       // The agent's word (an older agent said "running" and the flag: shown as "slow" too).
       std::string state = text(r.value("state", json()));
-      if (state == "running" && r.value("straggler", false)) state = "slow";
+      const auto flag = r.find("straggler");
+      if (state == "running" && flag != r.end() && flag->is_boolean() && flag->get<bool>()) state = "slow";
       rank_rows.push_back({integer(r.value("rank", json())), node, host, integer(r.value("pid", json())), state,
                            integer(r.value("step", json())), fixed(r.value("steps_per_s", json()), 2),
                            work.empty() ? "" : work + "s", beat.empty() ? "" : beat + "s",
@@ -112,17 +153,20 @@ std::string render_job(const json& job, std::int64_t now_ms) {
     return std::stoll(a[0].empty() ? "0" : a[0]) < std::stoll(b[0].empty() ? "0" : b[0]);
   });
   out << table(node_rows) << table(rank_rows);
-  for (const json& st : job.value("stragglers", json::array())) {
-    const double pace = st.value("per_step_s", 0.0), median = st.value("median_s", 0.0);
-    char line[256];
-    std::snprintf(line, sizeof line, "straggler: rank %d (node %d, host %s): %.3f s%s per step, the other ranks' "
-                  "median %.3f s (+%.0f%%)\n", st.value("rank", 0), st.value("node_rank", 0),
-                  st.value("host", std::string()).c_str(), pace,
-                  st.value("measure", std::string()) == "work" ? " of its own work" : "", median,
+  const json stragglers = job.contains("stragglers") && job.at("stragglers").is_array() ? job.at("stragglers")
+                                                                                         : json::array();
+  for (const json& st : stragglers) {
+    if (!st.is_object()) continue;
+    const double pace = real(st, "per_step_s"), median = real(st, "median_s");
+    char line[160];
+    std::snprintf(line, sizeof line, "): %.3f s%s per step, the other ranks' median %.3f s (+%.0f%%)\n", pace,
+                  text(st.value("measure", json())) == "work" ? " of its own work" : "", median,
                   median > 0 ? (pace / median - 1) * 100 : 0.0);
-    out << line;
+    out << "straggler: rank " << whole(st, "rank") << " (node " << whole(st, "node_rank") << ", host "
+        << text(st.value("host", json())) << line;
   }
-  if (!job.value("complete", true)) out << "(not every node of the job is shown: the rendezvous did not answer, or has not heard from it yet)\n";
+  const auto complete = job.find("complete");
+  if (complete != job.end() && complete->is_boolean() && !complete->get<bool>()) out << "(not every node of the job is shown: the rendezvous did not answer, or has not heard from it yet)\n";
   return out.str();
 }
 

@@ -57,3 +57,27 @@ TEST_CASE("the agent's state is shown as it is: a hung straggler is hung, a slow
   CHECK(render_job(job_with("hung"), 1000).find("\n1     0     n1    200  hung ") != std::string::npos);
   CHECK(render_job(job_with("slow"), 1000).find("\n1     0     n1    200  slow ") != std::string::npos);
 }
+
+// Issue 33: another node's strings reached the terminal raw. An insider's status with a title sequence, a
+// clear-screen and a forged line, in its host, state and run id, and numbers of the wrong type: every control
+// character is shown as \xNN, C1's CSI too, and nothing throws.
+TEST_CASE("another node's strings cannot act on the terminal, and a malformed status renders") {
+  const json hostile_rank = {{"rank", "7"}, {"state", "running\x1b[2J"}, {"straggler", "yes"}, {"pid", 1.5}};
+  const json job = {{"complete", "no"},
+                    {"stragglers", {{{"rank", 1}, {"node_rank", 0}, {"host", "n\x1b]0;owned\x07"}, {"per_step_s", "x"}}}},
+                    {"nodes",
+                     {{{"node_rank", 0}, {"host", "n1"}, {"run_id", "job\x1b]0;title\x07"}, {"state", "running"},
+                       {"nnodes", "2"}, {"started_ms", "now"}, {"ranks", json::array()}},
+                      {{"node_rank", "1"}, {"host", "evil\nrank 0 hung\r"}, {"state", "\xc2\x9b" "31m"},
+                       {"age_ms", "old"}, {"ranks", {hostile_rank, 5}}},
+                      7}}};
+  std::string screen;
+  REQUIRE_NOTHROW(screen = render_job(job, 1000));
+  for (unsigned char c : screen) CHECK((c >= 0x20 || c == '\n'));  // no escape, no carriage return, no bell
+  CHECK(screen.find("\xc2\x9b") == std::string::npos);
+  CHECK(screen.find("run job\\x1b]0;title\\x07  round") != std::string::npos);
+  CHECK(screen.find("evil\\x0arank 0 hung\\x0d") != std::string::npos);
+  CHECK(screen.find("\\xc2\\x9b31m") != std::string::npos);
+  CHECK(screen.find("running\\x1b[2J") != std::string::npos);
+  CHECK(screen.find("host n\\x1b]0;owned\\x07)") != std::string::npos);
+}
