@@ -319,7 +319,19 @@ void HangInquiry::on_stop_order(const rdzv::Failure& root_cause) {
   } else if (root_cause.node_rank == host_.node_rank() && root_cause.local_rank >= 0 &&
              static_cast<std::size_t>(root_cause.local_rank) < policy_.workers().size()) {
     const WorkerRecord& w = policy_.worker(root_cause.local_rank);
-    if (w.state == WorkerState::kRunning && w.pid == root_cause.pid) ranks.push_back(w.local_rank);
+    // This node's own measurement must support the verdict (issue 33): a rank that beat just now is alive, and
+    // is not killed as hung on another node's word; it goes down with the others as the stop orders.
+    const std::int64_t silent_ms = (monotonic_ns() - silent_since_ns(w.local_rank)) / 1'000'000;
+    const std::int64_t confirms_ms = config_.hang_timeout.count() > 0
+                                         ? std::max<std::int64_t>(rdzv::kMinConfirmedSilenceMs,
+                                                                  config_.hang_timeout.count() / 2)
+                                         : rdzv::kUnconfirmedWithoutTimeoutMs;
+    if (w.state == WorkerState::kRunning && w.pid == root_cause.pid) {
+      if (silent_ms >= confirms_ms || stopped_at_capture_.count(w.local_rank)) ranks.push_back(w.local_rank);
+      else
+        log_.warning("the rendezvous named rank ", w.rank, " hung, but it beat ", silent_ms,
+                     " ms ago here: not confirmed, so not killed as hung (it stops with the others)");
+    }
   }
   if (!ranks.empty()) host_.kill_hung(ranks);
 }

@@ -144,8 +144,13 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
   // The least advanced ranks (and not quiet by their word), then a stopped one, then what the stacks say,
   // then the longest silence by a clear margin; else nobody is named.
   std::vector<Candidate> all;
+  bool heard_any = false;
   for (const NodeHangView& v : views)
-    for (const RankBeat& r : v.view.ranks) all.push_back({&r, &v});
+    for (const RankBeat& r : v.view.ranks) {
+      heard_any = true;
+      const Candidate c{&r, &v};
+      if (r.hung || r.stopped || c.silent_ms() >= kMinConfirmedSilenceMs) all.push_back(c);
+    }
   auto more_suspect = [](const Candidate& a, const Candidate& b) { return suspicion(a) < suspicion(b); };
   std::vector<Candidate> tied;
   if (!all.empty()) {
@@ -164,7 +169,9 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
   if (left.empty()) {  // nobody reported a running worker: the job is stopped, with no rank to blame
     f.signal.reset();
     f.exit_code = 1;
-    f.message = "hung: a worker stopped beating, but no node reported a running worker to judge";
+    f.message = heard_any ? "hung: a node reported a hung worker, but no rank's own node confirms it silent: "
+                            "nobody is named"
+                          : "hung: a worker stopped beating, but no node reported a running worker to judge";
     if (!views.empty()) {
       f.node_rank = views.front().node_rank;
       f.host = views.front().host;

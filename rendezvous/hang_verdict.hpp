@@ -39,6 +39,14 @@ struct NodeHangView {
 // milliseconds of the others at the end of a step, and views are taken seconds apart.
 inline constexpr std::int64_t kSilenceMarginMs = 1000;
 
+// A rank is named only when its own node's view confirms it silent (issue 33: an insider's view claiming its own
+// rank at step 10^9 made the server name an honest rank that had beaten 0.0 s before, and its node SIGKILLed it):
+// its own agent found it hung, or it was stopped, or it had been silent at least this long. The rank's own agent
+// checks again before it acts (agent/hang_inquiry.cpp): it SIGKILLs a rank named hung only when it has been
+// silent half this node's --hang-timeout (kUnconfirmedWithoutTimeoutMs without one), or is stopped.
+inline constexpr std::int64_t kMinConfirmedSilenceMs = 500;
+inline constexpr std::int64_t kUnconfirmedWithoutTimeoutMs = 10'000;
+
 // Some rank of the job is inside a quiet phase it declared (and its bound still runs) and not itself waiting in a
 // collective by its stacks: the silent ranks wait for it, nobody is hung yet. Returns the deferral to send every
 // node (those quiet ranks, the longest bound left), or none.
@@ -47,8 +55,8 @@ std::optional<HangDeferredMsg> quiet_deferral(const std::vector<NodeHangView>& v
 // The root cause for the job: the suspect as a Failure (killed with SIGKILL by its agent), with a message
 // that starts "hung:" (is_hang). `now_unix_ms` dates the suspect's last beat. When the evidence cannot separate
 // several ranks, an `unsure` failure whose message lists them (its rank is only the first of them): every
-// agent then kills its silent workers with SIGKILL. Empty views give a node-less failure saying that no worker
-// could be judged. Never throws.
+// agent then kills its silent workers with SIGKILL. Empty views, or none whose own node confirms a rank silent
+// (kMinConfirmedSilenceMs), give a failure naming no rank that says so. Never throws.
 Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_unix_ms);
 
 // A hung worker's message, after the rank: "hung: no heartbeat for 3.0 s after step 41 (last beat at

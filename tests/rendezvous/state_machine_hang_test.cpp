@@ -47,6 +47,26 @@ const StopMsg* stop_in(const std::vector<Action>& actions) {
 }  // namespace
 
 TEST_SUITE("hang verdict") {
+  // Issue 33: an insider's view claims its own rank at step 10^9; the honest rank, at step 100, is "behind" but
+  // beat 0.0 s before: its own node's view does not confirm it silent, and it is not named.
+  TEST_CASE("a rank its own node does not confirm silent is never named") {
+    std::vector<NodeHangView> views{{0, "insider", view({beat(0, 1'000'000'000, 60'000)}, true, "")},
+                                    {1, "honest", view({beat(1, 100, 0, false)}, false, "")}};
+    const Failure f = hang_verdict(views, 0);
+    CHECK(f.rank != 1);
+    CHECK(f.rank == 0);  // the only rank its own node calls silent: the insider's own
+    // Nobody confirmed at all (the insider reports only the honest rank's node... its own rank beating too).
+    std::vector<NodeHangView> none{{0, "insider", view({beat(0, 1'000'000'000, 0, false)}, true, "")},
+                                   {1, "honest", view({beat(1, 100, 100, false)}, false, "")}};
+    const Failure g = hang_verdict(none, 0);
+    CHECK(g.rank < 0);
+    CHECK(g.message.find("no rank's own node confirms it silent: nobody is named") != std::string::npos);
+    // A real hang: every rank silent for seconds, within a step of each other; the one behind is named.
+    std::vector<NodeHangView> real{{0, "a", view({beat(0, 42, 3000)}, true, "")},
+                                   {1, "b", view({beat(1, 41, 2200, false)}, false, "")}};
+    CHECK(hang_verdict(real, 0).rank == 1);
+  }
+
   TEST_CASE("the rank behind is named, not the one silent longest, with where the others were") {
     // Ranks 0-2 wait in step 42's collective; rank 3 never reached it. Rank 0 went silent first by a hair.
     std::vector<NodeHangView> views{{0, "a", view({beat(0, 42, 3001), beat(1, 42, 3000)}, true, "/a/h.txt")},
@@ -249,9 +269,11 @@ TEST_SUITE("hang inquiry") {
     CHECK(std::holds_alternative<CaptureMsg>(ask.message));
     CHECK(ask.conns == std::vector<ConnId>{1, 3});
     CHECK(stop_in(actions) == nullptr);
-    CHECK(stop_in(step(state, HangReport{1, view({beat(0, 42, 50, false), beat(1, 42, 40, false)}, false, "/a")},
+    // Issue 33: every rank of the answers silent for seconds, as in a real hang (a rank that beat milliseconds
+    // before is alive, and its own node's view no longer lets it be named: the data said 10-50 ms before).
+    CHECK(stop_in(step(state, HangReport{1, view({beat(0, 42, 2950, false), beat(1, 42, 2940, false)}, false, "/a")},
                        at(20ms))) == nullptr);
-    auto decided = step(state, HangReport{3, view({beat(4, 41, 10, false), beat(5, 42, 20, false)}, false, "/c")},
+    auto decided = step(state, HangReport{3, view({beat(4, 41, 2910, false), beat(5, 42, 2920, false)}, false, "/c")},
                         at(30ms));
     const StopMsg* stop = stop_in(decided);
     REQUIRE(stop != nullptr);
