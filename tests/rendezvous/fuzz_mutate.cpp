@@ -78,6 +78,38 @@ std::vector<std::string> seed_payloads() {
   out.push_back(encode(ServerMessage{StopMsg{node, "a node was lost", true}}));
   for (const ServerMessage& m : {ServerMessage{HeartbeatAckMsg{}}, ServerMessage{CompleteMsg{}}})
     out.push_back(encode(m));
+  // The message types added since the fuzzer was written (issue 33): a resume claim and a return after a round,
+  // a hang view, a status with paces, a view request; the server's capture, job view, stragglers, deferral,
+  // and the stop of a membership change and of a dropped node.
+  hello.resume = ResumeClaim{2, 1, 3, 4, 12, "10.0.0.1", 29500, nprocs_fingerprint({4, 4, 4})};
+  out.push_back(encode(ClientMessage{hello}));
+  hello.resume.reset();
+  hello.after_round = 2;
+  out.push_back(encode(ClientMessage{hello}));
+  HangViewMsg view;
+  view.suspect = true;
+  RankBeat beat;
+  beat.rank = 5;
+  beat.local_rank = 1;
+  beat.pid = 4242;
+  beat.step = 88;
+  beat.silent_ms = 31'000;
+  beat.hung = beat.python_stack = beat.stopped = beat.slow = true;
+  beat.collective = "all_reduce";
+  view.ranks = {beat, RankBeat{}};
+  view.stacks = "/tmp/ddprun-job/attempt_0/stacks.txt";
+  out.push_back(encode(ClientMessage{view}));
+  out.push_back(encode(ClientMessage{NodeStatusMsg{R"({"host":"gpu7","ranks":[{"rank":5,"step":88}]})",
+                                                   {RankPace{4, 80'000, 60'000}, RankPace{5, 81'000, -1}}}}));
+  out.push_back(encode(ClientMessage{ViewRequestMsg{}}));
+  out.push_back(encode(ServerMessage{CaptureMsg{}}));
+  out.push_back(encode(ServerMessage{JobViewMsg{{R"({"host":"gpu7"})", "{}"}, {12, 4000}}}));
+  out.push_back(encode(ServerMessage{StragglersMsg{{Straggler{5, 1, "gpu7", 120'000, 80'000, true}}}}));
+  out.push_back(encode(ServerMessage{HangDeferredMsg{{0, 3}, 9000}}));
+  StopMsg joined{Failure{}, "a node joined", true, true};
+  out.push_back(encode(ServerMessage{joined}));
+  StopMsg dropped{node, "dropped from round 1", false, false, true};
+  out.push_back(encode(ServerMessage{dropped}));
   return out;
 }
 
