@@ -275,18 +275,24 @@ def _group_connections():
 
 
 def _leave_group():
-    """Shuts the round's group connections down (the fds stay open: the group closes them); how many."""
-    closed = 0
+    """Shuts the round's group connections down (the fds stay open: the group closes them), after saying so:
+    the waiting collective fails at once, and the line must come before whatever that failure makes the program
+    print (or its exit)."""
+    live = []
     for fd, link in (_group if _group is not None else _group_connections()).items():
         try:
-            if os.readlink(f"/proc/self/fd/{fd}") != link:
-                continue  # closed since, the fd is another file now
-            with socket.socket(fileno=os.dup(fd)) as s:
-                s.shutdown(socket.SHUT_RDWR)
-            closed += 1
+            if os.readlink(f"/proc/self/fd/{fd}") == link:  # not closed since (the fd would be another file)
+                live.append(fd)
         except OSError:
             continue
-    return closed
+    print(f"ddprun_heartbeat: a node of this round was lost: shutting down the {len(live)} connections of this "
+          "rank's process group, so that no collective waits for the lost node", file=sys.stderr, flush=True)
+    for fd in live:
+        try:
+            with socket.socket(fileno=os.dup(fd)) as s:
+                s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            continue
 
 
 def _watch_for_a_lost_node():
@@ -299,9 +305,7 @@ def _watch_for_a_lost_node():
         taken = struct.unpack_from("q", _page, _offset + _REFORMS_TAKEN)[0]
         if 0 < taken <= lost and lost != left:
             left = lost
-            n = _leave_group()
-            print(f"ddprun_heartbeat: a node of this round was lost: shut down the {n} connections of this rank's "
-                  "process group, so that no collective waits for the lost node", file=sys.stderr, flush=True)
+            _leave_group()
 
 
 def offer_reforms():

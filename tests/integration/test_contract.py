@@ -146,7 +146,7 @@ class Contract(DdprunTestCase):
             out, err = p.communicate(timeout=30)
             self.assertEqual(p.returncode, 0, err)
             self.assertEqual(out, "b'' own store\nTrue\n")
-            self.assertIn("ddprun_heartbeat: a node of this round was lost: shut down the 1 connections", err)
+            self.assertIn("ddprun_heartbeat: a node of this round was lost: shutting down the 1 connections", err)
             page.close()
         finally:
             os.close(fd)
