@@ -89,7 +89,9 @@ Decision SupervisionPolicy::on_hung(int local_rank, std::int64_t now_ms) {
 Decision SupervisionPolicy::on_signal(int signal, std::int64_t now_ms) {
   Decision d;
   if (!is_stop_signal(signal)) {  // SIGUSR1/SIGUSR2 and the like: a notice for the workers (SLURM preemption), nothing more
-    notice_received_ = true;
+    // It counts for the exit code only when it reached running workers (issue 34: a notice while this node waited in
+    // the rendezvous made a job that then completed exit 79).
+    if (phase_ == Phase::kRunning && !workers_.empty()) notice_received_ = true;
     d.signal_all = signal;
     return d;
   }
@@ -112,6 +114,14 @@ Decision SupervisionPolicy::on_signal(int signal, std::int64_t now_ms) {
 
 bool SupervisionPolicy::preempted() const {
   if (!preemption_exit_) return false;
+  // A job that failed elsewhere (a worker, a node, the rendezvous) ends with its root cause's code on every node,
+  // whatever stop reached this one during the teardown (issue 34: srun -K's SIGTERM, a scancel or a USR1 during a
+  // failure's teardown made the other nodes exit 79, and the preemption recipe requeued a failed job). Only a
+  // stop that came first, here or on another node, is a preemption.
+  const bool stopped_elsewhere =
+      job_cause_ && job_cause_->rank < 0 &&
+      (job_cause_->exit_code == 128 + SIGTERM || job_cause_->exit_code == kExitPreempted);
+  if (job_cause_ && !stopped_elsewhere) return false;
   const bool all_succeeded = !workers_.empty() && std::all_of(workers_.begin(), workers_.end(), [](const WorkerRecord& w) {
     return w.state == WorkerState::kSucceeded;
   });

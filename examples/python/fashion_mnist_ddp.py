@@ -21,7 +21,7 @@ The patterns it shows:
   - SIGTERM (what ddprun and torchrun send every worker when they restart it: a worker failed, or a re-form under
     torchrun) is a stop request: the handler only sets a flag; before each step the ranks vote (an all-reduce of
     the flag, so all stop after the same step), and on a stop rank 0 saves the last completed step and every
-    rank exits 0. SIGUSR1 is not handled (its default action ends the process).
+    rank exits 0. SIGUSR1, SLURM's notice before a preemption or the time limit, is the same stop request.
   - a collective that fails because a peer died (its node lost, its process killed): agreeing is impossible,
     but every replica holds the same state, so each surviving rank saves the last completed step alone, then
     exits (0 when a stop was requested as well, else with the error).
@@ -324,6 +324,10 @@ def main():
     # formed there is nothing to save, and a rank waiting for a dead peer in init_process_group would only be
     # killed later, at the end of the launcher's grace period.
     signal.signal(signal.SIGTERM, request_stop)
+    # SLURM's notice before a preemption or the time limit (sbatch --signal=B:USR1@120, scancel -s USR1;
+    # examples/slurm/preemptible.sbatch): the same stop request, so the job saves, exits 0 and is requeued
+    # (issue 34: by default SIGUSR1 ended every worker, exit 138, and nothing was requeued).
+    signal.signal(signal.SIGUSR1, request_stop)
     # Under ddprun: a re-form because nodes joined or were lost keeps this process (it takes the new round up
     # below) instead of restarting it. Elsewhere every re-form restarts the worker, which resumes from the checkpoint.
     in_place = bool(ddprun_heartbeat) and not args.no_reform_in_place and ddprun_heartbeat.offer_reforms()

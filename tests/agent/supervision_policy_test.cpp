@@ -253,6 +253,45 @@ TEST_CASE("in a SLURM job SIGTERM, here or on another node, then every worker ex
   CHECK(ctrl_c.exit_code() == 128 + SIGINT);
 }
 
+// Issue 34: the job failed elsewhere (rank 1 exited 3), then srun -K's SIGTERM, a scancel or a USR1 reached this
+// node during the teardown and its workers saved and exited 0: it said "preempted", 79, and the recipe requeued a
+// failed job. The root cause's code, on every node.
+TEST_CASE("in a SLURM job a failure elsewhere stays a failure whatever stop comes during its teardown") {
+  const JobCause failed{"rank 1 (local rank 0, node 1, host b, pid 42) exited with code 3", 3, 1, 1, "", 1};
+  for (int stop : {SIGTERM, SIGUSR1}) {
+    auto cause_first = three_workers();
+    cause_first.set_preemption_exit(true);
+    cause_first.on_job_cause(failed, 1);
+    cause_first.on_signal(stop, 2);
+    for (int lr = 0; lr < 3; ++lr) cause_first.on_exit(lr, exited(0), 3);
+    CHECK_FALSE(cause_first.preempted());
+    CHECK(cause_first.exit_code() == 3);
+    auto signal_first = three_workers();  // -K's SIGTERM overtakes the rendezvous' stop
+    signal_first.set_preemption_exit(true);
+    signal_first.on_signal(stop, 1);
+    signal_first.on_job_cause(failed, 2);
+    for (int lr = 0; lr < 3; ++lr) signal_first.on_exit(lr, exited(0), 3);
+    CHECK(signal_first.exit_code() == 3);
+  }
+  // A notice the workers handled and went on from, then an unrelated failure elsewhere: the failure's code.
+  auto noticed = three_workers();
+  noticed.set_preemption_exit(true);
+  noticed.on_signal(SIGUSR1, 1);
+  noticed.on_job_cause(failed, 9000);
+  for (int lr = 0; lr < 3; ++lr) noticed.on_exit(lr, exited(0), 9001);
+  CHECK(noticed.exit_code() == 3);
+}
+
+TEST_CASE("in a SLURM job a notice before any worker runs does not make a completed job preempted") {
+  SupervisionPolicy p;
+  p.set_preemption_exit(true);
+  p.on_signal(SIGUSR1, 1);  // waiting in the rendezvous: no worker yet
+  p.add_worker(0, 0, 100, 2);
+  p.on_exit(0, exited(0), 3);
+  CHECK_FALSE(p.preempted());
+  CHECK(p.exit_code() == 0);
+}
+
 TEST_CASE("outside a batch scheduler a notice stays a notice (exit 0) and SIGTERM gives 143, clean exits or not") {
   auto p = three_workers();
   p.on_signal(SIGUSR1, 1);

@@ -26,6 +26,7 @@
 //   termexit=SEC   on the first SIGTERM/SIGINT/SIGHUP/SIGQUIT, _exit(128+sig) SEC seconds later (a second
 //                  signal within SEC is still recorded); forked children inherit it, daemons do not. Without
 //                  sigrecord= the same, minus the record (SIGUSR1/SIGUSR2 are then ignored)
+//   termsave=SEC   the same, but _exit(0): a worker that saves a checkpoint for SEC seconds on a stop request
 //   errorfile=MSG  write MSG to TORCHELASTIC_ERROR_FILE in torchelastic's JSON format
 //   waitfile=PATH  wait until PATH exists
 //   beat=STEP      one heartbeat carrying STEP (DDPRUN_HEARTBEAT_FD/_OFFSET; nothing when they are unset)
@@ -66,6 +67,7 @@ int g_record_fd = -1;                     // sigrecord's file, O_APPEND so lines
 volatile std::sig_atomic_t g_termexit_ms = -1;  // -1: stopping signals are recorded and otherwise ignored
 volatile std::sig_atomic_t g_exit_signal = 0;   // the first stopping signal, once termexit is counting down
 volatile std::sig_atomic_t g_never_exit = 0;    // daemons: record, but only SIGKILL ends them
+volatile std::sig_atomic_t g_termsave = 0;      // termsave=: the countdown ends with exit 0, not 128+sig
 bool g_handlers_installed = false;
 
 const int kRecordedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
@@ -131,7 +133,7 @@ const char* recorded_name(int sig) {
   }
 }
 
-extern "C" void on_termexit_alarm(int) { ::_exit(128 + g_exit_signal); }
+extern "C" void on_termexit_alarm(int) { ::_exit(g_termsave ? 0 : 128 + g_exit_signal); }
 
 extern "C" void on_recorded_signal(int sig) {
   const int saved_errno = errno;
@@ -151,7 +153,7 @@ extern "C" void on_recorded_signal(int sig) {
   const bool stopping = sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
   if (stopping && g_termexit_ms >= 0 && !g_never_exit && g_exit_signal == 0) {
     g_exit_signal = sig;
-    if (g_termexit_ms == 0) ::_exit(128 + sig);
+    if (g_termexit_ms == 0) ::_exit(g_termsave ? 0 : 128 + sig);
     // setitimer is a plain system call (safe here); the timer is per process, so each forked child counts
     // down on its own first signal.
     struct itimerval t {};
@@ -345,8 +347,9 @@ __attribute__((noinline)) void run_step(const std::string& step) {
       std::exit(2);
     }
     install_recording_handlers();
-  } else if (verb == "termexit") {
+  } else if (verb == "termexit" || verb == "termsave") {
     g_termexit_ms = static_cast<std::sig_atomic_t>(std::atof(arg.c_str()) * 1000.0);
+    g_termsave = verb == "termsave";
     install_recording_handlers();
   } else if (verb == "errorfile") {
     const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");

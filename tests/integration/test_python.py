@@ -253,7 +253,7 @@ class PythonExamples(DdprunTestCase):
         self.assertIsNotNone(lost, (text, err))
         self.assertGreaterEqual(int(lost.group(1)), together)
         self.assertLess(after, 15, "the frozen node's peers waited for --term-timeout")
-        self.assertIn("ddprun_heartbeat: a node of this round was lost: shut down the", err)
+        self.assertIn("ddprun_heartbeat: a node of this round was lost: shutting down the", err)
         steps = [int(m) for m in re.findall(r"\[rank0\]: epoch \d+ step (\d+) loss", text)]
         self.assertEqual(steps, sorted(set(steps)), "a step was trained twice")
         self.assertNotIn("resumed from", text)
@@ -261,6 +261,24 @@ class PythonExamples(DdprunTestCase):
         events = self.events(self.path("events.a"))
         self.assertEqual(len([e for e in events if e["event"] == "started"]), 1, "A's worker was restarted")
         self.assertIsNotNone(re.search(r"\[rank0\]: rank 0: finished at step \d+,", text), text)
+
+    def test_a_usr1_notice_saves_and_ends_the_example_cleanly(self):
+        """Issue 34: SLURM's notice (SIGUSR1, which ddprun forwards to every worker) killed every rank of the example
+        (exit 138) and nothing was requeued. It is the example's stop request now, as SIGTERM is: rank 0 saves the
+        step the ranks agreed on and every rank exits 0 (outside SLURM a notice is no failure: ddprun exits 0)."""
+        ckpt = self.path("ckpt.pt")
+        p = self.start("--nproc-per-node", 2, TRAIN, *SHORT, "--epochs", 5, "--checkpoint", ckpt)
+        killer = threading.Timer(120, lambda: os.killpg(p.pid, signal.SIGKILL) if p.poll() is None else None)
+        killer.start()
+        self.addCleanup(killer.cancel)
+        out = read_until(p, b"", b"[rank0]: epoch 0 step 10 loss", "step 10")
+        os.kill(p.pid, signal.SIGUSR1)
+        rest, err = p.communicate(timeout=60)
+        text = (out + rest).decode()
+        self.assertEqual(p.returncode, 0, (text, err))
+        m = re.search(r"\[rank0\]: rank 0: stop requested by SIGUSR1: checkpoint \S+ saved at step (\d+)", text)
+        self.assertIsNotNone(m, text)
+        self.assertEqual(self.checkpoint_step(ckpt), int(m.group(1)))
 
     def test_a_job_killed_outright_keeps_the_periodic_checkpoint(self):
         """No rank can save when every one is SIGKILLed (ddprun is, and its guard SIGKILLs the workers): what is

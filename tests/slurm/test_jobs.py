@@ -135,6 +135,49 @@ class Signals(JobCase):
         self.assertEqual(self.cluster.wait_job(job)["ExitCode"], f"{PREEMPTED}:0")
 
 
+class FailureIsNotPreemption(JobCase):
+    """Issue 34: a job that failed ends with its root cause's code on every node, whatever stop reaches a node
+    during the teardown. Before, node 0 (its worker saving for 2 s on SIGTERM, as the docs ask) took srun -K's
+    SIGTERM, or a scancel, for a preemption: "job preempted ... exit code 79", sacct FAILED 79:0, and the
+    preemption recipe requeued a failed job."""
+
+    def failing_step(self, *srun_args):
+        return self.start_step(2, "--nproc-per-node", 1, WORKER, "termsave=2", f"ready={self.path('ready')}",
+                               f"waitfile={self.path('go')}", "@1:exit=3", "hang", srun_args=srun_args)
+
+    def check_failed_with_3(self, proc, job):
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 3, err)
+        self.assertNotIn("preempted", err)
+        info = self.cluster.wait_job(job, timeout=30)
+        self.assertEqual((info["JobState"], info["ExitCode"]), ("FAILED", "3:0"), info)
+
+    def test_srun_kill_on_bad_exit_during_the_teardown(self):
+        proc = self.failing_step("--kill-on-bad-exit=1")
+        self.wait_ready(2)
+        job = self.job_id_of()
+        open(self.path("go"), "w").close()
+        self.check_failed_with_3(proc, job)
+
+    def test_scancel_during_the_teardown(self):
+        for how in (("scancel",), ("scancel", "-s", "USR1"), ("scancel", "-b", "-s", "USR1")):
+            with self.subTest(how=how):
+                for f in os.listdir(self.path("ready")):
+                    os.unlink(os.path.join(self.path("ready"), f))
+                if os.path.exists(self.path("go")):
+                    os.unlink(self.path("go"))
+                proc = self.failing_step()
+                self.wait_ready(2)
+                job = self.job_id_of()
+                open(self.path("go"), "w").close()
+                time.sleep(0.5)  # rank 1 failed, node 0's worker is saving (2 s)
+                self.cluster.run(*how, job)
+                out, err = proc.communicate(timeout=60)
+                self.assertNotEqual(proc.returncode, PREEMPTED, err)
+                self.assertIn("root cause: rank 1 (local rank 0, node 1,", err)
+                self.cluster.wait_job(job, timeout=30)
+
+
 class SignalsUnderProctrackPgid(Signals):
     """proctrack/pgid signals only the task's process group (ddprun's): ddprun forwards, each worker still
     gets each notice once."""
