@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "agent/env_contract.hpp"
@@ -183,13 +184,30 @@ int resolve_nproc(const std::string& text, const std::vector<std::string>& env, 
                            (cvd_set ? " (CUDA_VISIBLE_DEVICES='" + cvd + "')" : std::string()) +
                            "; give a number, or auto to use the CPUs instead",
                        kExitUsage);
-    const int cpus = usable_cpu_count();
-    if (text == "auto") notes.push_back("--nproc-per-node auto: no CUDA device visible, using " +
-                                       std::to_string(cpus) + " (the usable CPUs)");
+    int cpus = usable_cpu_count();
+    // Under SLURM the task's CPUs are SLURM_CPUS_PER_TASK, also where no affinity plugin narrows the mask
+    // (issue 34: task/none gave 2 workers for --cpus-per-task 1, 2 or 4 on a 2-CPU node).
+    std::string why = "the usable CPUs";
+    if (const std::string per_task = contract::env_value(env, "SLURM_CPUS_PER_TASK", ""); !per_task.empty()) {
+      char* end = nullptr;
+      const long n = std::strtol(per_task.c_str(), &end, 10);
+      if (end != per_task.c_str() && *end == '\0' && n >= 1 && n < cpus) {
+        cpus = static_cast<int>(n);
+        why = "SLURM_CPUS_PER_TASK";
+      }
+    }
+    if (text == "auto" || why != "the usable CPUs")
+      notes.push_back("--nproc-per-node " + text + ": " + (text == "auto" ? "no CUDA device visible, " : "") +
+                      "using " + std::to_string(cpus) + " (" + why + ")");
     return cpus;
   }
   if (text == "xpu")
     throw UsageError("--nproc-per-node xpu: ddprun counts CUDA devices only; give the number of workers",
+                     kExitUsage);
+  int n = 0;
+  if (!parse_int_strict(text, n))  // issue 34: "must be an integer" hid the words it takes as well
+    throw UsageError("--nproc-per-node must be a number of workers (1-4096) or one of auto, gpu, cpu; got '" + text +
+                         "'",
                      kExitUsage);
   return parse_int_in("--nproc-per-node", text, 1, 4096);
 }
@@ -358,6 +376,7 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
     if (!script.empty()) declared = declared_local_rank_option_in_file(script);
   }
   cfg.local_rank_arg = local_rank_arg_name(o.local_rank_arg, o.use_env, script, declared, result.notes);
+  cfg.local_rank_arg_detected = o.local_rank_arg.empty() && !cfg.local_rank_arg.empty();
   // A Python worker imports the heartbeat helper that came with this ddprun without any set-up of its own.
   if (!cfg.python.empty()) {
     const std::string helpers = python_helper_dir(self_executable());

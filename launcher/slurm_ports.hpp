@@ -4,8 +4,8 @@
 // can bind, the others look for it there in the same order (rendezvous/client.hpp more_ports), and tell their
 // own job's server from another's by its proof of the token and run id (rendezvous/auth.hpp). Two steps of one
 // allocation, or two jobs whose ids collide in one slot, each get a port; a port another program holds is
-// passed by. The candidates are spread over 29400-30399 by a hash, so that two jobs that collide on one port
-// rarely collide on the next.
+// passed by. Each candidate is its own hash of job, step and index over 29400-30399, so that two jobs that
+// collide on one port rarely collide on the next (about 1 in 1 000).
 #pragma once
 
 #include <cstdint>

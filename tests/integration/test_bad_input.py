@@ -34,7 +34,8 @@ class BadInput(DdprunTestCase):
         self.refused(["--nproc-per-node", "-3", *self.ok_worker], USAGE, ["--nproc-per-node"])
 
     def test_nproc_not_a_number(self):
-        self.refused(["--nproc-per-node", "four", *self.ok_worker], USAGE, ["integer", "four"])
+        self.refused(["--nproc-per-node", "four", *self.ok_worker], USAGE,
+                     ["a number of workers", "auto, gpu, cpu", "four"])
 
     def test_nproc_huge(self):
         self.refused(["--nproc-per-node", "100000", *self.ok_worker], USAGE, ["--nproc-per-node"])

@@ -8,6 +8,7 @@
 #include "common/error.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/exit_codes.hpp"
+#include "launcher/host_resources.hpp"
 #include "launcher/slurm.hpp"
 #include "launcher/slurm_ports.hpp"
 #include "temp_dir.hpp"
@@ -84,6 +85,25 @@ TEST_CASE("a SLURM step's candidate ports: 8 distinct, in 29400-30399, and jobs 
   }
   CHECK(slurm_rdzv_ports(1, 0) != slurm_rdzv_ports(1001, 0));
   CHECK(slurm_rdzv_ports(7, 0) == slurm_rdzv_ports(7, 0));
+}
+
+// Issue 34: the candidates were all-or-nothing (126 distinct lists over job ids 1-100 000; two jobs that shared
+// one candidate shared all 8). Each is independent now.
+TEST_CASE("two jobs that share a candidate port rarely share the next") {
+  std::set<std::vector<int>> lists;
+  int share_first = 0, share_second_too = 0;
+  const std::vector<int> one = slurm_rdzv_ports(1, 0);
+  for (std::uint64_t job = 1; job <= 100'000; ++job) {
+    const std::vector<int> ports = slurm_rdzv_ports(job, 0);
+    lists.insert(ports);
+    if (job != 1 && ports[0] == one[0]) {
+      ++share_first;
+      share_second_too += ports[1] == one[1];
+    }
+  }
+  CHECK(lists.size() >= 99'990);
+  CHECK(share_first > 50);  // about 100 of 100 000 jobs share job 1's first port
+  CHECK(share_second_too <= 3);
 }
 
 TEST_CASE("this node's index is where SLURMD_NODENAME stands in the step list, SLURM_NODEID without it") {
@@ -197,4 +217,26 @@ TEST_CASE("without DDPRUN_MUNGE_SOCKET a SLURM step asks the munged that slurm.c
   CHECK(parse_command_line({"true"}, env).agent.rdzv.job.munge_socket == "/cluster/munge.socket");
   env.push_back("DDPRUN_MUNGE_SOCKET=/mine.socket");
   CHECK(parse_command_line({"true"}, env).agent.rdzv.job.munge_socket == "/mine.socket");
+}
+
+// Issue 34: --nproc-per-node cpu followed the affinity mask only; with SLURM's task/none plugin the mask is the
+// whole node, and --cpus-per-task 1 got a worker per CPU of the node.
+TEST_CASE("--nproc-per-node cpu and auto take SLURM_CPUS_PER_TASK when it is fewer than the usable CPUs") {
+  auto per_task = [](const std::string& value) {
+    Env env = step_env("n3", "1");
+    env.push_back("SLURM_CPUS_PER_TASK=" + value);
+    return env;
+  };
+  const auto one = parse_command_line({"--nproc-per-node", "cpu", "true"},
+                                      per_task("1"));
+  CHECK(one.agent.world.local_world_size == 1);
+  bool said = false;
+  for (const auto& n : one.notes) said |= n.find("using 1 (SLURM_CPUS_PER_TASK)") != std::string::npos;
+  CHECK(said == (usable_cpu_count() > 1));
+  const auto many = parse_command_line({"--nproc-per-node", "cpu", "true"},
+                                       per_task("100000"));
+  CHECK(many.agent.world.local_world_size == usable_cpu_count());  // never more than the node can run
+  const auto junk = parse_command_line({"--nproc-per-node", "cpu", "true"},
+                                       per_task("2(x3)"));
+  CHECK(junk.agent.world.local_world_size == usable_cpu_count());
 }

@@ -73,14 +73,22 @@ def _enter_private_mount_namespace():
 
 
 def slurm_rdzv_ports(job_id, step_id):
-    """The candidate rendezvous ports of a SLURM step, as launcher/slurm_ports.cpp computes them (FNV-1a)."""
-    ports = []
-    i = 0
+    """The candidate rendezvous ports of a SLURM step, as launcher/slurm_ports.cpp computes them (FNV-1a of
+    "JOB.STEP", each index mixed in by splitmix64's finalizer)."""
+    mask = (1 << 64) - 1
+
+    def mix(x):
+        x = (x + 0x9e3779b97f4a7c15) & mask
+        x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & mask
+        x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & mask
+        return x ^ (x >> 31)
+
+    key = 14695981039346656037
+    for c in f"{job_id}.{step_id}".encode():
+        key = ((key ^ c) * 1099511628211) & mask
+    ports, i = [], 0
     while len(ports) < 8:
-        h = 14695981039346656037
-        for c in f"{job_id}.{step_id}#{i}".encode():
-            h = ((h ^ c) * 1099511628211) % (1 << 64)
-        port = 29400 + h % 1000
+        port = 29400 + mix(key ^ mix(i)) % 1000
         if port not in ports:
             ports.append(port)
         i += 1
