@@ -88,6 +88,7 @@ struct AgentConfig {
   // argv[local_rank_arg_at] (after the program or script, as torch.distributed.launch did); empty: none
   std::string local_rank_arg;
   std::size_t local_rank_arg_at = 0;
+  bool local_rank_arg_detected = false;  // chosen from the script's source, not by --local-rank-arg
   // --stdin-rank: the global rank that gets ddprun's stdin, on whichever node runs it (every other worker
   // gets /dev/null); -1: none
   int stdin_rank = -1;

@@ -101,7 +101,8 @@ void append_root_detail(std::ostringstream& out, const WorkerRecord& root, const
   if (!root.status.signaled && root.status.code == 2 && ctx.stderr_tail_of) {
     const StreamTail* tail = ctx.stderr_tail_of(root.local_rank);
     const std::string advice =
-        tail ? local_rank_arg_advice(read_stderr_end(tail->text(), tail->from_start()).last_line, ctx.local_rank_arg)
+        tail ? local_rank_arg_advice(read_stderr_end(tail->text(), tail->from_start()).last_line, ctx.local_rank_arg,
+                                     ctx.local_rank_arg_detected)
              : "";
     if (!advice.empty()) out << "ddprun: " << rank << "'s " << advice << "\n";
   }
@@ -162,7 +163,7 @@ void append_attempts(std::ostringstream& out, const std::vector<Attempt>& attemp
 }
 }  // namespace
 
-std::string local_rank_arg_advice(const std::string& line, const std::string& passed) {
+std::string local_rank_arg_advice(const std::string& line, const std::string& passed, bool detected) {
   const bool underscore = line.find("--local_rank") != std::string::npos;
   const bool dash = line.find("--local-rank") != std::string::npos;
   if (line.find("error: ") == std::string::npos || !(underscore || dash)) return {};
@@ -174,6 +175,12 @@ std::string local_rank_arg_advice(const std::string& line, const std::string& pa
   }
   if (!passed.empty() && line.find("unrecognized arguments:") != std::string::npos &&
       line.find(passed + "=") != std::string::npos) {
+    // Found in the script's file, yet refused: its main parser does not declare it (a sub-command's parser does,
+    // or one nobody uses), and nothing is what it takes (issue 34: the advice was the other spelling, which
+    // fails the same way). Chosen with --local-rank-arg: the other spelling, or none.
+    if (detected)
+      return "script does not take the " + passed + "=N ddprun passed (its file declares it, but not for the "
+             "parser that reads the command line): --local-rank-arg none passes nothing, as torchrun does";
     const bool gave_dash = passed == "--local-rank";
     return "script does not take the " + passed + "=N ddprun passed: --local-rank-arg " +
            (gave_dash ? "underscore passes --local_rank=N" : "dash passes --local-rank=N") +

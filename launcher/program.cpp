@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 #ifndef DDPRUN_PYTHON_HELPER_DIR  // set by launcher/CMakeLists.txt from the install directories
 #define DDPRUN_PYTHON_HELPER_DIR "../share/ddprun/python"
@@ -35,6 +36,25 @@ bool executable_program(const std::string& path) {
   file.read(magic, sizeof magic);
   const std::string start(magic, static_cast<std::size_t>(file.gcount()));
   return start.compare(0, 2, "#!") == 0 || start == "\x7f" "ELF";
+}
+
+// The Python a '#!' script names: "python3" for "#!/usr/bin/env python3", "/opt/venv/bin/python" for that path;
+// "" when the file has no '#!' line or it names another interpreter (sh, bash, perl).
+std::string python_shebang(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::string line;
+  if (!file || !std::getline(file, line) || line.compare(0, 2, "#!") != 0) return {};
+  std::istringstream words(line.substr(2));
+  std::string interpreter;
+  words >> interpreter;
+  if (interpreter.size() >= 4 && interpreter.compare(interpreter.size() - 4, 4, "/env") == 0) {
+    std::string next;
+    while (words >> next && !next.empty() && next[0] == '-') {}  // env's own options (-S)
+    interpreter = next;
+  }
+  const std::size_t slash = interpreter.rfind('/');
+  const std::string base = interpreter.substr(slash == std::string::npos ? 0 : slash + 1);
+  return base.compare(0, 6, "python") == 0 ? interpreter : std::string();
 }
 
 std::string checked_executable(const std::string& name, const std::string& what, const std::vector<std::string>& env) {
@@ -75,9 +95,14 @@ void resolve_worker_command(const std::vector<std::string>& command, bool module
   // program: a name that is no file here (found in PATH: `ddprun hostname`), or an executable ELF binary or
   // '#!' script. Every other file, a script without .py included (`ddprun train`, `ddprun ./train` not made
   // executable, or executable without a '#!' line), is Python's, as in torchrun.
-  const bool script_file = ends_with(first, ".py") || (regular_file(first) && !executable_program(first));
+  // An executable '#!' script whose interpreter is Python is Python's too (issue 34): named without ./ it was
+  // refused ("not found in PATH") where torchrun runs it, and PYTHON_EXEC was silently ignored for it. It runs
+  // with PYTHON_EXEC when set, else with the interpreter its '#!' line names.
+  const std::string shebang = !module && !ends_with(first, ".py") && regular_file(first) ? python_shebang(first) : "";
+  const bool script_file = ends_with(first, ".py") || (regular_file(first) && !executable_program(first)) ||
+                           !shebang.empty();
   const bool python = module || run_path || (!no_python && script_file);
-  if (python && !module && !run_path && !ends_with(first, ".py"))
+  if (python && !module && !run_path && !ends_with(first, ".py") && shebang.empty())
     notes.push_back("debug: '" + first + "' is neither an executable ELF binary nor an executable '#!' script: " +
                     "running it with Python, as torchrun does (--no-python executes it)");
   // torch.distributed.launch put --local_rank=N right after the program or script, before its arguments.
@@ -91,10 +116,14 @@ void resolve_worker_command(const std::vector<std::string>& command, bool module
   // torchrun runs sys.executable, the Python that runs torchrun (and so has torch); ddprun has no such
   // Python of its own and runs python3 from PATH, which may be a shim without torch: say which one.
   const std::string exec = contract::env_value(env, "PYTHON_EXEC", "");
-  const std::string interpreter = exec.empty() ? "python3" : exec;
-  cfg.program = checked_executable(interpreter, "Python interpreter (PYTHON_EXEC)", env);
+  const std::string interpreter = !exec.empty() ? exec : !shebang.empty() ? shebang : "python3";
+  const char* what = exec.empty() && !shebang.empty() ? "Python interpreter (the script's '#!' line)"
+                                                      : "Python interpreter (PYTHON_EXEC)";
+  cfg.program = checked_executable(interpreter, what, env);
   cfg.python = describe_interpreter(cfg.program);
-  cfg.python_origin = exec.empty() ? "python3 from PATH; PYTHON_EXEC unset" : "PYTHON_EXEC";
+  cfg.python_origin = !exec.empty()    ? "PYTHON_EXEC"
+                      : !shebang.empty() ? "the script's '#!' line; PYTHON_EXEC unset"
+                                         : "python3 from PATH; PYTHON_EXEC unset";
   cfg.argv = {interpreter, "-u"};
   if (module) {
     cfg.argv.push_back("-m");

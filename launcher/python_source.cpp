@@ -1,5 +1,6 @@
 #include "launcher/python_source.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 
@@ -49,14 +50,81 @@ bool read_literal(const std::string& s, std::size_t& i, std::string& text) {
   i = at + 1;
   return true;
 }
+// The source with the text of its triple-quoted strings (docstrings) blanked, line breaks kept: a call quoted
+// in a docstring is not one argparse sees (issue 34).
+std::string without_docstrings(std::string s) {
+  for (std::size_t at = 0; at + 2 < s.size();) {
+    const std::size_t open = std::min(s.find("\"\"\"", at), s.find("'''", at));
+    if (open == std::string::npos) break;
+    const std::string quote = s.substr(open, 3);
+    const std::size_t close = s.find(quote, open + 3);
+    const std::size_t end = close == std::string::npos ? s.size() : close + 3;
+    for (std::size_t i = open; i < end; ++i)
+      if (s[i] != '\n') s[i] = ' ';
+    at = end;
+  }
+  return s;
+}
+
+// The identifier just before `.add_argument` at `at` ("" when the call is not on a plain name).
+std::string receiver_of(const std::string& s, std::size_t at) {
+  if (at == 0 || s[at - 1] != '.') return {};
+  std::size_t begin = at - 1;
+  while (begin > 0 && identifier_char(s[begin - 1])) --begin;
+  return s.substr(begin, at - 1 - begin);
+}
+
+// `name = ....add_parser(` somewhere: a sub-command's parser, whose options argparse reads only after that
+// sub-command's name on the command line (a --local_rank=N before it is an error of the main parser).
+bool is_subparser(const std::string& s, const std::string& name) {
+  if (name.empty()) return false;
+  for (std::size_t at = s.find(name); at != std::string::npos; at = s.find(name, at + 1)) {
+    if ((at > 0 && identifier_char(s[at - 1])) || identifier_char(s[at + name.size()])) continue;
+    std::size_t i = at + name.size();
+    skip_blank(s, i);
+    if (i >= s.size() || s[i] != '=' || (i + 1 < s.size() && s[i + 1] == '=')) continue;
+    const std::size_t eol = s.find('\n', i);
+    if (s.substr(i, eol == std::string::npos ? std::string::npos : eol - i).find(".add_parser(") != std::string::npos)
+      return true;
+  }
+  return false;
+}
+
+// The function whose body holds `at` (a `def NAME(` line less indented than `at`'s line), when the file never
+// names it again: a parser built in a function nobody calls is never parsed with (issue 34: a legacy parser).
+bool in_an_uncalled_function(const std::string& s, std::size_t at) {
+  const std::size_t line = s.rfind('\n', at) == std::string::npos ? 0 : s.rfind('\n', at) + 1;
+  std::size_t indent = 0;
+  while (line + indent < s.size() && (s[line + indent] == ' ' || s[line + indent] == '\t')) ++indent;
+  for (std::size_t end = line; end > 0;) {  // the lines above, nearest first: [begin, end - 1)
+    const std::size_t newline = end >= 2 ? s.rfind('\n', end - 2) : std::string::npos;
+    const std::size_t begin = newline == std::string::npos ? 0 : newline + 1;
+    std::size_t i = begin, own = 0;
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i, ++own;
+    end = begin;
+    if (i >= s.size() || s[i] == '\n' || s[i] == '#' || own >= indent) continue;
+    if (s.compare(i, 4, "def ") != 0 && s.compare(i, 10, "async def ") != 0) return false;  // a class, an if
+    i = s.find("def ", i) + 4;
+    std::size_t name_end = i;
+    while (name_end < s.size() && identifier_char(s[name_end])) ++name_end;
+    const std::string name = s.substr(i, name_end - i);
+    for (std::size_t use = s.find(name); use != std::string::npos; use = s.find(name, use + 1))
+      if (use != i && (use == 0 || !identifier_char(s[use - 1])) && !identifier_char(s[use + name.size()]))
+        return false;  // called (or passed) somewhere
+    return true;
+  }
+  return false;
+}
 }  // namespace
 
-std::string declared_local_rank_option(const std::string& source) {
+std::string declared_local_rank_option(const std::string& original) {
   static const std::string kCall = "add_argument";
+  const std::string source = without_docstrings(original);
   for (std::size_t at = source.find(kCall); at != std::string::npos; at = source.find(kCall, at + 1)) {
     if (at > 0 && identifier_char(source[at - 1])) continue;  // another name that ends so
     const std::size_t line = source.rfind('\n', at);
     if (source.find('#', line == std::string::npos ? 0 : line + 1) < at) continue;  // commented out
+    if (is_subparser(source, receiver_of(source, at)) || in_an_uncalled_function(source, at)) continue;
     std::size_t i = at + kCall.size();
     skip_blank(source, i);
     if (i >= source.size() || source[i] != '(') continue;

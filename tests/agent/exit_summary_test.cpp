@@ -149,6 +149,10 @@ TEST_CASE("argparse's word on --local_rank names the --local-rank-arg that fixes
         "instead, --local-rank-arg none passes nothing");
   CHECK(local_rank_arg_advice("t.py: error: unrecognized arguments: --x --local_rank=0", "--local_rank")
             .find("--local-rank-arg dash passes --local-rank=N instead") != std::string::npos);
+  // Issue 34: detected in the script's file (a sub-command's parser, say) and refused: nothing is what it takes.
+  CHECK(local_rank_arg_advice("t.py: error: unrecognized arguments: --local_rank=0", "--local_rank", true) ==
+        "script does not take the --local_rank=N ddprun passed (its file declares it, but not for the parser that "
+        "reads the command line): --local-rank-arg none passes nothing, as torchrun does");
   // Anything else is not about it.
   CHECK(local_rank_arg_advice("t.py: error: unrecognized arguments: --lr=1", "--local_rank").empty());
   CHECK(local_rank_arg_advice("t.py: error: the following arguments are required: --lr", "").empty());

@@ -156,6 +156,48 @@ class PythonWorkerCli(DdprunTestCase):
         self.assertEqual(self.argv_of(res, 1), ["x"])
         self.assertNotIn("declares", res.stderr.decode())
 
+    def test_a_sub_commands_local_rank_is_not_passed(self):
+        # Issue 34: the train sub-parser's --local_rank made ddprun append --local_rank=N, and the main parser
+        # exited 2 (torchrun runs it). argparse reads it only after "train": ddprun passes nothing.
+        res = self.run_ddprun("--nproc-per-node", 2, os.path.join(HELPERS, "launch_subcommand.py"), "train")
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(sorted(res.stdout.decode().splitlines()),
+                         ["[rank0]: train local_rank -1 LOCAL_RANK 0", "[rank1]: train local_rank -1 LOCAL_RANK 1"])
+        self.assertNotIn("declares", res.stderr.decode())
+
+    def test_an_executable_python_script_runs_as_python_named_without_dot_slash_and_under_python_exec(self):
+        """Issue 34: an executable '#!' Python script named without ./ was refused (127, "not found in PATH") where
+        torchrun runs it with Python, and PYTHON_EXEC was silently ignored for one (its '#!' line ran instead). It is
+        Python's now: PYTHON_EXEC when set, else the interpreter its '#!' line names."""
+        work = self.path("work")
+        os.mkdir(work)
+        script = os.path.join(work, "train")
+        with open(script, "w") as f:
+            f.write("#!/usr/bin/env python3\nimport os, sys\nprint('train', os.environ['LOCAL_RANK'], sys.argv[1:])\n")
+        os.chmod(script, 0o755)
+        self.env.pop("PYTHON_EXEC", None)
+        res = self.run_ddprun("--nproc-per-node", 1, "train", "x", cwd=work)
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(res.stdout.decode(), "[rank0]: train 0 ['x']\n")
+        self.assertIn("(the script's '#!' line; PYTHON_EXEC unset)", res.stderr.decode())
+        wrapper = self.path("python_exec")
+        with open(wrapper, "w") as f:
+            f.write(f"#!/bin/sh\necho 'ran by PYTHON_EXEC' >&2\nexec {sys.executable} \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        self.env["PYTHON_EXEC"] = wrapper
+        res = self.run_ddprun("--nproc-per-node", 1, script, "y")
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(res.stdout.decode(), "[rank0]: train 0 ['y']\n")
+        self.assertIn("ran by PYTHON_EXEC", res.stderr.decode())
+        # A shell script is no Python's: without ./ it is still looked up in PATH, with the advice.
+        shell = os.path.join(work, "job.sh")
+        with open(shell, "w") as f:
+            f.write("#!/bin/sh\necho shell\n")
+        os.chmod(shell, 0o755)
+        res = self.run_ddprun("--nproc-per-node", 1, "job.sh", cwd=work)
+        self.assertEqual(res.code, 127, res)
+        self.assertIn("give ./job.sh", res.stderr.decode())
+
     def test_argparse_stopping_over_local_rank_names_the_switch(self):
         # Declared in another file: not seen, not passed; argparse's exit 2, and the summary names the switch.
         res = self.run_ddprun("--nproc-per-node", 2, os.path.join(HELPERS, "launch_imported_parser.py"))

@@ -51,6 +51,30 @@ TEST_CASE("the local rank option is found in an add_argument call's option strin
   CHECK(declared_local_rank_option("").empty());
 }
 
+// Issue 34: what argparse would not see made ddprun pass --local_rank=N, and the script's main parser exit 2.
+TEST_CASE("a local rank option argparse would not see is not found: sub-command, uncalled function, docstring") {
+  CHECK(declared_local_rank_option("import argparse\np = argparse.ArgumentParser()\nsub = p.add_subparsers()\n"
+                                   "train = sub.add_parser('train')\ntrain.add_argument('--local_rank', type=int)\n"
+                                   "p.parse_args()\n")
+            .empty());
+  CHECK(declared_local_rank_option("def legacy_parser():\n    p = argparse.ArgumentParser()\n"
+                                   "    p.add_argument('--local_rank', type=int)\n    return p\n\n"
+                                   "def main():\n    p = argparse.ArgumentParser()\n    p.parse_args()\n\nmain()\n")
+            .empty());
+  CHECK(declared_local_rank_option("\"\"\"Usage: launch with p.add_argument('--local_rank') in your script.\"\"\"\n"
+                                   "import os\nprint(os.environ['LOCAL_RANK'])\n")
+            .empty());
+  // Called functions and methods still count, as does the main parser beside a sub-command.
+  CHECK(declared_local_rank_option("def get_args():\n    p = argparse.ArgumentParser()\n"
+                                   "    p.add_argument('--local_rank', type=int)\n    return p.parse_args()\n\n"
+                                   "args = get_args()\n") == "--local_rank");
+  CHECK(declared_local_rank_option("class T:\n    def parser(self):\n        p = argparse.ArgumentParser()\n"
+                                   "        p.add_argument('--local-rank', type=int)\n        return p\n"
+                                   "T().parser().parse_args()\n") == "--local-rank");
+  CHECK(declared_local_rank_option("p = argparse.ArgumentParser()\np.add_argument('--local_rank', type=int)\n"
+                                   "sub = p.add_subparsers()\ntrain = sub.add_parser('train')\n") == "--local_rank");
+}
+
 TEST_CASE("a module's file is looked up in the working directory, then PYTHONPATH") {
   const TempDir d;
   d.file("lib/pkg/train.py", "x");
