@@ -159,6 +159,10 @@ void block_job_signals() {
 void NodeAgent::on_signal(const ReceivedSignal& received) {
   const int signal = received.signal;
   if (announcing_start_failure_ && is_stop_signal(signal)) return io_.stop();  // the exit stays 69
+  if (is_stop_signal(signal) && link_.cut_finish_short()) {
+    log_.info("received ", process::signal_name(signal), ": not waiting any longer to tell the other nodes");
+    return;
+  }
   if (signal == SIGTSTP) return suspend_job();
   if (signal == SIGCONT) return resume_job();
   // Every process is gone and only a stalled console holds the end back: a stop signal means "stop
@@ -193,7 +197,9 @@ void NodeAgent::suspend_job() {
 }
 
 void NodeAgent::resume_job() {
-  log_.info("continued: waking the workers");
+  const bool any = std::any_of(policy_.workers().begin(), policy_.workers().end(),
+                               [](const WorkerRecord& w) { return w.state == WorkerState::kRunning && w.pid > 0; });
+  log_.info(any ? "continued: waking the workers" : "continued");  // none yet: in the rendezvous, say (issue 34)
   events_.write(json{{"event", "resumed"}, {"time_ms", unix_ms()}});
   for (const WorkerRecord& w : policy_.workers())
     if (w.state == WorkerState::kRunning && w.pid > 0) process::signal_group(w.pid, SIGCONT);
@@ -329,7 +335,6 @@ void NodeAgent::maybe_finish() {
       break;
   }
   reaper_.stop();
-  signals_.cancel();
   drain_timer_.cancel();
   grace_timer_.cancel();
   stop_reply_timer_.cancel();
@@ -339,7 +344,8 @@ void NodeAgent::maybe_finish() {
   probe_timer_.cancel();
   stop_status();
   guard_watch_.close();
-  link_.finish([] {});
+  // Signals are still read while a hosted server tells the other nodes the end: a stop signal cuts that short.
+  link_.finish([this] { signals_.cancel(); });
 }
 
 void NodeAgent::start_job_guard() {

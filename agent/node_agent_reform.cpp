@@ -89,7 +89,7 @@ void NodeAgent::take_reform_assignment() {
   hang_.start_round();
   status_rates_ = RateHistory();  // paces by rank: the ranks changed
   const World& w = world_;
-  log_.info("re-formed in place: ranks ", w.rank_offset, "-", w.rank_offset + w.local_world_size - 1, " of ",
+  log_.info("re-formed in place: ", ranks_text(w), " of ",
             w.world_size, " (node ", w.node_rank, " of ", w.nnodes, "), master ", w.master_addr, ":", w.master_port,
             ", attempt ", w.restart_count, ", the same ", w.local_world_size == 1 ? "worker" : "workers");
   events_.write(json{{"event", "reformed_in_place"}, {"time_ms", unix_ms()}, {"node_rank", w.node_rank},

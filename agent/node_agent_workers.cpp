@@ -68,8 +68,8 @@ void NodeAgent::start_workers() {
   const std::string how_many = started == static_cast<std::size_t>(w.local_world_size)
                                    ? std::to_string(started)
                                    : std::to_string(started) + " of " + std::to_string(w.local_world_size);
-  log_.info("started ", how_many, w.local_world_size == 1 ? " worker" : " workers", ": ranks ", w.rank_offset, "-",
-            w.rank_offset + w.local_world_size - 1, " of ", w.world_size, " (node ", w.node_rank, " of ", w.nnodes,
+  log_.info("started ", how_many, w.local_world_size == 1 ? " worker" : " workers", ": ", ranks_text(w), " of ",
+            w.world_size, " (node ", w.node_rank, " of ", w.nnodes,
             "), master ", w.master_addr, ":", w.master_port, ", run id ", w.run_id, ", attempt ", w.restart_count);
   if (failed) {
     WorkerRecord& r = policy_.worker(failed->local_rank);

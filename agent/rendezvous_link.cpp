@@ -203,10 +203,17 @@ void RendezvousLink::finish(std::function<void()> done) {
   // Ended by a node that could not start: the nodes not yet here are told as they come (server.hpp).
   const auto& cause = server_->state().root_cause;
   const auto wait = cause && rdzv::is_start_failure(*cause) ? kStartFailureLinger : std::chrono::milliseconds(2000);
-  server_->async_wait_drained(wait, [this, done = std::move(done)] {
-    server_->stop();
-    done();
-  });
+  finish_done_ = std::move(done);
+  server_->async_wait_drained(wait, [this] { cut_finish_short(); });
+}
+
+bool RendezvousLink::cut_finish_short() {
+  if (!finish_done_) return false;
+  server_->stop();
+  std::function<void()> done = std::move(finish_done_);
+  finish_done_ = nullptr;
+  done();
+  return true;
 }
 
 }  // namespace ddprun::agent

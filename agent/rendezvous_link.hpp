@@ -42,6 +42,10 @@ class RendezvousLink {
   // Closes the client; a hosted server stays until the other nodes have read their last message (at most
   // 2 s), so that this node's exit never turns into "lost the server" elsewhere. Then `done`.
   void finish(std::function<void()> done);
+  // A stop signal while finish() waits (up to 10 s when the job could not start, to tell late nodes): stop
+  // waiting, `done` now (issue 34: node 0 ignored SIGTERM for that long; a scancel took 6.6 s). False when
+  // nothing waits.
+  bool cut_finish_short();
 
  private:
   bool wants_munge(const RendezvousConfig& r);
@@ -55,6 +59,7 @@ class RendezvousLink {
   Logger log_;
   std::unique_ptr<rendezvous::Server> server_;
   std::unique_ptr<rendezvous::Client> client_;
+  std::function<void()> finish_done_;  // finish()'s `done` while the server drains
 };
 
 }  // namespace ddprun::agent

@@ -22,4 +22,11 @@ struct World {
   int max_restarts = 0;
 };
 
+// "rank 4" or "ranks 4-7": this node's ranks in a log line (issue 34: "ranks 0-0 of 1").
+inline std::string ranks_text(const World& w) {
+  const int last = w.rank_offset + w.local_world_size - 1;
+  return w.local_world_size == 1 ? "rank " + std::to_string(w.rank_offset)
+                                 : "ranks " + std::to_string(w.rank_offset) + "-" + std::to_string(last);
+}
+
 }  // namespace ddprun::agent

@@ -254,8 +254,9 @@ void on_node_done(RendezvousState& state, const NodeDone& event, const Now& now,
   if (++state.done_count < state.round_size) return;
   state.phase = Phase::kComplete;
   state.deadlines.clear();
-  out.push_back(Log{LogLevel::kInfo, "job complete: every worker on all " + std::to_string(state.done_count) +
-                                         " nodes exited 0"});
+  out.push_back(Log{LogLevel::kInfo, state.done_count == 1 ? std::string("job complete: every worker of its one node exited 0")
+                                                           : "job complete: every worker on all " +
+                                                                 std::to_string(state.done_count) + " nodes exited 0"});
   out.push_back(Broadcast{all_conns(state), CompleteMsg{}});
 }
 

@@ -122,6 +122,26 @@ class MungeJobs(MungeCase):
                                                      r"rendezvous requires a MUNGE credential")
         self.assertEqual(os.listdir(self.ready), [])  # no worker started anywhere
 
+    def test_a_stop_signal_cuts_the_wait_to_tell_late_nodes_short(self):
+        """Issue 34: once the job could not start, node 0 waits up to 10 s to tell the nodes not yet there; a stop
+        signal then was not read (a scancel took 6.6 s). Now it ends the wait at once; the exit stays 69."""
+        host = self.node(0, 3, f"ready={self.ready}", extra=("--rdzv-auth", "munge"))
+        self.addCleanup(self.kill_if_running, host)
+        saved = self.env
+        self.env = dict(saved, DDPRUN_MUNGE_SOCKET=self.path("no-munged.socket"))
+        try:
+            lost = self.node(1, 3, f"ready={self.ready}")
+        finally:
+            self.env = saved
+        self.assertEqual(self.wait_all([lost])[0].code, UNAVAILABLE)
+        time.sleep(1)  # node 0 heard it and waits for node 2, which never comes
+        t0 = time.monotonic()
+        host.send_signal(signal.SIGTERM)
+        res = self.wait_all([host])[0]
+        self.assertLess(time.monotonic() - t0, 5, res)
+        self.assertEqual(res.code, UNAVAILABLE, res)
+        self.assertIn("not waiting any longer to tell the other nodes", res.stderr.decode(), res)
+
     def test_dynamic_node_ranks_with_munge(self):
         # The endpoint's machine hosts (the first agent to bind it); the other joins it and answers the challenge.
         agents = [self.start("--nnodes", 2, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "dynjob",
