@@ -355,6 +355,7 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
     throw UsageError("--role must be 1-128 characters of [A-Za-z0-9._-], got '" + o.role + "'", kExitUsage);
 
   cfg.term_timeout = parse_duration("--term-timeout", o.term_timeout);
+  fit_term_timeout_to_kill_wait(given.count("term-timeout") > 0, env, cfg.term_timeout, result.notes);
   apply_watch_options(o.watch, cfg);
   if (!o.monitor_interval.empty()) parse_duration("--monitor-interval", o.monitor_interval);
 

@@ -132,6 +132,28 @@ std::string slurm_munge_socket(const std::vector<std::string>& env) {
   return {};
 }
 
+void fit_term_timeout_to_kill_wait(bool given, const std::vector<std::string>& env, std::chrono::milliseconds& term,
+                                   std::vector<std::string>& notes) {
+  using std::chrono::milliseconds;
+  if (contract::env_value(env, "SLURM_JOB_ID", "").empty()) return;
+  int kill_wait_s = 30;  // SLURM's default
+  if (int v = 0; parse_int_strict(slurm_conf_value(env, "KillWait"), v) && v > 0) kill_wait_s = v;
+  const milliseconds kill_wait(1000LL * kill_wait_s);
+  // A sixth of KillWait (at least 1 s) for the teardown after the grace and the summary: 25 s of 30, 4 s of 5.
+  const milliseconds fits = std::chrono::duration_cast<std::chrono::seconds>(
+      std::max(milliseconds(1000), kill_wait - std::max(milliseconds(1000), kill_wait / 6)));  // whole seconds
+  const auto seconds = [](milliseconds ms) { return std::to_string(ms.count() / 1000) + " s"; };
+  if (!given && term > fits) {
+    term = fits;
+    notes.push_back("--term-timeout " + seconds(term) + ": SLURM's KillWait is " + seconds(kill_wait) +
+                    ", and its SIGKILL must not land before ddprun's summary (give --term-timeout to choose)");
+  } else if (given && term >= kill_wait) {
+    notes.push_back("warning: --term-timeout " + seconds(term) + " is not shorter than SLURM's KillWait (" +
+                    seconds(kill_wait) + "): a worker that ignores SIGTERM is SIGKILLed by SLURM before ddprun can "
+                    "give its summary");
+  }
+}
+
 bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_given,
                           const std::vector<std::string>& env, std::vector<std::string>& notes) {
   const std::string job_text = contract::env_value(env, "SLURM_JOB_ID", "");
@@ -191,6 +213,10 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
   // Each step is a job of its own: two steps of one allocation (a sweep runs many) never share a world.
   if (o.run_id == "none" && o.rdzv_id.empty()) o.run_id = "slurm-" + job_text + "." + std::to_string(step);
   if (!rdzv_port_given) {
+    // The step's own rendezvous. A run id the user gave (torchrun's habit, --rdzv-id $SLURM_JOB_ID) is the
+    // same for every step, and so was the token derived from it: concurrent steps could merge into one world
+    // (issue 34). The token is bound to this step.
+    o.token_scope = "slurm job " + job_text + " step " + std::to_string(step);
     const std::vector<int> ports = slurm_rdzv_ports(static_cast<std::uint64_t>(job), static_cast<std::uint64_t>(step));
     o.rdzv_port = std::to_string(ports.front());
     o.more_rdzv_ports.assign(ports.begin() + 1, ports.end());

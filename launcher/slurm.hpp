@@ -7,6 +7,7 @@
 // 22.05's srun sets SLURM_NODEID to the same relative index; there is no SLURM_STEP_NODEID).
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,12 @@ bool slurm_signals_reach_workers(const std::vector<std::string>& env);
 // munged's socket as slurm.conf names it (AuthInfo=socket=PATH; SLURM_CONF, else /etc/slurm/slurm.conf), "" when
 // it names none: where ddprun asks for MUNGE credentials when DDPRUN_MUNGE_SOCKET is not set.
 std::string slurm_munge_socket(const std::vector<std::string>& env);
+
+// In a SLURM job, SLURM's SIGKILL follows its SIGTERM after slurm.conf's KillWait (30 s by default): a grace as
+// long as that lets it land before ddprun's summary (issue 34: the default --term-timeout, 30 s, equalled it).
+// Not given: --term-timeout becomes five sixths of KillWait (at least 1 s) when it is longer, with a note; given and not
+// shorter than KillWait: a warning. Outside a SLURM job nothing changes.
+void fit_term_timeout_to_kill_wait(bool given, const std::vector<std::string>& env, std::chrono::milliseconds& term,
+                                   std::vector<std::string>& notes);
 
 }  // namespace ddprun::launcher

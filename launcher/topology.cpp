@@ -171,6 +171,8 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
   const bool local_only = nnodes == 1 && !dynamic;
   r.munge = resolve_munge_use(o.rdzv_auth, env, local_only);
   job.token = resolve_token(o, env, local_only, w.run_id, r.munge != agent::MungeUse::kNo, notes);
+  job.public_token = rendezvous::is_run_id_token(job.token, w.run_id);
+  if (!o.token_scope.empty()) job.token = rendezvous::scoped_token(job.token, o.token_scope);
   job.munge_socket = contract::env_value(env, "DDPRUN_MUNGE_SOCKET", "");
   // Else the cluster's own setting (AuthInfo=socket=... in slurm.conf), then libmunge's default.
   if (job.munge_socket.empty() && r.munge != agent::MungeUse::kNo) job.munge_socket = slurm_munge_socket(env);

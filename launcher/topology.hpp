@@ -25,6 +25,9 @@ struct TopologyOptions {
   std::string rdzv_backend;
   std::string rdzv_port = "29400";
   std::vector<int> more_rdzv_ports;  // a SLURM step's further candidates (slurm_ports.hpp)
+  // A SLURM step that hosts its own rendezvous: "slurm job J step S", bound into the token (scoped_token), so that
+  // steps that share a run id (--rdzv-id $SLURM_JOB_ID) never join each other. "" elsewhere.
+  std::string token_scope;
   std::string rdzv_token;
   std::string rdzv_token_file;
   std::string rdzv_auth = "auto";  // auto | munge | token (resolve_munge_use in topology.cpp)

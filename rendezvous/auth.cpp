@@ -91,6 +91,11 @@ std::string run_id_token(std::string_view run_id) { return "ddprun-run-id-token:
 
 bool is_run_id_token(std::string_view token, std::string_view run_id) { return token == run_id_token(run_id); }
 
+std::string scoped_token(std::string_view token, std::string_view scope) {
+  const Sha256Digest digest = hmac_sha256(token, "ddprun-rdzv/1 scope\n" + std::string(scope));
+  return to_hex(digest.data(), digest.size());
+}
+
 std::string given_token(const std::string& option, const std::string& file, const std::string& environment) {
   if (!option.empty()) return option;
   if (!file.empty()) return read_token_file(file);

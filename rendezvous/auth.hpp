@@ -41,6 +41,11 @@ inline std::string generate_nonce() { return random_hex(16); }
 std::string run_id_token(std::string_view run_id);
 bool is_run_id_token(std::string_view token, std::string_view run_id);
 
+// The token bound to a scope every node of one world shares and no other world has ("slurm job 42 step 3"):
+// hex(HMAC-SHA256(token, "ddprun-rdzv/1 scope" LF scope)). Two SLURM steps given one run id then hold
+// different tokens, and neither's agents trust the other's server (its proof fails).
+std::string scoped_token(std::string_view token, std::string_view scope);
+
 // Reads a token file: the first line, surrounding whitespace stripped. Throws ddprun::Error naming the file
 // when it cannot be read or is empty.
 std::string read_token_file(const std::string& path);

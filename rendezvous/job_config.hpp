@@ -29,6 +29,9 @@ inline constexpr const char* kJoinPolicyValues = "now or at_failure";
 struct JobConfig {
   std::string run_id;
   std::string token;   // the shared secret agents must prove they hold (auth.hpp)
+  // The token is derived from public facts (the run id, perhaps scoped to a SLURM step): the server warns when
+  // it listens beyond loopback with it. Set by the launcher; ddprun-rendezvous recognises the run id's own.
+  bool public_token = false;
   // Every node must also bring a MUNGE credential of the server's own uid, bound to its nonce and the run
   // (munge_auth.hpp); the token still applies. munge_socket: munged's socket, "" = libmunge's default.
   bool require_munge = false;

@@ -273,7 +273,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   void warn_if_open_without_token(const std::string& bind_address) {
     const JobConfig& c = state_.config;
     // MUNGE keeps other users out, which is what the warning is about; the same user was never kept out.
-    if (!is_run_id_token(c.token, c.run_id) || c.require_munge) return;
+    if (!(c.public_token || is_run_id_token(c.token, c.run_id)) || c.require_munge) return;
     error_code ec;
     auto endpoint = acceptor_.local_endpoint(ec);
     if (!ec && endpoint.address().is_loopback()) return;

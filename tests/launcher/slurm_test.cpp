@@ -240,3 +240,44 @@ TEST_CASE("--nproc-per-node cpu and auto take SLURM_CPUS_PER_TASK when it is few
                                        per_task("2(x3)"));
   CHECK(junk.agent.world.local_world_size == usable_cpu_count());
 }
+
+// Issue 34: with a run id the user gave (torchrun's --rdzv-id $SLURM_JOB_ID) every step had the same run id and
+// the same token, so concurrent steps could merge into one world. The token is bound to the step.
+TEST_CASE("a given run id is shared by the steps, but each step's token is its own") {
+  const Env step0 = step_env("n3", "1");
+  const Env step0_node0 = step_env("n2", "0");
+  const Env step1 = with(step_env("n3", "1"), "SLURM_STEP_ID", "1");
+  auto parsed = [](const Env& env) { return parse_command_line({"--rdzv-id", "123456", "true"}, env); };
+  const auto a = parsed(step0), a0 = parsed(step0_node0), b = parsed(step1);
+  CHECK(a.agent.world.run_id == "123456");
+  CHECK(b.agent.world.run_id == "123456");
+  CHECK(a.agent.rdzv.job.token == a0.agent.rdzv.job.token);  // one step: every node the same
+  CHECK(a.agent.rdzv.job.token != b.agent.rdzv.job.token);
+  CHECK(a.agent.rdzv.job.public_token);  // still derived from public facts: the server warns beyond loopback
+  // --rdzv-port: the user's own rendezvous (ddprun-rendezvous, say) with the token as given.
+  const auto fixed = parse_command_line({"--rdzv-id", "123456", "--rdzv-port", "29999", "true"}, step0);
+  CHECK(fixed.agent.rdzv.job.token == "ddprun-run-id-token:123456");
+}
+
+// Issue 34: the default --term-timeout (30 s) equalled SLURM's default KillWait: at a time limit with workers that
+// ignore SIGTERM, SLURM's SIGKILL landed before ddprun's summary.
+TEST_CASE("in a SLURM job --term-timeout ends before KillWait, or a given one is warned about") {
+  TempDir dir;
+  const std::string conf = dir.file("slurm.conf", "ClusterName=t\nKillWait=20\n");
+  Env env = step_env("n3", "1");
+  const auto plain = parse_command_line({"true"}, env);
+  CHECK(plain.agent.term_timeout == std::chrono::seconds(25));  // five sixths of KillWait's default 30 s
+  env.push_back("SLURM_CONF=" + conf);
+  const auto fitted = parse_command_line({"true"}, env);
+  CHECK(fitted.agent.term_timeout == std::chrono::seconds(16));
+  bool said = false;
+  for (const auto& n : fitted.notes) said |= n.find("--term-timeout 16 s: SLURM's KillWait is 20 s") != std::string::npos;
+  CHECK(said);
+  const auto given = parse_command_line({"--term-timeout", "40", "true"}, env);
+  CHECK(given.agent.term_timeout == std::chrono::seconds(40));
+  bool warned = false;
+  for (const auto& n : given.notes) warned |= n.rfind("warning: --term-timeout 40 s is not shorter than SLURM's KillWait", 0) == 0;
+  CHECK(warned);
+  const auto shorter = parse_command_line({"--term-timeout", "5", "true"}, env);
+  CHECK(shorter.agent.term_timeout == std::chrono::seconds(5));
+}

@@ -1,6 +1,8 @@
 """MUNGE on the real SLURM test cluster: a step's nodes prove the job's user with the cluster's own munged
 (--rdzv-auth auto, nothing configured but munged's socket), and a process of another user (nobody) that knows
 the run id and the port (both follow from the job and step ids) is refused with 77 while the job goes on."""
+import hashlib
+import hmac
 import os
 import pwd
 import subprocess
@@ -42,14 +44,19 @@ class MungeInSteps(SlurmClusterCase):
             nobody_tmp = self.path("nobody-tmp")
             os.mkdir(nobody_tmp)
             os.chown(nobody_tmp, nobody.pw_uid, nobody.pw_gid)
-            # Everything a stranger can know: node 0's name, the port and run id that follow from the job id.
+            # Everything a stranger can know: node 0's name, the port and run id that follow from the job id, and
+            # the token the step uses, which follows from them too (the run id's, bound to the step: issue 34).
+            run_id_token = f"ddprun-run-id-token:slurm-{job_id}.0".encode()
+            token = hmac.new(run_id_token, f"ddprun-rdzv/1 scope\nslurm job {job_id} step 0".encode(),
+                             hashlib.sha256).hexdigest()
             intruder = subprocess.run(
                 ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", DDPRUN,
                  "--nnodes", "2", "--node-rank", "1", "--master-addr", "n1",
                  "--rdzv-port", str(slurm_rdzv_ports(job_id, 0)[0]),
                  "--run-id", f"slurm-{job_id}.0", "--rdzv-timeout", "10", "--nproc-per-node", "1",
                  "--rdzv-auth", "munge", WORKER, "exit=0"],
-                env=self.munge_env(TMPDIR=nobody_tmp, HOME=nobody_tmp), capture_output=True, text=True, timeout=30)
+                env=self.munge_env(TMPDIR=nobody_tmp, HOME=nobody_tmp, DDPRUN_TOKEN=token), capture_output=True,
+                text=True, timeout=30)
             self.assertEqual(intruder.returncode, REFUSED, intruder.stderr)
             self.assertIn("authentication failed", intruder.stderr)
             self.assertIn("not the job's user", intruder.stderr)

@@ -23,12 +23,13 @@ def worker_lines(text):
     return ranks
 
 
-def sweep_script(outputs, steps=4, extra=""):
+def sweep_script(outputs, steps=4, extra="", ddprun_args=""):
     """A batch script that starts `steps` 2-node steps at once in a 3-node allocation (alternately on n[1-2]
     and n[2-3], so that every pair of steps shares a node), each writing its output and exit code to a file."""
     lines = ["#!/bin/sh", extra]
     for i in range(steps):
-        lines.append(f"( srun --overlap -N2 --ntasks-per-node=1 -r {i % 2} {DDPRUN} --nproc-per-node 1 {WORKER} "
+        lines.append(f"( srun --overlap -N2 --ntasks-per-node=1 -r {i % 2} {DDPRUN} --nproc-per-node 1 {ddprun_args} "
+                     f"{WORKER} "
                      f"env=SLURM_STEP_ID env=TORCHELASTIC_RUN_ID env=WORLD_SIZE env=MASTER_PORT sleep=0.5 "
                      f"> {outputs}.{i} 2>&1; echo \"rc=$?\" >> {outputs}.{i} ) &")
     lines.append("wait")
@@ -48,7 +49,7 @@ def judge_sweep(job_id, outputs, steps=4):
         # One world: both workers share its master port and size; a run id naming a step names their own.
         own = len({r.get("MASTER_PORT") for r in ranks.values()}) == 1 and all(
             r.get("WORLD_SIZE") == "2" and r.get("TORCHELASTIC_RUN_ID") in (f"slurm-{job_id}.{r.get('SLURM_STEP_ID')}",
-                                                                            f"slurm-{job_id}")
+                                                                            f"slurm-{job_id}", str(job_id))
             for r in ranks.values())
         if not ok or sorted(ranks) != [0, 1]:
             failed += 1
@@ -71,6 +72,20 @@ class ConcurrentSteps(SlurmClusterCase):
             with open(f"{outputs}.{i}") as f:
                 run_ids |= {r["TORCHELASTIC_RUN_ID"] for r in worker_lines(f.read()).values()}
         self.assertEqual(len(run_ids), 4, run_ids)
+
+    def test_steps_given_one_run_id_never_merge(self):
+        """Issue 34: torchrun's habit, --rdzv-id $SLURM_JOB_ID, gave every step the same run id and token, and
+        concurrent steps merged into one world (1 of 10 sweeps; 3/3 with identical candidate lists). The token is
+        bound to the step now: the worlds stay apart, and every worker sees the run id it was given."""
+        outputs = self.path("shared")
+        for sweep in range(3):
+            script = sweep_script(outputs, ddprun_args="--rdzv-id $SLURM_JOB_ID")
+            job, info = self.cluster.sbatch_wait(script, "-N3", "-o", self.path(f"batch{sweep}.out"), timeout=90)
+            merged, failed, details = judge_sweep(job, outputs)
+            self.assertEqual((merged, failed), (0, 0), "\n".join(details))
+            for i in range(4):
+                with open(f"{outputs}.{i}") as f:
+                    self.assertEqual({r["TORCHELASTIC_RUN_ID"] for r in worker_lines(f.read()).values()}, {str(job)})
 
 
 class PortCollisions(SlurmClusterCase):
