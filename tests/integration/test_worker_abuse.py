@@ -100,9 +100,11 @@ class WorkerAbuse(DdprunTestCase):
                          "needs root and mount namespaces (unshare --mount) to fill a private /dev/shm")
     def test_a_full_dev_shm_falls_back_to_tmp(self):
         """Before: a full /dev/shm made every job refuse to start (73). In a private mount namespace /dev/shm is a
-        tmpfs of 64 KiB, filled; the run directory goes to /tmp, and ddprun says so."""
-        script = (f"mount -t tmpfs -o size=64k tmpfs /dev/shm && (dd if=/dev/zero of=/dev/shm/fill bs=4k 2>/dev/null; "
-                  f"true) && exec {DDPRUN} --standalone --nproc-per-node 1 sh -c 'echo ran'")
+        tmpfs of 64 KiB and 3 inodes, filled (no byte, no inode left); the run directory goes to /tmp, and ddprun
+        says so."""
+        script = (f"mount -t tmpfs -o size=64k,nr_inodes=3 tmpfs /dev/shm && touch /dev/shm/a /dev/shm/b; "
+                  f"(dd if=/dev/zero of=/dev/shm/a bs=4k 2>/dev/null; true) && "
+                  f"exec {DDPRUN} --standalone --nproc-per-node 1 sh -c 'echo ran'")
         env = dict(self.env)
         for var in ("TMPDIR", "XDG_RUNTIME_DIR"):
             env.pop(var, None)
