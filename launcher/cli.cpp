@@ -326,7 +326,11 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   }
 
   agent::AgentConfig& cfg = result.agent;
-  cfg.log = Logger(resolve_log_level(o, env), "ddprun", "");
+  // In a SLURM step every node's lines meet in one slurm-%j.out: each says which node wrote it (issue 34).
+  const std::string slurm_node = contract::env_value(env, "SLURM_STEP_ID", "").empty()
+                                     ? std::string()
+                                     : contract::env_value(env, "SLURMD_NODENAME", "");
+  cfg.log = Logger(resolve_log_level(o, env), "ddprun", valid_host(slurm_node) ? slurm_node : "");
   cfg.base_env = env;
   cfg.host = host_name(env);
 

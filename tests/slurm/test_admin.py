@@ -87,6 +87,10 @@ class Admin(test_jobs.JobCase):
                 summary = [json.loads(line) for line in f if '"summary"' in line][-1]
             self.assertEqual(summary["host"], node)
         self.assertIn("node rank      1 of 2 (host n2)", res.err, res)
+        # Issue 34: every node's own lines meet in one output; each says which node wrote it.
+        self.assertRegex(res.err, r"\[ddprun n1 pid \d+\] INFO: ")
+        self.assertRegex(res.err, r"\[ddprun n2 pid \d+\] INFO: ")
+        self.assertNotRegex(res.err, r"\[ddprun pid \d+\]")
 
     # ---- MUNGE where slurm.conf says ------------------------------------------------------------------------
     def test_munge_socket_from_slurm_conf_without_ddprun_munge_socket(self):
