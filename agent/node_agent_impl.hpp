@@ -68,7 +68,8 @@ class NodeAgent {
   void signal_everything(int signal, bool include_descendants);
   // node_agent_rdzv.cpp
   rendezvous::ClientHandlers rendezvous_handlers();
-  int end_before_start(const std::string& why);
+  // This node cannot take part: says `why`, tells the other nodes, and returns `code` (69 by default, everywhere).
+  int end_before_start(const std::string& why, int code = kExitRdzvUnavailable);
   void on_assignment(const rendezvous::Assignment& a);
   void on_stop(const rendezvous::StopOrder& order);
   void on_outcome(const JobCause* cause, const char* reason);

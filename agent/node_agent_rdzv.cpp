@@ -70,7 +70,7 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
 // This node cannot take part (link_.start failed): nothing was started. The other nodes of the job would wait
 // --rdzv-timeout for it: they are told now, and end with this reason (exit 69 everywhere). A stop signal cuts
 // the telling short (on_signal).
-int NodeAgent::end_before_start(const std::string& why) {
+int NodeAgent::end_before_start(const std::string& why, int code) {
   console::write(2, "ddprun: error: " + why + "\n");
   if (link_.announce_start_failure(why, [this] { io_.stop(); })) {
     announcing_start_failure_ = true;
@@ -82,7 +82,7 @@ int NodeAgent::end_before_start(const std::string& why) {
   layout_.cleanup();
   guard_.dismiss();
   drain_console();
-  return kExitRdzvUnavailable;
+  return code;
 }
 
 void NodeAgent::on_assignment(const rdzv::Assignment& a) {

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 #include "agent/env_contract.hpp"
@@ -372,8 +373,16 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   cfg.output.tee = parse_std_streams("--tee", o.tee, nproc);
   cfg.output.console_local_ranks = parse_rank_list("--local-ranks-filter", o.local_ranks_filter, nproc);
 
-  // The program, exactly as it will be executed; checked now so that a typo starts no worker.
-  resolve_worker_command(command, o.module, o.no_python, o.run_path, env, cfg, result.notes);
+  // The program, exactly as it will be executed; checked now so that a typo starts no worker. One that cannot be
+  // run (not found, not executable) on one node of several is said to the others too (below, once the
+  // rendezvous is known), instead of leaving them to wait --rdzv-timeout for this node (issue 34).
+  std::optional<UsageError> cannot_run;
+  try {
+    resolve_worker_command(command, o.module, o.no_python, o.run_path, env, cfg, result.notes);
+  } catch (const UsageError& e) {
+    if (e.exit_code() != kExitNotFound && e.exit_code() != kExitNotExecutable) throw;
+    cannot_run = e;
+  }
   // A Python script's own source says whether it parses launch's --local_rank (launcher/python_source.hpp).
   std::string script, declared;
   if (!cfg.python.empty() && o.local_rank_arg.empty()) {
@@ -411,6 +420,11 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
     cfg.events_file = o.events_file;
   }
   resolve_topology(o.topo, env, cfg, result.notes);
+  if (cannot_run) {
+    if (cfg.rdzv.job.max_nodes <= 1) throw *cannot_run;
+    cfg.cannot_start = cannot_run->what();
+    cfg.cannot_start_code = cannot_run->exit_code();
+  }
   if (cfg.stdin_rank >= 0 && cfg.world.nnodes == 1 && cfg.stdin_rank >= nproc)
     throw UsageError("--stdin-rank " + o.stdin_rank + ": the job has ranks 0-" + std::to_string(nproc - 1),
                      kExitUsage);

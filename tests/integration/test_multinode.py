@@ -99,6 +99,23 @@ class StaticJobs(MultiNodeCase):
         for res in self.wait_all(procs):
             self.assertEqual(res.code, 0, res)
 
+    def test_a_program_missing_on_one_node_ends_every_node_at_once(self):
+        """Issue 34: a node whose program is not found exited 127 at once, and the others waited --rdzv-timeout
+        for it (900 s by default; 20 s here). It tells them first: every node ends within seconds, no worker
+        started anywhere, the others with 69 and its reason."""
+        t0 = time.monotonic()
+        host = self.node(0, 2, f"ready={self.ready}", "exit=0")
+        missing = self.start("--nnodes", 2, "--node-rank", 1, "--master-addr", "127.0.0.1", "--rdzv-port", self.port,
+                             "--nproc-per-node", 1, "--rdzv-timeout", 20, "no-such-program-here")
+        res_host, res_missing = self.wait_all([host, missing])
+        self.assertLess(time.monotonic() - t0, 10, (res_host, res_missing))
+        self.assertEqual(res_missing.code, 127, res_missing)
+        self.assertIn("program 'no-such-program-here' not found in PATH", res_missing.stderr.decode())
+        self.assertEqual(res_host.code, 69, res_host)
+        self.assertRegex(res_host.stderr.decode(), r"root cause: node 1 \(host [^)]+\) could not start: program "
+                                                   r"'no-such-program-here' not found in PATH")
+        self.assertEqual(os.listdir(self.ready), [])  # no worker started anywhere
+
     def test_duplicate_or_out_of_range_node_rank_while_joining(self):
         steps = [f"ready={self.ready}", "exit=0"]
         first = [self.node(r, 3, *steps) for r in range(2)]
