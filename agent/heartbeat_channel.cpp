@@ -106,11 +106,8 @@ Beat HeartbeatChannel::read(int local_rank) const {
 }
 
 bool HeartbeatChannel::take_foreign_clock_notice(int local_rank) {
-  if (foreign_said_.size() < static_cast<std::size_t>(slots_)) foreign_said_.resize(static_cast<std::size_t>(slots_));
-  if (local_rank < 0 || local_rank >= slots_ || !read(local_rank).foreign_clock ||
-      foreign_said_[static_cast<std::size_t>(local_rank)])
-    return false;
-  foreign_said_[static_cast<std::size_t>(local_rank)] = true;
+  if (local_rank < 0 || local_rank >= slots_ || foreign_said_[static_cast<std::size_t>(local_rank)]) return false;
+  foreign_said_[static_cast<std::size_t>(local_rank)] = true;  // sized by clear(), which the constructor runs
   return true;
 }
 

@@ -59,7 +59,7 @@ class HeartbeatChannel {
   // work counter as 0, a quiet phase at most kMaxQuietNs from now.
   Beat read(int local_rank) const;
   static constexpr std::int64_t kMaxQuietNs = 30LL * 24 * 3600 * 1'000'000'000;  // 30 days
-  // True the first time a slot's beat came from another clock since the slot was cleared: say it once.
+  // For a beat read with foreign_clock: true the first time for that slot since clear(), so it is said once.
   bool take_foreign_clock_notice(int local_rank);
   // Re-forming in place (common/contract/worker_contract.hpp): what the worker took up (0: it offers none;
   // 1 + the re-forms taken up), and the agent's announcement of the n-th.

@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/fnv1a.hpp"
+
 namespace ddprun::agent {
 namespace asio = boost::asio;
 using local = asio::local::stream_protocol;
@@ -47,10 +49,8 @@ std::string status_directory(std::string& problem) {
 }
 
 std::string status_run_name(const std::string& run_id) {
-  std::uint64_t hash = 14695981039346656037ULL;  // FNV-1a: stable across builds and machines, unlike std::hash
-  for (unsigned char c : run_id) hash = (hash ^ c) * 1099511628211ULL;
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  char text[17];  // ddprun and ddprun-status must compute the same name
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(fnv1a(run_id)));
   return std::string("~") + text;
 }
 

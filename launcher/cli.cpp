@@ -4,7 +4,6 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
-#include <cstdlib>
 #include <optional>
 #include <set>
 
@@ -189,13 +188,9 @@ int resolve_nproc(const std::string& text, const std::vector<std::string>& env, 
     // Under SLURM the task's CPUs are SLURM_CPUS_PER_TASK, also where no affinity plugin narrows the mask
     // (issue 34: task/none gave 2 workers for --cpus-per-task 1, 2 or 4 on a 2-CPU node).
     std::string why = "the usable CPUs";
-    if (const std::string per_task = contract::env_value(env, "SLURM_CPUS_PER_TASK", ""); !per_task.empty()) {
-      char* end = nullptr;
-      const long n = std::strtol(per_task.c_str(), &end, 10);
-      if (end != per_task.c_str() && *end == '\0' && n >= 1 && n < cpus) {
-        cpus = static_cast<int>(n);
-        why = "SLURM_CPUS_PER_TASK";
-      }
+    if (int n = 0; parse_int_strict(contract::env_value(env, "SLURM_CPUS_PER_TASK", ""), n) && n >= 1 && n < cpus) {
+      cpus = n;
+      why = "SLURM_CPUS_PER_TASK";
     }
     if (text == "auto" || why != "the usable CPUs")
       notes.push_back("--nproc-per-node " + text + ": " + (text == "auto" ? "no CUDA device visible, " : "") +
@@ -327,11 +322,7 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   }
 
   agent::AgentConfig& cfg = result.agent;
-  // In a SLURM step every node's lines meet in one slurm-%j.out: each says which node wrote it (issue 34).
-  const std::string slurm_node = contract::env_value(env, "SLURM_STEP_ID", "").empty()
-                                     ? std::string()
-                                     : contract::env_value(env, "SLURMD_NODENAME", "");
-  cfg.log = Logger(resolve_log_level(o, env), "ddprun", valid_host(slurm_node) ? slurm_node : "");
+  cfg.log = Logger(resolve_log_level(o, env), "ddprun", slurm_log_node(env));
   cfg.base_env = env;
   cfg.host = host_name(env);
 

@@ -132,6 +132,12 @@ std::string slurm_munge_socket(const std::vector<std::string>& env) {
   return {};
 }
 
+std::string slurm_log_node(const std::vector<std::string>& env) {
+  if (contract::env_value(env, "SLURM_STEP_ID", "").empty()) return {};
+  const std::string node = contract::env_value(env, "SLURMD_NODENAME", "");
+  return valid_host(node) ? node : std::string();
+}
+
 void fit_term_timeout_to_kill_wait(bool given, const std::vector<std::string>& env, std::chrono::milliseconds& term,
                                    std::vector<std::string>& notes) {
   using std::chrono::milliseconds;

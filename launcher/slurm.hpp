@@ -38,6 +38,10 @@ bool slurm_signals_reach_workers(const std::vector<std::string>& env);
 // it names none: where ddprun asks for MUNGE credentials when DDPRUN_MUNGE_SOCKET is not set.
 std::string slurm_munge_socket(const std::vector<std::string>& env);
 
+// The node's name for ddprun's log lines in a SLURM step (SLURMD_NODENAME), where every node's lines meet in one
+// slurm-%j.out and must say which node wrote them (issue 34); "" elsewhere.
+std::string slurm_log_node(const std::vector<std::string>& env);
+
 // In a SLURM job, SLURM's SIGKILL follows its SIGTERM after slurm.conf's KillWait (30 s by default): a grace as
 // long as that lets it land before ddprun's summary (issue 34: the default --term-timeout, 30 s, equalled it).
 // Not given: --term-timeout becomes five sixths of KillWait (at least 1 s) when it is longer, with a note; given and not

@@ -3,18 +3,10 @@
 #include <algorithm>
 #include <string>
 
+#include "common/fnv1a.hpp"
+
 namespace ddprun::launcher {
 namespace {
-
-// FNV-1a, 64 bits: stable across machines and builds (std::hash is not), which every node must agree on.
-std::uint64_t fnv1a(const std::string& text) {
-  std::uint64_t h = 14695981039346656037ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
 
 // splitmix64's finalizer: every input bit moves every output bit. FNV-1a alone does not (issue 34: with the index
 // as the key's last character, a candidate's low bits followed from the first one's, so over job ids 1-100 000

@@ -234,9 +234,9 @@ _group = None           # the same for the connections of the round's group, onc
 _watcher = None         # the pid whose thread watches for a lost node (a forked child has none)
 
 
-def _tcp_sockets(connected_only=False):
+def _tcp_sockets(connected_only=False, skip_port=None):
     """{fd: "socket:[inode]"} of this process's TCP sockets (the link names an open file: an fd closed and
-    reused names another), connected ones only if asked."""
+    reused names another); if asked, connected ones only, and none with `skip_port` at either end."""
     found = {}
     for name in os.listdir("/proc/self/fd"):
         try:
@@ -249,7 +249,8 @@ def _tcp_sockets(connected_only=False):
                 if connected_only:
                     if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
                         continue
-                    s.getpeername()  # OSError when not connected
+                    if skip_port in (s.getsockname()[1], s.getpeername()[1]):  # OSError when not connected
+                        continue
         except OSError:
             continue
         found[int(name)] = link
@@ -260,18 +261,8 @@ def _group_connections():
     """The connections of the round's process group: opened since _sockets_before, none of the store's (its
     server thread aborts the process on a socket shut under it)."""
     store = int(os.environ.get("MASTER_PORT", "0") or 0)
-    group = {}
-    for fd, link in _tcp_sockets(connected_only=True).items():
-        if _sockets_before.get(fd) == link:
-            continue
-        try:
-            with socket.socket(fileno=os.dup(fd)) as s:
-                if store in (s.getsockname()[1], s.getpeername()[1]):
-                    continue
-        except OSError:
-            continue
-        group[fd] = link
-    return group
+    return {fd: link for fd, link in _tcp_sockets(connected_only=True, skip_port=store).items()
+            if _sockets_before.get(fd) != link}
 
 
 def _leave_group():
