@@ -53,9 +53,9 @@ NodeAgent::NodeAgent(const AgentConfig& config)
               [this](bool has_children) { after_reap(has_children); }),
       grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), peer_signal_timer_(io_),
       link_(io_, config, rendezvous_handlers()),
-      guard_watch_(io_), probe_timer_(io_),
-      hang_(io_, config_, heartbeats_, layout_, policy_, log_, events_, hang_host()), status_timer_(io_),
-      view_timer_(io_), reform_ack_timer_(io_) {}
+      guard_watch_(io_), probe_(io_),
+      hang_(io_, config_, heartbeats_, layout_, policy_, log_, events_, hang_host()),
+      live_(io_, config_, world_, heartbeats_, policy_, log_, events_, live_view_host()), reform_ack_timer_(io_) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -98,10 +98,7 @@ int NodeAgent::run() {
   reaper_.start();
   watch_guard();
 
-  if (const char* probe = std::getenv("DDPRUN_LOOP_PROBE_MS"); probe != nullptr && std::atoi(probe) > 0) {
-    probe_period_ = std::chrono::milliseconds(std::atoi(probe));
-    arm_loop_probe();
-  }
+  probe_.start(LoopProbe::period_from_environment());
   // Workers start when the rendezvous assigns this node its place (on_assignment): for one node that is
   // an in-process server and client on loopback, about a millisecond.
   start_ms_ = unix_ms();
@@ -111,17 +108,11 @@ int NodeAgent::run() {
   } catch (const rendezvous::RendezvousError& e) {
     return end_before_start(e.what());
   }
-  start_status();
+  live_.start(start_ms_);
   io_.run();
   console::set_on_room(nullptr);  // the loop is done: nothing may be posted to it any more
   drain_log_files();
-  if (probe_period_.count() > 0)
-    log_.info("event loop probe: longest lateness ",
-              std::chrono::duration_cast<std::chrono::microseconds>(probe_max_late_).count(), " us (the loop "
-              "thread's CPU time in that period: ",
-              std::chrono::duration_cast<std::chrono::microseconds>(probe_cpu_at_max_).count(), " us); longest "
-              "stretch of loop work: ", std::chrono::duration_cast<std::chrono::microseconds>(probe_max_cpu_).count(),
-              " us of CPU between two ticks");
+  if (probe_.running()) log_.info(probe_.report());
   // The job signals are still blocked (the signalfd never unblocks them): a SIGUSR1 or SIGTERM arriving now
   // (a scheduler's notice racing the job's end) is held and discarded at exit, not the job's exit code.
 
@@ -342,8 +333,8 @@ void NodeAgent::maybe_finish() {
   peer_signal_timer_.cancel();
   hang_.cancel();
   reform_ack_timer_.cancel();
-  probe_timer_.cancel();
-  stop_status();
+  probe_.cancel();
+  live_.stop();
   guard_watch_.close();
   // Signals are still read while a hosted server tells the other nodes the end: a stop signal cuts that short.
   link_.finish([this] { signals_.cancel(); });

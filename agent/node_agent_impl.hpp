@@ -1,8 +1,8 @@
-// The agent's executor, shared by its source files: node_agent.cpp (set-up, reaping, teardown,
-// finishing), node_agent_workers.cpp (starting workers and routing their output), node_agent_rdzv.cpp
-// (what the rendezvous says, and what this node tells it), node_agent_hang.cpp (hung workers) and
-// node_agent_output.cpp (the console, files that cannot be written, lost output). Rules live in
-// supervision_policy.hpp.
+// The agent's executor, shared by its source files: node_agent.cpp (set-up, reaping, teardown, finishing),
+// node_agent_workers.cpp (starting workers), node_agent_rdzv.cpp (what the rendezvous says, and what this node
+// tells it), node_agent_reform.cpp (re-forming in place), node_agent_output.cpp (the console, log files that
+// cannot be written, lost output), and the wiring of its components: node_agent_hang.cpp (HangInquiry) and
+// node_agent_live_view.cpp (LiveView). Rules live in supervision_policy.hpp and agent_lifecycle.hpp.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -26,13 +26,12 @@
 #include "agent/exit_summary.hpp"
 #include "agent/hang_inquiry.hpp"
 #include "agent/heartbeat_channel.hpp"
-#include "agent/live_status.hpp"
-#include "agent/metrics_textfile.hpp"
+#include "agent/live_view.hpp"
+#include "agent/loop_probe.hpp"
 #include "agent/output_pump.hpp"
 #include "agent/rendezvous_link.hpp"
 #include "agent/run_layout.hpp"
 #include "agent/signal_reader.hpp"
-#include "agent/status_socket.hpp"
 #include "agent/stack_capture.hpp"
 #include "agent/supervision_policy.hpp"
 #include "common/process/job_cgroup.hpp"
@@ -93,19 +92,9 @@ class NodeAgent {
   void reform_lost_a_worker();
   // node_agent_hang.cpp: the wiring of the hang inquiry (agent/hang_inquiry.hpp)
   HangInquiry::Host hang_host();
-  // node_agent_status.cpp: the live view
-  void start_status();
-  void stop_status();
-  void on_status_tick();
+  // node_agent_live_view.cpp: the wiring of the live view (agent/live_view.hpp)
+  LiveView::Host live_view_host();
   std::string agent_state() const;
-  NodeStatus sample_status(bool remember);
-  void answer_status(StatusSocket::Reply reply);
-  void on_job_view(const rendezvous::JobViewMsg& view);
-  void answer_pending_views(const rendezvous::JobViewMsg* view);
-  void write_metrics_textfile(const NodeStatus& status);
-  std::vector<rendezvous::RankPace> running_paces() const;
-  void on_stragglers(const rendezvous::StragglersMsg& message);
-  void stop_straggler(const rendezvous::Straggler& s, double window_s);
   // node_agent.cpp
   void on_signal(const ReceivedSignal& received);
   void suspend_job();
@@ -128,7 +117,6 @@ class NodeAgent {
   void resume_waiting_pumps();
   std::function<void()> room_callback();
   void drain_console();
-  void arm_loop_probe();
   // The job guard's liveness (node_agent.cpp): a guard that is gone is said at once and replaced.
   void start_job_guard();
   void watch_guard();
@@ -163,30 +151,10 @@ class NodeAgent {
   long long oom_kills_seen_ = -1;    // its count at the round's start plus the kills already put on a worker
   boost::asio::posix::stream_descriptor guard_watch_;  // says when the guard is gone (watch_guard)
   HeartbeatChannel heartbeats_;  // the workers' beats: the hang inquiry, the live view, re-forming in place
-  // DDPRUN_LOOP_PROBE_MS (benchmarks): a timer every that many ms records how late it fires, i.e. the longest
-  // time the loop was busy or blocked; logged at the end (scripts/bench/console_stall.py reads it).
-  boost::asio::steady_timer probe_timer_;
-  std::chrono::milliseconds probe_period_{0};
-  std::chrono::nanoseconds probe_max_late_{0};
-  // The loop thread's CPU time over the period that ended in the longest lateness: close to the lateness,
-  // a handler ran that long; far below it, the thread waited for a CPU (or in a system call).
-  std::chrono::nanoseconds probe_cpu_at_max_{0};
-  std::int64_t probe_last_cpu_ns_ = -1;
-  // The most CPU time the loop thread used between two ticks: the longest stretch of the loop's own work
-  // (handlers, system calls), whatever the scheduler did. The part of the lateness ddprun controls.
-  std::chrono::nanoseconds probe_max_cpu_{0};
+  LoopProbe probe_;  // DDPRUN_LOOP_PROBE_MS (agent/loop_probe.hpp)
   bool announcing_start_failure_ = false;  // link_.announce_start_failure runs: a stop signal ends it
   HangInquiry hang_;  // --hang-timeout (agent/hang_inquiry.hpp); after everything it reads
-  // The live view (node_agent_status.cpp).
-  boost::asio::steady_timer status_timer_;
-  boost::asio::steady_timer view_timer_;  // bounds the wait for the rendezvous' view of the other nodes
-  std::unique_ptr<StatusSocket> status_socket_;
-  std::vector<StatusSocket::Reply> pending_views_;
-  RateHistory status_rates_;
-  std::vector<rendezvous::Straggler> stragglers_;  // named by the rendezvous, this round
-  std::map<pid_t, double> status_cpu_;  // each worker tree's CPU seconds at the last sample
-  std::int64_t status_sampled_ns_ = 0;
-  std::unique_ptr<TextfileWriter> textfile_;  // --metrics-textfile, off the loop (agent/metrics_textfile.hpp)
+  LiveView live_;  // ddprun-status, --metrics-textfile, stragglers (agent/live_view.hpp); after what it reads
   // Re-forming in place (node_agent_reform.cpp).
   int workers_attempt_ = 0;  // the attempt whose files the running workers use (kept by a re-form in place)
   std::int64_t reforms_announced_ = 0;  // in-place re-forms handed to the running workers

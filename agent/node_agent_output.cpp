@@ -140,25 +140,6 @@ void NodeAgent::on_log_file_failure(int rank, const FileWriteFailure& f) {
   output_losses_.push_back(what);
 }
 
-void NodeAgent::arm_loop_probe() {
-  probe_timer_.expires_after(probe_period_);
-  probe_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec || lifecycle_.finished()) return;
-    const auto late = std::chrono::steady_clock::now() - probe_timer_.expiry();
-    timespec cpu {};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
-    const std::int64_t cpu_ns = std::int64_t{cpu.tv_sec} * 1'000'000'000 + cpu.tv_nsec;
-    const std::chrono::nanoseconds cpu_in_period(probe_last_cpu_ns_ < 0 ? 0 : cpu_ns - probe_last_cpu_ns_);
-    if (late > probe_max_late_) {
-      probe_max_late_ = late;
-      probe_cpu_at_max_ = cpu_in_period;
-    }
-    probe_max_cpu_ = std::max(probe_max_cpu_, cpu_in_period);
-    probe_last_cpu_ns_ = cpu_ns;
-    arm_loop_probe();
-  });
-}
-
 // Called from a writer thread once a congested queue (the console's, a log file's) has room again.
 std::function<void()> NodeAgent::room_callback() {
   return [this] { asio::post(io_, [this] { resume_waiting_pumps(); }); };

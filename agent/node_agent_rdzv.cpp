@@ -55,8 +55,8 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
         on_outcome(&c, "rendezvous_error");
       },
       [this] { hang_.on_capture_requested(); },
-      [this](const rdzv::JobViewMsg& view) { on_job_view(view); },
-      [this](const rdzv::StragglersMsg& named) { on_stragglers(named); },
+      [this](const rdzv::JobViewMsg& view) { live_.on_job_view(view); },
+      [this](const rdzv::StragglersMsg& named) { live_.on_stragglers(named); },
       // A separate ddprun-rendezvous lost and looked for, or back (the client logs both): the events file says so.
       [this](bool back, const std::string& text) {
         events_.write(back ? json{{"event", "rendezvous_resumed"}, {"time_ms", unix_ms()}, {"server", text}}
@@ -99,7 +99,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
   world_.run_id = a.run_id;
   world_.restart_count = a.restart_count;
   world_.max_restarts = a.max_restarts;
-  stragglers_.clear();  // the server judges each round afresh
+  live_.on_new_round();  // the server judges stragglers afresh
   // One block per node and round, so a log shows at a glance where every node's ranks went.
   if (a.nnodes > 1) log_.info(rdzv::format_summary(a, config_.host));
   // --stdin-rank names a global rank, which a multi-node job knows only now (one node: checked at start-up).

@@ -87,7 +87,7 @@ void NodeAgent::take_reform_assignment() {
   }
   lifecycle_.on_reformed();
   hang_.start_round();
-  status_rates_ = RateHistory();  // paces by rank: the ranks changed
+  live_.on_ranks_changed();
   const World& w = world_;
   log_.info("re-formed in place: ", ranks_text(w), " of ",
             w.world_size, " (node ", w.node_rank, " of ", w.nnodes, "), master ", w.master_addr, ":", w.master_port,
