@@ -51,9 +51,9 @@ NodeAgent::NodeAgent(const AgentConfig& config)
       signals_(io_, job_signals()),
       reaper_(io_, [this](pid_t pid, const process::ExitStatus& s) { on_child_exit(pid, s); },
               [this](bool has_children) { after_reap(has_children); }),
-      grace_timer_(io_), drain_timer_(io_), stop_reply_timer_(io_), peer_signal_timer_(io_),
+      grace_timer_(io_), stop_reply_timer_(io_), peer_signal_timer_(io_),
       link_(io_, config, rendezvous_handlers()),
-      guard_watch_(io_), probe_(io_),
+      guard_watch_(io_), output_(io_, config_, world_, log_, events_, [this] { maybe_finish(); }), probe_(io_),
       hang_(io_, config_, heartbeats_, layout_, policy_, log_, events_, hang_host()),
       live_(io_, config_, world_, heartbeats_, policy_, log_, events_, live_view_host()), reform_ack_timer_(io_) {}
 
@@ -92,8 +92,7 @@ int NodeAgent::run() {
   // Signals held since main (block_job_signals) stay blocked for good: the signalfd reads them on the loop,
   // those that came early first, each with its sender.
   signals_.start([this](const ReceivedSignal& r) { on_signal(r); });
-  console::set_on_room(room_callback());
-  log_failures_->wake = [this] { asio::post(io_, [this] { report_log_failures(); }); };
+  output_.start();
   policy_.set_preemption_exit(config_.preemption_exit);
   reaper_.start();
   watch_guard();
@@ -110,8 +109,7 @@ int NodeAgent::run() {
   }
   live_.start(start_ms_);
   io_.run();
-  console::set_on_room(nullptr);  // the loop is done: nothing may be posted to it any more
-  drain_log_files();
+  output_.drain_files_after_loop(policy_.stop_signal() != 0);
   if (probe_.running()) log_.info(probe_.report());
   // The job signals are still blocked (the signalfd never unblocks them): a SIGUSR1 or SIGTERM arriving now
   // (a scheduler's notice racing the job's end) is held and discarded at exit, not the job's exit code.
@@ -132,7 +130,7 @@ int NodeAgent::run() {
     log_.warning("killed ", left, " process", left == 1 ? "" : "es", " left in the job's cgroup after the job ended");
   layout_.cleanup();
   guard_.dismiss();
-  drain_console();
+  output_.drain_console();
   return code;
 }
 
@@ -159,7 +157,7 @@ void NodeAgent::on_signal(const ReceivedSignal& received) {
   if (signal == SIGCONT) return resume_job();
   // Every process is gone and only a stalled console holds the end back: a stop signal means "stop
   // waiting for it" (the job's outcome stands; what was not shown is counted in the summary).
-  if (lifecycle_.processes_gone() && is_stop_signal(signal) && output_stalled()) abandon_stalled_output(signal);
+  if (lifecycle_.processes_gone() && is_stop_signal(signal) && output_.stalled()) output_.abandon_stalled(signal);
   // In a SLURM step whose proctrack plugin signals every process of the step (cgroup, linuxproc: scancel -s,
   // scancel's SIGTERM, --signal, srun's Ctrl-C), what slurmstepd sends has reached every worker too; sending
   // it again would give each worker two notices (docs/MULTINODE.md, "Signals under SLURM").
@@ -301,19 +299,16 @@ void NodeAgent::after_reap(bool has_children) {
       !lifecycle_.outcome_known())
     link_.client().report_node_done();
   grace_timer_.cancel();
-  arm_drain_limit();
+  output_.arm_drain_limit();
   maybe_finish();
 }
 
 void NodeAgent::maybe_finish() {
   if (lifecycle_.finished() || !lifecycle_.processes_gone()) return;
   // A restart does not wait for a stalled console: the round's streams that wait for room there go on
-  // draining beside the next round (retired_pumps_), in order, and the end of the job waits for them all.
-  const bool restart = lifecycle_.restarting();
-  auto done = [restart](const auto& p) { return p->finished() || (restart && p->waiting_for_room()); };
-  if (!std::all_of(pumps_.begin(), pumps_.end(), done)) return;
-  if (!restart && !std::all_of(retired_pumps_.begin(), retired_pumps_.end(), done)) return;
-  drain_timer_.cancel();  // every stream drained: none is left open, however long the job's outcome takes
+  // draining beside the next round, in order, and the end of the job waits for them all.
+  if (!output_.round_drained(lifecycle_.restarting())) return;
+  output_.cancel();  // every stream drained: none is left open, however long the job's outcome takes
   switch (const AgentLifecycle::Next next = lifecycle_.after_drained(); next) {
     case AgentLifecycle::Next::kWait:
       return;
@@ -327,7 +322,7 @@ void NodeAgent::maybe_finish() {
       break;
   }
   reaper_.stop();
-  drain_timer_.cancel();
+  output_.cancel();
   grace_timer_.cancel();
   stop_reply_timer_.cancel();
   peer_signal_timer_.cancel();

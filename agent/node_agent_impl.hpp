@@ -28,7 +28,7 @@
 #include "agent/heartbeat_channel.hpp"
 #include "agent/live_view.hpp"
 #include "agent/loop_probe.hpp"
-#include "agent/output_pump.hpp"
+#include "agent/output_routing.hpp"
 #include "agent/rendezvous_link.hpp"
 #include "agent/run_layout.hpp"
 #include "agent/signal_reader.hpp"
@@ -38,13 +38,6 @@
 #include "common/process/job_guard.hpp"
 
 namespace ddprun::agent {
-
-// Bytes queued for the console or a log file beyond which the workers' pipes are no longer read (they
-// back-pressure the workers).
-inline constexpr std::size_t kOutputHighWater = 4 << 20;
-
-// The signals that, at the end, give up waiting for output a console or a file system does not take.
-sigset_t stop_signals();
 
 class NodeAgent {
  public:
@@ -62,8 +55,6 @@ class NodeAgent {
   void start_workers();
   std::string oom_kill_reason();
   std::optional<StartFailure> start_worker(int local_rank);
-  int open_target(int local_rank, int stream_bit, bool& console, bool& file);
-  std::string output_prefix(int rank, int local_rank) const;
   void signal_everything(int signal, bool include_descendants);
   // node_agent_rdzv.cpp
   rendezvous::ClientHandlers rendezvous_handlers();
@@ -105,25 +96,11 @@ class NodeAgent {
   void arm_grace();
   void on_grace_expired();
   void maybe_finish();
-  // node_agent_output.cpp
-  void arm_drain_limit();
-  bool any_pump_waiting_for_room() const;
-  void abandon_stalled_output(int signal);
-  bool output_stalled() const;
-  // The workers' log files: each a WriteQueue with a thread of its own (node_agent_output.cpp).
-  std::shared_ptr<WriteQueue> open_log_queue(int rank, const std::string& path);
-  void report_log_failures();
-  void drain_log_files();
-  void resume_waiting_pumps();
-  std::function<void()> room_callback();
-  void drain_console();
   // The job guard's liveness (node_agent.cpp): a guard that is gone is said at once and replaced.
   void start_job_guard();
   void watch_guard();
   void on_guard_gone();
-  void note_console_losses(std::vector<std::string>& losses) const;
   SummaryContext summary_context() const;  // what the end-of-job summary needs from this node, as it ends
-  void on_log_file_failure(int rank, const FileWriteFailure& f);
   int events_exit_code(int job_code);
 
   const AgentConfig& config_;
@@ -133,23 +110,19 @@ class NodeAgent {
   SignalReader signals_;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT (stop), SIGUSR1, SIGUSR2 (notices), SIGTSTP, SIGCONT
   ChildReaper reaper_;
   boost::asio::steady_timer grace_timer_;
-  boost::asio::steady_timer drain_timer_;
   boost::asio::steady_timer stop_reply_timer_;  // bounds the wait for the server's answer to our signal
   boost::asio::steady_timer peer_signal_timer_;  // SLURM: a peer's signal, before our slurmstepd's copy came
   SupervisionPolicy policy_;
   RunLayout layout_;
   EventLog events_;
   std::unordered_map<pid_t, int> local_rank_of_;
-  PumpScratch pump_scratch_;  // declared before pumps_: they hold a reference to it
-  std::vector<std::unique_ptr<OutputPump>> pumps_;          // this round's streams
-  std::vector<std::unique_ptr<OutputPump>> retired_pumps_;  // earlier rounds' streams waiting for the console
-  std::map<int, std::shared_ptr<StreamTail>> stderr_tails_;  // local rank → its stderr's end
   RendezvousLink link_;
   process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)
   process::JobCgroup cgroup_;  // the workers' cgroup, where one can be made (common/process/job_cgroup.hpp)
   process::OomKillCounter oom_;      // the OOM kills in the workers' memory cgroup
   long long oom_kills_seen_ = -1;    // its count at the round's start plus the kills already put on a worker
   boost::asio::posix::stream_descriptor guard_watch_;  // says when the guard is gone (watch_guard)
+  OutputRouting output_;  // the workers' streams: console, log files (agent/output_routing.hpp)
   HeartbeatChannel heartbeats_;  // the workers' beats: the hang inquiry, the live view, re-forming in place
   LoopProbe probe_;  // DDPRUN_LOOP_PROBE_MS (agent/loop_probe.hpp)
   bool announcing_start_failure_ = false;  // link_.announce_start_failure runs: a stop signal ends it
@@ -162,21 +135,6 @@ class NodeAgent {
   AgentLifecycle lifecycle_;  // round stage, what the round leads to, clean-up (agent/agent_lifecycle.hpp)
   std::int64_t start_ms_ = 0;
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary
-  std::vector<std::string> output_losses_;  // log files that could not be written, for the summary
-  struct LogFile {
-    int rank;
-    std::string path;
-    std::shared_ptr<WriteQueue> queue;
-  };
-  std::vector<LogFile> log_files_;  // every round's, until the end (their last bytes may still be on the way)
-  // Failures of log file writes, reported by the writer threads and taken on the loop (report_log_failures).
-  struct LogFailures {
-    std::mutex mu;
-    std::vector<std::pair<int, FileWriteFailure>> pending;
-    std::function<void()> wake;  // posts report_log_failures to the loop; cleared when the loop ends
-  };
-  std::shared_ptr<LogFailures> log_failures_ = std::make_shared<LogFailures>();
-  int log_drained_fd_ = -1;  // an eventfd the log queues poke when empty (never closed: see drain_log_files)
 };
 
 }  // namespace ddprun::agent

@@ -81,7 +81,7 @@ int NodeAgent::end_before_start(const std::string& why, int code) {
   cgroup_.end();
   layout_.cleanup();
   guard_.dismiss();
-  drain_console();
+  output_.drain_console();
   return code;
 }
 
@@ -210,14 +210,8 @@ void NodeAgent::begin_next_round(AgentLifecycle::Next how) {
   if (lifecycle_.finished()) return;  // the job's end came while this was posted: no next round
   lifecycle_.on_next_round();
   grace_timer_.cancel();
-  drain_timer_.cancel();
   // Streams still waiting for room on the console keep draining beside the next round (maybe_finish).
-  retired_pumps_.erase(std::remove_if(retired_pumps_.begin(), retired_pumps_.end(),
-                                      [](const auto& p) { return p->finished(); }),
-                       retired_pumps_.end());
-  for (auto& p : pumps_)
-    if (!p->finished()) retired_pumps_.push_back(std::move(p));
-  pumps_.clear();
+  output_.retire_round();
   local_rank_of_.clear();
   // ddprun was told to stop while the round's workers went down: no next round, the job ends.
   if (const int signal = policy_.stop_signal(); signal != 0) return leave_after_signal(signal);

@@ -81,9 +81,7 @@ void NodeAgent::take_reform_assignment() {
     w.rank = world_.rank_offset + lr;
     heartbeats_.forget_beats(lr);  // a beat of the last round is not one of this round (as for new workers)
     heartbeats_.announce_reform(lr, reforms_announced_);
-    const std::string prefix = output_prefix(w.rank, lr);
-    for (auto& p : pumps_)
-      if (p->local_rank() == lr) p->set_prefix(prefix);
+    output_.set_rank(lr, w.rank);
   }
   lifecycle_.on_reformed();
   hang_.start_round();

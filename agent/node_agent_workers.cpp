@@ -20,10 +20,6 @@
 namespace ddprun::agent {
 using nlohmann::json;
 namespace {
-// Enough for a Python traceback's last five frames with their source lines and markers, and the exception
-// (a torch path alone is ~100 bytes); kept for every worker whose stderr is read.
-constexpr std::size_t kStderrTailBytes = 8192;
-
 // What ran out, and what to do about it, in one line.
 std::string resource_advice(int err, const std::string& what) {
   struct rlimit lim {};
@@ -85,25 +81,6 @@ void NodeAgent::start_workers() {
   hang_.watch();
 }
 
-// The console prefix of a worker's lines (--prefix-format was checked at start-up).
-std::string NodeAgent::output_prefix(int rank, int local_rank) const {
-  std::string prefix;
-  expand_prefix(config_.output.prefix_format, rank, local_rank, world_.node_rank, world_.role, config_.host, prefix);
-  return prefix;
-}
-
-// Decides where one stream of a worker goes: to the console, to a log file (created by its queue's writer
-// thread, never on the loop), both, or nowhere (-1: no pump needed, the child writes to /dev/null).
-int NodeAgent::open_target(int local_rank, int stream_bit, bool& console, bool& file) {
-  const OutputConfig& out = config_.output;
-  const bool redirected = (out.redirects.mask_for(local_rank) & stream_bit) != 0;
-  const bool teed = (out.tee.mask_for(local_rank) & stream_bit) != 0;
-  const auto& filter = out.console_local_ranks;
-  console = !redirected && (filter.empty() || std::count(filter.begin(), filter.end(), local_rank) > 0);
-  file = redirected || teed;
-  return (console || file) ? 0 : -1;
-}
-
 std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
   const World& w = world_;
   const int rank = w.rank_offset + local_rank;
@@ -138,15 +115,13 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
     env_in.flight_recorder_prefix = hang_.flight_recorder_prefix(local_rank);
   }
 
-  const std::string prefix = output_prefix(rank, local_rank);
   struct Route {
     int bit;
-    int console_fd;
     Pipe pipe;
-    bool console = false;
-    bool file = false;
+    OutputRouting::Target target;
   };
-  Route routes[2] = {{kStdout, 1, {}}, {kStderr, 2, {}}};
+  Route routes[2] = {{kStdout, {}, output_.target_of(local_rank, kStdout)},
+                     {kStderr, {}, output_.target_of(local_rank, kStderr)}};
   int null_fd = -1;
   pid_t pid = 0;
   std::optional<StartFailure> failure;
@@ -162,7 +137,7 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
   };
   try {
     for (Route& r : routes) {
-      if (open_target(local_rank, r.bit, r.console, r.file) == 0) {
+      if (r.target.any()) {
         r.pipe = make_output_pipe();
       } else {
         if (null_fd < 0) null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -172,7 +147,7 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
     opts.stdout_fd = routes[0].pipe.write_fd;
     opts.stderr_fd = routes[1].pipe.write_fd;
     // Only when stdout goes to the terminal alone: a bar's '\r' redraws have no place in a --tee file.
-    env_in.console_tty = routes[0].console && !routes[0].file && ::isatty(STDOUT_FILENO) == 1;
+    env_in.console_tty = routes[0].target.console && !routes[0].target.file && ::isatty(STDOUT_FILENO) == 1;
     opts.env = worker_environment(config_.base_env, w, env_in);
     pid = process::spawn(opts);
   } catch (const process::ExecError& e) {
@@ -188,22 +163,11 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
     if (r.pipe.write_fd >= 0 && r.pipe.write_fd != null_fd) ::close(r.pipe.write_fd);
   if (null_fd >= 0) ::close(null_fd);
 
-  for (Route& r : routes) {
-    if (r.pipe.read_fd < 0) continue;
-    PumpTargets t;
-    t.console_fd = r.console ? r.console_fd : -1;
-    if (r.file)
-      t.file = open_log_queue(rank, r.bit == kStdout ? layout_.stdout_file(w.restart_count, local_rank)
-                                               : layout_.stderr_file(w.restart_count, local_rank));
-    t.prefix = prefix;
-    t.local_rank = local_rank;
-    if (r.bit == kStderr) {  // for the summary: the exception of a worker that wrote no error file
-      t.tail = std::make_shared<StreamTail>(kStderrTailBytes);
-      stderr_tails_[local_rank] = t.tail;
-    }
-    pumps_.push_back(std::make_unique<OutputPump>(io_, r.pipe.read_fd, t, pump_scratch_, [this] { maybe_finish(); }));
-    pumps_.back()->start();
-  }
+  for (Route& r : routes)
+    if (r.pipe.read_fd >= 0)
+      output_.add_stream(rank, local_rank, r.bit, r.pipe.read_fd, r.target,
+                         r.bit == kStdout ? layout_.stdout_file(w.restart_count, local_rank)
+                                          : layout_.stderr_file(w.restart_count, local_rank));
 
   const std::int64_t now = unix_ms();
   policy_.add_worker(rank, local_rank, pid, now);
