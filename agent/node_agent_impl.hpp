@@ -34,6 +34,7 @@
 #include "agent/signal_reader.hpp"
 #include "agent/stack_capture.hpp"
 #include "agent/supervision_policy.hpp"
+#include "agent/worker_plan.hpp"
 #include "common/process/job_cgroup.hpp"
 #include "common/process/job_guard.hpp"
 
@@ -54,6 +55,7 @@ class NodeAgent {
   };
   void start_workers();
   std::string oom_kill_reason();
+  WorkerFacts worker_facts(int local_rank, const OutputRouting::Target& stdout_target) const;
   std::optional<StartFailure> start_worker(int local_rank);
   void signal_everything(int signal, bool include_descendants);
   // node_agent_rdzv.cpp

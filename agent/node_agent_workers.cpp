@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
-#include "agent/env_contract.hpp"
 #include "agent/node_agent_impl.hpp"
+#include "agent/worker_plan.hpp"
 #include "common/error.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
@@ -81,40 +81,33 @@ void NodeAgent::start_workers() {
   hang_.watch();
 }
 
+// What the plan of a worker (agent/worker_plan.hpp) needs to know of this process and this round's files.
+WorkerFacts NodeAgent::worker_facts(int local_rank, const OutputRouting::Target& stdout_target) const {
+  const int attempt = world_.restart_count;
+  WorkerFacts facts;
+  facts.agent_pid = ::getpid();
+  facts.job_tag = guard_.tag();
+  facts.cgroup_procs_fd = cgroup_.procs_fd();
+  facts.stdin_is_foreground_terminal = world_.rank_offset + local_rank == config_.stdin_rank &&
+                                       ::isatty(STDIN_FILENO) == 1 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+  // Only when stdout goes to the terminal alone: a bar's '\r' redraws have no place in a --tee file.
+  facts.stdout_to_terminal_only = stdout_target.console && !stdout_target.file && ::isatty(STDOUT_FILENO) == 1;
+  facts.error_file = layout_.error_file(attempt, local_rank);
+  if (heartbeats_.enabled()) {
+    facts.heartbeat_fd = heartbeats_.fd();
+    facts.reform_file = layout_.reform_file(attempt, local_rank);
+  }
+  if (config_.hang_timeout.count() > 0) {
+    facts.stacks_file = hang_.stacks_file(local_rank);
+    facts.stacks_signal = python_stacks_signal();
+    facts.flight_recorder_prefix = hang_.flight_recorder_prefix(local_rank);
+  }
+  return facts;
+}
+
 std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
   const World& w = world_;
   const int rank = w.rank_offset + local_rank;
-  process::SpawnOptions opts;
-  opts.program = config_.program;
-  opts.argv = config_.argv;
-  if (!config_.local_rank_arg.empty())  // --local-rank-arg, where torch.distributed.launch put it
-    opts.argv.insert(opts.argv.begin() + static_cast<std::ptrdiff_t>(config_.local_rank_arg_at),
-                     config_.local_rank_arg + "=" + std::to_string(local_rank));
-  // --stdin-rank: ddprun's stdin goes to that rank alone (the others read /dev/null). From a terminal where
-  // ddprun is the foreground job, the rank's group becomes the foreground group, or reading (pdb) would stop
-  // it with SIGTTIN; on_child_exit hands the terminal back.
-  if (rank == config_.stdin_rank) {
-    opts.stdin_fd = STDIN_FILENO;
-    opts.take_terminal = ::isatty(STDIN_FILENO) == 1 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
-  }
-  WorkerEnvInputs env_in;
-  env_in.local_rank = local_rank;
-  env_in.error_file = layout_.error_file(w.restart_count, local_rank);
-  env_in.agent_pid = ::getpid();
-  env_in.job_tag = guard_.tag();
-  opts.cgroup_procs_fd = cgroup_.procs_fd();
-  if (heartbeats_.enabled()) {
-    env_in.heartbeat_fd = heartbeats_.fd();
-    env_in.heartbeat_offset = HeartbeatChannel::offset_of(local_rank);
-    env_in.reform_file = layout_.reform_file(w.restart_count, local_rank);
-    opts.inherit_fds.push_back(heartbeats_.fd());
-  }
-  if (config_.hang_timeout.count() > 0) {
-    env_in.stacks_file = hang_.stacks_file(local_rank);
-    env_in.stacks_signal = python_stacks_signal();
-    env_in.flight_recorder_prefix = hang_.flight_recorder_prefix(local_rank);
-  }
-
   struct Route {
     int bit;
     Pipe pipe;
@@ -135,6 +128,7 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
       r.pipe.read_fd = -1;
     }
   };
+  process::SpawnOptions opts = plan_worker(config_, w, local_rank, worker_facts(local_rank, routes[0].target));
   try {
     for (Route& r : routes) {
       if (r.target.any()) {
@@ -146,9 +140,6 @@ std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
     }
     opts.stdout_fd = routes[0].pipe.write_fd;
     opts.stderr_fd = routes[1].pipe.write_fd;
-    // Only when stdout goes to the terminal alone: a bar's '\r' redraws have no place in a --tee file.
-    env_in.console_tty = routes[0].target.console && !routes[0].target.file && ::isatty(STDOUT_FILENO) == 1;
-    opts.env = worker_environment(config_.base_env, w, env_in);
     pid = process::spawn(opts);
   } catch (const process::ExecError& e) {
     failure = StartFailure{local_rank, {}, e.what()};
