@@ -28,6 +28,7 @@ HangInquiry::Host NodeAgent::hang_host() {
   };
   h.report_hang = [this](int local_rank, const std::string& message) {
     rendezvous::Failure f = failure_of(policy_.worker(local_rank));
+    f.kind = rendezvous::FailureKind::kHung;
     f.signal = SIGKILL;
     f.time_unix_ms = unix_ms();
     f.message = message;

@@ -141,7 +141,7 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   // needs"), or, to a node that left an elastic job, that the others go on without it.
   const bool ours = order.root_cause.node_rank == world_.node_rank && (policy_.root_cause() || policy_.stop_signal());
   // Another node's ddprun was told to stop (scancel, preemption): a warning, as here; a failure is an error.
-  const bool stopped = order.root_cause.is_node_failure() && order.root_cause.signal.has_value();
+  const bool stopped = rdzv::is_agent_stopped(order.root_cause);
   const std::string said = order.reason.empty() ? "" : " (" + order.reason + ")";
   if (!ours && stopped) log_.warning("job stopped: ", cause.text, said);
   else if (!ours) log_.error("job stopped: ", cause.text, said);
@@ -151,7 +151,7 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   // same signal to every process of the step here too. Tearing down at once would give each worker a second
   // copy (and some training scripts take a second SIGTERM as "exit now, no checkpoint"): wait briefly for it.
   // It comes through on_signal, which tears down without forwarding; the outcome is recorded when this fires.
-  if (!ours && config_.step_signals_reach_workers && order.root_cause.is_node_failure() && order.root_cause.signal &&
+  if (!ours && config_.step_signals_reach_workers && rdzv::is_agent_stopped(order.root_cause) &&
       lifecycle_.workers_started() && policy_.phase() == Phase::kRunning) {
     log_.debug("waiting up to ", kPeerSignalWait.count(), " ms for this node's slurmstepd to deliver the signal");
     peer_signal_timer_.expires_after(kPeerSignalWait);
@@ -238,6 +238,7 @@ rdzv::Failure NodeAgent::failure_of(const WorkerRecord& w) const {
 void NodeAgent::report_worker_failure(int local_rank) {
   const WorkerRecord& w = policy_.worker(local_rank);
   rdzv::Failure f = failure_of(w);
+  f.kind = w.status.signaled ? rdzv::FailureKind::kSignaled : rdzv::FailureKind::kExited;
   if (w.status.signaled) f.signal = w.status.signal;
   else f.exit_code = w.status.code;
   f.time_unix_ms = w.end_ms;
@@ -265,6 +266,7 @@ void NodeAgent::report_signal(int signal) {
 // This node's ddprun itself was stopped: a node failure (no rank), which the rendezvous never restarts.
 void NodeAgent::report_agent_signal(int signal, std::int64_t time_ms) {
   rdzv::Failure f;
+  f.kind = rdzv::FailureKind::kAgentStopped;
   f.node_rank = world_.node_rank;
   f.host = config_.host;
   f.pid = ::getpid();

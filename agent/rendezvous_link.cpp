@@ -172,6 +172,7 @@ bool RendezvousLink::announce_start_failure(const std::string& why, std::functio
     return false;
   }
   rdzv::Failure failure;
+  failure.kind = rdzv::FailureKind::kCannotStart;
   failure.node_rank = r.node_rank.value_or(0);
   failure.host = config_.host;
   failure.exit_code = kExitRdzvUnavailable;

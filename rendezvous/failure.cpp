@@ -1,6 +1,8 @@
 #include "rendezvous/failure.hpp"
 
+#include <algorithm>
 #include <csignal>
+#include <iterator>
 #include <cstring>
 #include <sstream>
 
@@ -12,14 +14,42 @@
 
 namespace ddprun::rendezvous {
 
+const char* to_string(FailureKind kind) {
+  switch (kind) {
+    case FailureKind::kExited: return "exited";
+    case FailureKind::kSignaled: return "signaled";
+    case FailureKind::kHung: return "hung";
+    case FailureKind::kNodeLost: return "node_lost";
+    case FailureKind::kAgentStopped: return "agent_stopped";
+    case FailureKind::kCannotStart: return "cannot_start";
+    case FailureKind::kJoined: return "joined";
+  }
+  return "?";
+}
+
 bool operator==(const Failure& a, const Failure& b) {
-  return a.node_rank == b.node_rank && a.host == b.host && a.rank == b.rank && a.local_rank == b.local_rank &&
+  return a.kind == b.kind && a.node_rank == b.node_rank && a.host == b.host && a.rank == b.rank && a.local_rank == b.local_rank &&
          a.pid == b.pid && a.exit_code == b.exit_code && a.signal == b.signal &&
          a.time_unix_ms == b.time_unix_ms && a.error_file_contents == b.error_file_contents &&
          a.message == b.message && a.unsure == b.unsure;
 }
 
 namespace {
+// What a failure of its kind must hold and must not; nullptr when it fits.
+const char* kind_mismatch(const Failure& f) {
+  const bool worker = f.rank >= 0;
+  switch (f.kind) {
+    case FailureKind::kExited: return worker && f.exit_code ? nullptr : "needs a rank and an exit code";
+    case FailureKind::kSignaled: return worker && f.signal ? nullptr : "needs a rank and a signal";
+    case FailureKind::kHung: return (worker && f.signal) || (!worker && !f.signal) ? nullptr : "needs a rank and a signal, or neither";
+    case FailureKind::kAgentStopped: return !worker && f.signal ? nullptr : "needs a signal and no rank";
+    case FailureKind::kCannotStart: return !worker && f.exit_code ? nullptr : "needs an exit code and no rank";
+    case FailureKind::kNodeLost:
+    case FailureKind::kJoined: return !worker && !f.signal && !f.exit_code ? nullptr : "has no rank, signal or exit code";
+  }
+  return "is unknown";
+}
+
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
@@ -28,7 +58,7 @@ std::string signal_name(int sig) {
 
 std::string describe(const Failure& failure) {
   std::ostringstream out;
-  if (failure.is_node_failure() && failure.signal) {
+  if (is_agent_stopped(failure) && failure.signal) {
     // The node's ddprun itself was stopped (Ctrl-C, scancel, kill): not a lost node, and it says which.
     out << "ddprun on node " << failure.node_rank << " (host " << (failure.host.empty() ? "?" : failure.host)
         << ") received " << signal_name(*failure.signal);
@@ -76,10 +106,8 @@ std::string describe(const Failure& failure) {
   return out.str();
 }
 
-bool is_hang(const Failure& failure) { return failure.signal && failure.message.rfind("hung:", 0) == 0; }
-
 int exit_status_of(const Failure& failure) {
-  if (is_hang(failure)) return kExitHung;  // not 137: a batch script must tell a hang from an OOM kill
+  if (is_hang(failure) && failure.signal) return kExitHung;  // not 137: a batch script must tell a hang from an OOM kill
   // Belt and braces behind the decoder's checks: an exit status is 8 bits, so 256 would leave as 0 and a
   // huge signal would overflow. Whatever a Failure holds, a failed job never exits 0.
   if (failure.signal && *failure.signal >= 1 && *failure.signal <= kMaxSignal) return 128 + *failure.signal;
@@ -88,7 +116,7 @@ int exit_status_of(const Failure& failure) {
 }
 
 void to_json(nlohmann::json& out, const Failure& failure) {
-  out = nlohmann::json{{"node_rank", failure.node_rank}, {"host", failure.host},
+  out = nlohmann::json{{"kind", to_string(failure.kind)}, {"node_rank", failure.node_rank}, {"host", failure.host},
                        {"rank", failure.rank},           {"local_rank", failure.local_rank},
                        {"pid", failure.pid},             {"time_unix_ms", failure.time_unix_ms}};
   if (failure.exit_code) out["exit_code"] = *failure.exit_code;
@@ -119,6 +147,15 @@ void from_json(const nlohmann::json& in, Failure& failure) {
   f.exit_code = get_optional_int_in(in, "exit_code", 0, 255);
   f.signal = get_optional_int_in(in, "signal", 1, kMaxSignal);
   if (f.exit_code && f.signal) throw ProtocolError("a failure cannot both exit with a code and be killed by a signal");
+  const std::string kind = get_string(in, "kind", 32);
+  static constexpr FailureKind kKinds[] = {FailureKind::kExited,       FailureKind::kSignaled,
+                                           FailureKind::kHung,         FailureKind::kNodeLost,
+                                           FailureKind::kAgentStopped, FailureKind::kCannotStart,
+                                           FailureKind::kJoined};
+  const auto* found = std::find_if(std::begin(kKinds), std::end(kKinds), [&](FailureKind k) { return kind == to_string(k); });
+  if (found == std::end(kKinds)) throw ProtocolError("a failure of an unknown kind \"" + kind + "\"");
+  f.kind = *found;
+  if (const char* why = kind_mismatch(f)) throw ProtocolError(std::string("a failure of kind ") + to_string(f.kind) + " " + why);
   if (f.rank >= 0 && !f.exit_code && !f.signal)
     throw ProtocolError("a worker's failure needs an exit code or a signal");
   // A node that could not start (is_start_failure) ends the job with ddprun's 69; no other node failure has a code.

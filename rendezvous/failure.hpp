@@ -14,7 +14,23 @@
 
 namespace ddprun::rendezvous {
 
+// What failed, as a type (issue 31: it was prose, a "hung:" prefix of the message, and exit code 78 and the hang
+// verdict's kill depended on it). Exit codes and decisions read the kind; the message is free to change. The
+// fields each kind needs are checked when a peer's failure is decoded (from_json).
+enum class FailureKind {
+  kExited,        // a worker exited non-zero, or could not be started (pid 0): exit_code
+  kSignaled,      // a worker was killed by a signal: signal
+  kHung,          // --hang-timeout: a worker killed as hung (signal); rank -1: the job stopped for a hang, no one named
+  kNodeLost,      // a node vanished, went silent, was dropped, or did not come back to a restarted server: rank -1
+  kAgentStopped,  // a node's ddprun received a stop signal: rank -1, signal
+  kCannotStart,   // a node could not take part at all: rank -1, exit code 69
+  kJoined,        // not a failure: a node joined (what a re-form names as its cause)
+};
+// "exited", "signaled", "hung", "node_lost", "agent_stopped", "cannot_start", "joined": the wire's and the events' word.
+const char* to_string(FailureKind kind);
+
 struct Failure {
+  FailureKind kind = FailureKind::kExited;
   int node_rank = -1;
   std::string host;
   int rank = -1;        // global rank; -1 when the whole node failed
@@ -35,13 +51,15 @@ struct Failure {
 
 // The "cause" of a re-form for a newcomer (state_machine.cpp): no failure, a node joined. describe() says so.
 inline constexpr const char* kJoinedMessage = "joined the job";
-inline bool is_join(const Failure& f) {
-  return f.node_rank < 0 && f.rank < 0 && !f.signal && !f.exit_code && f.message == kJoinedMessage;
-}
+inline bool is_join(const Failure& f) { return f.kind == FailureKind::kJoined; }
 
 // A node that could not take part at all (munged down there, no free rendezvous port): no worker ran, its
 // message says why, and its exit code (69, ddprun's EX_UNAVAILABLE) is every node's (state_machine_start.cpp).
-inline bool is_start_failure(const Failure& f) { return f.is_node_failure() && !f.signal && f.exit_code.has_value(); }
+inline bool is_start_failure(const Failure& f) { return f.kind == FailureKind::kCannotStart; }
+// A node's ddprun itself was stopped by a signal (Ctrl-C, scancel, kill): not a lost node, and never restarted.
+inline bool is_agent_stopped(const Failure& f) { return f.kind == FailureKind::kAgentStopped; }
+// A node lost while nothing of it failed (no worker's failure, no signal, no hang): what a re-form survives.
+inline bool is_node_lost(const Failure& f) { return f.kind == FailureKind::kNodeLost; }
 
 // Error files can be large; frames cannot. Contents beyond this are cut (with a marker) when serialised.
 inline constexpr std::size_t kMaxErrorFileBytes = 64 * 1024;
@@ -61,8 +79,8 @@ std::string describe(const Failure& failure);
 // The exit code ddprun leaves with for this root cause: the worker's code, 128+signal, or 1 for a lost node.
 // Always 1..255: a "failure" whose exit code is 0 or out of range, or whose signal is not 1..64, maps to 1.
 int exit_status_of(const Failure& failure);
-// A worker its agent killed for hanging (--hang-timeout): the message starts with "hung:".
-bool is_hang(const Failure& failure);
+// A worker its agent killed for hanging (--hang-timeout), or a job stopped for a hang.
+inline bool is_hang(const Failure& failure) { return failure.kind == FailureKind::kHung; }
 
 // JSON (de)serialisation; from_json throws ddprun::rendezvous::ProtocolError on missing, mistyped or
 // out-of-range fields (exit code 0..255, signal 1..64, ranks >= -1 and both or neither -1, bounded strings).

@@ -164,6 +164,7 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
   const Candidate* chosen = by_silence(left);
   const RankBeat* suspect = chosen ? chosen->rank : nullptr;
   Failure f;
+  f.kind = FailureKind::kHung;
   f.time_unix_ms = now_unix_ms;
   f.signal = SIGKILL;
   if (left.empty()) {  // nobody reported a running worker: the job is stopped, with no rank to blame

@@ -270,6 +270,7 @@ void admit_waiting_joiners(RendezvousState& state, const Now& now, Actions& out)
     if (!first || node.join_seq < first->join_seq) first = &node;
   }
   Failure joined;  // no failure: names the newcomer for the agents' logs
+  joined.kind = FailureKind::kJoined;
   joined.host = first->host;
   joined.message = kJoinedMessage;
   std::string who = "host \"" + first->host + "\" (" + first->address + ")" +

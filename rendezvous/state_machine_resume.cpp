@@ -123,6 +123,7 @@ void resume_into_running(RendezvousState& state, const Hello& event, Actions& ou
   // Elastic: its workers are stale, but the node may come back as a new one once they are gone (the same stop
   // a node dropped for silence hears when its connection still stands: state_machine_run.cpp node_gone).
   Failure failure;
+  failure.kind = FailureKind::kNodeLost;
   failure.node_rank = claim.node_rank;
   failure.host = event.hello.host;
   failure.message = "dropped from " + round_text(claim);
@@ -190,6 +191,7 @@ void on_resume_hello(RendezvousState& state, const Hello& event, const Now& now,
   if (static_cast<int>(state.nodes.size()) < claim.nnodes) return;
   if (std::string why = check_counts(a); !why.empty()) {
     Failure failure;
+    failure.kind = FailureKind::kNodeLost;
     failure.time_unix_ms = now.unix_ms;
     failure.message = "the nodes' reports of " + round_text(a.claim) + " do not add up: " + why;
     state.adopting.reset();
@@ -216,6 +218,7 @@ void check_adoption_deadline(RendezvousState& state, const Now& now, Actions& ou
   for (std::size_t rank = 0; rank < state.by_rank.size(); ++rank)
     if (state.by_rank[rank] == 0) missing.push_back(static_cast<int>(rank));
   Failure failure;
+  failure.kind = FailureKind::kNodeLost;
   failure.node_rank = missing.front();
   failure.time_unix_ms = now.unix_ms;
   failure.message = "it did not come back to the restarted rendezvous server within " +

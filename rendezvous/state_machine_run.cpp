@@ -123,6 +123,7 @@ void node_lost(RendezvousState& state, ConnId conn, const std::string& why, cons
   }
   if (is_final(state.phase)) return out.push_back(Close{conn});
   Failure failure;
+  failure.kind = FailureKind::kNodeLost;
   failure.node_rank = node.node_rank;
   failure.host = node.host;
   failure.time_unix_ms = now.unix_ms;
@@ -184,7 +185,7 @@ void stop_job(RendezvousState& state, Failure root_cause, const std::string& rea
   state.root_cause = root_cause;
   state.deadlines.clear();  // final: nobody's silence matters any more
   // A node's ddprun told to stop (scancel, preemption, Ctrl-C) is no error: the job may yet end preempted.
-  const bool stopped = root_cause.is_node_failure() && root_cause.signal.has_value();
+  const bool stopped = is_agent_stopped(root_cause);
   out.push_back(Log{stopped ? LogLevel::kWarning : LogLevel::kError,
                     "stopping the job (" + reason + "); root cause: " + describe(root_cause)});
   out.push_back(Broadcast{all_conns(state), StopMsg{std::move(root_cause), reason, false}});

@@ -58,6 +58,7 @@ bool on_start_failure_hello(RendezvousState& state, const Hello& event, const No
     return true;
   }
   Failure failure;
+  failure.kind = FailureKind::kCannotStart;
   failure.node_rank = hello.node_rank.value_or(-1);
   failure.host = hello.host;
   failure.exit_code = kExitUnavailable;

@@ -63,6 +63,7 @@ rdzv::Failure hang_of(int node_rank, int local_rank, std::int64_t pid) {
   f.rank = 10 + local_rank;
   f.local_rank = local_rank;
   f.pid = pid;
+  f.kind = rdzv::FailureKind::kHung;
   f.signal = SIGKILL;
   f.message = "hung: no heartbeat for 3.0 s";
   return f;
@@ -89,7 +90,9 @@ TEST_CASE("a verdict naming a rank of this node kills that worker, and only when
   f.inquiry->on_stop_order(hang_of(2, 1, 9999));  // another process by now (a restart): not killed as hung
   f.inquiry->on_stop_order(hang_of(3, 1, 4001));  // another node's rank
   rdzv::Failure exited = hang_of(2, 1, 4001);
-  exited.message = "exited";  // not a hang
+  exited.kind = rdzv::FailureKind::kExited;  // not a hang, whatever its words
+  exited.signal.reset();
+  exited.exit_code = 1;
   f.inquiry->on_stop_order(exited);
   f.runs = false;  // the round does not run any more
   f.inquiry->on_stop_order(hang_of(2, 1, 4001));

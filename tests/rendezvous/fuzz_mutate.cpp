@@ -60,6 +60,7 @@ std::vector<std::string> seed_payloads() {
   const Failure worker = testing::sample_failure();
   out.push_back(encode(ClientMessage{FailureMsg{worker}}));
   Failure node;
+  node.kind = FailureKind::kAgentStopped;
   node.node_rank = 2;
   node.signal = 15;
   node.message = "its ddprun received SIGTERM";

@@ -143,17 +143,21 @@ TEST_CASE("a failure describes itself for people") {
   CHECK(describe(f) == "rank 5 (local rank 1, node 1, host gpu7, pid 4242) exited with code 3");
   CHECK(exit_status_of(f) == 3);
   f.exit_code.reset();
+  f.kind = FailureKind::kSignaled;
   f.signal = 9;
   CHECK(describe(f) == "rank 5 (local rank 1, node 1, host gpu7, pid 4242) was killed by signal 9 (SIGKILL)");
   CHECK(exit_status_of(f) == 137);
+  f.kind = FailureKind::kHung;
   f.message = "hung: no heartbeat for 5.0 s";
   CHECK(exit_status_of(f) == 78);  // a hang, not an OOM kill
   Failure node;
+  node.kind = FailureKind::kNodeLost;
   node.node_rank = 2;
   node.host = "gpu9";
   node.message = "missed heartbeats for 5.0 s";
   CHECK(describe(node) == "node 2 (host gpu9) lost: missed heartbeats for 5.0 s");
   Failure stopped = node;
+  stopped.kind = FailureKind::kAgentStopped;
   stopped.signal = 2;
   stopped.message = "its ddprun received SIGINT";
   CHECK(describe(stopped) == "ddprun on node 2 (host gpu9) received SIGINT");  // not "lost"
@@ -172,11 +176,13 @@ TEST_CASE("a worker whose exec failed is described by its reason, with no pid") 
 
 TEST_CASE("a newcomer's re-form names a join, not a lost node") {
   Failure joined;
+  joined.kind = FailureKind::kJoined;
   joined.host = "vm";
   joined.message = kJoinedMessage;
   CHECK(is_join(joined));
   CHECK(describe(joined) == "host vm joined the job");  // was "node -1 (host vm) lost: joined the job"
-  Failure lost = joined;
+  Failure lost = joined;  // the same message, another kind: the kind decides, not the words
+  lost.kind = FailureKind::kNodeLost;
   lost.node_rank = 1;
   CHECK_FALSE(is_join(lost));
 }

@@ -13,7 +13,7 @@ using nlohmann::json;
 namespace {
 
 json worker_failure() {
-  return json{{"node_rank", 1}, {"host", "gpu7"}, {"rank", 5},     {"local_rank", 1},
+  return json{{"kind", "exited"}, {"node_rank", 1}, {"host", "gpu7"}, {"rank", 5},     {"local_rank", 1},
               {"pid", 4242},    {"exit_code", 3}, {"time_unix_ms", 1700000000123}};
 }
 
@@ -66,6 +66,7 @@ TEST_CASE("a failure's signal is 1..64: 2147483647 would overflow 128 + signal")
   f.erase("exit_code");
   auto with_signal = [&](const json& sig) {
     json g = f;
+    g["kind"] = "signaled";
     g["signal"] = sig;
     return json{{"type", "failure"}, {"failure", g}}.dump();
   };
@@ -86,12 +87,33 @@ TEST_CASE("a failure's ranks are >= 0 for a worker, both -1 for a node, never a 
   CHECK_FALSE(accepted(failure_with("rank", 1 << 30)));
   json node = worker_failure();  // the agent's own signal: rank and local rank -1, a signal, no exit code
   node["rank"] = node["local_rank"] = -1;
+  node["kind"] = "agent_stopped";
   node.erase("exit_code");
   node["signal"] = 15;
   CHECK(accepted(json{{"type", "failure"}, {"failure", node}}.dump()));
   node["exit_code"] = 1;
   node.erase("signal");
   CHECK_FALSE(accepted(json{{"type", "failure"}, {"failure", node}}.dump()));
+}
+
+TEST_CASE("a failure's kind is one of the known words, and holds what that kind needs") {
+  CHECK_FALSE(accepted(failure_with("kind", nullptr)));
+  CHECK_FALSE(accepted(failure_with("kind", "crashed")));
+  CHECK_FALSE(accepted(failure_with("kind", "signaled")));   // a worker's exit code, called a signal
+  CHECK_FALSE(accepted(failure_with("kind", "node_lost")));  // a worker's exit code, called a lost node
+  CHECK_FALSE(accepted(failure_with("kind", "hung")));       // a hung worker was killed by a signal
+  json hung = worker_failure();
+  hung["kind"] = "hung";
+  hung.erase("exit_code");
+  hung["signal"] = 9;
+  CHECK(accepted(json{{"type", "failure"}, {"failure", hung}}.dump()));
+  json lost = worker_failure();
+  lost["kind"] = "node_lost";
+  lost["rank"] = lost["local_rank"] = -1;
+  lost.erase("exit_code");
+  CHECK(accepted(json{{"type", "failure"}, {"failure", lost}}.dump()));
+  lost["signal"] = 15;  // a node whose ddprun got a signal is agent_stopped, not lost
+  CHECK_FALSE(accepted(json{{"type", "failure"}, {"failure", lost}}.dump()));
 }
 
 TEST_CASE("a worker's failure needs an exit code or a signal") {

@@ -36,8 +36,9 @@ std::vector<Action> all_stopped(RendezvousState& state, std::vector<ConnId> conn
 
 Failure signalled(int signal) {
   Failure f;
+  f.kind = FailureKind::kAgentStopped;  // no rank: the node's ddprun itself
   f.pid = 77;
-  f.signal = signal;  // no rank: the node's ddprun itself
+  f.signal = signal;
   return f;
 }
 

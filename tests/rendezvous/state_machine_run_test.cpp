@@ -172,6 +172,7 @@ TEST_CASE("a node stopped by a signal during a restart round stops the job with 
   auto state = running(2, 3);
   step(state, FailureReport{2, worker_failure(2, 1)}, at(10ms));
   Failure signalled;
+  signalled.kind = FailureKind::kAgentStopped;
   signalled.pid = 77;
   signalled.signal = 15;  // no rank: the node's ddprun itself
   auto stop = find_one<Broadcast>(step(state, FailureReport{1, signalled}, at(11ms)));

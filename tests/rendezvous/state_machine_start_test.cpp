@@ -81,6 +81,7 @@ TEST_CASE("once running, or in an elastic job, a node that cannot join is only l
 TEST_CASE("node 0 that cannot start: its server tells each node that comes, and knows when all were told") {
   RendezvousState state(job(3, true), at(0ms).steady);
   Failure f;
+  f.kind = FailureKind::kCannotStart;
   f.node_rank = 0;
   f.host = "n1";
   f.exit_code = 69;
