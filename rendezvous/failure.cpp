@@ -74,6 +74,11 @@ std::string describe(const Failure& failure) {
     if (!failure.message.empty()) out << ": " << failure.message;
     return out.str();
   }
+  // A hang verdict that names nobody: its message says why ("hung: ...").
+  if (is_hang(failure) && failure.is_node_failure()) {
+    out << "the job " << failure.message;
+    return out.str();
+  }
   if (failure.is_node_failure()) {
     out << "node " << failure.node_rank << " (host " << (failure.host.empty() ? "?" : failure.host) << ") lost";
     if (!failure.message.empty()) out << ": " << failure.message;
@@ -107,7 +112,7 @@ std::string describe(const Failure& failure) {
 }
 
 int exit_status_of(const Failure& failure) {
-  if (is_hang(failure) && failure.signal) return kExitHung;  // not 137: a batch script must tell a hang from an OOM kill
+  if (is_hang(failure)) return kExitHung;  // not 137: a batch script must tell a hang from an OOM kill
   // Belt and braces behind the decoder's checks: an exit status is 8 bits, so 256 would leave as 0 and a
   // huge signal would overflow. Whatever a Failure holds, a failed job never exits 0.
   if (failure.signal && *failure.signal >= 1 && *failure.signal <= kMaxSignal) return 128 + *failure.signal;

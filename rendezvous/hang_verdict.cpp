@@ -168,8 +168,7 @@ Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_un
   f.time_unix_ms = now_unix_ms;
   f.signal = SIGKILL;
   if (left.empty()) {  // nobody reported a running worker: the job is stopped, with no rank to blame
-    f.signal.reset();
-    f.exit_code = 1;
+    f.signal.reset();  // no rank, no signal, no exit code: the job hung, and nobody is named (exit 78)
     f.message = heard_any ? "hung: a node reported a hung worker, but no rank's own node confirms it silent: "
                             "nobody is named"
                           : "hung: a worker stopped beating, but no node reported a running worker to judge";

@@ -231,12 +231,21 @@ TEST_SUITE("hang verdict") {
     CHECK(f.message.find("stacks in /a/h.txt") != std::string::npos);
   }
 
-  TEST_CASE("no running worker in any view: a job failure that blames nobody, still a hang") {
+  // It used to carry exit code 1 with no rank, which no agent decodes (a node's failure has no exit code but
+  // 69): the stop order that ended the job was a protocol error on every node.
+  TEST_CASE("no running worker in any view: a job failure that blames nobody, still a hang, and every node reads it") {
     const Failure f = hang_verdict({{2, "c", view({}, true, "")}}, 5);
     CHECK(f.rank == -1);
     CHECK(f.node_rank == 2);
+    CHECK(is_hang(f));
     CHECK(f.message.rfind("hung:", 0) == 0);
-    CHECK(exit_status_of(f) == 1);
+    CHECK(exit_status_of(f) == 78);  // the job ended for a hang: the code a batch script tells hangs by
+    CHECK(describe(f).rfind("the job hung: ", 0) == 0);  // not "node 2 lost"
+    StopMsg stop;
+    stop.root_cause = f;
+    stop.reason = "hang verdict";
+    const auto decoded = std::get<StopMsg>(decode_server_message(encode(ServerMessage{stop})));
+    CHECK(decoded.root_cause == f);
   }
 
   TEST_CASE("rank lists join runs of consecutive ranks") {
