@@ -3,7 +3,7 @@
 //
 // Everything here is what the agent already knows: its workers' records, the heartbeat slots it reads anyway
 // for hang detection, and /proc. Nothing asks a worker anything. The agent samples every kStatusPeriod
-// (node_agent_status.cpp); a rank's rate is the steps between the oldest sample of the last minute and now.
+// (agent/live_view.cpp); a rank's rate is the steps between the oldest sample of the last minute and now.
 #pragma once
 
 #include <sys/types.h>

@@ -1,8 +1,9 @@
 // The agent's executor, shared by its source files: node_agent.cpp (set-up, reaping, teardown, finishing),
 // node_agent_workers.cpp (starting workers), node_agent_rdzv.cpp (what the rendezvous says, and what this node
-// tells it), node_agent_reform.cpp (re-forming in place), node_agent_output.cpp (the console, log files that
-// cannot be written, lost output), and the wiring of its components: node_agent_hang.cpp (HangInquiry) and
-// node_agent_live_view.cpp (LiveView). Rules live in supervision_policy.hpp and agent_lifecycle.hpp.
+// tells it), node_agent_reform.cpp (re-forming in place), node_agent_end.cpp (the events file's code, the
+// summary's context), and the wiring of its components: node_agent_hang.cpp (HangInquiry) and
+// node_agent_live_view.cpp (LiveView); OutputRouting and LoopProbe need none. Rules live in
+// supervision_policy.hpp and agent_lifecycle.hpp.
 #pragma once
 
 #include <boost/asio/io_context.hpp>

@@ -1,4 +1,4 @@
-// ddprun-status's rendering: one job's document (agent/node_agent_status.cpp answer_pending_views) as one
+// ddprun-status's rendering: one job's document (agent/live_view.cpp LiveView::document) as one
 // screen, like squeue or nvidia-smi: a header line for the job, a line per node, a line per rank. Values a
 // job does not have (no beats without --hang-timeout or a heartbeat helper) are blank, never made up.
 #pragma once

@@ -155,7 +155,7 @@ class StepRate(unittest.TestCase):
 
     def test_a_straggler_event_is_marked_on_its_rank_and_a_restart_breaks_the_lines(self):
         t0, lines, events = self.metrics()
-        # The events ddprun writes (agent/node_agent_status.cpp): named, and no longer named (not marked).
+        # The events ddprun writes (agent/live_view.cpp): named, and no longer named (not marked).
         straggler = (f'{{"event":"straggler","time_ms":{t0 + 22000},"rank":1,"node_rank":0,"host":"n1",'
                      f'"per_step_s":0.3,"median_s":0.2,"measure":"work","window_s":20}}')
         cleared = f'{{"event":"straggler_end","time_ms":{t0 + 24000},"rank":1,"node_rank":0}}'
