@@ -308,7 +308,7 @@ void NodeAgent::maybe_finish() {
   // A restart does not wait for a stalled console: the round's streams that wait for room there go on
   // draining beside the next round, in order, and the end of the job waits for them all.
   if (!output_.round_drained(lifecycle_.restarting())) return;
-  output_.cancel();  // every stream drained: none is left open, however long the job's outcome takes
+  output_.cancel_drain_limit();  // every stream drained: none is left open, however long the job's outcome takes
   switch (const AgentLifecycle::Next next = lifecycle_.after_drained(); next) {
     case AgentLifecycle::Next::kWait:
       return;
@@ -322,7 +322,6 @@ void NodeAgent::maybe_finish() {
       break;
   }
   reaper_.stop();
-  output_.cancel();
   grace_timer_.cancel();
   stop_reply_timer_.cancel();
   peer_signal_timer_.cancel();

@@ -11,7 +11,6 @@
 #include <system_error>
 
 #include "agent/node_agent_impl.hpp"
-#include "agent/worker_plan.hpp"
 #include "common/error.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"

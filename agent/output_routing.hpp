@@ -74,7 +74,7 @@ class OutputRouting {
   // Every process is gone: a stream still open after kDrainLimit (a writer that escaped the tree through fd
   // passing) is given up. Streams waiting for room on the console are not stuck and are waited for.
   void arm_drain_limit();
-  void cancel() { drain_timer_.cancel(); }
+  void cancel_drain_limit() { drain_timer_.cancel(); }
   // The round is over and the next begins: streams still waiting for the console drain beside it.
   void retire_round();
   // Something the end waits for does not move: a stream waiting for room, a log file's write that hangs.

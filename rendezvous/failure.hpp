@@ -58,8 +58,6 @@ inline bool is_join(const Failure& f) { return f.kind == FailureKind::kJoined; }
 inline bool is_start_failure(const Failure& f) { return f.kind == FailureKind::kCannotStart; }
 // A node's ddprun itself was stopped by a signal (Ctrl-C, scancel, kill): not a lost node, and never restarted.
 inline bool is_agent_stopped(const Failure& f) { return f.kind == FailureKind::kAgentStopped; }
-// A node lost while nothing of it failed (no worker's failure, no signal, no hang): what a re-form survives.
-inline bool is_node_lost(const Failure& f) { return f.kind == FailureKind::kNodeLost; }
 
 // Error files can be large; frames cannot. Contents beyond this are cut (with a marker) when serialised.
 inline constexpr std::size_t kMaxErrorFileBytes = 64 * 1024;
