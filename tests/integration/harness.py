@@ -19,6 +19,9 @@ import event_schema
 
 DDPRUN = os.environ.get("DDPRUN", os.path.join(os.path.dirname(__file__), "../../build/launcher/ddprun"))
 WORKER = os.environ.get("TEST_WORKER", os.path.join(os.path.dirname(__file__), "../../build/tests/bin/test_worker"))
+# The standalone server, beside ddprun in the build tree (DDPRUN_RENDEZVOUS for an installed one).
+RENDEZVOUS = os.environ.get("DDPRUN_RENDEZVOUS",
+                            os.path.join(os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous"))
 
 PR_SET_CHILD_SUBREAPER = 36
 ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

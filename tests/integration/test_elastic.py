@@ -16,14 +16,12 @@ import subprocess
 import time
 
 import event_schema
-from harness import DDPRUN, WORKER, pid_alive
+from harness import DDPRUN, RENDEZVOUS, WORKER, pid_alive
 from multinode import MultiNodeCase
 from ports import listening
 
 REFUSED = 77
 ENV_NAMES = ("TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE", "RANK", "TORCHELASTIC_MAX_RESTARTS")
-RENDEZVOUS = os.environ.get("DDPRUN_RENDEZVOUS",
-                            os.path.join(os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous"))
 BOUND = 20  # seconds: every "ends within" of these tests; each takes a few seconds on an idle machine
 # --rdzv-conf last_call_timeout of a job that starts below MAX: every node started at once joins within it.
 LAST_CALL = 3

@@ -6,7 +6,7 @@ import socket
 import subprocess
 import time
 
-from harness import DDPRUN, WORKER
+from harness import DDPRUN, RENDEZVOUS, WORKER
 from multinode import LOST, REFUSED, TIMEOUT, MultiNodeCase
 
 class StaticJobs(MultiNodeCase):
@@ -285,8 +285,7 @@ class DynamicJobs(MultiNodeCase):
         self.check_ranks(self.wait_all(procs), 5)
 
     def test_separate_rendezvous_server(self):
-        server = subprocess.Popen([os.environ.get("DDPRUN_RENDEZVOUS", os.path.join(
-                                      os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous")), "--rdzv-id", "dynjob",
+        server = subprocess.Popen([RENDEZVOUS, "--rdzv-id", "dynjob",
                                    "--nnodes", "3", "--host", "127.0.0.1", "--port", str(self.port)],
                                   env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   start_new_session=True)
@@ -305,8 +304,7 @@ class DynamicJobs(MultiNodeCase):
         with open(token, "w") as f:
             f.write("from-the-file\n")
         self.env["DDPRUN_TOKEN"] = "from-the-environment"
-        server = subprocess.Popen([os.environ.get("DDPRUN_RENDEZVOUS", os.path.join(
-                                      os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous")), "--rdzv-id", "dynjob",
+        server = subprocess.Popen([RENDEZVOUS, "--rdzv-id", "dynjob",
                                    "--nnodes", "3", "--host", "127.0.0.1", "--port", str(self.port),
                                    "--token-file", token],
                                   env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

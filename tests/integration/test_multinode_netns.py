@@ -4,42 +4,21 @@ CAP_SYS_ADMIN, no iproute2)."""
 import os
 import subprocess
 import time
-import unittest
 
 from harness import DDPRUN, WORKER
 from multinode import MultiNodeCase, LOST
-
-
-def sh(*args, check=True):
-    return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=check)
+from netns_pair import NetnsPair, sh
 
 
 class TwoHosts(MultiNodeCase):
     @classmethod
     def setUpClass(cls):
-        tag = f"ddp{os.getpid() % 100000}"
-        cls.ns = [f"{tag}n0", f"{tag}n1"]
-        cls.veth = [f"{tag}v0", f"{tag}v1"]
-        octet = 1 + os.getpid() % 250
-        cls.addr = [f"10.231.{octet}.1", f"10.231.{octet}.2"]
-        try:
-            for ns in cls.ns:
-                sh("ip", "netns", "add", ns)
-                sh("ip", "-n", ns, "link", "set", "lo", "up")
-            sh("ip", "link", "add", cls.veth[0], "netns", cls.ns[0], "type", "veth", "peer", "name", cls.veth[1],
-               "netns", cls.ns[1])
-            for i in range(2):
-                sh("ip", "-n", cls.ns[i], "addr", "add", f"{cls.addr[i]}/24", "dev", cls.veth[i])
-                sh("ip", "-n", cls.ns[i], "link", "set", cls.veth[i], "up")
-        except (OSError, subprocess.CalledProcessError) as e:
-            cls.tearDownClass()
-            why = e.stderr.decode().strip() if isinstance(e, subprocess.CalledProcessError) else str(e)
-            raise unittest.SkipTest(f"cannot create network namespaces here ({why})")
+        cls.pair = NetnsPair(f"ddp{os.getpid() % 100000}")
+        cls.ns, cls.veth, cls.addr = cls.pair.ns, cls.pair.veth, cls.pair.addr
 
     @classmethod
     def tearDownClass(cls):
-        for ns in cls.ns:
-            sh("ip", "netns", "del", ns, check=False)
+        cls.pair.remove()
 
     def setUp(self):
         super().setUp()

@@ -10,12 +10,11 @@ import subprocess
 import time
 import unittest
 
-from harness import DDPRUN, WORKER
+from harness import DDPRUN, RENDEZVOUS, WORKER
 from munged import PrivateMunged
 from multinode import MultiNodeCase, REFUSED
 
 UNAVAILABLE, USAGE = 69, 64
-RENDEZVOUS = os.environ.get("DDPRUN_RENDEZVOUS", os.path.join(os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous"))
 MUNGE_LINE = "each with a MUNGE credential of uid"
 
 

@@ -16,11 +16,9 @@ import subprocess
 import threading
 import time
 
-from harness import DDPRUN, WORKER
+from harness import DDPRUN, RENDEZVOUS, WORKER
 from multinode import MultiNodeCase, LOST, REFUSED
 
-RENDEZVOUS = os.environ.get("DDPRUN_RENDEZVOUS",
-                            os.path.join(os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous"))
 RUN_ID = "restartjob"
 BOUND = 20  # seconds: every "ends within" of these tests; each takes a few seconds on an idle machine
 
