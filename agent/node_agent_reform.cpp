@@ -16,6 +16,7 @@
 #include "agent/node_agent_impl.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/time.hpp"
+#include "rendezvous/text.hpp"
 
 namespace ddprun::agent {
 using nlohmann::json;
@@ -88,7 +89,7 @@ void NodeAgent::take_reform_assignment() {
   live_.on_ranks_changed();
   const World& w = world_;
   log_.info("re-formed in place: ", ranks_text(w), " of ",
-            w.world_size, " (node ", w.node_rank, " of ", w.nnodes, "), master ", w.master_addr, ":", w.master_port,
+            w.world_size, " (node ", w.node_rank, " of ", w.nnodes, "), master ", rendezvous::text::host_port(w.master_addr, w.master_port),
             ", attempt ", w.restart_count, ", the same ", w.local_world_size == 1 ? "worker" : "workers");
   events_.write(json{{"event", "reformed_in_place"}, {"time_ms", unix_ms()}, {"node_rank", w.node_rank},
                      {"rank_offset", w.rank_offset}, {"world_size", w.world_size}, {"restart_count", w.restart_count},

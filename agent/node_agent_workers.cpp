@@ -15,6 +15,7 @@
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
 #include "common/time.hpp"
+#include "rendezvous/text.hpp"
 
 namespace ddprun::agent {
 using nlohmann::json;
@@ -65,7 +66,7 @@ void NodeAgent::start_workers() {
                                    : std::to_string(started) + " of " + std::to_string(w.local_world_size);
   log_.info("started ", how_many, w.local_world_size == 1 ? " worker" : " workers", ": ", ranks_text(w), " of ",
             w.world_size, " (node ", w.node_rank, " of ", w.nnodes,
-            "), master ", w.master_addr, ":", w.master_port, ", run id ", w.run_id, ", attempt ", w.restart_count);
+            "), master ", rendezvous::text::host_port(w.master_addr, w.master_port), ", run id ", w.run_id, ", attempt ", w.restart_count);
   if (failed) {
     WorkerRecord& r = policy_.worker(failed->local_rank);
     log_.error("rank ", r.rank, " could not be started: ", failed->reason);

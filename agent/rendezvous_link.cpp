@@ -4,6 +4,7 @@
 
 #include "common/time.hpp"
 #include "rendezvous/errors.hpp"
+#include "rendezvous/listener.hpp"
 #include "rendezvous/munge_auth.hpp"
 
 namespace ddprun::agent {
@@ -85,7 +86,7 @@ void RendezvousLink::start() {
     if (r.hosting == Hosting::kIfLocal) {
       if (!is_local_address(io_, r.server_host)) bind_address.clear();
       else if (r.job.max_nodes > 1 && bind_address != "127.0.0.1" && bind_address != "::1" && bind_address != "localhost")
-        bind_address = "0.0.0.0";
+        bind_address = rdzv::kEveryAddress;
     }
     // Only a node that can host asks munged: a joiner's munged matters when the challenge asks for it.
     if (!bind_address.empty()) job.require_munge = wants_munge(r);

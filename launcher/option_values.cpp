@@ -113,6 +113,11 @@ bool valid_host(const std::string& text) {
   return true;
 }
 
+std::string without_brackets(const std::string& host) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') return host.substr(1, host.size() - 2);
+  return host;
+}
+
 bool valid_name(const std::string& text) {
   if (text.empty() || text.size() > 128 || text == "." || text == "..") return false;
   for (char c : text)

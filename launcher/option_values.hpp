@@ -31,6 +31,8 @@ agent::StdStreams parse_std_streams(const std::string& option, const std::string
 std::vector<int> parse_rank_list(const std::string& option, const std::string& text, int nproc);
 // A host name or an IPv4/IPv6 literal: non-empty, no spaces or shell-unfriendly characters.
 bool valid_host(const std::string& text);
+// "[fd42::1]" -> "fd42::1"; anything else as it is.
+std::string without_brackets(const std::string& host);
 // Ids and role names become directory names: 1-128 of [A-Za-z0-9._-], not "." or "..".
 bool valid_name(const std::string& text);
 // "" when `path` can be created or truncated for writing without creating anything now, else why not.

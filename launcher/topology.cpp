@@ -9,6 +9,7 @@
 #include "launcher/slurm.hpp"
 #include "rendezvous/auth.hpp"
 #include "rendezvous/job_config.hpp"
+#include "rendezvous/listener.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -141,10 +142,13 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
   w.node_rank = node_rank;
   w.rank_offset = 0;
   w.world_size = w.local_world_size;
-  w.master_addr = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
+  // An IPv6 address may come in brackets, as in an endpoint ("[fd42::1]"); workers get it bare (TCPStore and
+  // gloo take "fd42::1", not "[fd42::1]").
+  w.master_addr = o.master_addr.empty() ? "127.0.0.1" : without_brackets(o.master_addr);
   if (!valid_host(w.master_addr))
     throw UsageError("--master-addr '" + o.master_addr + "' is not a host name or address", kExitUsage);
-  if (!o.local_addr.empty() && !valid_host(o.local_addr))
+  const std::string local_addr = without_brackets(o.local_addr);
+  if (!local_addr.empty() && !valid_host(local_addr))
     throw UsageError("--local-addr '" + o.local_addr + "' is not a host name or address", kExitUsage);
   if (!o.rdzv_id.empty() && o.run_id != "none" && o.rdzv_id != o.run_id)
     throw UsageError("--rdzv-id and --run-id name the same thing; give one", kExitUsage);
@@ -165,7 +169,7 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
   job.heartbeat_timeout = parse_duration("--heartbeat-timeout", o.heartbeat_timeout);
   job.max_restarts = parse_int_in("--max-restarts", o.max_restarts, 0, 1000000);
   w.max_restarts = job.max_restarts;
-  r.local_addr = o.local_addr;
+  r.local_addr = local_addr;
   r.reconnect_timeout = parse_duration("--rdzv-reconnect-timeout", o.rdzv_reconnect_timeout);
 
   const bool local_only = nnodes == 1 && !dynamic;
@@ -208,7 +212,7 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
   r.node_rank = node_rank;
   if (node_rank == 0) {
     r.hosting = agent::Hosting::kYes;
-    r.bind_address = "0.0.0.0";
+    r.bind_address = rendezvous::kEveryAddress;
     if (r.local_addr.empty()) r.local_addr = w.master_addr;
     w.master_port = r.master_port = master_port_here(o);
   } else {

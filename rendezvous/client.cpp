@@ -18,7 +18,8 @@ void Client::Impl::start() {
   bool may_be_node0 = !join.node_rank || *join.node_rank == 0;
   if (join.master_port == 0 && may_be_node0) join.master_port = pick_free_port();
   connect_limit_ = cannot_join_.empty() ? config_.connect_timeout : std::min(config_.connect_timeout, kCannotJoinTellLimit);
-  connect_deadline_ = Clock::now() + connect_limit_;
+  trying_since_ = Clock::now();
+  connect_deadline_ = trying_since_ + connect_limit_;
   connect();
 }
 
@@ -58,6 +59,7 @@ void Client::Impl::close() {
   done_ = true;
   error_code ignored;
   lookup_.cancel();
+  race_.cancel();
   retry_timer_.cancel();
   attempt_timer_.cancel();
   heartbeat_timer_.cancel();

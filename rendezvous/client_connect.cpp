@@ -50,7 +50,7 @@ void Client::Impl::connect() {
   arm_attempt_limit(attempt);
   error_code ec;
   auto address = asio::ip::make_address(config_.server_host, ec);
-  if (!ec) return connect_to(tcp::endpoint(address, port()), attempt);
+  if (!ec) return connect_to({tcp::endpoint(address, port())}, attempt);
   lookup_.start(config_.server_host, port(), [self = shared_from_this(), attempt](const LookupResult& r) {
     if (self->done_ || attempt != self->attempt_) return;  // given up on meanwhile
     if (!r.ok) {
@@ -58,7 +58,7 @@ void Client::Impl::connect() {
       self->name_problem_ = r.error;  // kept to the end: a later time-out must not hide it
       return self->retry(r.error);
     }
-    self->connect_to(r.endpoint, attempt);
+    self->connect_to(r.endpoints, attempt);
   });
 }
 
@@ -71,6 +71,7 @@ void Client::Impl::arm_attempt_limit(unsigned attempt) {
     error_code ignored;
     self->socket_.close(ignored);
     self->lookup_.cancel();
+    self->race_.cancel();
     self->retry("no answer within " + text::seconds(kAttemptLimit), /*rotate=*/true);
   });
 }
@@ -82,29 +83,33 @@ void Client::Impl::say_unresolved(const std::string& why) {
                   "; retrying until the rendezvous timeout (name it with --master-addr or --rdzv-endpoint)");
 }
 
-void Client::Impl::connect_to(const tcp::endpoint& endpoint, unsigned attempt) {
+void Client::Impl::connect_to(std::vector<tcp::endpoint> endpoints, unsigned attempt) {
   error_code ignored;
   socket_.close(ignored);
-  socket_.async_connect(endpoint, [self = shared_from_this(), attempt](error_code ec) {
+  race_.start(std::move(endpoints), [self = shared_from_this(), attempt](const RaceResult& r) {
     if (self->done_ || attempt != self->attempt_) return;
     self->attempt_timer_.cancel();
-    // A TCP self-connect: nothing listens on a port of this machine's ephemeral range and the kernel picked that
-    // very port as our source (simultaneous open). Held, it would keep a restarting server from binding it.
-    error_code local_ec, remote_ec;
-    if (!ec && self->socket_.local_endpoint(local_ec) == self->socket_.remote_endpoint(remote_ec) && !local_ec)
-      ec = asio::error::connection_refused;
-    if (ec) {
-      self->socket_.close(local_ec);  // now, not at the next attempt: the port is free for the server at once
-      return self->retry(ec.message(), /*rotate=*/true);
-    }
+    if (!r.ok) return self->retry(r.why, /*rotate=*/true);
+    self->socket_ = std::move(*r.socket);
     self->connected_at_ = Clock::now();
     error_code opt_ec;
     self->socket_.set_option(tcp::no_delay(true), opt_ec);
     self->last_heard_ = StallClock::now();
     self->connected_ = true;
+    self->said_trying_ = false;  // a later search (a restarted server) says its own addresses
     self->read_some();
     self->schedule_heartbeat();
   });
+}
+
+void Client::Impl::say_trying() {
+  if (said_trying_ || reconnect_.active() || Clock::now() - trying_since_ < kSayTryingAfter) return;
+  said_trying_ = true;
+  const std::string answers = race_.answers();
+  logger_.info("the rendezvous server at ", where(), " has not answered for ",
+               text::seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - trying_since_)),
+               answers.empty() ? std::string() : " (" + answers + ")", "; still trying until ",
+               text::seconds(connect_limit_), " have passed (--rdzv-timeout)");
 }
 
 void Client::Impl::retry(const std::string& why, bool rotate) {
@@ -116,10 +121,13 @@ void Client::Impl::retry(const std::string& why, bool rotate) {
                            ? ""
                            : "; the name \"" + config_.server_host + "\" did not resolve: " + name_problem_;
     if (!unproven_.empty() && unproven_ != why) name += "; earlier, " + unproven_;
+    if (race_.addresses() > 1 && why.find(race_.answers()) == std::string::npos)
+      name += "; the addresses answered: " + race_.answers();
     return fail(ErrorKind::kTimeout, "could not reach the rendezvous server at " + where() + ports + " within " +
                                          text::seconds(connect_limit_) + ": " + why + name);
   }
   logger_.debug("rendezvous server at ", where(), " not reachable yet (", why, "); retrying");
+  say_trying();
   if (rotate) next_port();
   // The last wait is cut to the deadline, where one more attempt is made: the timeout the user gave is the
   // time ddprun keeps trying, not up to one back-off step less.

@@ -8,10 +8,12 @@
 #include <deque>
 
 #include "common/timeouts.hpp"
+#include "rendezvous/address_race.hpp"
 #include "rendezvous/client.hpp"
 #include "rendezvous/client_reconnect.hpp"
 #include "rendezvous/framing.hpp"
 #include "rendezvous/name_lookup.hpp"
+#include "rendezvous/text.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -37,6 +39,9 @@ inline constexpr std::chrono::milliseconds kCandidateChallengeLimit{1000};
 // A node that cannot take part tries this long to say so; the others started with it (a SLURM step), and one
 // that cannot be reached in this time is failing too.
 inline constexpr std::chrono::milliseconds kCannotJoinTellLimit{30'000};
+// Nodes usually find the server within milliseconds; one still looking after this says where it looks and what
+// each address answered (a refused IPv6 address beside a silent IPv4 one reads differently from "nothing").
+inline constexpr std::chrono::milliseconds kSayTryingAfter{3000};
 }  // namespace client_limits
 
 // Shorthands for the two files that define the client (this header is theirs alone).
@@ -50,7 +55,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
  public:
   Impl(asio::io_context& io, ClientConfig config, ClientHandlers handlers, Logger logger)
       : config_(std::move(config)), handlers_(std::move(handlers)), logger_(logger.for_part("rendezvous")),
-        lookup_(io), socket_(io), retry_timer_(io), attempt_timer_(io), heartbeat_timer_(io),
+        lookup_(io), race_(io), socket_(io), retry_timer_(io), attempt_timer_(io), heartbeat_timer_(io),
         decoder_(config_.max_frame_bytes), reconnect_(config_.reconnect_timeout) {
     ports_.push_back(config_.server_port);
     ports_.insert(ports_.end(), config_.more_ports.begin(), config_.more_ports.end());
@@ -66,7 +71,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   using Clock = std::chrono::steady_clock;
 
   std::uint16_t port() const { return ports_[port_index_]; }
-  std::string where() const { return config_.server_host + ":" + std::to_string(port()); }
+  std::string where() const { return text::host_port(config_.server_host, port()); }
   bool candidates() const { return ports_.size() > 1; }
 
   // Candidate ports: the server was not found at this one; the next attempt tries the next.
@@ -88,7 +93,10 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   // A name that does not resolve is worth saying at once, at the default level: it is usually a typo or
   // a node list ddprun misread, and the rest of --rdzv-timeout would otherwise pass in silence.
   void say_unresolved(const std::string& why);
-  void connect_to(const tcp::endpoint& endpoint, unsigned attempt);
+  // Every address of the name, raced (address_race.hpp); the winner becomes this connection.
+  void connect_to(std::vector<tcp::endpoint> endpoints, unsigned attempt);
+  // Once the server has not been reached for kSayTryingAfter: which addresses are tried and what each answered.
+  void say_trying();
 
   // The server may not be up yet (node 0 starts it), or is being restarted (reconnect_): retry with backoff until
   // connect_timeout, or the reconnect deadline.
@@ -110,6 +118,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   ClientHandlers handlers_;
   Logger logger_;
   NameLookup lookup_;
+  AddressRace race_;
   tcp::socket socket_;
   asio::steady_timer retry_timer_;
   asio::steady_timer attempt_timer_;
@@ -137,6 +146,8 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   bool challenged_ = false;  // the server spoke: from now on a closed connection is a lost server
   unsigned attempt_ = 0;  // numbers connect attempts, so a late answer to an abandoned one is ignored
   bool said_unresolved_ = false;
+  bool said_trying_ = false;
+  Clock::time_point trying_since_;  // when this (re)connect began, for say_trying
   bool said_unproven_ = false;  // the warning about a server without the proof, once
   std::string unproven_;        // the last such server, for the final message
   bool hello_sent_ = false;

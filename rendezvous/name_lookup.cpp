@@ -36,24 +36,23 @@ LookupResult look_up(const std::string& host, unsigned short port) {
     if (list != nullptr) ::freeaddrinfo(list);
     return r;
   }
-  for (addrinfo* a = list; a != nullptr && !r.ok; a = a->ai_next) {
+  for (addrinfo* a = list; a != nullptr; a = a->ai_next) {
     if (a->ai_family == AF_INET) {
       sockaddr_in in{};
       std::memcpy(&in, a->ai_addr, sizeof in);
       asio::ip::address_v4::bytes_type bytes;
       std::memcpy(bytes.data(), &in.sin_addr, bytes.size());
-      r.endpoint = tcp::endpoint(asio::ip::address_v4(bytes), port);
-      r.ok = true;
+      r.endpoints.emplace_back(asio::ip::address_v4(bytes), port);
     } else if (a->ai_family == AF_INET6) {
       sockaddr_in6 in6{};
       std::memcpy(&in6, a->ai_addr, sizeof in6);
       asio::ip::address_v6::bytes_type bytes;
       std::memcpy(bytes.data(), &in6.sin6_addr, bytes.size());
-      r.endpoint = tcp::endpoint(asio::ip::address_v6(bytes, in6.sin6_scope_id), port);
-      r.ok = true;
+      r.endpoints.emplace_back(asio::ip::address_v6(bytes, in6.sin6_scope_id), port);
     }
   }
   ::freeaddrinfo(list);
+  r.ok = !r.endpoints.empty();
   if (!r.ok) r.error = "no address";
   return r;
 }

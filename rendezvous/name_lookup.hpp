@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -17,7 +18,7 @@ namespace ddprun::rendezvous {
 
 struct LookupResult {
   bool ok = false;
-  boost::asio::ip::tcp::endpoint endpoint;  // the first address, when ok
+  std::vector<boost::asio::ip::tcp::endpoint> endpoints;  // every address, in the resolver's order, when ok
   std::string error;                        // the resolver's words, when not ok ("Name or service not known")
   bool no_such_name = false;                // the name does not exist (an authoritative answer, not a time-out)
 };

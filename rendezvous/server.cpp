@@ -41,8 +41,8 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   void start(const std::string& bind_address, std::uint16_t port) {
     acceptor_ = open_listener(io_, bind_address, port);
     state_.started = StallClock::now();  // the join timeout counts from here
-    logger_.info("rendezvous server for run \"", state_.config.run_id, "\" listening on ", bind_address, ":",
-                 this->port(), ", expecting ", expected_nodes(), " nodes",
+    logger_.info("rendezvous server for run \"", state_.config.run_id, "\" listening on ", listening_on(bind_address),
+                 ", expecting ", expected_nodes(), " nodes",
                  state_.config.require_munge ? ", each with a MUNGE credential of uid " + std::to_string(::geteuid())
                                              : std::string());
     warn_if_open_without_token(bind_address);
@@ -269,6 +269,15 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     }
   }
 
+  // Where the acceptor is bound, as the operator reads it: the wildcard says which families it takes.
+  std::string listening_on(const std::string& bind_address) const {
+    error_code ec;
+    const auto endpoint = acceptor_.local_endpoint(ec);
+    if (ec || !endpoint.address().is_unspecified()) return text::host_port(bind_address, port());
+    if (endpoint.address().is_v6()) return "[::]:" + std::to_string(port()) + " (every address, IPv6 and IPv4)";
+    return "0.0.0.0:" + std::to_string(port()) + (bind_address == "0.0.0.0" ? "" : " (every address; no IPv6 here)");
+  }
+
   // Without a secret token anyone who reaches the port can join: say so where the operator looks.
   void warn_if_open_without_token(const std::string& bind_address) {
     const JobConfig& c = state_.config;
@@ -278,7 +287,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     auto endpoint = acceptor_.local_endpoint(ec);
     if (!ec && endpoint.address().is_loopback()) return;
     logger_.warning(
-        "the rendezvous listens on ", bind_address, ":", port(), " without a secret token (it is derived from the "
+        "the rendezvous listens on ", listening_on(bind_address), " without a secret token (it is derived from the "
         "run id \"", c.run_id, "\"): anyone who can reach this port and knows or guesses the run id can join "
         "first and become node 0, which sets every worker's MASTER_ADDR and MASTER_PORT, or report a failure "
         "that stops the job with any root cause they like. Give every node the same secret: "

@@ -16,6 +16,7 @@
 #include "common/timeouts.hpp"
 #include "common/version.hpp"
 #include "rendezvous/auth.hpp"
+#include "rendezvous/listener.hpp"
 #include "rendezvous/munge_auth.hpp"
 #include "rendezvous/server.hpp"
 
@@ -53,14 +54,14 @@ int run(int argc, char** argv) {
   // No agent of the job hosts this server: agents that lose it keep their workers and come back to it when
   // it is started again with the same settings (state_machine_resume.cpp).
   config.resumable = true;
-  std::string host = "0.0.0.0", nnodes = "1", token, token_file, port_file, log_level = "info", join_policy = "now";
+  std::string host = kEveryAddress, nnodes = "1", token, token_file, port_file, log_level = "info", join_policy = "now";
   std::uint16_t port = 29400;
   double heartbeat_interval = timeouts::seconds_of(timeouts::kHeartbeatInterval),
          heartbeat_timeout = timeouts::seconds_of(timeouts::kHeartbeatTimeout), join_timeout = 900.0, last_call = 30.0,
          join_min_interval = 0.0, straggler_threshold = 30.0, straggler_window = 20.0;
   app.add_option("--rdzv-id", config.run_id, "run id the agents must present")->required();
   app.add_option("--nnodes", nnodes, "expected nodes: N, or MIN:MAX for an elastic job");
-  app.add_option("--host", host, "address to listen on")->capture_default_str();
+  app.add_option("--host", host, "address to listen on (default: every address, IPv6 and IPv4; 0.0.0.0 for IPv4 only)")->capture_default_str();
   app.add_option("--port", port, "port to listen on (0 = a free port)")->capture_default_str();
   app.add_option("--token", token, "job token (prefer DDPRUN_TOKEN or --token-file)");
   app.add_option("--token-file", token_file, "file whose first line is the job token");

@@ -325,8 +325,8 @@ void start_round(RendezvousState& state, Actions& out) {
   state.last_call_deadline.reset();
   out.push_back(Log{LogLevel::kInfo, "rendezvous complete: run \"" + state.config.run_id + "\", " +
                                          counted(send.round.nnodes, "node") + ", world size " +
-                                         std::to_string(send.round.world_size) + ", master " + master_addr + ":" +
-                                         std::to_string(node0.master_port) + ", restart " +
+                                         std::to_string(send.round.world_size) + ", master " + text::host_port(master_addr, node0.master_port) +
+                                         ", restart " +
                                          std::to_string(state.restart_count)});
   out.push_back(std::move(send));
 }

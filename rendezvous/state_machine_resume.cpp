@@ -33,7 +33,7 @@ namespace {
 
 std::string round_text(const ResumeClaim& c) {
   return "round " + std::to_string(c.restart_count) + " (" + counted(c.nnodes, "node") + ", world size " +
-         std::to_string(c.world_size) + ", master " + c.master_addr + ":" + std::to_string(c.master_port) + ")";
+         std::to_string(c.world_size) + ", master " + text::host_port(c.master_addr, c.master_port) + ")";
 }
 
 bool same_round(const ResumeClaim& a, const ResumeClaim& b) {

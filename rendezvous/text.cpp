@@ -11,4 +11,9 @@ std::string seconds(std::chrono::milliseconds duration) {
   return out.str();
 }
 
+std::string host_port(const std::string& host, unsigned port) {
+  const bool v6_literal = host.find(':') != std::string::npos && host.front() != '[';  // non-empty: has ':'
+  return (v6_literal ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
 }  // namespace ddprun::rendezvous::text

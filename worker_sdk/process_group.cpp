@@ -33,9 +33,16 @@ std::shared_ptr<::gloo::transport::Device> make_gloo_device(const std::string& m
   if (master_addr == "127.0.0.1" || master_addr == "localhost") {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
+  if (master_addr == "::1") return c10d::ProcessGroupGloo::createDeviceForHostname("::1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 #endif
+
+// "[fd42::1]:29500" for an IPv6 MASTER_ADDR, as the error names it.
+std::string store_where(const WorldInfo& world) {
+  const bool v6 = world.master_addr.find(':') != std::string::npos;
+  return (v6 ? "[" + world.master_addr + "]" : world.master_addr) + ":" + std::to_string(world.master_port);
+}
 
 }  // namespace
 
@@ -68,7 +75,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const WorldInfo& world, const P
     tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, store_options);
   } catch (const std::exception& e) {
     throw Error("rank " + std::to_string(world.rank) + ": cannot " + (world.rank == 0 ? "host" : "reach") +
-                " the c10d store at " + world.master_addr + ":" + std::to_string(world.master_port) + ": " +
+                " the c10d store at " + store_where(world) + ": " +
                 e.what());
   }
   pg->store_ = c10::make_intrusive<c10d::PrefixStore>(

@@ -145,7 +145,7 @@ TEST_CASE("static multi-node: node 0 hosts at --rdzv-port, the others connect to
   const auto n0 = parse({"--nnodes", "3", "--node-rank", "0", "--master-addr", "10.1.2.3", "--rdzv-port",
                          "29411", "--rdzv-token", "s3cret", "true"});
   CHECK(n0.agent.rdzv.hosting == ddprun::agent::Hosting::kYes);
-  CHECK(n0.agent.rdzv.bind_address == "0.0.0.0");
+  CHECK(n0.agent.rdzv.bind_address == "::");  // every address, IPv6 and IPv4 (rendezvous/listener.hpp)
   CHECK(n0.agent.rdzv.server_host == "10.1.2.3");
   CHECK(n0.agent.rdzv.server_port == 29411);
   CHECK(n0.agent.rdzv.local_addr == "10.1.2.3");
