@@ -50,6 +50,11 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
         log_.error(e.message);
         JobCause c;
         c.text = e.message;
+        // Its part done, the rest unknown (the server is gone): the workers' success is no verdict on the job,
+        // and the exit code stays the lost server's; but the line says what this node does know (issue 37).
+        if (e.kind == rdzv::ErrorKind::kLostServer && lifecycle_.processes_gone() &&
+            policy_.phase() == Phase::kRunning && policy_.exit_code() == 0 && !policy_.workers().empty())
+          c.text = "this node's workers all succeeded, but the end of the job could not be confirmed: " + e.message;
         c.exit_code = exit_code_of(e);
         c.time_ms = unix_ms();
         on_outcome(&c, "rendezvous_error");

@@ -19,6 +19,10 @@ void Client::Impl::abandon_connection(const std::string& why) {
 
 void Client::Impl::drop_connection() {
   error_code ignored;
+  // Aborted, not closed: a close would leave what is queued (a node_done, a failure) for the kernel to deliver
+  // once a cut link heals, to a server that then counts it on a connection this client no longer reads; the
+  // reports go again, in order, on the next connection (client_reconnect.hpp). The server sees a reset.
+  if (socket_.is_open()) socket_.set_option(asio::socket_base::linger(true, 0), ignored);
   socket_.close(ignored);
   connected_ = challenged_ = false;
   heartbeat_timer_.cancel();

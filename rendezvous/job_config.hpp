@@ -68,6 +68,10 @@ struct JobConfig {
   // the server keeps its workers and comes back to a restarted one, which rebuilds the round from the
   // agents' claims (state_machine_resume.cpp). False where an agent hosts it: its node dies with it anyway.
   bool resumable = false;
+  // A resumable server that hears from no node at all suspects its own link, and keeps the round this long for
+  // the nodes to come back before it judges them (state_machine_cut_off.cpp): the agents' default
+  // --rdzv-reconnect-timeout, as long as they keep reconnecting. 0: judged at the heartbeat timeout, as before.
+  std::chrono::milliseconds reconnect_grace{60'000};
   // A token equal to run_id_token(run_id) (auth.hpp, the launcher's fallback) is no secret: the server warns
   // loudly when it listens beyond loopback with it.
 };

@@ -58,7 +58,8 @@ int run(int argc, char** argv) {
   std::uint16_t port = 29400;
   double heartbeat_interval = timeouts::seconds_of(timeouts::kHeartbeatInterval),
          heartbeat_timeout = timeouts::seconds_of(timeouts::kHeartbeatTimeout), join_timeout = 900.0, last_call = 30.0,
-         join_min_interval = 0.0, straggler_threshold = 30.0, straggler_window = 20.0;
+         join_min_interval = 0.0, straggler_threshold = 30.0, straggler_window = 20.0,
+         reconnect_grace = timeouts::seconds_of(config.reconnect_grace);
   app.add_option("--rdzv-id", config.run_id, "run id the agents must present")->required();
   app.add_option("--nnodes", nnodes, "expected nodes: N, or MIN:MAX for an elastic job");
   app.add_option("--host", host, "address to listen on (default: every address, IPv6 and IPv4; 0.0.0.0 for IPv4 only)")->capture_default_str();
@@ -72,6 +73,10 @@ int run(int argc, char** argv) {
   app.add_option("--heartbeat-interval", heartbeat_interval, "seconds")->capture_default_str();
   app.add_option("--heartbeat-timeout", heartbeat_timeout, "seconds")->capture_default_str();
   app.add_option("--rdzv-timeout", join_timeout, "seconds to wait for every node")->capture_default_str();
+  app.add_option("--rdzv-reconnect-timeout", reconnect_grace,
+                 "hearing from no node at all, keep the round this long for them to reconnect (the agents' "
+                 "--rdzv-reconnect-timeout; 0: judge them at the heartbeat timeout)")
+      ->capture_default_str();
   app.add_option("--last-call", last_call, "elastic jobs: seconds to wait for more nodes after MIN")->capture_default_str();
   app.add_option("--max-departures", config.max_departures,
                  "elastic jobs: a host that left this many times is not admitted again")->capture_default_str();
@@ -117,6 +122,7 @@ int run(int argc, char** argv) {
   config.heartbeat_interval = ms(heartbeat_interval);
   config.heartbeat_timeout = ms(heartbeat_timeout);
   config.join_timeout = ms(join_timeout);
+  config.reconnect_grace = ms(reconnect_grace);
   config.last_call = ms(last_call);
   if (!parse_join_policy(join_policy, config.join_policy))
     throw UsageError("--join-policy '" + join_policy + "': expected " + kJoinPolicyValues, kUsageError);

@@ -64,6 +64,7 @@ std::optional<Clock::time_point> next_deadline(const RendezvousState& state) {
   if (state.hang) consider(state.hang->deadline);
   if (auto joiners = rules::joiners_reform_at(state)) consider(*joiners);
   if (state.adopting) consider(state.adopting->deadline);
+  if (state.cut_off_since) consider(*state.cut_off_since + state.config.reconnect_grace);
   return next;
 }
 

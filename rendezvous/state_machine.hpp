@@ -65,6 +65,13 @@ struct NodeEntry {
   int master_port = 0;
   std::uint64_t join_seq = 0;  // join order, the last tie-breaker for dynamic node ranks
   Clock::time_point last_seen;
+  // Not judged for its silence before this: a silent node's fresh heartbeat timeout once this server's own link
+  // is back (state_machine_cut_off.cpp). Its deadlines queued earlier pass without a verdict.
+  Clock::time_point spared_until{};
+  // Until then a resume hello may take its place even if its old connection spoke lately: the node was in a
+  // silence of every node, and what its abandoned connection delivers after the heal is no proof its agent is
+  // still on it (state_machine_cut_off.cpp).
+  Clock::time_point reclaimable_until{};
   bool done = false;           // all its workers exited 0 (this round)
   bool stopped = false;        // restart round: its workers are down
 };
@@ -117,6 +124,9 @@ struct RendezvousState {
     std::vector<std::pair<ConnId, HangViewMsg>> held_views;
   };
   std::optional<Adoption> adopting;
+  // A resumable server that heard from no node of the running round (state_machine_cut_off.cpp): since when it
+  // suspects its own link instead of judging the nodes.
+  std::optional<Clock::time_point> cut_off_since;
   // A start failure (state_machine_start.cpp) ended the job before its first round: how many nodes know it
   // (the failing one, those joined then, late ones told since). The hosting agent lingers until all do.
   int informed = 0;

@@ -20,8 +20,9 @@
 //  - What the claims cannot say is assumed: failure restarts used = the round number, at most max_restarts
 //    (exact for a job of fixed size, whose rounds are all failure restarts; an elastic job's joins were free,
 //    so it may get fewer restarts than it had left); each host's departures start again from 0.
-// A resume hello to a server whose round runs (it never restarted, or it already took the round back): the
-// node's rank there is taken (a duplicate), or it was dropped and the job went on without it; both refused.
+// A resume hello to a server whose round runs (it never restarted, or it already took the round back): a place
+// silent since a cut takes the node back (state_machine_cut_off.cpp); else the node's rank there is taken (a
+// duplicate), or it was dropped and the job went on without it; both refused.
 #include <algorithm>
 
 #include "common/counted.hpp"
@@ -141,7 +142,10 @@ void on_resume_hello(RendezvousState& state, const Hello& event, const Now& now,
   const ResumeClaim& claim = *hello.resume;
   if (state.phase == Phase::kComplete || state.phase == Phase::kStopped)
     return refuse(event.conn, closed_message(state), event, state, out);
-  if (state.phase != Phase::kJoining) return resume_into_running(state, event, out);
+  if (state.phase != Phase::kJoining) {
+    if (reconnect_into_running(state, event, now, out)) return;
+    return resume_into_running(state, event, out);
+  }
   if (!state.adopting && !state.nodes.empty())
     return refuse(event.conn,
                   "this rendezvous server is gathering a new round (" + counted(state.nodes.size(), "node") +

@@ -33,6 +33,15 @@ std::string closed_message(const RendezvousState& state);
 void on_resume_hello(RendezvousState& state, const Hello& event, const Now& now, Actions& out);
 bool hold_while_adopting(RendezvousState& state, ConnId conn, const std::optional<Failure>& failure, const Now& now);
 void check_adoption_deadline(RendezvousState& state, const Now& now, Actions& out);
+// A resumable server cut off from every node (state_machine_cut_off.cpp): a node's deadline that passes while
+// every node is silent is not judged (true) until config.reconnect_grace; check_cut_off (on_tick) ends the
+// suspicion once a node is heard again; a resume hello for a silent place of the running round takes it over.
+bool suspect_own_link(RendezvousState& state, ConnId conn, const Now& now, Actions& out);
+void check_cut_off(RendezvousState& state, const Now& now, Actions& out);
+bool reconnect_into_running(RendezvousState& state, const Hello& event, const Now& now, Actions& out);
+// The connection of a node silent since a cut closed (its agent gave it up; the heal delivered the reset): its
+// place waits for its resume hello, judged by its deadlines as a silent node's (true), not lost at once.
+bool keep_place_of_silent(RendezvousState& state, ConnId conn, const Now& now, Actions& out);
 
 // Assigns node ranks (dynamic), rank offsets and the master address, and sends every node its assignment.
 void start_round(RendezvousState& state, Actions& out);

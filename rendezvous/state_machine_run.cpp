@@ -274,6 +274,7 @@ void on_node_stopped(RendezvousState& state, const NodeStopped& event, const Now
 }
 
 void on_disconnected(RendezvousState& state, const Disconnected& event, const Now& now, Actions& out) {
+  if (keep_place_of_silent(state, event.conn, now, out)) return;
   node_lost(state, event.conn, "connection closed" + (event.reason.empty() ? "" : " (" + event.reason + ")"),
             now, out);
 }
@@ -295,12 +296,15 @@ void on_tick(RendezvousState& state, const Now& now, Actions& out) {
     start_round(state, out);
   // Before the nodes' own deadlines: a node that resumed first and went silent since is the adoption's concern.
   check_adoption_deadline(state, now, out);
+  check_cut_off(state, now, out);
   while (!state.deadlines.empty() && state.deadlines.front().first <= now.steady) {
     auto [deadline, conn] = state.deadlines.front();
     state.deadlines.pop_front();
     auto it = state.nodes.find(conn);
     // Stale: the node was heard from after this deadline was set, and a later one is queued.
     if (it == state.nodes.end() || it->second.last_seen + state.config.heartbeat_timeout > deadline) continue;
+    if (now.steady < it->second.spared_until) continue;  // a later deadline is queued for it
+    if (suspect_own_link(state, conn, now, out)) continue;
     node_lost(state, conn, "missed heartbeats for " + text::seconds(state.config.heartbeat_timeout), now, out);
   }
   check_hang_deadline(state, now, out);

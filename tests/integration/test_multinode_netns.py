@@ -7,7 +7,7 @@ import time
 
 from harness import DDPRUN, WORKER
 from multinode import MultiNodeCase, LOST
-from netns_pair import NetnsPair, sh
+from netns_lab import NetnsPair, sh
 
 
 class TwoHosts(MultiNodeCase):

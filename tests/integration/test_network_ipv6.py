@@ -13,7 +13,7 @@ import unittest
 
 from harness import DDPRUN, RENDEZVOUS, WORKER
 from multinode import MultiNodeCase, TIMEOUT
-from netns_pair import NetnsPair
+from netns_lab import NetnsPair
 from python_env import HELPERS, NO_TORCH, torch_python
 
 PYTHON_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../python"))

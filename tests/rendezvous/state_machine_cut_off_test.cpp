@@ -1,0 +1,169 @@
+// A standalone server cut off from every node (state_machine_cut_off.cpp): it suspects its own link instead of
+// judging the nodes, takes them back on their old connections or on resume hellos, and judges as ever once its
+// grace is over or when only some nodes are silent. Heartbeat interval 1 s, timeout 5 s (the fixture's job()).
+#include "tests/rendezvous/state_machine_fixture.hpp"
+
+using namespace ddprun::rendezvous;
+using namespace ddprun::rendezvous::testing;
+
+namespace {
+
+RendezvousState standalone(int nnodes, std::chrono::milliseconds grace = 30s) {
+  JobConfig config = job(nnodes, true);
+  config.resumable = true;
+  config.reconnect_grace = grace;
+  RendezvousState state(config, at(0ms).steady);
+  join_all(state, nnodes, at(0ms));
+  REQUIRE(state.phase == Phase::kRunning);
+  return state;
+}
+
+// The hello of node `node_rank`'s agent reconnecting on `conn` to round 0 of a static job of 2 workers per node.
+Hello reconnect(ConnId conn, int node_rank, int nnodes) {
+  Joiner j;
+  j.conn = conn;
+  j.node_rank = node_rank;
+  j.host = "host" + std::to_string(node_rank);
+  Hello h = hello(j);
+  Assignment a;
+  a.node_rank = node_rank;
+  a.nnodes = nnodes;
+  a.nprocs.assign(static_cast<std::size_t>(nnodes), 2);
+  a.rank_offset = 2 * node_rank;
+  a.world_size = 2 * nnodes;
+  a.master_addr = "10.0.0.9";
+  a.master_port = 29500;
+  h.hello.resume = resume_claim_of(a);
+  return h;
+}
+
+bool stopped(const std::vector<Action>& actions) {
+  for (const auto& b : find_all<Broadcast>(actions))
+    if (std::holds_alternative<StopMsg>(b.message)) return true;
+  return false;
+}
+
+std::string logged(const std::vector<Action>& actions) {
+  std::string text;
+  for (const auto& log : find_all<Log>(actions)) text += log.text + "\n";
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("every node silent at once: the server suspects its own link and keeps the round for its grace") {
+  auto state = standalone(3);
+  // The link goes down at 1 s: the last beats are 0.6-1.0 s; the first deadline passes at 5.6 s.
+  step(state, Heartbeat{1}, at(600ms));
+  step(state, Heartbeat{2}, at(800ms));
+  step(state, Heartbeat{3}, at(1'000ms));
+  auto first = step(state, Tick{}, at(5'600ms));
+  CHECK_FALSE(stopped(first));
+  CHECK(logged(first).find("heard from none of the 3 nodes for 5.0 s: this server is more likely cut off") !=
+        std::string::npos);
+  CHECK(state.cut_off_since == at(5'600ms).steady);
+  for (auto t : {6'000ms, 10'000ms, 20'000ms, 35'500ms}) CHECK_FALSE(stopped(step(state, Tick{}, at(t))));
+  CHECK(state.phase == Phase::kRunning);
+  // Past the grace (30 s from 5.6 s) nobody came back: judged, the longest silent node the root cause.
+  auto judged = step(state, Tick{}, at(35'700ms));
+  REQUIRE(stopped(judged));
+  REQUIRE(state.root_cause);
+  CHECK(state.root_cause->node_rank == 0);
+  CHECK(state.root_cause->message ==
+        "missed heartbeats for 35.1 s (the timeout, 5.0 s, and 30.0 s more in case the rendezvous server's own link "
+        "was cut)");
+}
+
+TEST_CASE("the link heals within the grace: nodes heard again on their old connections, nothing judged") {
+  auto state = standalone(2);
+  step(state, Heartbeat{1}, at(1'000ms));
+  step(state, Heartbeat{2}, at(1'000ms));
+  REQUIRE_FALSE(stopped(step(state, Tick{}, at(6'000ms))));
+  REQUIRE(state.cut_off_since);
+  step(state, Heartbeat{2}, at(20'000ms));  // TCP outlived the cut: the old connection speaks again
+  auto back = step(state, Tick{}, at(20'100ms));
+  CHECK_FALSE(state.cut_off_since);
+  CHECK(logged(back).find("node 1 (host \"host1\") is heard again") != std::string::npos);
+  step(state, Heartbeat{1}, at(21'000ms));
+  step(state, NodeDone{1}, at(22'000ms));
+  auto done = step(state, NodeDone{2}, at(22'000ms));
+  CHECK(state.phase == Phase::kComplete);
+  CHECK_FALSE(stopped(done));
+}
+
+TEST_CASE("after the heal, a node still silent has one heartbeat timeout to come back, then is judged") {
+  auto state = standalone(2);
+  step(state, Heartbeat{1}, at(1'000ms));
+  step(state, Heartbeat{2}, at(1'000ms));
+  step(state, Tick{}, at(6'000ms));
+  step(state, Heartbeat{2}, at(10'000ms));
+  step(state, Tick{}, at(10'000ms));
+  REQUIRE_FALSE(state.cut_off_since);
+  step(state, Heartbeat{2}, at(14'000ms));
+  CHECK_FALSE(stopped(step(state, Tick{}, at(14'900ms))));
+  auto judged = step(state, Tick{}, at(15'100ms));  // 10 s + 5 s
+  REQUIRE(stopped(judged));
+  CHECK(state.root_cause->node_rank == 0);
+}
+
+TEST_CASE("an agent that gave its connection up reconnects into its silent place with a resume hello") {
+  auto state = standalone(2);
+  step(state, Heartbeat{1}, at(1'000ms));
+  step(state, Heartbeat{2}, at(1'000ms));
+  step(state, Tick{}, at(6'000ms));
+  auto again = step(state, reconnect(7, 0, 2), at(25'000ms));
+  CHECK(refusal(again, 7).empty());
+  CHECK(std::count_if(again.begin(), again.end(), [](const Action& a) {
+          auto* c = std::get_if<Close>(&a);
+          return c && c->conn == 1;  // the old connection, not the new one
+        }) == 1);
+  CHECK(state.by_rank[0] == 7);
+  CHECK(state.nodes.count(1) == 0);
+  CHECK(state.nodes.at(7).rank_offset == 0);
+  CHECK(logged(again).find("node 0 (host \"host0\") reconnected to round 0 after 24.0 s of silence") !=
+        std::string::npos);
+  step(state, reconnect(8, 1, 2), at(25'100ms));
+  step(state, Tick{}, at(25'200ms));
+  CHECK_FALSE(state.cut_off_since);
+  step(state, NodeDone{7}, at(26'000ms));
+  step(state, NodeDone{8}, at(26'000ms));
+  CHECK(state.phase == Phase::kComplete);
+}
+
+TEST_CASE("a live node's place is never taken by a claim, and a wrong claim is a duplicate as before") {
+  auto state = standalone(2);
+  step(state, Heartbeat{1}, at(4'000ms));
+  CHECK(refusal(step(state, reconnect(9, 0, 2), at(4'500ms)), 9).find("duplicate: node rank 0") == 0);
+  // Silent, but the claim does not match its place (another host): refused too.
+  Hello other = reconnect(10, 1, 2);
+  other.hello.host = "intruder";
+  other.hello.mac = compute_mac("tok", other.nonce, "run1");
+  CHECK(refusal(step(state, other, at(4'500ms)), 10).find("duplicate: node rank 1") == 0);
+  CHECK(state.by_rank == std::vector<ConnId>{1, 2});
+}
+
+TEST_CASE("some nodes silent, others beating: the silent ones are judged at the timeout, as before") {
+  auto state = standalone(3);
+  step(state, Heartbeat{1}, at(1'000ms));
+  for (auto t : {2'000ms, 3'000ms, 4'000ms, 5'000ms, 6'000ms}) {
+    step(state, Heartbeat{2}, at(t));
+    step(state, Heartbeat{3}, at(t));
+  }
+  auto judged = step(state, Tick{}, at(6'100ms));
+  REQUIRE(stopped(judged));
+  CHECK(state.root_cause->node_rank == 0);
+  CHECK_FALSE(state.cut_off_since);
+}
+
+TEST_CASE("a server an agent hosts, or a grace of 0, judges a silence of every node at the timeout") {
+  for (bool resumable : {false, true}) {
+    JobConfig config = job(2, true);
+    config.resumable = resumable;
+    config.reconnect_grace = resumable ? 0ms : 30s;
+    RendezvousState state(config, at(0ms).steady);
+    join_all(state, 2, at(0ms));
+    step(state, Heartbeat{1}, at(1'000ms));
+    step(state, Heartbeat{2}, at(1'000ms));
+    CHECK(stopped(step(state, Tick{}, at(6'100ms))));
+  }
+}
