@@ -6,6 +6,7 @@
 #include "rendezvous/errors.hpp"
 #include "rendezvous/listener.hpp"
 #include "rendezvous/munge_auth.hpp"
+#include "rendezvous/text.hpp"
 
 namespace ddprun::agent {
 namespace rdzv = ddprun::rendezvous;
@@ -202,9 +203,18 @@ void RendezvousLink::finish(std::function<void()> done) {
     done();
     return;
   }
-  // Ended by a node that could not start: the nodes not yet here are told as they come (server.hpp).
-  const auto& cause = server_->state().root_cause;
-  const auto wait = cause && rdzv::is_start_failure(*cause) ? kStartFailureLinger : std::chrono::milliseconds(2000);
+  // Ended by a node that could not start: the nodes not yet here are told as they come (server.hpp). Ended by a
+  // node's silence: it may have been cut off, not dead, and asks for one heartbeat timeout (client_reconnect.hpp);
+  // every node then ends with the same root cause. What it costs: this node ends up to that much later when the
+  // silent node was dead indeed.
+  const auto& state = server_->state();
+  const auto& cause = state.root_cause;
+  auto wait = cause && rdzv::is_start_failure(*cause) ? kStartFailureLinger : std::chrono::milliseconds(2000);
+  if (rdzv::telling_the_silent(state)) {
+    wait = state.config.heartbeat_timeout;  // the cut node's own window (client_reconnect.hpp): no longer
+    log_.info("waiting up to ", rdzv::text::seconds(wait), " for the node judged lost for its silence to come back "
+              "and hear how the job ended (a cut link may heal)");
+  }
   finish_done_ = std::move(done);
   server_->async_wait_drained(wait, [this] { cut_finish_short(); });
 }

@@ -173,7 +173,7 @@ void Client::Impl::on_challenge(const ChallengeMsg& challenge) {
     unproven_ = why;
     return abandon_connection(why);
   }
-  reconnect_.on_challenge(challenge.resumable);
+  reconnect_.on_challenge(challenge.resumable, milliseconds(challenge.heartbeat_timeout_ms));
   heartbeat_interval_ = milliseconds(challenge.heartbeat_interval_ms);
   heartbeat_timeout_ = milliseconds(challenge.heartbeat_timeout_ms);
   HelloMsg hello;

@@ -31,9 +31,9 @@ void Client::Impl::drop_connection() {
   ++attempt_;  // a read, write or timer of this connection still pending is now stale
 }
 
-void Client::Impl::lost(const std::string& why) {
+void Client::Impl::lost(const std::string& why, bool silent) {
   const bool first = !reconnect_.active();
-  if (!reconnect_.on_lost(why, where(), logger_)) {
+  if (!reconnect_.on_lost(why, where(), logger_, silent)) {
     if (reconnect_.active()) return fail(ErrorKind::kLostServer, reconnect_.give_up(where(), why));
     return fail(ErrorKind::kLostServer, "lost the rendezvous server at " + where() + ": " + why);
   }
@@ -166,7 +166,7 @@ void Client::Impl::schedule_heartbeat() {
                          text::seconds(std::chrono::duration_cast<milliseconds>(stall)),
                          " (stopped or frozen): that time is not counted as the server's silence");
     milliseconds timeout = self->hello_sent_ ? self->heartbeat_timeout_ : kHandshakeTimeout;
-    if (StallClock::now() - self->last_heard_ > timeout) return self->lost("nothing heard for " + text::seconds(timeout));
+    if (StallClock::now() - self->last_heard_ > timeout) return self->lost("nothing heard for " + text::seconds(timeout), /*silent=*/true);
     if (self->hello_sent_) {
       self->send(HeartbeatMsg{});
       self->note_heartbeat_sent();

@@ -84,7 +84,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
 
   // The server is gone (closed, reset, silent). A resumable one is reconnected to while this node's workers
   // keep running (client_reconnect.hpp); otherwise, or once reconnect_timeout passed, the client ends.
-  void lost(const std::string& why);
+  void lost(const std::string& why, bool silent = false);  // silent: nothing heard, not closed (client_reconnect.hpp)
   void connect();
 
   // The attempt's own deadline: past it, the look-up's late answer is ignored and the connect is cancelled.

@@ -27,20 +27,26 @@ bool Reconnect::note_sent(const ClientMessage& message, const std::string& frame
   return !active_ || sticky;
 }
 
-bool Reconnect::on_lost(const std::string& why, const std::string& where, Logger& log) {
+bool Reconnect::on_lost(const std::string& why, const std::string& where, Logger& log, bool silent) {
   if (active_) return Clock::now() < deadline_;
-  if (timeout_.count() <= 0 || !server_resumable_ || !last_round_) return false;
+  if (timeout_.count() <= 0 || !last_round_) return false;
+  const bool ask_verdict = !server_resumable_ && silent && round_ && verdict_window_.count() > 0;
+  if (!server_resumable_ && !ask_verdict) return false;
   active_ = true;
   lost_why_ = why;
   lost_at_ = Clock::now();
-  deadline_ = lost_at_ + timeout_;
+  episode_ = ask_verdict ? std::min(timeout_, verdict_window_) : timeout_;
+  deadline_ = lost_at_ + episode_;
   attempts_ = 0;
-  if (round_)
+  if (ask_verdict)
+    log.warning("lost the rendezvous server at ", where, " (", why, "); asking it again for up to ",
+                text::seconds(episode_), " how the job goes on (a cut link heals, and the server says what it judged)");
+  else if (round_)
     log.warning("lost the rendezvous server at ", where, " (", why, "); the workers keep training; reconnecting for up ",
-                "to ", text::seconds(timeout_));
+                "to ", text::seconds(episode_));
   else
     log.warning("lost the rendezvous server at ", where, " (", why, ") between rounds; reconnecting for up to ",
-                text::seconds(timeout_), " to join the round after round ", *last_round_,
+                text::seconds(episode_), " to join the round after round ", *last_round_,
                 workers_down_ ? "" : " once this node's workers are down");
   return true;
 }
@@ -75,7 +81,7 @@ void Reconnect::on_dropped() {
 
 std::string Reconnect::give_up(const std::string& where, const std::string& last) const {
   return "lost the rendezvous server at " + where + ": " + lost_why_ + "; no server took this node back within " +
-         text::seconds(timeout_) + " (--rdzv-reconnect-timeout; " + counted(attempts_, "attempt") +
+         text::seconds(episode_) + " (--rdzv-reconnect-timeout; " + counted(attempts_, "attempt") +
          " to reconnect, the last: " + last + ")";
 }
 

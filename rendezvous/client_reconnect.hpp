@@ -13,7 +13,8 @@
 // with a plain hello once its workers are down (the agent's report_stopped, which the hello replaces), saying
 // the last round it ran (HelloMsg::after_round), and the restarted server gathers the next round from those
 // hellos, numbered after it (state_machine.cpp). Not resumable: before the first assignment, or a server an
-// agent hosts (that node's workers died with it): the loss ends the client as before.
+// agent hosts (that node's workers died with it): the loss ends the client as before, unless the server fell
+// silent while this node ran a round (on_lost's `silent`).
 #pragma once
 
 #include <chrono>
@@ -32,7 +33,11 @@ class Reconnect {
 
   explicit Reconnect(std::chrono::milliseconds timeout) : timeout_(timeout) {}
 
-  void on_challenge(bool resumable) { server_resumable_ = resumable; }
+  // `heartbeat_timeout`: the server's; an agent-hosted server's verdict on this node is asked for that long.
+  void on_challenge(bool resumable, std::chrono::milliseconds heartbeat_timeout) {
+    server_resumable_ = resumable;
+    verdict_window_ = heartbeat_timeout;
+  }
   // A round starts: its claim replaces the last one, and nothing of the last round is replayed.
   void on_assignment(const Assignment& a);
   // A re-form: between rounds there is nothing to resume (the next server gathers the next round afresh).
@@ -48,7 +53,11 @@ class Reconnect {
   bool active() const { return active_; }  // lost, not yet resumed
   // A loss: true when the client should reconnect (deadline set on the first loss of an episode), false when
   // it must end (not resumable, or the time is up).
-  bool on_lost(const std::string& why, const std::string& where, Logger& log);
+  // `silent`: the server fell silent (a cut link, a frozen host), as opposed to a connection it closed or reset.
+  // A server an agent hosts (not resumable) is then asked again for one heartbeat timeout (at most the
+  // reconnect timeout): after a cut, it has judged this node lost and lingers to say so, so that every node
+  // ends with the same root cause (issue 37); or, back in time, it takes this node back into the round.
+  bool on_lost(const std::string& why, const std::string& where, Logger& log, bool silent = false);
   Clock::time_point deadline() const { return deadline_; }
   void on_attempt() { ++attempts_; }
   // The hello's claim while reconnecting (nullopt otherwise); the frames to send after it.
@@ -64,6 +73,8 @@ class Reconnect {
  private:
   std::chrono::milliseconds timeout_;
   bool server_resumable_ = false;
+  std::chrono::milliseconds verdict_window_{0};
+  std::chrono::milliseconds episode_{0};  // this episode's length: timeout_, or the verdict window
   std::optional<Assignment> round_;   // the round this node runs, while it runs
   std::optional<int> last_round_;     // the last round this node was placed in (restart_count)
   bool workers_down_ = true;          // false from an assignment until the report that its workers are down

@@ -378,7 +378,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
 
   void check_drained() {
     if (!drain_done_) return;
-    if (job_ended() && greeted_open_ == 0 && !telling_start_failure()) fire_drained();
+    if (job_ended() && greeted_open_ == 0 && !telling_start_failure() && !telling_the_silent(state_)) fire_drained();
   }
 
   // A start failure ended the job before its first round: nodes still to come are told why as they arrive.

@@ -11,6 +11,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <variant>
@@ -127,6 +128,10 @@ struct RendezvousState {
   // A resumable server that heard from no node of the running round (state_machine_cut_off.cpp): since when it
   // suspects its own link instead of judging the nodes.
   std::optional<Clock::time_point> cut_off_since;
+  // Node ranks of the round judged lost for their silence, not told since: one cut off (not dead) comes back
+  // asking, and hears the job's root cause like every other node (state_machine_cut_off.cpp). The hosting
+  // agent lingers a heartbeat timeout for them once the job has stopped.
+  std::set<int> untold_silent;
   // A start failure (state_machine_start.cpp) ended the job before its first round: how many nodes know it
   // (the failing one, those joined then, late ones told since). The hosting agent lingers until all do.
   int informed = 0;
@@ -134,6 +139,9 @@ struct RendezvousState {
 
 // Every node the job expects knows of the start failure that ended it (the host may go).
 bool every_node_informed(const RendezvousState& state);
+// The job stopped, and a node judged lost for its silence has not come back to hear it (untold_silent): the
+// hosting agent waits for it a heartbeat timeout (state_machine_cut_off.cpp).
+bool telling_the_silent(const RendezvousState& state);
 
 // ---- events: what the server observed ----
 struct Hello {                // an authenticated-or-not hello; the machine checks it

@@ -20,7 +20,13 @@
 #include "rendezvous/state_machine_rules.hpp"
 #include "rendezvous/text.hpp"
 
-namespace ddprun::rendezvous::rules {
+namespace ddprun::rendezvous {
+
+bool telling_the_silent(const RendezvousState& state) {
+  return state.phase == Phase::kStopped && state.root_cause && !state.untold_silent.empty();
+}
+
+namespace rules {
 namespace {
 
 // Silent this long, a node counts as part of a silence that struck every node at once. Nodes beat every
@@ -49,7 +55,7 @@ void judge_the_silent(RendezvousState& state, const Now& now, Actions& out) {
   for (const auto& [last_seen, conn] : silent) {
     if (state.phase != Phase::kRunning && state.phase != Phase::kRestarting) return;
     const auto gone = std::chrono::duration_cast<std::chrono::milliseconds>(now.steady - last_seen);
-    node_lost(state, conn,
+    silent_node_lost(state, conn,
               "missed heartbeats for " + text::seconds(gone) + " (the timeout, " +
                   text::seconds(state.config.heartbeat_timeout) + ", and " + text::seconds(grace) +
                   " more in case the rendezvous server's own link was cut)",
@@ -107,6 +113,24 @@ void check_cut_off(RendezvousState& state, const Now& now, Actions& out) {
   }
 }
 
+void silent_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out) {
+  if (auto it = state.nodes.find(conn); it != state.nodes.end() && it->second.node_rank >= 0)
+    state.untold_silent.insert(it->second.node_rank);
+  node_lost(state, conn, why, now, out);
+}
+
+bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out) {
+  if (state.phase != Phase::kStopped || !state.root_cause || !event.hello.resume) return false;
+  const ResumeClaim& claim = *event.hello.resume;
+  if (claim.restart_count != state.restart_count || state.untold_silent.erase(claim.node_rank) == 0) return false;
+  out.push_back(Send{event.conn, StopMsg{*state.root_cause, "the job stopped while this node was cut off", false,
+                                         false, false}});
+  out.push_back(Close{event.conn});
+  out.push_back(Log{LogLevel::kInfo, "node " + std::to_string(claim.node_rank) + " (host \"" + event.hello.host +
+                                         "\"), lost for its silence, came back and was told how the job ended"});
+  return true;
+}
+
 bool keep_place_of_silent(RendezvousState& state, ConnId conn, const Now& now, Actions& out) {
   if (!state.config.resumable || state.config.reconnect_grace.count() <= 0) return false;
   if (state.phase != Phase::kRunning && state.phase != Phase::kRestarting) return false;
@@ -153,4 +177,5 @@ bool reconnect_into_running(RendezvousState& state, const Hello& event, const No
   return true;
 }
 
-}  // namespace ddprun::rendezvous::rules
+}  // namespace rules
+}  // namespace ddprun::rendezvous

@@ -140,6 +140,7 @@ void on_resume_hello(RendezvousState& state, const Hello& event, const Now& now,
   if (std::string why = check_auth(state, event); !why.empty()) return refuse(event.conn, why, event, state, out);
   const HelloMsg& hello = event.hello;
   const ResumeClaim& claim = *hello.resume;
+  if (tell_the_silent(state, event, out)) return;
   if (state.phase == Phase::kComplete || state.phase == Phase::kStopped)
     return refuse(event.conn, closed_message(state), event, state, out);
   if (state.phase != Phase::kJoining) {

@@ -42,6 +42,10 @@ bool reconnect_into_running(RendezvousState& state, const Hello& event, const No
 // The connection of a node silent since a cut closed (its agent gave it up; the heal delivered the reset): its
 // place waits for its resume hello, judged by its deadlines as a silent node's (true), not lost at once.
 bool keep_place_of_silent(RendezvousState& state, ConnId conn, const Now& now, Actions& out);
+// node_lost for a node whose heartbeats stopped: remembered in untold_silent, for when it comes back asking.
+void silent_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out);
+// A node judged lost for its silence asks after a stopped job (a resume hello): told the root cause (true).
+bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out);
 
 // Assigns node ranks (dynamic), rank offsets and the master address, and sends every node its assignment.
 void start_round(RendezvousState& state, Actions& out);

@@ -305,7 +305,7 @@ void on_tick(RendezvousState& state, const Now& now, Actions& out) {
     if (it == state.nodes.end() || it->second.last_seen + state.config.heartbeat_timeout > deadline) continue;
     if (now.steady < it->second.spared_until) continue;  // a later deadline is queued for it
     if (suspect_own_link(state, conn, now, out)) continue;
-    node_lost(state, conn, "missed heartbeats for " + text::seconds(state.config.heartbeat_timeout), now, out);
+    silent_node_lost(state, conn, "missed heartbeats for " + text::seconds(state.config.heartbeat_timeout), now, out);
   }
   check_hang_deadline(state, now, out);
   admit_waiting_joiners(state, now, out);  // join_min_interval passed

@@ -26,7 +26,7 @@ ddprun::Logger quiet(ddprun::LogLevel::kOff, "test", "");
 // A client of a resumable server (10 s to come back) that was placed in round `restart_count`.
 Reconnect placed_in(int restart_count) {
   Reconnect r(10s);
-  r.on_challenge(true);
+  r.on_challenge(true, 15s);
   r.on_assignment(round_number(restart_count));
   return r;
 }
@@ -35,16 +35,38 @@ Reconnect placed_in(int restart_count) {
 TEST_SUITE("client reconnect") {
   TEST_CASE("a server that is not resumable, or no timeout, or no round run yet: the loss ends the client") {
     Reconnect hosted(10s);
-    hosted.on_challenge(false);
+    hosted.on_challenge(false, 15s);
     hosted.on_assignment(round_number(0));
     CHECK_FALSE(hosted.on_lost("connection closed", "x:1", quiet));
     Reconnect off(0s);
-    off.on_challenge(true);
+    off.on_challenge(true, 15s);
     off.on_assignment(round_number(0));
     CHECK_FALSE(off.on_lost("connection closed", "x:1", quiet));
     Reconnect unplaced(10s);
-    unplaced.on_challenge(true);
+    unplaced.on_challenge(true, 15s);
     CHECK_FALSE(unplaced.on_lost("connection closed", "x:1", quiet));
+  }
+
+  TEST_CASE("an agent-hosted server fallen silent is asked again for its heartbeat timeout, never longer") {
+    Reconnect hosted(60s);
+    hosted.on_challenge(false, 3s);
+    hosted.on_assignment(round_number(1));
+    const auto before = std::chrono::steady_clock::now();
+    REQUIRE(hosted.on_lost("nothing heard for 3.0 s", "x:1", quiet, /*silent=*/true));
+    CHECK(hosted.claim().has_value());  // a resume hello: the server tells a node it judged lost
+    CHECK(hosted.deadline() - before <= 3s + 100ms);
+    CHECK(hosted.deadline() - before >= 3s - 100ms);
+    CHECK(hosted.give_up("x:1", "refused").find("within 3.0 s") != std::string::npos);
+    Reconnect shorter(1s);  // the reconnect timeout bounds it too
+    shorter.on_challenge(false, 3s);
+    shorter.on_assignment(round_number(0));
+    REQUIRE(shorter.on_lost("nothing heard", "x:1", quiet, true));
+    CHECK(shorter.deadline() - std::chrono::steady_clock::now() <= 1s);
+    Reconnect between(60s);  // between rounds there is no verdict to ask for
+    between.on_challenge(false, 3s);
+    between.on_assignment(round_number(0));
+    between.on_restart_ordered();
+    CHECK_FALSE(between.on_lost("nothing heard", "x:1", quiet, true));
   }
 
   TEST_CASE("lost while the round runs: the hello claims it at once") {

@@ -167,3 +167,36 @@ TEST_CASE("a server an agent hosts, or a grace of 0, judges a silence of every n
     CHECK(stopped(step(state, Tick{}, at(6'100ms))));
   }
 }
+
+TEST_CASE("a node cut off from an agent-hosted server asks after the stop and hears the same root cause") {
+  auto state = running(3);  // agent-hosted: not resumable
+  for (auto t : {1'000ms, 2'000ms, 3'000ms, 4'000ms, 5'000ms}) {
+    step(state, Heartbeat{1}, at(t));
+    step(state, Heartbeat{3}, at(t));
+  }
+  REQUIRE(stopped(step(state, Tick{}, at(5'100ms))));  // node 1 (conn 2) silent since 0 s
+  REQUIRE(state.root_cause);
+  CHECK(state.root_cause->node_rank == 1);
+  CHECK(telling_the_silent(state));  // the hosting agent waits for it
+  // The cut heals: node 1's agent, which gave its connection up, asks with its claim.
+  auto told = step(state, reconnect(9, 1, 3), at(9'000ms));
+  CHECK(refusal(told, 9).empty());
+  bool heard = false;
+  for (const auto& send : find_all<Send>(told))
+    if (auto* stop = std::get_if<StopMsg>(&send.message); stop && send.conn == 9) {
+      heard = true;
+      CHECK_FALSE(stop->restarting);
+      CHECK(stop->root_cause.node_rank == 1);
+      CHECK(stop->root_cause.message == state.root_cause->message);
+    }
+  CHECK(heard);
+  CHECK_FALSE(telling_the_silent(state));
+  // Told once: a second ask is refused as any hello to a closed rendezvous.
+  CHECK(refusal(step(state, reconnect(10, 1, 3), at(9'500ms)), 10).find("is closed") != std::string::npos);
+}
+
+TEST_CASE("a node whose connection closed is not waited for: nothing to tell a node that is gone") {
+  auto state = running(2);
+  REQUIRE(stopped(step(state, Disconnected{2, "connection reset"}, at(1'000ms))));
+  CHECK_FALSE(telling_the_silent(state));
+}
