@@ -132,6 +132,14 @@ struct RendezvousState {
   // asking, and hears the job's root cause like every other node (state_machine_cut_off.cpp). The hosting
   // agent lingers a heartbeat timeout for them once the job has stopped.
   std::set<int> untold_silent;
+  // Nodes that joined and then left or went silent before the round started (the latest few): the rendezvous
+  // timeout names them, not only the ranks missing (a partition during the rendezvous, issue 37).
+  struct Departure {
+    int node_rank = -1;  // static: its rank; dynamic: -1
+    std::string host;
+    std::string text;  // "node 1 (host \"h\", 10.0.0.2) joined, then went silent (missed heartbeats for 15.0 s)"
+  };
+  std::deque<Departure> left_while_joining;
   // A start failure (state_machine_start.cpp) ended the job before its first round: how many nodes know it
   // (the failing one, those joined then, late ones told since). The hosting agent lingers until all do.
   int informed = 0;

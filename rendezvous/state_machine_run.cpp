@@ -10,6 +10,9 @@ namespace ddprun::rendezvous::rules {
 
 namespace {
 
+// The rendezvous timeout names at most this many nodes that joined and left (the latest).
+constexpr std::size_t kDeparturesNamed = 8;
+
 std::vector<ConnId> all_conns(const RendezvousState& state) {
   std::vector<ConnId> conns;
   conns.reserve(state.nodes.size());
@@ -119,6 +122,13 @@ void node_lost(RendezvousState& state, ConnId conn, const std::string& why, cons
     if (static_cast<int>(state.nodes.size()) < state.config.min_nodes) state.last_call_deadline.reset();
     out.push_back(Log{LogLevel::kWarning, "node from host \"" + node.host + "\" (" + node.address +
                                               ") left before the rendezvous completed: " + why});
+    const bool silent = why.rfind("missed heartbeats", 0) == 0;
+    const int rank = state.config.static_node_ranks ? node.node_rank : -1;
+    state.left_while_joining.push_back(RendezvousState::Departure{
+        rank, node.host,
+        (rank >= 0 ? "node " + std::to_string(rank) : std::string("a node")) + " (host \"" + node.host + "\", " +
+            node.address + ") joined, then " + (silent ? "went silent" : "left") + " (" + why + ")"});
+    if (state.left_while_joining.size() > kDeparturesNamed) state.left_while_joining.pop_front();
     return;
   }
   if (is_final(state.phase)) return out.push_back(Close{conn});
@@ -153,6 +163,13 @@ std::string missing_nodes(const RendezvousState& state) {
       out << (listed == 1 ? " " : ", ") << state.nodes.at(conn).host;
     }
     if (joined == 0) out << " none";
+  }
+  // Those that were here: a partition during the rendezvous reads differently from a node never started.
+  for (const RendezvousState::Departure& d : state.left_while_joining) {
+    const bool back = d.node_rank >= 0 ? state.by_rank[static_cast<std::size_t>(d.node_rank)] != 0
+                                       : std::any_of(state.nodes.begin(), state.nodes.end(),
+                                                     [&](const auto& e) { return e.second.host == d.host; });
+    if (!back) out << "; " << d.text;
   }
   return out.str();
 }

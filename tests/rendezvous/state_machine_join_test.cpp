@@ -294,3 +294,38 @@ TEST_CASE("a node whose workers would push the world size past int's range is re
   big.nproc = kMaxNproc - 1;
   CHECK(refusal(step(state, hello(big), at(0ms)), 1).empty());
 }
+
+TEST_CASE("the rendezvous timeout names a node that joined and then went silent, not only its missing rank") {
+  JobConfig config = job(3, true);
+  RendezvousState state(config, at(0ms).steady);
+  for (int rank : {0, 1}) {
+    Joiner j;
+    j.conn = static_cast<ConnId>(rank + 1);
+    j.node_rank = rank;
+    j.host = "host" + std::to_string(rank);
+    step(state, hello(j), at(0ms));
+  }
+  // Node 1 goes silent (a partition), node 0 keeps beating; node 2 never comes.
+  for (int s = 1; s <= 59; ++s) step(state, Heartbeat{1}, at(std::chrono::seconds(s)));
+  step(state, Tick{}, at(5'100ms));  // node 1 dropped after the 5 s heartbeat timeout
+  auto actions = step(state, Tick{}, at(60'000ms));
+  auto error = std::get<ErrorMsg>(find_all<Send>(actions).at(0).message);
+  CHECK(error.message ==
+        "rendezvous timed out after 60.0 s: 1 of 3 nodes joined; missing node ranks 1, 2; node 1 (host \"host1\", "
+        "10.0.0.9) joined, then went silent (missed heartbeats for 5.0 s)");
+}
+
+TEST_CASE("a node that left and joined again is no longer named as gone") {
+  JobConfig config = job(3, true);
+  RendezvousState state(config, at(0ms).steady);
+  Joiner j;
+  j.conn = 1;
+  j.node_rank = 1;
+  step(state, hello(j), at(0ms));
+  step(state, Disconnected{1, "connection reset"}, at(1'000ms));
+  j.conn = 2;
+  step(state, hello(j), at(2'000ms));
+  for (int s = 3; s <= 59; s += 2) step(state, Heartbeat{2}, at(std::chrono::seconds(s)));
+  auto error = std::get<ErrorMsg>(find_all<Send>(step(state, Tick{}, at(60'000ms))).at(0).message);
+  CHECK(error.message == "rendezvous timed out after 60.0 s: 1 of 3 nodes joined; missing node ranks 0, 2");
+}
