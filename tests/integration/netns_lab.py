@@ -3,7 +3,7 @@ per test class; where they cannot be made (not root, no CAP_SYS_ADMIN, no iprout
 why.
 - NetnsPair: two hosts joined by a veth pair, IPv4 10.231.x.y, or IPv6 fd42:x::y alone, optionally with names in
   /etc/netns/NS/hosts, which `ip netns exec` mounts over /etc/hosts for the processes it starts.
-- NetnsStar: hosts on one switch (a bridge), whose ports can be cut and healed."""
+- NetnsStar: hosts on one switch (a bridge), whose ports can be cut and healed, or lose a share of their frames."""
 import os
 import subprocess
 import unittest
@@ -102,6 +102,22 @@ class NetnsStar:
 
     def heal(self, host):
         sh("ip", "-n", self.bridge_ns, "link", "set", self.port(host), "up")
+
+    def lose(self, host, percent):
+        """Drops `percent` % of the IPv4 packets to and from host `host`, each way, at the switch (nftables on the
+        bridge; the kernel here has no netem). ARP passes: a lossy link, not a broken neighbour table. Raises unittest.SkipTest, saying why, without nft."""
+        rules = (f"table bridge lab {{ chain drops {{ type filter hook forward priority 0; "
+                 f"iifname \"{self.port(host)}\" ether type ip numgen random mod 100 < {percent} drop; "
+                 f"oifname \"{self.port(host)}\" ether type ip numgen random mod 100 < {percent} drop; }}; }}")
+        try:
+            sh("ip", "netns", "exec", self.bridge_ns, "nft", rules)
+        except (OSError, subprocess.CalledProcessError) as e:
+            why = e.stderr.decode().strip() if isinstance(e, subprocess.CalledProcessError) else str(e)
+            raise unittest.SkipTest(f"cannot drop packets on the lab's switch (nftables: {why}); scripts/setup "
+                                    f"installs Debian's nftables")
+
+    def lossless(self):
+        sh("ip", "netns", "exec", self.bridge_ns, "nft", "delete table bridge lab", check=False)
 
     def remove(self):
         for ns in self.made:

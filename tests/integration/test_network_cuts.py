@@ -72,6 +72,21 @@ class RendezvousHostCut(MultiNodeCase):
             self.assertEqual(res.code, 0, (res, srv))
         self.assertEqual(srv.code, 0, srv)
 
+    def test_the_job_completes_through_a_lossy_link_to_the_rendezvous_host(self):
+        # 20% of the server's frames dropped both ways, from the join to the end: TCP retransmits, heartbeats are
+        # late but within the timeout (5 s against 0.5 s beats), and nothing is judged.
+        self.lab.lose(SERVER, 20)
+        self.addCleanup(self.lab.lossless)
+        server = subprocess.Popen([*self.lab.inside(SERVER), RENDEZVOUS, "--rdzv-id", "cutjob", "--nnodes", "2",
+                                   "--host", self.lab.addr[SERVER], "--port", str(self.port), "--heartbeat-interval",
+                                   "0.5", "--heartbeat-timeout", "5"],
+                                  env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.stderr_until(server, b"listening on", 10, why="the rendezvous server never listened")
+        agents = [self.agent(h, 20, "sleep=3", "exit=0") for h in NODES]
+        for res in self.wait_all(agents, timeout=90):
+            self.assertEqual(res.code, 0, res)
+        self.assertEqual(self.wait_all([server], timeout=30)[0].code, 0)
+
     def test_a_cut_past_the_reconnect_timeout_says_what_this_node_knows(self):
         # The workers succeed during a 6 s cut; agents and server give up after 2 s. Nobody can say the job
         # completed: exit 74 on the nodes, which say their part succeeded; the server judges the nodes lost.
