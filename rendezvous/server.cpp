@@ -153,11 +153,18 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     live_view_.forget(id, node == state_.nodes.end() ? -1 : node->second.node_rank);
     if (!greeted) return;
     --greeted_open_;
-    run(Disconnected{id, reason});
+    run(Disconnected{id, reason, woke_lately()});
     check_drained();
   }
 
   const RendezvousState& state() const { return state_; }
+
+  // Whether this process was stopped within the last heartbeat timeout. Asked as a connection closes: on a wake the
+  // sockets may be read before the tick that notices the stop, so the overdue tick is looked at here too.
+  bool woke_lately() {
+    if (StallClock::note_late(tick_timer_.expiry(), Clock::now()).count() > 0) woke_at_ = Clock::now();
+    return woke_at_ && Clock::now() - *woke_at_ < state_.config.heartbeat_timeout;
+  }
 
   // Straggler naming (straggler_watch.hpp): every node of the round hears who is named now.
   void tell_stragglers(std::optional<StragglersMsg> message) {
@@ -348,6 +355,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
       // A tick late by a stop of this process: the nodes' silence during it is ours, not theirs
       // (common/stall_clock.hpp); the state machine's clock leaves it out.
       const auto stall = StallClock::note_late(self->tick_timer_.expiry(), Clock::now());
+      if (stall.count() > 0) self->woke_at_ = Clock::now();
       if (stall.count() > 0)
         self->logger_.info("this process did not run for ",
                            text::seconds(std::chrono::duration_cast<std::chrono::milliseconds>(stall)),
@@ -403,6 +411,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   std::chrono::steady_clock::time_point accept_failure_said_{};
   asio::steady_timer drain_timer_;
   std::chrono::milliseconds tick_period_{100};
+  std::optional<Clock::time_point> woke_at_;  // the last stop of this process seen ended then (woke_lately)
   std::unordered_map<ConnId, std::shared_ptr<ServerConnection>> conns_;
   std::deque<std::pair<Clock::time_point, ConnId>> handshakes_;  // pre-hello deadlines, in accept order
   std::deque<std::pair<Clock::time_point, ConnId>> lingering_;   // closing, waiting for the peer's EOF

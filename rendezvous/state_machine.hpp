@@ -168,7 +168,13 @@ struct FailureReport { ConnId conn = 0; Failure failure; };
 struct NodeDone { ConnId conn = 0; };
 struct NodeStopped { ConnId conn = 0; int master_port = 0; };  // master_port: the node's new offer, 0: keep
 struct HangReport { ConnId conn = 0; HangViewMsg view; };  // --hang-timeout: a node's workers, judged
-struct Disconnected { ConnId conn = 0; std::string reason; };
+struct Disconnected {
+  ConnId conn = 0;
+  std::string reason;
+  // This server did not run for a while just before (its agent SIGSTOPped, a frozen VM): a node that gave it up
+  // meanwhile reset its connection and comes back asking (client_reconnect.hpp); its place waits for it.
+  bool after_stall = false;
+};
 // This server's own node cannot take part (node 0's munged is down): the job ends before it starts, and every
 // node that comes is told why (kUnavailable) instead of waiting --rdzv-timeout for it.
 struct CannotStart { Failure failure; };

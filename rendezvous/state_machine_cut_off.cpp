@@ -131,19 +131,29 @@ bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out) {
   return true;
 }
 
-bool keep_place_of_silent(RendezvousState& state, ConnId conn, const Now& now, Actions& out) {
-  if (!state.config.resumable || state.config.reconnect_grace.count() <= 0) return false;
+bool keep_place_of_silent(RendezvousState& state, ConnId conn, bool after_stall, const Now& now, Actions& out) {
   if (state.phase != Phase::kRunning && state.phase != Phase::kRestarting) return false;
   auto it = state.nodes.find(conn);
   if (it == state.nodes.end()) return false;
   NodeEntry& node = it->second;
-  if (!state.cut_off_since && now.steady - node.last_seen < common_silence(state.config)) return false;
-  node.reclaimable_until = std::max(node.reclaimable_until, now.steady + state.config.reconnect_grace);
+  const auto silent_for = std::chrono::duration_cast<std::chrono::milliseconds>(now.steady - node.last_seen);
+  const bool standalone = state.config.resumable && state.config.reconnect_grace.count() > 0;
+  const bool silent = state.cut_off_since || now.steady - node.last_seen >= common_silence(state.config);
+  if (after_stall) {
+    node.reclaimable_until = std::max(node.reclaimable_until, now.steady + state.config.heartbeat_timeout);
+    // Not heard meanwhile, it is judged at its deadline: this server's stop was no time to hear it.
+    node.last_seen = std::max(node.last_seen, now.steady);
+    state.deadlines.emplace_back(now.steady + state.config.heartbeat_timeout, conn);
+  } else if (standalone && silent) {
+    node.reclaimable_until = std::max(node.reclaimable_until, now.steady + state.config.reconnect_grace);
+  } else {
+    return false;
+  }
   out.push_back(Log{LogLevel::kInfo, "the connection of node " + std::to_string(node.node_rank) + " (host \"" +
-                                         node.host + "\"), silent for " +
-                                         text::seconds(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                             now.steady - node.last_seen)) +
-                                         ", closed: its place waits for its agent to reconnect"});
+                                         node.host + "\") closed " +
+                                         (after_stall ? std::string("while this server was stopped")
+                                                      : "after " + text::seconds(silent_for) + " of silence") +
+                                         ": its place waits for its agent to reconnect"});
   return true;
 }
 

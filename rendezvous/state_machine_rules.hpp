@@ -41,7 +41,9 @@ void check_cut_off(RendezvousState& state, const Now& now, Actions& out);
 bool reconnect_into_running(RendezvousState& state, const Hello& event, const Now& now, Actions& out);
 // The connection of a node silent since a cut closed (its agent gave it up; the heal delivered the reset): its
 // place waits for its resume hello, judged by its deadlines as a silent node's (true), not lost at once.
-bool keep_place_of_silent(RendezvousState& state, ConnId conn, const Now& now, Actions& out);
+// after_stall: this server was stopped just before, and the node that gave it up meanwhile comes back asking for
+// one heartbeat timeout; any server keeps its place that long.
+bool keep_place_of_silent(RendezvousState& state, ConnId conn, bool after_stall, const Now& now, Actions& out);
 // node_lost for a node whose heartbeats stopped: remembered in untold_silent, for when it comes back asking.
 void silent_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out);
 // A node judged lost for its silence asks after a stopped job (a resume hello): told the root cause (true).

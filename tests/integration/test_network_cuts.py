@@ -4,6 +4,7 @@ does not need the server, so a cut shorter than --rdzv-reconnect-timeout must co
 server heard from no node for its heartbeat timeout, judged one lost, stopped the job and exited 1, and every
 node exited 74 "lost the rendezvous server" with its workers succeeded."""
 import os
+import signal
 import subprocess
 import time
 
@@ -152,3 +153,30 @@ class NodeCut(MultiNodeCase):
         self.assertIn("waiting up to 4.0 s for the node judged lost for its silence", results[0].stderr.decode())
         cut_off = self.wait_all([procs[1]], timeout=40)[0]
         self.assertEqual(cut_off.code, LOST, cut_off)
+
+
+class FrozenHost(MultiNodeCase):
+    """Node 0's ddprun, which hosts the rendezvous, SIGSTOPped for 4.5 s (heartbeat timeout 3 s): node 1 gives the
+    server up at ~3 s and asks it again until ~6 s. Woken at 4.5 s, the server reads node 1's reset right after its
+    own stop and keeps node 1's place; node 1's claim takes it back, and the round goes on. Before, node 0 judged
+    node 1 lost on that reset (exit 1) and refused its return."""
+
+    def node_here(self, rank):
+        return self.start("--nnodes", 2, "--node-rank", rank, "--master-addr", "127.0.0.1", "--rdzv-port", self.port,
+                          "--nproc-per-node", 1, "--heartbeat-interval", "0.5", "--heartbeat-timeout", "3", WORKER,
+                          f"ready={self.ready}", f"waitfile={self.go}", "exit=0")
+
+    def test_a_frozen_host_back_within_a_heartbeat_timeout_costs_the_job_nothing(self):
+        procs = [self.node_here(r) for r in range(2)]
+        self.wait_ready(2)
+        os.kill(procs[0].pid, signal.SIGSTOP)  # the agent only: its worker keeps running, as on a frozen agent
+        try:
+            time.sleep(4.5)
+        finally:
+            os.kill(procs[0].pid, signal.SIGCONT)
+        time.sleep(1)
+        self.release()
+        results = self.wait_all(procs, timeout=40)
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+        self.assertIn("closed while this server was stopped", results[0].stderr.decode(), results[0])

@@ -200,3 +200,26 @@ TEST_CASE("a node whose connection closed is not waited for: nothing to tell a n
   REQUIRE(stopped(step(state, Disconnected{2, "connection reset"}, at(1'000ms))));
   CHECK_FALSE(telling_the_silent(state));
 }
+
+TEST_CASE("a reset read right after this server's own stop keeps the place for the node that gave it up") {
+  auto state = running(2);  // agent-hosted: node 0's agent was SIGSTOPped, node 1 gave the server up
+  auto reset = step(state, Disconnected{2, "Connection reset by peer", /*after_stall=*/true}, at(6'000ms));
+  CHECK_FALSE(stopped(reset));
+  CHECK(logged(reset).find("node 1 (host \"host1\") closed while this server was stopped") != std::string::npos);
+  auto back = step(state, reconnect(9, 1, 2), at(6'500ms));
+  CHECK(refusal(back, 9).empty());
+  CHECK(state.by_rank[1] == 9);
+  step(state, NodeDone{1}, at(7'000ms));
+  step(state, NodeDone{9}, at(7'000ms));
+  CHECK(state.phase == Phase::kComplete);
+}
+
+TEST_CASE("a node kept after this server's stop that never comes back is lost at its deadline") {
+  auto state = running(2);
+  step(state, Disconnected{2, "Connection reset by peer", true}, at(6'000ms));
+  step(state, Heartbeat{1}, at(9'000ms));
+  CHECK_FALSE(stopped(step(state, Tick{}, at(10'900ms))));
+  auto judged = step(state, Tick{}, at(11'100ms));  // 6 s + the 5 s timeout
+  REQUIRE(stopped(judged));
+  CHECK(state.root_cause->node_rank == 1);
+}
