@@ -29,6 +29,11 @@ bool telling_the_silent(const RendezvousState& state) {
 namespace rules {
 namespace {
 
+// A round is placed and not over: the only time a silence can be forgiven or a place taken back.
+bool round_runs(const RendezvousState& state) {
+  return state.phase == Phase::kRunning || state.phase == Phase::kRestarting;
+}
+
 // Silent this long, a node counts as part of a silence that struck every node at once. Nodes beat every
 // heartbeat_interval, so at the first node's deadline the others' last beats are at most an interval or two
 // younger; half the timeout keeps a timeout of two intervals meaningful.
@@ -53,7 +58,7 @@ void judge_the_silent(RendezvousState& state, const Now& now, Actions& out) {
     if (now.steady - node.last_seen >= state.config.heartbeat_timeout) silent.emplace_back(node.last_seen, conn);
   std::sort(silent.begin(), silent.end());
   for (const auto& [last_seen, conn] : silent) {
-    if (state.phase != Phase::kRunning && state.phase != Phase::kRestarting) return;
+    if (!round_runs(state)) return;
     const auto gone = std::chrono::duration_cast<std::chrono::milliseconds>(now.steady - last_seen);
     silent_node_lost(state, conn,
               "missed heartbeats for " + text::seconds(gone) + " (the timeout, " +
@@ -67,7 +72,7 @@ void judge_the_silent(RendezvousState& state, const Now& now, Actions& out) {
 
 bool suspect_own_link(RendezvousState& state, ConnId conn, const Now& now, Actions& out) {
   if (!state.config.resumable || state.config.reconnect_grace.count() <= 0) return false;
-  if (state.phase != Phase::kRunning && state.phase != Phase::kRestarting) return false;
+  if (!round_runs(state)) return false;
   if (!state.cut_off_since) {
     if (!every_node_silent(state, now)) return false;
     state.cut_off_since = now.steady;
@@ -89,7 +94,7 @@ bool suspect_own_link(RendezvousState& state, ConnId conn, const Now& now, Actio
 
 void check_cut_off(RendezvousState& state, const Now& now, Actions& out) {
   if (!state.cut_off_since) return;
-  if (state.phase != Phase::kRunning && state.phase != Phase::kRestarting) {
+  if (!round_runs(state)) {
     state.cut_off_since.reset();
     return;
   }
@@ -132,7 +137,7 @@ bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out) {
 }
 
 bool keep_place_of_silent(RendezvousState& state, ConnId conn, bool after_stall, const Now& now, Actions& out) {
-  if (state.phase != Phase::kRunning && state.phase != Phase::kRestarting) return false;
+  if (!round_runs(state)) return false;
   auto it = state.nodes.find(conn);
   if (it == state.nodes.end()) return false;
   NodeEntry& node = it->second;

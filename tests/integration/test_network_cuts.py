@@ -28,10 +28,10 @@ class RendezvousHostCut(MultiNodeCase):
         self.lab.heal(SERVER)
         super().tearDown()
 
-    def server(self, grace):
+    def server(self, grace, interval="0.2", timeout="1"):
         proc = subprocess.Popen([*self.lab.inside(SERVER), RENDEZVOUS, "--rdzv-id", "cutjob", "--nnodes", "2",
                                  "--host", self.lab.addr[SERVER], "--port", str(self.port), "--heartbeat-interval",
-                                 "0.2", "--heartbeat-timeout", "1", "--rdzv-reconnect-timeout", str(grace)],
+                                 interval, "--heartbeat-timeout", timeout, "--rdzv-reconnect-timeout", str(grace)],
                                 env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         self.stderr_until(proc, b"listening on", 10, why="the rendezvous server never listened")
         return proc
@@ -78,11 +78,7 @@ class RendezvousHostCut(MultiNodeCase):
         # late but within the timeout (5 s against 0.5 s beats), and nothing is judged.
         self.lab.lose(SERVER, 20)
         self.addCleanup(self.lab.lossless)
-        server = subprocess.Popen([*self.lab.inside(SERVER), RENDEZVOUS, "--rdzv-id", "cutjob", "--nnodes", "2",
-                                   "--host", self.lab.addr[SERVER], "--port", str(self.port), "--heartbeat-interval",
-                                   "0.5", "--heartbeat-timeout", "5"],
-                                  env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        self.stderr_until(server, b"listening on", 10, why="the rendezvous server never listened")
+        server = self.server(20, interval="0.5", timeout="5")
         agents = [self.agent(h, 20, "sleep=3", "exit=0") for h in NODES]
         for res in self.wait_all(agents, timeout=90):
             self.assertEqual(res.code, 0, res)
