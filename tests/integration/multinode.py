@@ -1,12 +1,13 @@
 """The multi-node fixture shared by test modules: 2-4 ddprun agents on loopback as separate processes, static node
 ranks with --master-addr 127.0.0.1, a ready directory and a go file for the workers (tests/bin/test_worker's
-ready= and waitfile= steps)."""
+ready= and waitfile= steps). LabCase: the same on the fault lab's switch (netns_lab.NetnsStar), one per class."""
 import os
 import signal
 import subprocess
 import time
 
-from harness import DdprunTestCase, Result, WORKER
+from harness import DDPRUN, DdprunTestCase, Result, WORKER
+from netns_lab import NetnsStar
 from ports import free_port
 
 REFUSED, TIMEOUT, LOST = 77, 75, 74
@@ -53,3 +54,35 @@ class MultiNodeCase(DdprunTestCase):
     def release(self):
         with open(self.go, "w"):
             pass
+
+
+class LabCase(MultiNodeCase):
+    """Nodes on the fault lab's switch: HOSTS hosts, those in DELAYED behind a delay line, made once per class
+    (skipped, saying why, where namespaces cannot be made). Each test starts on a clean wire: every port up, no
+    loss, no delay."""
+    HOSTS, DELAYED = 3, ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.lab = NetnsStar(f"dd{cls.__name__[:3].lower()}{os.getpid() % 100000}", cls.HOSTS, delayed=cls.DELAYED)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.lab.remove()
+
+    def tearDown(self):
+        for host in range(self.HOSTS):
+            self.lab.heal(host)
+        for host in self.DELAYED:
+            self.lab.delay(host, 0)
+        self.lab.lossless()
+        super().tearDown()
+
+    def node_in_lab(self, rank, nnodes, *args, env=None):
+        """ddprun on host `rank` as static node `rank` of `nnodes`, host 0's address as --master-addr, one worker,
+        heartbeats every 0.5 s; `args`: the other options, the program and its arguments."""
+        return subprocess.Popen([*self.lab.inside(rank), os.path.abspath(DDPRUN), "--nnodes", str(nnodes),
+                                 "--node-rank", str(rank), "--master-addr", self.lab.addr[0], "--rdzv-port",
+                                 str(self.port), "--nproc-per-node", "1", "--heartbeat-interval", "0.5", *args],
+                                env=env or self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)

@@ -3,10 +3,14 @@ per test class; where they cannot be made (not root, no CAP_SYS_ADMIN, no iprout
 why.
 - NetnsPair: two hosts joined by a veth pair, IPv4 10.231.x.y, or IPv6 fd42:x::y alone, optionally with names in
   /etc/netns/NS/hosts, which `ip netns exec` mounts over /etc/hosts for the processes it starts.
-- NetnsStar: hosts on one switch (a bridge), whose ports can be cut and healed, or lose a share of their frames."""
+- NetnsStar: hosts on one switch (a bridge), whose ports can be cut and healed, or lose a share of their frames;
+  a host's link can be a delay line of our own (delay_line.py: the kernels here have no netem)."""
 import os
 import subprocess
+import sys
 import unittest
+
+from harness import FIXTURE_PIDS
 
 
 def sh(*args, check=True):
@@ -65,14 +69,18 @@ class NetnsStar:
     """`count` hosts on one switch: a bridge in a namespace of its own, each host's namespace joined to it by a veth
     pair, addresses 10.232.X.1.. (one /24). cut(i) downs host i's port on the bridge: its packets vanish without a
     FIN or a RST, as when a cable is pulled or a switch port fails, and the other hosts still reach each other;
-    heal(i) brings it back. Skipped, saying why, where it cannot be made (also: no bridge support)."""
+    heal(i) brings it back. The hosts in `delayed` are joined to the switch through a delay line instead of a veth
+    pair (two TAP devices and delay_line.py between them); delay(i, ms) sets it. Skipped, saying why, where it cannot
+    be made (also: no bridge support, no /dev/net/tun)."""
 
-    def __init__(self, tag, count):
+    def __init__(self, tag, count, delayed=()):
+        self.tag = tag
         self.bridge_ns = f"{tag}sw"
         self.ns = [f"{tag}h{i}" for i in range(count)]
         octet = 1 + os.getpid() % 250
         self.addr = [f"10.232.{octet}.{i + 1}" for i in range(count)]
         self.made = []
+        self.lines = {}
         try:
             for ns in [self.bridge_ns, *self.ns]:
                 sh("ip", "netns", "add", ns)
@@ -81,18 +89,47 @@ class NetnsStar:
             sh("ip", "-n", self.bridge_ns, "link", "add", "sw", "type", "bridge")
             sh("ip", "-n", self.bridge_ns, "link", "set", "sw", "up")
             for i, ns in enumerate(self.ns):
-                sh("ip", "link", "add", f"{tag}e{i}", "netns", ns, "type", "veth", "peer", "name", self.port(i),
-                   "netns", self.bridge_ns)
+                if i in delayed:
+                    self.lines[i] = self.delay_line(self.link(i), self.port(i))
+                    sh("ip", "-n", self.bridge_ns, "link", "set", self.link(i), "netns", ns)
+                else:
+                    sh("ip", "link", "add", self.link(i), "netns", ns, "type", "veth", "peer", "name",
+                       self.port(i), "netns", self.bridge_ns)
                 sh("ip", "-n", self.bridge_ns, "link", "set", self.port(i), "master", "sw", "up")
-                sh("ip", "-n", ns, "addr", "add", f"{self.addr[i]}/24", "dev", f"{tag}e{i}")
-                sh("ip", "-n", ns, "link", "set", f"{tag}e{i}", "up")
+                sh("ip", "-n", ns, "addr", "add", f"{self.addr[i]}/24", "dev", self.link(i))
+                sh("ip", "-n", ns, "link", "set", self.link(i), "up")
         except (OSError, subprocess.CalledProcessError) as e:
             self.remove()
             why = e.stderr.decode().strip() if isinstance(e, subprocess.CalledProcessError) else str(e)
             raise unittest.SkipTest(f"cannot create network namespaces and a bridge here ({why})")
 
     def port(self, i):
+        """Host i's port on the switch, in the switch's namespace."""
         return f"p{i}"
+
+    def link(self, i):
+        """Host i's interface, in its namespace. Every host has the machine's host name, which resolves to
+        loopback: gloo picks its interface from that name unless GLOO_SOCKET_IFNAME says this one."""
+        return f"{self.tag}e{i}"
+
+    def delay_line(self, host_side, switch_side):
+        """Starts delay_line.py in the switch's namespace with both of its TAP devices there."""
+        line = subprocess.Popen(["ip", "netns", "exec", self.bridge_ns, sys.executable,
+                                 os.path.join(os.path.dirname(os.path.abspath(__file__)), "delay_line.py"),
+                                 host_side, switch_side],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        FIXTURE_PIDS.add(line.pid)
+        if line.stdout.readline().strip() != "ready":
+            line.stdin.close()
+            raise OSError(f"the delay line did not start: {line.stderr.read().strip()}")
+        return line
+
+    def delay(self, host, ms):
+        """From now on every frame to and from host `host` (one of `delayed`) waits `ms` milliseconds each way."""
+        line = self.lines[host]
+        line.stdin.write(f"delay {ms}\n")
+        line.stdin.flush()
+        assert line.stdout.readline().strip() == "ok"
 
     def inside(self, host):
         return ["ip", "netns", "exec", self.ns[host]]
@@ -120,6 +157,16 @@ class NetnsStar:
         sh("ip", "netns", "exec", self.bridge_ns, "nft", "delete table bridge lab", check=False)
 
     def remove(self):
+        for line in self.lines.values():
+            try:
+                line.stdin.close()  # its end
+            except BrokenPipeError:
+                pass
+            line.wait(timeout=10)
+            line.stdout.close()
+            line.stderr.close()
+            FIXTURE_PIDS.discard(line.pid)
+        self.lines = {}
         for ns in self.made:
             sh("ip", "netns", "del", ns, check=False)
         self.made = []
