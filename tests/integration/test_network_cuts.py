@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from harness import DDPRUN, RENDEZVOUS, WORKER
-from multinode import LabCase, MultiNodeCase, LOST
+from multinode import LabCase, MultiNodeCase, LOST, TIMEOUT
 
 SERVER, NODES = 0, (1, 2)
 
@@ -149,3 +149,29 @@ class FrozenHost(MultiNodeCase):
             self.assertEqual(res.code, 0, res)
         self.assertIn("closed while this server was stopped", results[0].stderr.decode(), results[0])
 
+
+class PartitionInTheRendezvous(LabCase):
+    """A static job of three nodes: nodes 0 and 1 join, node 1's port is cut, node 0's server gives it up after its
+    heartbeat timeout, node 2 joins. The round cannot form and the others end at the rendezvous timeout (exit 75). Before, their message named only the missing ranks, as
+    for a node that was never started; now it says that node 1 joined and then went silent."""
+
+    def ddprun_on(self, rank):
+        return self.node_in_lab(rank, 3, "--heartbeat-timeout", "2", "--rdzv-timeout", "8", "--log-level", "debug",
+                                WORKER, "exit=0")
+
+    def test_the_rendezvous_timeout_says_which_node_joined_and_went_silent(self):
+        first = self.ddprun_on(0)
+        seen = self.stderr_until(first, b"listening on", 20, why="node 0 never listened")
+        cut_off = self.ddprun_on(1)
+        seen = self.stderr_until(first, b"node joined: host", 20, seen, why="node 1 never joined", count=2)
+        self.lab.cut(1)
+        seen = self.stderr_until(first, b"left before the rendezvous completed: missed heartbeats", 20, seen,
+                                 why="node 1's silence was never noticed")
+        last = self.ddprun_on(2)
+        results = self.wait_all([first, last, cut_off], timeout=60)
+        results[0].stderr = seen + results[0].stderr
+        for res in results[:2]:
+            self.assertEqual(res.code, TIMEOUT, res)
+            self.assertRegex(res.stderr.decode(), r"node 1 \(host \"[^\"]+\", [0-9.]+\) joined, then went silent "
+                                                  r"\(missed heartbeats for \d+\.\d s\)")
+        self.assertIn(results[2].code, (LOST, TIMEOUT), results[2])
