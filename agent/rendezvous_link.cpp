@@ -146,6 +146,11 @@ rdzv::ClientConfig RendezvousLink::client_config() const {
   c.join.master_port_fixed = r.master_port_fixed;
   c.join.hosts_server = server_ != nullptr;
   c.connect_timeout = r.job.join_timeout;
+  if (r.job.join_grace.count() > 0 && !server_ && 2 * r.job.join_grace < c.connect_timeout) {
+    // Every node starts together: a server not found in twice the grace is a node 0 that failed to start.
+    c.connect_timeout = 2 * r.job.join_grace;
+    c.connect_timeout_option = "twice --join-grace";
+  }
   // Only toward a server hosted elsewhere; whether it may be restarted, its challenge says.
   if (!server_) c.reconnect_timeout = r.reconnect_timeout;
   return c;

@@ -92,6 +92,10 @@ void define_options(CLI::App& app, RawOptions& o) {
                  "always, refusing to start without munged; token: the token only (default auto)");
   app.add_option("--rdzv-timeout,--rdzv_timeout", t.rdzv_timeout,
                  "Seconds to wait for every node to join, or for the server to answer (default 900)");
+  app.add_option("--join-grace", t.join_grace,
+                 "Fixed node count: a place in the rendezvous still empty this long after the last node joined or "
+                 "left ends it, and a node that finds no server within twice it gives up (exit 75): the nodes "
+                 "start together and none can be replaced (default 5 in a SLURM step, else 0 = off)");
   app.add_option("--heartbeat-interval,--heartbeat_interval", t.heartbeat_interval,
                  "Seconds between heartbeats (set on the node hosting the rendezvous; default 1)");
   app.add_option("--heartbeat-timeout,--heartbeat_timeout", t.heartbeat_timeout,

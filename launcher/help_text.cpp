@@ -41,6 +41,7 @@ const std::map<std::string, std::string>& value_names() {
       {"rdzv-token-file", "FILE"},
       {"rdzv-auth", "auto|munge|token"},
       {"rdzv-timeout", "SEC"},
+      {"join-grace", "SEC"},
       {"heartbeat-interval", "SEC"},
       {"heartbeat-timeout", "SEC"},
       {"rdzv-reconnect-timeout", "SEC"},

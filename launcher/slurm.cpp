@@ -216,6 +216,9 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
   o.node_rank = std::to_string(node_index);
   o.node_rank_given = true;
   o.master_addr = host0;
+  // srun starts every task of the step at once and cannot replace one: a node that failed before joining, or
+  // died after, ends the rendezvous within seconds, not at --rdzv-timeout (issue 34).
+  if (o.join_grace.empty()) o.join_grace = kSlurmJoinGrace;
   // Each step is a job of its own: two steps of one allocation (a sweep runs many) never share a world.
   if (o.run_id == "none" && o.rdzv_id.empty()) o.run_id = "slurm-" + job_text + "." + std::to_string(step);
   if (!rdzv_port_given) {

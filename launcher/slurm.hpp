@@ -18,13 +18,18 @@ namespace ddprun::launcher {
 // Fills what the user left out when ddprun runs in a SLURM job and no --nnodes, --node-rank, --master-addr,
 // --rdzv-endpoint or --standalone was given:
 // - in a step over several nodes: static node ranks, node 0 = the step's first host, run id "slurm-JOBID",
-//   rendezvous port 29400 + JOBID % 1000 (jobs sharing a first node do not collide). Returns true.
+//   rendezvous port 29400 + JOBID % 1000 (jobs sharing a first node do not collide), --join-grace 5 s. Returns
+//   true.
 // - in a one-node step: nothing (a local job). Returns false.
 // Throws UsageError (exit 64) with advice when ddprun was run outside any step in a job of several nodes or in
 // a heterogeneous job (the batch script or an salloc shell: the other nodes would never start a ddprun; a het
 // job's script sees one component only), when the step runs several
 // tasks on a node (several ddprun would share each node), or when a SLURM variable cannot be understood
 // (naming the variable and its value): never a silent single-node job.
+// --join-grace in a step of several nodes, unless given: srun starts the step's tasks within a second or two
+// of each other, ddprun's own start takes milliseconds, and a task cannot be replaced.
+inline constexpr const char* kSlurmJoinGrace = "5";
+
 bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_given,
                           const std::vector<std::string>& env, std::vector<std::string>& notes);
 

@@ -165,6 +165,7 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
 
   job.run_id = w.run_id;
   job.join_timeout = parse_duration("--rdzv-timeout", o.rdzv_timeout);
+  if (!o.join_grace.empty()) job.join_grace = parse_duration("--join-grace", o.join_grace);
   job.heartbeat_interval = parse_duration("--heartbeat-interval", o.heartbeat_interval);
   job.heartbeat_timeout = parse_duration("--heartbeat-timeout", o.heartbeat_timeout);
   job.max_restarts = parse_int_in("--max-restarts", o.max_restarts, 0, 1000000);

@@ -34,6 +34,7 @@ struct TopologyOptions {
   std::string rdzv_timeout = "900";
   std::string heartbeat_interval = std::to_string(timeouts::kHeartbeatInterval.count() / 1000);
   std::string heartbeat_timeout = std::to_string(timeouts::kHeartbeatTimeout.count() / 1000);  // torchrun's 5 s x 3
+  std::string join_grace;  // --join-grace seconds; empty: 5 in a SLURM step (slurm.cpp), else 0 (off)
   std::string rdzv_reconnect_timeout = "60";  // a lost ddprun-rendezvous: seconds to wait for its return
   std::string local_addr;
   std::string max_restarts = "0";

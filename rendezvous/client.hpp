@@ -59,6 +59,7 @@ struct ClientConfig {
   std::string cannot_join;
   // Keep retrying the connection this long: node 0 may start its in-process server after the others.
   std::chrono::milliseconds connect_timeout{900'000};
+  std::string connect_timeout_option = "--rdzv-timeout";  // what set connect_timeout, for the messages
   // A resumable server (ddprun-rendezvous, ChallengeMsg::resumable) lost while this node runs a round: keep
   // reconnecting this long, then claim the round (client_reconnect.hpp). 0: the loss ends the client at once.
   std::chrono::milliseconds reconnect_timeout{0};

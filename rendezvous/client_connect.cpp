@@ -113,7 +113,7 @@ void Client::Impl::say_trying() {
   logger_.info("the rendezvous server at ", where(), " has not answered for ",
                text::seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - trying_since_)),
                answers.empty() ? std::string() : " (" + answers + ")", "; still trying until ",
-               text::seconds(connect_limit_), " have passed (--rdzv-timeout)");
+               text::seconds(connect_limit_), " have passed (", config_.connect_timeout_option, ")");
 }
 
 void Client::Impl::retry(const std::string& why, bool rotate) {
@@ -128,7 +128,8 @@ void Client::Impl::retry(const std::string& why, bool rotate) {
     if (race_.addresses() > 1 && why.find(race_.answers()) == std::string::npos)
       name += "; the addresses answered: " + race_.answers();
     return fail(ErrorKind::kTimeout, "could not reach the rendezvous server at " + where() + ports + " within " +
-                                         text::seconds(connect_limit_) + ": " + why + name);
+                                         text::seconds(connect_limit_) + " (" + config_.connect_timeout_option +
+                                         "): " + why + name);
   }
   logger_.debug("rendezvous server at ", where(), " not reachable yet (", why, "); retrying");
   say_trying();

@@ -25,6 +25,9 @@ void validate(const JobConfig& config) {
   if (config.heartbeat_interval.count() <= 0 || config.heartbeat_timeout <= config.heartbeat_interval)
     fail("--heartbeat-timeout must be longer than --heartbeat-interval, which must be positive");
   if (config.join_timeout.count() <= 0) fail("--rdzv-timeout must be positive");
+  if (config.join_grace.count() < 0) fail("--join-grace must not be negative");
+  if (config.join_grace.count() > 0 && config.min_nodes != config.max_nodes)
+    fail("--join-grace needs a fixed node count: an elastic job's places are filled by whoever comes");
   if (config.last_call.count() < 0) fail("the last call (--rdzv-conf last_call_timeout) must not be negative");
   if (config.max_departures < 1) fail("the departures a host is allowed before it is refused must be at least 1");
   if (config.join_min_interval.count() < 0) fail("join_min_interval must not be negative");

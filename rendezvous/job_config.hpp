@@ -46,6 +46,10 @@ struct JobConfig {
   std::chrono::milliseconds heartbeat_interval = timeouts::kHeartbeatInterval;  // told to every client in the challenge
   std::chrono::milliseconds heartbeat_timeout = timeouts::kHeartbeatTimeout;   // silence after which a node (or the server) is lost
   std::chrono::milliseconds join_timeout{900'000};     // --rdzv-timeout: server start → all nodes joined
+  // --join-grace (a fixed node count only; 0: off): the nodes all start together (a SLURM step's tasks) and none
+  // can be replaced, so a place still empty this long after the last node joined or left ends the rendezvous:
+  // a node that failed before joining, or died after, costs the others this, not join_timeout.
+  std::chrono::milliseconds join_grace{0};
   std::chrono::milliseconds last_call{30'000};         // elastic only, see above
   int max_restarts = 0;                                // restart rounds after worker failures
   // Elastic: a host that left the job this many times (lost, or its ddprun stopped, after being placed) is not

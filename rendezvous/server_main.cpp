@@ -58,6 +58,7 @@ int run(int argc, char** argv) {
   std::uint16_t port = 29400;
   double heartbeat_interval = timeouts::seconds_of(timeouts::kHeartbeatInterval),
          heartbeat_timeout = timeouts::seconds_of(timeouts::kHeartbeatTimeout), join_timeout = 900.0, last_call = 30.0,
+         join_grace = 0.0,
          join_min_interval = 0.0, straggler_threshold = 30.0, straggler_window = 20.0,
          reconnect_grace = timeouts::seconds_of(config.reconnect_grace);
   app.add_option("--rdzv-id", config.run_id, "run id the agents must present")->required();
@@ -73,6 +74,10 @@ int run(int argc, char** argv) {
   app.add_option("--heartbeat-interval", heartbeat_interval, "seconds")->capture_default_str();
   app.add_option("--heartbeat-timeout", heartbeat_timeout, "seconds")->capture_default_str();
   app.add_option("--rdzv-timeout", join_timeout, "seconds to wait for every node")->capture_default_str();
+  app.add_option("--join-grace", join_grace,
+                 "fixed node count: a place still empty this long after the last node joined or left ends the "
+                 "rendezvous (the nodes start together; 0: off)")
+      ->capture_default_str();
   app.add_option("--rdzv-reconnect-timeout", reconnect_grace,
                  "hearing from no node at all, keep the round this long for them to reconnect (the agents' "
                  "--rdzv-reconnect-timeout; 0: judge them at the heartbeat timeout)")
@@ -122,6 +127,7 @@ int run(int argc, char** argv) {
   config.heartbeat_interval = ms(heartbeat_interval);
   config.heartbeat_timeout = ms(heartbeat_timeout);
   config.join_timeout = ms(join_timeout);
+  config.join_grace = ms(join_grace);
   config.reconnect_grace = ms(reconnect_grace);
   config.last_call = ms(last_call);
   if (!parse_join_policy(join_policy, config.join_policy))

@@ -59,6 +59,7 @@ std::optional<Clock::time_point> next_deadline(const RendezvousState& state) {
   if (state.phase == Phase::kJoining) {
     consider(state.started + state.config.join_timeout);
     if (state.last_call_deadline) consider(*state.last_call_deadline);
+    if (state.join_grace_deadline) consider(*state.join_grace_deadline);
   }
   if (!state.deadlines.empty()) consider(state.deadlines.front().first);
   if (state.hang) consider(state.hang->deadline);
@@ -223,6 +224,7 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
   out.push_back(Log{LogLevel::kDebug, "node joined: host \"" + stored.host + "\" (" + stored.address + "), " +
                                           std::to_string(joined) + " of " + std::to_string(state.config.max_nodes)});
   if (joined == state.config.max_nodes) return start_round(state, out);
+  if (state.config.join_grace.count() > 0) state.join_grace_deadline = now.steady + state.config.join_grace;
   if (joined >= state.config.min_nodes && !state.last_call_deadline)
     state.last_call_deadline = now.steady + state.config.last_call;
 }
@@ -324,6 +326,7 @@ void start_round(RendezvousState& state, Actions& out) {
   state.round_size = static_cast<int>(state.by_rank.size());
   state.phase = Phase::kRunning;
   state.last_call_deadline.reset();
+  state.join_grace_deadline.reset();
   out.push_back(Log{LogLevel::kInfo, "rendezvous complete: run \"" + state.config.run_id + "\", " +
                                          counted(send.round.nnodes, "node") + ", world size " +
                                          std::to_string(send.round.world_size) + ", master " + text::host_port(master_addr, node0.master_port) +

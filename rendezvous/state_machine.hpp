@@ -84,6 +84,8 @@ struct RendezvousState {
   Phase phase = Phase::kJoining;
   Clock::time_point started;
   std::optional<Clock::time_point> last_call_deadline;
+  // config.join_grace: the rendezvous ends here unless the round forms or a node joins or leaves first.
+  std::optional<Clock::time_point> join_grace_deadline;
   std::unordered_map<ConnId, NodeEntry> nodes;  // joined nodes still connected
   std::vector<ConnId> by_rank;                   // node rank → conn (0 = empty slot: a static rank not yet
                                                  // joined, or a node gone during a re-form)

@@ -120,6 +120,7 @@ void node_lost(RendezvousState& state, ConnId conn, const std::string& why, cons
     if (state.adopting) state.adopting->nprocs[static_cast<std::size_t>(node.node_rank)] = 0;
     if (state.adopting && state.nodes.empty()) state.adopting.reset();  // nobody left to take the round back from
     if (static_cast<int>(state.nodes.size()) < state.config.min_nodes) state.last_call_deadline.reset();
+    if (state.config.join_grace.count() > 0) state.join_grace_deadline = now.steady + state.config.join_grace;
     out.push_back(Log{LogLevel::kWarning, "node from host \"" + node.host + "\" (" + node.address +
                                               ") left before the rendezvous completed: " + why});
     const bool silent = why.rfind("missed heartbeats", 0) == 0;
@@ -172,6 +173,19 @@ std::string missing_nodes(const RendezvousState& state) {
     if (!back) out << "; " << d.text;
   }
   return out.str();
+}
+
+// Every node is told `why` (a timeout: exit 75) and the server stops: the round can no longer form.
+void end_rendezvous(RendezvousState& state, const std::string& why, Actions& out) {
+  out.push_back(Log{LogLevel::kError, why});
+  for (ConnId conn : all_conns(state)) {
+    out.push_back(Send{conn, ErrorMsg{ErrorKind::kTimeout, why}});
+    out.push_back(Close{conn});
+  }
+  state.nodes.clear();
+  state.deadlines.clear();
+  state.join_grace_deadline.reset();
+  state.phase = Phase::kStopped;
 }
 
 }  // namespace
@@ -297,18 +311,14 @@ void on_disconnected(RendezvousState& state, const Disconnected& event, const No
 }
 
 void on_tick(RendezvousState& state, const Now& now, Actions& out) {
-  if (state.phase == Phase::kJoining && now.steady >= state.started + state.config.join_timeout) {
-    std::string why = "rendezvous timed out after " + text::seconds(state.config.join_timeout) + ": " + missing_nodes(state);
-    out.push_back(Log{LogLevel::kError, why});
-    for (ConnId conn : all_conns(state)) {
-      out.push_back(Send{conn, ErrorMsg{ErrorKind::kTimeout, why}});
-      out.push_back(Close{conn});
-    }
-    state.nodes.clear();
-    state.deadlines.clear();
-    state.phase = Phase::kStopped;
-    return;
-  }
+  if (state.phase == Phase::kJoining && now.steady >= state.started + state.config.join_timeout)
+    return end_rendezvous(state, "rendezvous timed out after " + text::seconds(state.config.join_timeout) + ": " +
+                                     missing_nodes(state), out);
+  if (state.phase == Phase::kJoining && state.join_grace_deadline && now.steady >= *state.join_grace_deadline)
+    return end_rendezvous(state, "rendezvous ended: no node joined or left for " +
+                                     text::seconds(state.config.join_grace) +
+                                     " (--join-grace: every node starts together, none can be replaced): " +
+                                     missing_nodes(state), out);
   if (state.phase == Phase::kJoining && state.last_call_deadline && now.steady >= *state.last_call_deadline)
     start_round(state, out);
   // Before the nodes' own deadlines: a node that resumed first and went silent since is the adoption's concern.

@@ -221,7 +221,7 @@ class RendezvousRestart(MultiNodeCase):
         self.assertEqual(agent.returncode, 75, err)  # the rendezvous timeout's code
         self.assertEqual(out, b"")  # no worker started
         self.assertEqual(impostor.received, b"")
-        self.assertRegex(err, rb"could not reach the rendezvous server at 127\.0\.0\.1:\d+ within 3(\.0)? s: the "
+        self.assertRegex(err, rb"could not reach the rendezvous server at 127\.0\.0\.1:\d+ within 3(\.0)? s \(--rdzv-timeout\): the "
                               rb"program at 127\.0\.0\.1:\d+ did not prove it knows this job's token")
 
     def test_after_a_server_restart_the_agents_pass_an_impostor_by(self):

@@ -61,6 +61,20 @@ TEST_CASE("a step on a subset of the job takes node 0, the count and this node's
   CHECK(*node0.agent.rdzv.node_rank == 0);
 }
 
+TEST_CASE("a step of several nodes waits 5 s for a missing node, not the rendezvous timeout; --join-grace wins") {
+  using std::chrono::milliseconds;
+  CHECK(parse_command_line({"true"}, step_env("n3", "1")).agent.rdzv.job.join_grace == milliseconds(5'000));
+  CHECK(parse_command_line({"--join-grace", "30", "true"}, step_env("n3", "1")).agent.rdzv.job.join_grace ==
+        milliseconds(30'000));
+  CHECK(parse_command_line({"--join-grace", "0", "true"}, step_env("n3", "1")).agent.rdzv.job.join_grace ==
+        milliseconds(0));
+  // Outside SLURM, and where the user placed the node himself: off unless given.
+  CHECK(parse_command_line({"--nnodes", "2", "--node-rank", "1", "--master-addr", "h", "true"}, {})
+            .agent.rdzv.job.join_grace == milliseconds(0));
+  CHECK(parse_command_line({"--nnodes", "2", "--node-rank", "1", "--master-addr", "h", "true"}, step_env("n3", "1"))
+            .agent.rdzv.job.join_grace == milliseconds(0));
+}
+
 TEST_CASE("each step has its own run id and its own candidate ports, the same on every node of the step") {
   const auto a = parse_command_line({"true"}, step_env("n3", "1"));
   const auto a0 = parse_command_line({"true"}, step_env("n2", "0"));

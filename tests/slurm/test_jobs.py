@@ -135,6 +135,35 @@ class Signals(JobCase):
         self.assertEqual(self.cluster.wait_job(job)["ExitCode"], f"{PREEMPTED}:0")
 
 
+class StartupFailures(JobCase):
+    """A node that fails at start-up, without srun -K: a usage error on one node (exit 64, never joins) or on node
+    0 (no server ever listens). ddprun's --join-grace (5 s in a step) ends every node within seconds; before, the
+    others waited the whole --rdzv-timeout (900 s by default; 30 s here) and exited 75."""
+
+    def run_with_one_bad_node(self, bad):
+        script = (f'if [ "$SLURM_NODEID" = {bad} ]; then exec "$0" --no-such-option; fi; '
+                  f'exec "$0" --rdzv-timeout 30 --term-timeout 5 "$@"')
+        t0 = time.monotonic()
+        proc = self.cluster.popen("srun", "--partition=test", "-N3", "--ntasks-per-node=1", "sh", "-c", script,
+                                  DDPRUN, WORKER, f"ready={self.path('ready')}", "exit=0")
+        out, err = proc.communicate(timeout=60)
+        return proc.returncode, err, time.monotonic() - t0
+
+    def test_a_usage_error_on_one_node_ends_the_step_within_seconds(self):
+        code, err, elapsed = self.run_with_one_bad_node(2)
+        self.assertNotEqual(code, 0, err)
+        self.assertIn("no node joined or left for 5.0 s (--join-grace", err)
+        self.assertLess(elapsed, 20, err)  # 5 s of grace and srun's own start and end, against 30 s
+        self.assertEqual(os.listdir(self.path("ready")), [], "no worker may start")
+
+    def test_a_usage_error_on_node_0_ends_the_others_within_seconds(self):
+        code, err, elapsed = self.run_with_one_bad_node(0)
+        self.assertNotEqual(code, 0, err)
+        self.assertIn("(twice --join-grace)", err)
+        self.assertLess(elapsed, 25, err)  # 10 s without a server, against 30 s
+        self.assertEqual(os.listdir(self.path("ready")), [], "no worker may start")
+
+
 class FailureIsNotPreemption(JobCase):
     """Issue 34: a job that failed ends with its root cause's code on every node, whatever stop reaches a node
     during the teardown. Before, node 0 (its worker saving for 2 s on SIGTERM, as the docs ask) took srun -K's

@@ -1,0 +1,58 @@
+"""--join-grace (issue 34): the nodes of a fixed-size job start together and none can be replaced (a SLURM step,
+where it defaults to 5 s), so a node that fails before joining, dies after joining, or a node 0 that never
+listens costs the others seconds, not --rdzv-timeout. Before, each of these waited the whole rendezvous timeout
+(900 s by default; 20 s here) and exited 75."""
+import os
+import signal
+import time
+
+from multinode import MultiNodeCase, TIMEOUT
+
+GRACE = ("--join-grace", "2")
+
+
+class JoinGrace(MultiNodeCase):
+    def assert_ended_early(self, results, words):
+        for res in results:
+            self.assertEqual(res.code, TIMEOUT, res)
+            self.assertIn(words, res.stderr.decode(), res)
+            # 2 s of grace (4 s for a node that finds no server) and 8 s of room for a loaded machine, against
+            # the rendezvous timeout's 20 s.
+            self.assertLess(res.elapsed, 12, res)
+        self.assertFalse(os.listdir(self.ready), "no worker may start")
+
+    def test_a_node_that_never_starts_ends_the_others_a_grace_after_the_last_join(self):
+        procs = [self.node(r, 3, f"ready={self.ready}", "exit=0", extra=GRACE) for r in range(2)]
+        results = self.wait_all(procs, timeout=30)
+        self.assert_ended_early(results, "no node joined or left for 2.0 s (--join-grace")
+        self.assertIn("missing node ranks 2", results[0].stderr.decode())
+
+    def test_a_node_killed_after_joining_ends_the_others_a_grace_after_it_left(self):
+        first = self.node(0, 3, f"ready={self.ready}", "exit=0", extra=("--log-level", "debug", *GRACE))
+        seen = self.stderr_until(first, b"node joined: host", 20, why="node 0 never joined")
+        doomed = self.node(1, 3, f"ready={self.ready}", "exit=0", extra=GRACE)
+        seen = self.stderr_until(first, b"node joined: host", 20, seen, why="node 1 never joined", count=2)
+        os.kill(doomed.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        res = self.wait_all([first], timeout=30)[0]
+        res.stderr = seen + res.stderr
+        self.assertEqual(res.code, TIMEOUT, res)
+        self.assertIn("node 1 (host", res.stderr.decode())
+        self.assertIn("joined, then left", res.stderr.decode())
+        self.assertLess(time.monotonic() - t0, 10, res)
+        doomed.communicate()
+
+    def test_a_node_0_that_never_listens_ends_the_others_in_twice_the_grace(self):
+        results = self.wait_all([self.node(r, 3, "exit=0", extra=GRACE) for r in (1, 2)], timeout=30)
+        self.assert_ended_early(results, "within 4.0 s (twice --join-grace)")
+
+    def test_a_round_that_forms_within_the_grace_is_untouched(self):
+        procs = [self.node(r, 2, f"ready={self.ready}", "exit=0", extra=GRACE) for r in range(2)]
+        for res in self.wait_all(procs, timeout=30):
+            self.assertEqual(res.code, 0, res)
+
+    def test_an_elastic_range_is_refused(self):
+        res = self.run_ddprun("--nnodes", "1:2", "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "x",
+                              "--join-grace", "2", "/bin/true")
+        self.assertEqual(res.code, 64, res)
+        self.assertIn("--join-grace needs a fixed node count", res.stderr.decode(), res)
