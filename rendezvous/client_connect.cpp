@@ -68,7 +68,7 @@ void Client::Impl::connect() {
 
 void Client::Impl::arm_attempt_limit(unsigned attempt) {
   const auto left = std::chrono::duration_cast<milliseconds>(connect_deadline_ - Clock::now());
-  attempt_timer_.expires_after(std::max(milliseconds(1), std::min(kAttemptLimit, left)));
+  attempt_timer_.expires_after(std::max(milliseconds(1), std::min(attempt_limit_, left)));
   attempt_timer_.async_wait([self = shared_from_this(), attempt](error_code ec) {
     if (ec || self->done_ || self->connected_ || attempt != self->attempt_) return;
     ++self->attempt_;  // the pending look-up or connect now belongs to a finished attempt
@@ -76,7 +76,9 @@ void Client::Impl::arm_attempt_limit(unsigned attempt) {
     self->socket_.close(ignored);
     self->lookup_.cancel();
     self->race_.cancel();
-    self->retry("no answer within " + text::seconds(kAttemptLimit), /*rotate=*/true);
+    const milliseconds ran_out = self->attempt_limit_;
+    self->attempt_limit_ = std::min(self->attempt_limit_ * 2, kMaxAttemptLimit);  // perhaps a slow path
+    self->retry("no answer within " + text::seconds(ran_out), /*rotate=*/true);
   });
 }
 

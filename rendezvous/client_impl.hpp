@@ -32,7 +32,10 @@ inline constexpr std::chrono::milliseconds kMaxRetry{1000};
 inline constexpr std::chrono::milliseconds kMaxReconnectRetry{250};
 // One connect attempt (or name look-up) may take this long, and never past the connect deadline: a server
 // whose SYNs vanish (a firewall, a full accept queue) would otherwise hold a connect() for ~2 minutes.
+// Each attempt that runs out doubles the next one's limit, up to kMaxAttemptLimit: a path whose round trip is
+// longer than the first limit (2.5 s each way to the rendezvous host: a connect takes 5 s) is still reached.
 inline constexpr std::chrono::milliseconds kAttemptLimit = timeouts::kConnectAttempt;
+inline constexpr std::chrono::milliseconds kMaxAttemptLimit{24'000};
 // With candidate ports (a SLURM step), a port whose listener sends no challenge this soon is not our server
 // (an unrelated program holds it): the next candidate is tried.
 inline constexpr std::chrono::milliseconds kCandidateChallengeLimit{1000};
@@ -139,6 +142,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   std::string cannot_join_;   // this node cannot take part: why (ClientConfig::cannot_join, or no MUNGE here)
   bool leaving_ = false;      // the hello saying cannot_join is out: the connection's end is ours
   Clock::time_point last_heard_;
+  milliseconds attempt_limit_ = kAttemptLimit;  // grows while attempts run out (kMaxAttemptLimit)
   milliseconds retry_delay_ = kFirstRetry;
   milliseconds heartbeat_interval_ = kHandshakeInterval;
   milliseconds heartbeat_timeout_ = kHandshakeTimeout;

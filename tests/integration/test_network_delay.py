@@ -2,7 +2,8 @@
 (netns_lab.NetnsStar with delayed=..., tests/integration/delay_line.py: the kernels here have no netem). A 1 s
 delay each way (2 s round trips) from before the rendezvous to the end: the join's challenge and proof, the
 heartbeats, TCPStore and gloo's connections and all_reduces all cross it, and the job must complete. Then a delay
-raised while the workers run, past the heartbeat interval but under its timeout: nothing may be judged."""
+raised while the workers run, past the heartbeat interval but under its timeout: nothing may be judged. And a
+server 4 s away (a round trip longer than a connect attempt's first limit) is reached."""
 import os
 import subprocess
 import time
@@ -43,6 +44,16 @@ class SlowLink(LabCase):
         script = os.path.join(HELPERS, "gloo_steps.py")
         procs = [self.ddprun_on(r, script, "--seconds", "1", "--step-ms", "10") for r in range(2)]
         results = self.wait_all(procs, timeout=240)
+        for res in results:
+            self.assertEqual(res.code, 0, results)
+
+    def test_a_rendezvous_server_4_s_away_is_reached(self):
+        # 2 s each way: a connect takes 4 s, longer than the client's first attempt limit (3 s). Before, every
+        # attempt was cut at 3 s and the node never joined (until --rdzv-timeout); now each attempt that runs out
+        # doubles the next one's limit.
+        self.lab.delay(1, 2000)
+        procs = [self.ddprun_on(r, WORKER, "exit=0", timeout="20") for r in range(2)]
+        results = self.wait_all(procs, timeout=120)
         for res in results:
             self.assertEqual(res.code, 0, results)
 
