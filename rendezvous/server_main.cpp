@@ -19,6 +19,7 @@
 #include "rendezvous/listener.hpp"
 #include "rendezvous/munge_auth.hpp"
 #include "rendezvous/server.hpp"
+#include "rendezvous/text.hpp"
 
 namespace {
 
@@ -156,8 +157,17 @@ int run(int argc, char** argv) {
     io.stop();
   });
   server.async_wait_job_end([&] {
-    // Let every agent read its last message before the listener goes away.
-    server.async_wait_drained(std::chrono::seconds(5), [&] {
+    // Let every agent read its last message before the listener goes away. A node judged lost for its silence
+    // may have been cut off, not dead: it reconnects for its --rdzv-reconnect-timeout (the agents' value, which
+    // this server's matches) and is told how the job ended, so that every node ends with the same root cause.
+    // Only this process waits for it; the other nodes are gone.
+    std::chrono::milliseconds wait = std::chrono::seconds(5);
+    if (telling_the_silent(server.state()) && config.reconnect_grace > wait) {
+      wait = config.reconnect_grace;
+      logger.info("waiting up to ", text::seconds(wait), " for the node judged lost for its silence to come back "
+                  "and hear how the job ended (a cut link may heal)");
+    }
+    server.async_wait_drained(wait, [&] {
       exit_code = server.phase() == Phase::kComplete ? 0 : 1;
       signals.cancel();
       server.stop();

@@ -84,6 +84,29 @@ class RendezvousHostCut(LabCase):
         self.assertIn("in case the rendezvous server's own link was cut", srv.stderr.decode(), srv)
 
 
+    def test_a_node_cut_off_briefly_hears_the_verdict_from_the_separate_server(self):
+        # Node 2's port cut for 8 s (heartbeat timeout 1 s): the server judges it lost and stops the job; node 1
+        # exits 1 at once. The server then waits (its reconnect timeout; its drain alone is 5 s, shorter than the
+        # cut) for the node it judged for its silence,
+        # which reconnects after the heal and is told: exit 1 and the same root cause. Before, the server exited
+        # at once and node 2 exited 74 "lost the rendezvous server" when its reconnect timeout ran out.
+        server = self.server(20)
+        agents = [self.agent(h, 20, f"ready={self.ready}", "hang") for h in NODES]
+        self.wait_ready(2)
+        self.lab.cut(NODES[1])
+        time.sleep(8)
+        self.lab.heal(NODES[1])
+        results = self.wait_all(agents, timeout=60)
+        for res in results:
+            self.assertEqual(res.code, 1, results)
+            self.assertRegex(res.stderr.decode(), r"root cause: node \d \(host [^)]+\) lost: missed heartbeats")
+        srv = self.wait_all([server], timeout=30)[0]
+        self.assertEqual(srv.code, 1, srv)
+        self.assertIn("came back and was told how the job ended", srv.stderr.decode(), srv)
+        # Told, not timed out: well before node 2's 20 s reconnect timeout.
+        self.assertLess(results[1].elapsed, 20, results[1])
+
+
 class NodeCut(LabCase):
     """A static job of three nodes on one switch, node 0 hosting the rendezvous; node 1's port is cut. The server
     judges node 1 lost after its heartbeat timeout (4 s here) and stops the job. Before, node 1 exited 74 "lost the
