@@ -156,6 +156,34 @@ class StartupFailures(JobCase):
         self.assertLess(elapsed, 20, err)  # 5 s of grace and srun's own start and end, against 30 s
         self.assertEqual(os.listdir(self.path("ready")), [], "no worker may start")
 
+    def test_a_node_killed_after_joining_ends_the_step_within_seconds(self):
+        # Node 1's ddprun joins and is SIGKILLed 1 s later; node 2 starts 2 s late, so the round never forms.
+        # Before, node 0 kept node 1's place for a replacement SLURM cannot send, until --rdzv-timeout.
+        script = ('case "$SLURM_NODEID" in '
+                  '1) "$0" --rdzv-timeout 30 "$@" & sleep 1; kill -9 $!; wait; exit 9;; '
+                  '2) sleep 2;; esac; '
+                  'exec "$0" --rdzv-timeout 30 --term-timeout 5 "$@"')
+        t0 = time.monotonic()
+        proc = self.cluster.popen("srun", "--partition=test", "-N3", "--ntasks-per-node=1", "sh", "-c", script,
+                                  DDPRUN, WORKER, f"ready={self.path('ready')}", "exit=0")
+        out, err = proc.communicate(timeout=60)
+        self.assertNotEqual(proc.returncode, 0, err)
+        self.assertIn("joined, then left", err)
+        self.assertLess(time.monotonic() - t0, 20, err)  # 2 s late, 5 s of grace; 30 s before
+        self.assertEqual(os.listdir(self.path("ready")), [], "no worker may start")
+
+    def test_a_program_missing_on_one_node_ends_the_step_at_once(self):
+        script = ('if [ "$SLURM_NODEID" = 1 ]; then exec "$0" --rdzv-timeout 30 ./no-such-program; fi; '
+                  'exec "$0" --rdzv-timeout 30 --term-timeout 5 "$@"')
+        t0 = time.monotonic()
+        proc = self.cluster.popen("srun", "--partition=test", "-N3", "--ntasks-per-node=1", "sh", "-c", script,
+                                  DDPRUN, WORKER, f"ready={self.path('ready')}", "exit=0")
+        out, err = proc.communicate(timeout=60)
+        self.assertNotEqual(proc.returncode, 0, err)
+        self.assertIn("no-such-program", err)
+        self.assertLess(time.monotonic() - t0, 15, err)
+        self.assertEqual(os.listdir(self.path("ready")), [], "no worker may start")
+
     def test_a_usage_error_on_node_0_ends_the_others_within_seconds(self):
         code, err, elapsed = self.run_with_one_bad_node(0)
         self.assertNotEqual(code, 0, err)
