@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "agent/stale_run_dirs.hpp"
 #include "common/error.hpp"
 
 namespace ddprun::agent {
@@ -65,6 +66,7 @@ void copy_tree(const fs::path& from, const fs::path& to) {
        it.increment(ec)) {
     std::error_code one;
     const fs::path target = to / fs::relative(it->path(), from, one);
+    if (it->path().filename() == kOwnerFileName) continue;  // the work tree's, not the user's
     if (it->is_directory(one)) fs::create_directories(target, one);
     else if (it->is_regular_file(one)) fs::copy_file(it->path(), target, fs::copy_options::overwrite_existing, one);
   }
@@ -80,6 +82,8 @@ std::string make_temporary_dir(const std::string& name, std::string& note) {
     if (why.empty()) {
       try {
         std::string dir = make_private_dir(base, name);
+        mark_run_dir_owner(dir);
+        sweep_stale_run_dirs(base);  // those of runs killed with their guard (stale_run_dirs.hpp)
         if (!problems.empty()) note = "the run directory is in " + base + ": " + problems;
         return dir;
       } catch (const CantCreateError& e) {

@@ -45,6 +45,42 @@ class SigkillOneNode(DdprunTestCase):
         self.assertFalse(os.path.exists(os.path.join(self.tmp, run_dirs[0])), "run directory left behind")
         self.assertEqual(wait_gone(descendants(), 2.0), [])
 
+    def test_a_run_directory_left_by_ddprun_and_its_guard_both_killed_goes_with_the_next_run(self):
+        # Both SIGKILLed at once (the OOM killer, SLURM's SIGKILL to the step): nobody removes the run directory.
+        # The next ddprun of this user with the same TMPDIR does; a directory whose ddprun still runs, another
+        # user's style of name, or one without an owner stays.
+        proc = self.start_job(1)
+        pids = self.job_pids()
+        guards = [p for p in descendants() if comm(p) == "ddprun-guard"]
+        self.assertEqual(len(guards), 1)
+        run_dirs = [d for d in os.listdir(self.tmp) if d.startswith("ddprun-")]
+        self.assertEqual(len(run_dirs), 1, os.listdir(self.tmp))
+        for pid in [proc.pid, *guards, *pids]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.communicate()
+        self.assertEqual(wait_gone(pids + guards, 2.0), [])
+        self.assertTrue(os.path.isdir(os.path.join(self.tmp, run_dirs[0])), "left, with nobody to remove it")
+        unowned = os.path.join(self.tmp, "ddprun-none_abcdef")
+        os.mkdir(unowned)  # no owner file: not ddprun's to judge
+        for name in ("ready.0", "pids"):
+            os.remove(self.path(name))
+        running = self.start_job(1)
+        try:
+            live = [d for d in os.listdir(self.tmp)
+                    if d.startswith("ddprun-") and d not in (run_dirs[0], "ddprun-none_abcdef")]
+            self.assertEqual(len(live), 1, os.listdir(self.tmp))
+            self.assertFalse(os.path.exists(os.path.join(self.tmp, run_dirs[0])), "the dead run's directory stays")
+            self.assertTrue(os.path.isdir(unowned))
+            r = self.worker("exit=0", nproc=1)  # a third run sweeps too, and leaves the live one alone
+            self.assertEqual(r.code, 0, r)
+            self.assertTrue(os.path.isdir(os.path.join(self.tmp, live[0])), "a running job's directory was removed")
+        finally:
+            running.kill()
+            running.communicate()
+
     def test_a_log_dir_chosen_by_the_user_is_kept(self):
         logs = self.path("logs")
         proc = self.start_job(1, "--log-dir", logs)
