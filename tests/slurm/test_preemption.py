@@ -5,9 +5,11 @@ ddprun exits 79 → the script requeues the job → the second run resumes from 
 The worker is a shell stand-in for examples/fashion_mnist (which does the same with --checkpoint-dir and
 --resume): it counts steps, saves its step on SIGUSR1 and, when it finds its checkpoint, resumes and ends."""
 import os
+import re
 import time
 
-from cluster import SlurmClusterCase
+from cluster import SlurmClusterCase  # puts tests/integration on the path
+from python_env import NO_TORCH, torch_python
 from test_steps import DDPRUN
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../examples/slurm/preemptible.sbatch")
@@ -78,3 +80,39 @@ class Preemption(SlurmClusterCase):
                 saved = f.read().strip()
             self.assertIn(f"rank {rank} resumed from step {saved}\n", text)
         self.assertIn("run 2 of job", text)
+
+
+PYTHON_EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../examples/python/fashion_mnist_ddp.py")
+
+
+class PythonExamplePreemption(SlurmClusterCase):
+    """Issue 34: the Python example under the same recipe. Before, SIGUSR1 killed every rank (exit 138) and nothing
+    was requeued; now the example takes it as its stop request: rank 0 saves the agreed step, every rank exits 0,
+    ddprun exits 79, the script requeues, and the second run resumes from that step and finishes."""
+
+    def test_the_python_example_checkpoints_requeues_and_resumes(self):
+        python = torch_python()
+        if python is None:
+            self.skipTest(NO_TORCH)
+        out, ckpt = self.path("job.out"), self.path("ckpt.pt")
+        env = self.cluster.env(DDPRUN=DDPRUN, NPROC=1, PYTHON_EXEC=python)
+        with open(EXAMPLE) as f:
+            script = f.read()
+        job = self.cluster.sbatch(script, "-N2", "--time=5", "-o", out, env=env,
+                                  script_args=(PYTHON_EXAMPLE, "--train-limit", "2000", "--batch-size", "32",
+                                               "--log-every", "5", "--epochs", "3", "--checkpoint", ckpt))
+        deadline = time.monotonic() + 90
+        while "[rank0]: epoch 0 step 10 loss" not in read(out) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertIn("[rank0]: epoch 0 step 10 loss", read(out))
+        send_notice(self.cluster, job)
+        info = wait_requeued_and_completed(self.cluster, job, timeout=150)
+        text = read(out)
+        self.assertEqual((info.get("JobState"), info.get("Restarts")), ("COMPLETED", "1"), text)
+        saved = re.search(r"\[rank0\]: rank 0: stop requested by SIGUSR1: checkpoint \S+ saved at step (\d+)", text)
+        self.assertIsNotNone(saved, text)
+        self.assertIn("exit code 79", text)
+        self.assertIn("preempted: requeueing job", text)
+        self.assertIn("run 2 of job", text)
+        self.assertIn(f"[rank0]: rank 0: resumed from {ckpt} at step {saved.group(1)}", text)
+        self.assertRegex(text, r"\[rank0\]: rank 0: finished at step \d+")
