@@ -239,6 +239,21 @@ nlohmann::json summary_json(const SupervisionPolicy& policy, const SummaryContex
   return j;
 }
 
+std::string label_lines(const std::string& text, const std::string& node) {
+  if (node.empty()) return text;
+  std::string out;
+  out.reserve(text.size() + 16);
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    end = end == std::string::npos ? text.size() : end + 1;
+    out += "[" + node + "] ";
+    out.append(text, start, end - start);
+    start = end;
+  }
+  return out;
+}
+
 std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& ctx) {
   std::ostringstream out;
   const WorkerRecord* root = policy.root_cause();

@@ -66,6 +66,10 @@ std::string local_rank_arg_advice(const std::string& line, const std::string& pa
 nlohmann::json worker_json(const WorkerRecord& w);
 nlohmann::json summary_json(const SupervisionPolicy& policy, const SummaryContext& ctx);
 // Multi-line block, each line starting with "ddprun: ", ending with a newline.
+// Under a SLURM step every node's summary lands in one output (slurm-%j.out), its lines mixed with the other
+// nodes': each line then starts with "[NODE] " (SLURMD_NODENAME), as ddprun's log lines carry it. "ddprun: root
+// cause: ..." stays inside the line for those who search for it. `node` empty: the text as it is.
+std::string label_lines(const std::string& text, const std::string& node);
 std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& ctx);
 
 }  // namespace ddprun::agent

@@ -118,7 +118,7 @@ int NodeAgent::run() {
   const SummaryContext ctx = summary_context();
   int code = policy_.exit_code();
   if (code != 0 || !ctx.output_losses.empty()) {
-    console::write(2, summary_text(policy_, ctx));
+    console::write(2, label_lines(summary_text(policy_, ctx), log_.node()));
   } else {
     log_.info(summary_text(policy_, ctx).substr(8));  // "ddprun: " is already in the log tag
   }

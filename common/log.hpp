@@ -29,6 +29,7 @@ class Logger {
 
   bool enabled(LogLevel level) const { return level >= level_ && level_ != LogLevel::kOff; }
   LogLevel level() const { return level_; }
+  const std::string& node() const { return node_; }  // the SLURM node it names ("" outside a step)
 
   void write(LogLevel level, std::string_view message) const;
 

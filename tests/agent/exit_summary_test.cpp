@@ -177,3 +177,12 @@ TEST_CASE("the NCCL Flight Recorder dumps of a hang are named in the summary, te
   CHECK(none.text().find("Flight Recorder") == std::string::npos);
   CHECK_FALSE(summary_json(none.policy, none.ctx).contains("nccl_dumps"));
 }
+
+TEST_CASE("under a SLURM step each line of the summary names its node; elsewhere the text is unchanged") {
+  const std::string text = "ddprun: job FAILED after 1.000 s\nddprun: root cause: rank 3 exited with code 7\n";
+  CHECK(label_lines(text, "") == text);
+  CHECK(label_lines(text, "n2") ==
+        "[n2] ddprun: job FAILED after 1.000 s\n[n2] ddprun: root cause: rank 3 exited with code 7\n");
+  CHECK(label_lines("no newline", "n1") == "[n1] no newline");
+  CHECK(label_lines("", "n1").empty());
+}

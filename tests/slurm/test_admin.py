@@ -75,10 +75,13 @@ class Admin(test_jobs.JobCase):
                                 f'exec {DDPRUN} --nproc-per-node 2 --prefix "[{{host}} {{rank}}]: " '
                                 f'--events-file {events}.$SLURMD_NODENAME {WORKER} print=hello @3:exit=7')
         self.assertEqual(res.code, 7, res)
-        causes = [line for line in res.err.splitlines() if line.startswith("ddprun: root cause: ")]
+        causes = [line for line in res.err.splitlines() if "ddprun: root cause: " in line]
         self.assertEqual(len(causes), 2, res)
         for line in causes:
             self.assertIn("node 1, host n2", line, res)
+        # Issue 34: each summary line says which node wrote it, as the log lines do.
+        self.assertEqual(sorted(line.split()[0] for line in causes), ["[n1]", "[n2]"], res)
+        self.assertRegex(res.err, r"(?m)^\[n1\] ddprun: job FAILED after ")
         self.assertNotIn(f"host {machine}", res.err, res)
         self.assertIn("[n2 3]: hello", res.out, res)
         self.assertIn("[n1 0]: hello", res.out, res)
