@@ -192,6 +192,25 @@ class StartupFailures(JobCase):
         self.assertEqual(os.listdir(self.path("ready")), [], "no worker may start")
 
 
+class TimeLimit(JobCase):
+    """Issue 34: at a step's time limit SLURM sends SIGTERM, then SIGKILL after KillWait (5 s on the test cluster).
+    With workers that ignore SIGTERM, ddprun's --term-timeout (30 s before) outlasted KillWait and SLURM's SIGKILL
+    took ddprun before its summary. In a SLURM job the default ends before KillWait (five sixths of it): ddprun
+    SIGKILLs its workers itself and every node prints its summary."""
+
+    def test_a_time_limit_with_workers_ignoring_sigterm_still_gets_every_summary(self):
+        proc = self.cluster.popen("srun", "--partition=test", "-N2", "--ntasks-per-node=1", "--time=1", DDPRUN,
+                                  WORKER, f"ready={self.path('ready')}", "ignore=TERM", "hang")
+        self.wait_ready(2)
+        out, err = proc.communicate(timeout=180)  # a 1 minute limit, checked by slurmctld every 30 s or so
+        self.assertEqual(proc.returncode, 143, err)
+        self.assertIn("grace period of 4000 ms over: sending SIGKILL", err)  # 5/6 of KillWait 5 s, in whole s
+        for node in ("n1", "n2"):
+            self.assertRegex(err, rf"(?m)^\[{node}\] ddprun: root cause: ddprun on node 0 \(host n1\) received "
+                                  rf"SIGTERM", err)
+            self.assertRegex(err, rf"(?m)^\[{node}\] ddprun:   rank \d+ .* signal 9 \(SIGKILL\)", err)
+
+
 class FailureIsNotPreemption(JobCase):
     """Issue 34: a job that failed ends with its root cause's code on every node, whatever stop reaches a node
     during the teardown. Before, node 0 (its worker saving for 2 s on SIGTERM, as the docs ask) took srun -K's
