@@ -124,6 +124,13 @@ void silent_node_lost(RendezvousState& state, ConnId conn, const std::string& wh
   node_lost(state, conn, why, now, out);
 }
 
+void closed_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out) {
+  if (auto it = state.nodes.find(conn);
+      state.config.resumable && round_runs(state) && it != state.nodes.end() && it->second.node_rank >= 0)
+    state.untold_silent.insert(it->second.node_rank);
+  node_lost(state, conn, why, now, out);
+}
+
 bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out) {
   if (state.phase != Phase::kStopped || !state.root_cause || !event.hello.resume) return false;
   const ResumeClaim& claim = *event.hello.resume;

@@ -46,6 +46,11 @@ bool reconnect_into_running(RendezvousState& state, const Hello& event, const No
 bool keep_place_of_silent(RendezvousState& state, ConnId conn, bool after_stall, const Now& now, Actions& out);
 // node_lost for a node whose heartbeats stopped: remembered in untold_silent, for when it comes back asking.
 void silent_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out);
+// node_lost for a node whose connection closed. A resumable server (ddprun-rendezvous) also remembers it in
+// untold_silent while a round runs: its agent may have given this server up after a silence of its own (a
+// lossy or one-way cut link: the agent aborts, the server reads a reset) and come back asking, within its
+// reconnect timeout. A node whose ddprun died never asks; only the server process waits for it.
+void closed_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out);
 // A node judged lost for its silence asks after a stopped job (a resume hello): told the root cause (true).
 bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out);
 

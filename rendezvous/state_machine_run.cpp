@@ -306,8 +306,8 @@ void on_node_stopped(RendezvousState& state, const NodeStopped& event, const Now
 
 void on_disconnected(RendezvousState& state, const Disconnected& event, const Now& now, Actions& out) {
   if (keep_place_of_silent(state, event.conn, event.after_stall, now, out)) return;
-  node_lost(state, event.conn, "connection closed" + (event.reason.empty() ? "" : " (" + event.reason + ")"),
-            now, out);
+  closed_node_lost(state, event.conn,
+                   "connection closed" + (event.reason.empty() ? "" : " (" + event.reason + ")"), now, out);
 }
 
 void on_tick(RendezvousState& state, const Now& now, Actions& out) {

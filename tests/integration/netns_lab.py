@@ -140,12 +140,14 @@ class NetnsStar:
     def heal(self, host):
         sh("ip", "-n", self.bridge_ns, "link", "set", self.port(host), "up")
 
-    def lose(self, host, percent):
-        """Drops `percent` % of the IPv4 packets to and from host `host`, each way, at the switch (nftables on the
-        bridge; the kernel here has no netem). ARP passes: a lossy link, not a broken neighbour table. Raises unittest.SkipTest, saying why, without nft."""
-        rules = (f"table bridge lab {{ chain drops {{ type filter hook forward priority 0; "
-                 f"iifname \"{self.port(host)}\" ether type ip numgen random mod 100 < {percent} drop; "
-                 f"oifname \"{self.port(host)}\" ether type ip numgen random mod 100 < {percent} drop; }}; }}")
+    def lose(self, host, percent, ways=("from", "to")):
+        """Drops `percent` % of the IPv4 packets from and/or to host `host` (`ways`), at the switch (nftables on
+        the bridge; the kernel here has no netem). ARP passes: a lossy link, not a broken neighbour table. Raises
+        unittest.SkipTest, saying why, without nft."""
+        match = {"from": "iifname", "to": "oifname"}
+        chance = "" if percent >= 100 else f"numgen random mod 100 < {percent} "
+        drops = "".join(f"{match[w]} \"{self.port(host)}\" ether type ip {chance}drop; " for w in ways)
+        rules = f"table bridge lab {{ chain drops {{ type filter hook forward priority 0; {drops}}}; }}"
         try:
             sh("ip", "netns", "exec", self.bridge_ns, "nft", rules)
         except (OSError, subprocess.CalledProcessError) as e:

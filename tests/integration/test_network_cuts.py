@@ -107,6 +107,25 @@ class RendezvousHostCut(LabCase):
         self.assertLess(results[1].elapsed, 20, results[1])
 
 
+    def test_a_node_that_gave_the_server_up_on_a_one_way_cut_hears_the_verdict(self):
+        # Everything to node 2 dropped for 4 s, nothing from it: node 2's agent hears nothing for its heartbeat
+        # timeout (1 s) and gives the server up (a reset, which gets through); the server judges it lost on that
+        # reset and stops the job. Once the link heals node 2 comes back asking and is told: exit 1 and one root
+        # cause everywhere. Before, the server only waited for nodes lost to silence, and node 2 exited 74.
+        server = self.server(20)
+        agents = [self.agent(h, 20, f"ready={self.ready}", "hang") for h in NODES]
+        self.wait_ready(2)
+        self.lab.lose(NODES[1], 100, ways=("to",))
+        time.sleep(4)
+        self.lab.lossless()
+        results = self.wait_all(agents, timeout=60)
+        for res in results:
+            self.assertEqual(res.code, 1, results)
+            self.assertRegex(res.stderr.decode(), r"root cause: node \d \(host [^)]+\) lost: ")
+        srv = self.wait_all([server], timeout=30)[0]
+        self.assertIn("came back and was told how the job ended", srv.stderr.decode(), srv)
+
+
 class NodeCut(LabCase):
     """A static job of three nodes on one switch, node 0 hosting the rendezvous; node 1's port is cut. The server
     judges node 1 lost after its heartbeat timeout (4 s here) and stops the job. Before, node 1 exited 74 "lost the

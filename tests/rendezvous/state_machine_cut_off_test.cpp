@@ -195,9 +195,24 @@ TEST_CASE("a node cut off from an agent-hosted server asks after the stop and he
   CHECK(refusal(step(state, reconnect(10, 1, 3), at(9'500ms)), 10).find("is closed") != std::string::npos);
 }
 
-TEST_CASE("a node whose connection closed is not waited for: nothing to tell a node that is gone") {
+TEST_CASE("an agent-hosted server does not wait for a node whose connection closed: it never asks") {
   auto state = running(2);
   REQUIRE(stopped(step(state, Disconnected{2, "connection reset"}, at(1'000ms))));
+  CHECK_FALSE(telling_the_silent(state));
+}
+
+TEST_CASE("a standalone server tells a node whose reset ended the job, when it comes back asking") {
+  // Found on a lossy link (30% each way): node 1's agent heard nothing for its heartbeat timeout, gave the server
+  // up (a reset) and reconnected; the server had judged it lost on that reset, stopped the job and exited, and
+  // node 1 ended 74 while the others ended 1. Now it is told, as a silent node is.
+  auto state = standalone(3);
+  REQUIRE(stopped(step(state, Disconnected{2, "connection reset"}, at(1'000ms))));
+  CHECK(telling_the_silent(state));
+  auto told = step(state, reconnect(9, 1, 3), at(4'000ms));
+  bool heard = false;
+  for (const auto& send : find_all<Send>(told))
+    if (auto* stop = std::get_if<StopMsg>(&send.message); stop && send.conn == 9) heard = true;
+  CHECK(heard);
   CHECK_FALSE(telling_the_silent(state));
 }
 
