@@ -186,6 +186,22 @@ class DdprunTestCase(unittest.TestCase):
     def worker(self, *steps, nproc=2, extra=()):
         return self.run_ddprun("--nproc-per-node", nproc, *extra, WORKER, *steps)
 
+    def assert_refused(self, args, code, words, cwd=None):
+        """Runs ddprun with `args` and checks a refusal: exit `code`, nothing on stdout, one line on stderr
+        ("ddprun: error: ...") holding each of `words`, no worker started and no file created in self.tmp.
+        The subclass sets self.marker_dir, the directory its workers would leave a ready file in."""
+        before = sorted(os.listdir(self.tmp))
+        r = self.run_ddprun(*args, cwd=cwd)
+        err = r.stderr.decode()
+        self.assertEqual(r.code, code, f"{args}: {r}")
+        self.assertEqual(r.stdout, b"", f"{args}: {r}")
+        self.assertEqual(len(err.splitlines()), 1, f"{args}: expected one line: {r}")
+        self.assertTrue(err.startswith("ddprun: error: "), f"{args}: {r}")
+        for w in words:
+            self.assertIn(w, err, f"{args}: {r}")
+        self.assertEqual(os.listdir(self.marker_dir), [], f"{args}: a worker was started")
+        self.assertEqual(sorted(os.listdir(self.tmp)), before, f"{args}: files were created")
+
     def stderr_until(self, proc, needle, timeout, seen=b"", why="never said", count=1):
         """Reads proc's stderr without blocking until `needle` appears `count` times in all that was read (`seen`:
         what an earlier call returned, counted too); after `timeout` s fails with `why` and the tail. Returns all

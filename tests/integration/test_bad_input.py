@@ -15,17 +15,7 @@ class BadInput(DdprunTestCase):
         self.ok_worker = [WORKER, f"ready={self.marker_dir}"]  # would leave ready.N if it ever ran
 
     def refused(self, args, code, words, cwd=None):
-        before = sorted(os.listdir(self.tmp))
-        r = self.run_ddprun(*args, cwd=cwd)
-        err = r.stderr.decode()
-        self.assertEqual(r.code, code, f"{args}: {r}")
-        self.assertEqual(r.stdout, b"", f"{args}: {r}")
-        self.assertEqual(len(err.splitlines()), 1, f"{args}: expected one line: {r}")
-        self.assertTrue(err.startswith("ddprun: error: "), f"{args}: {r}")
-        for w in words:
-            self.assertIn(w, err, f"{args}: {r}")
-        self.assertEqual(os.listdir(self.marker_dir), [], f"{args}: a worker was started")
-        self.assertEqual(sorted(os.listdir(self.tmp)), before, f"{args}: files were created")
+        self.assert_refused(args, code, words, cwd=cwd)
 
     def test_nproc_zero(self):
         self.refused(["--nproc-per-node", "0", *self.ok_worker], USAGE, ["--nproc-per-node", "between 1"])

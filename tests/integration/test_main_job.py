@@ -3,9 +3,9 @@ plain log lines and the epoch table otherwise, metrics as JSON lines turned into
 scripts/plot_metrics, a stop request (SIGUSR1 to ddprun) that checkpoints and exits 0 and a --resume that
 goes on from that step, and scripts/plot_events' timeline of a failed multi-node job and of restarts.
 
-Training runs on a small generated look-alike of Fashion-MNIST (labels readable from the pixels), so each
-case takes seconds; the real data set is the demo's and the accuracy bench's business."""
-import gzip
+Training runs on a small generated look-alike of Fashion-MNIST (labels readable from the pixels;
+fashion_mnist_files.py), so each case takes seconds; the real data set is the demo's and the accuracy bench's
+business."""
 import json
 import os
 import re
@@ -18,6 +18,7 @@ import time
 import unittest
 import xml.etree.ElementTree as ET
 
+from fashion_mnist_files import write_split
 from harness import DDPRUN, DdprunTestCase, WORKER, read_until
 from ports import free_port
 
@@ -25,19 +26,6 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 FASHION = os.path.abspath(os.path.join(os.path.dirname(DDPRUN), "../examples/fashion_mnist/fashion_mnist"))
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with python3-matplotlib; `python3` may be a pyenv shim
 STEPS_PER_EPOCH = 64  # 2048 samples, 2 ranks, 16 per rank
-
-
-def write_split(directory, prefix, n):
-    labels = bytes((i * 7) % 10 for i in range(n))
-    images = bytearray(n * 784)
-    for i in range(n):
-        row = labels[i] * 2
-        for p in range(784):
-            images[i * 784 + p] = 255 if p // 28 == row else (p * 13 + i) % 50
-    with gzip.open(os.path.join(directory, f"{prefix}-images-idx3-ubyte.gz"), "wb", compresslevel=1) as f:
-        f.write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 28, 28) + bytes(images))
-    with gzip.open(os.path.join(directory, f"{prefix}-labels-idx1-ubyte.gz"), "wb", compresslevel=1) as f:
-        f.write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + labels)
 
 
 def png_size(path):

@@ -14,8 +14,8 @@ import tempfile
 import unittest
 
 import rendered
+from elastic_fixture import ElasticCase
 from harness import DdprunTestCase, WORKER
-from test_elastic import ElasticCase
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with python3-matplotlib; `python3` may be a pyenv shim

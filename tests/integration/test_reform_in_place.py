@@ -11,9 +11,9 @@ import socket
 import subprocess
 import time
 
+from elastic_fixture import BOUND, ElasticCase
 from harness import DDPRUN
 from ports import listening
-from test_elastic import BOUND, ElasticCase
 
 REFORM_WORKER = os.path.join(os.path.dirname(__file__), "py", "reform_worker.py")
 

@@ -4,7 +4,7 @@ meanwhile (the rest of the suite, side by side under ctest -j): not one straggle
 ctest entry, so that its 5 minutes run beside the other entries."""
 import unittest
 
-from test_straggler_torch import SCRIPT, TorchStragglerCase
+from python_env import SCRIPT, TorchStragglerCase
 
 MINUTES = 5
 

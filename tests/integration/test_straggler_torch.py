@@ -1,25 +1,9 @@
 """Issue 21's straggler test with real PyTorch gloo ranks (Debian's python3-torch): one rank of a lockstep job works
 50% longer per step and is named within 30 s, by the default rule (5 s samples, a 20 s window, 30% over the
 others' median for 10 s). The long balanced run is test_straggler_balanced.py."""
-import json
-import os
-import time
 import unittest
 
-from harness import DdprunTestCase
-from python_env import HELPERS, NO_TORCH, torch_python
-
-PYTHON_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../python"))
-SCRIPT = os.path.join(HELPERS, "gloo_steps.py")
-
-
-class TorchStragglerCase(DdprunTestCase):
-    def setUp(self):
-        super().setUp()
-        if torch_python() is None:
-            self.skipTest(NO_TORCH)
-        self.env["PYTHON_EXEC"] = torch_python()
-        self.env["PYTHONPATH"] = PYTHON_DIR + (":" + self.env["PYTHONPATH"] if self.env.get("PYTHONPATH") else "")
+from python_env import SCRIPT, TorchStragglerCase
 
 
 class TorchStraggler(TorchStragglerCase):

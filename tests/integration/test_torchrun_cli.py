@@ -5,7 +5,6 @@ accepted lines start the workers torchrun would start, refused ones print one li
 """
 import os
 
-import test_bad_input
 from harness import DdprunTestCase, WORKER
 from ports import free_port
 
@@ -116,11 +115,9 @@ class TorchrunRefusals(DdprunTestCase):
         os.mkdir(self.marker_dir)
         self.ok_worker = [WORKER, f"ready={self.marker_dir}"]  # would leave ready.N if it ever ran
 
-    # test_bad_input's check: one line on stderr, exit 64, nothing on stdout, no worker, no file.
-    check_refused = test_bad_input.BadInput.refused
-
     def refused(self, args, words):
-        self.check_refused([*args, *self.ok_worker], USAGE, words)
+        # The harness's check, as test_bad_input's: one line on stderr, exit 64, nothing on stdout, no worker, no file.
+        self.assert_refused([*args, *self.ok_worker], USAGE, words)
 
     def test_logs_specs(self):
         self.refused(["--logs-specs", "mine"], ["torchrun's --logs-specs is not supported by ddprun", "--log-dir"])

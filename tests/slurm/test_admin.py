@@ -4,8 +4,7 @@ import json
 import os
 import socket
 
-import test_jobs
-from test_steps import DDPRUN, WORKER, worker_env
+from slurm_jobs import DDPRUN, JobCase, WORKER, worker_env
 
 USAGE = 64
 PREEMPTED = 79
@@ -16,7 +15,7 @@ def lines(text):
     return [line for line in text.splitlines() if line.strip()]
 
 
-class Admin(test_jobs.JobCase):
+class Admin(JobCase):
     SCHEDULER = "backfill"
 
     def read(self, name):

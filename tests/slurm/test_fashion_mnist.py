@@ -2,17 +2,17 @@
 scripts: examples/slurm/train.sbatch on 2 nodes, and examples/slurm/preemptible.sbatch's notice → checkpoint
 → exit 79 → requeue → resume, end to end (test_preemption.py does the same with a shell stand-in).
 
-Training runs on test_main_job.py's small generated look-alike of Fashion-MNIST, one worker per node, so each
-case takes seconds. FASHION_MNIST is the binary's path (CMakeLists.txt sets it when the SDK is built)."""
+Training runs on a small generated look-alike of Fashion-MNIST (tests/integration/fashion_mnist_files.py, as in
+test_main_job.py), one worker per node, so each case takes seconds. FASHION_MNIST is the binary's path
+(CMakeLists.txt sets it when the SDK is built)."""
 import os
 import re
 import time
 import unittest
 
 from cluster import SlurmClusterCase
-from test_main_job import write_split  # tests/integration, on the path through cluster.py
-from test_preemption import EXAMPLE as PREEMPTIBLE, read, send_notice, wait_requeued_and_completed
-from test_steps import DDPRUN
+from fashion_mnist_files import write_split  # tests/integration, on the path through cluster.py
+from slurm_jobs import DDPRUN, EXAMPLE as PREEMPTIBLE, read, send_notice, wait_requeued_and_completed
 
 FASHION_MNIST = os.environ.get("FASHION_MNIST")
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../examples/slurm/train.sbatch")

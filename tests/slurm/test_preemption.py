@@ -10,9 +10,8 @@ import time
 
 from cluster import SlurmClusterCase  # puts tests/integration on the path
 from python_env import NO_TORCH, torch_python
-from test_steps import DDPRUN
+from slurm_jobs import DDPRUN, EXAMPLE, read, send_notice, wait_requeued_and_completed
 
-EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../examples/slurm/preemptible.sbatch")
 WORKER = r'''
 ck="$CASE/ckpt.$RANK"
 if [ -f "$ck" ]; then echo "rank $RANK resumed from step $(cat "$ck")"; exit 0; fi
@@ -21,39 +20,6 @@ trap 'echo "$step" > "$ck"; echo "rank $RANK saved step $step"; exit 0' USR1
 touch "$CASE/ready/ready.$RANK"
 while :; do step=$((step + 1)); sleep 0.05; done
 '''
-
-
-def send_notice(cluster, job):
-    """What --signal=B:USR1@120 does 120 s before the time limit: SIGUSR1 to the batch shell only."""
-    cluster.run("scancel", "--batch", "--signal=USR1", job)
-
-
-def wait_requeued_and_completed(cluster, job, timeout=60):
-    """Waits for the job's second run to end (or for it to fail); releases it at once when requeued.
-    Returns the job's last scontrol fields."""
-    deadline = time.monotonic() + timeout
-    info, released = {}, False
-    while time.monotonic() < deadline:
-        info = cluster.job_info(job)
-        if info.get("JobState") == "PENDING" and info.get("Restarts") == "1" and not released:
-            # SLURM holds a requeued job back for a while (EligibleTime); the test need not wait for it.
-            print(f"requeued: Reason={info.get('Reason')} EligibleTime={info.get('EligibleTime')}")
-            cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
-            released = True
-        if info.get("JobState") == "COMPLETED" and info.get("Restarts") == "1":
-            break
-        if info.get("JobState") in ("FAILED", "CANCELLED"):
-            break
-        time.sleep(0.2)
-    return info
-
-
-def read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return ""
 
 
 class Preemption(SlurmClusterCase):

@@ -1,22 +1,10 @@
 """ddprun in real SLURM steps: the topology comes from the step (not the job), and the two classic mistakes -
 ddprun straight in the batch script, several tasks per node - are refused with advice."""
-import os
-import re
-
 from cluster import SlurmClusterCase
+from slurm_jobs import DDPRUN, WORKER, worker_env
 
-DDPRUN = os.environ.get("DDPRUN", os.path.join(os.path.dirname(__file__), "../../build/launcher/ddprun"))
-WORKER = os.environ.get("TEST_WORKER", os.path.join(os.path.dirname(__file__), "../../build/tests/bin/test_worker"))
 ENV_STEPS = ["env=RANK", "env=WORLD_SIZE", "env=GROUP_RANK", "env=MASTER_ADDR", "env=MASTER_PORT",
              "env=TORCHELASTIC_RUN_ID"]
-
-
-def worker_env(text):
-    """{rank: {NAME: value}} from ddprun's prefixed output lines "[rankR]: NAME=value"."""
-    ranks = {}
-    for rank, name, value in re.findall(r"^\[rank(\d+)\]: (\w+)=(.*)$", text, re.M):
-        ranks.setdefault(int(rank), {})[name] = value
-    return ranks
 
 
 class StepTopology(SlurmClusterCase):
