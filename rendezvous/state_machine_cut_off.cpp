@@ -118,17 +118,28 @@ void check_cut_off(RendezvousState& state, const Now& now, Actions& out) {
   }
 }
 
-void silent_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out) {
-  if (auto it = state.nodes.find(conn); it != state.nodes.end() && it->second.node_rank >= 0)
-    state.untold_silent.insert(it->second.node_rank);
+namespace {
+
+// node_lost, and the node is remembered to be told when it comes back asking, if its loss is what stopped the job
+// (an elastic re-form, a job already over: nothing to tell it later that its next hello would not learn).
+void lost_and_maybe_told_later(RendezvousState& state, ConnId conn, const std::string& why, const Now& now,
+                               Actions& out) {
+  auto it = state.nodes.find(conn);
+  const int rank = it != state.nodes.end() ? it->second.node_rank : -1;
+  const bool was_running = round_runs(state);
   node_lost(state, conn, why, now, out);
+  if (rank >= 0 && was_running && state.phase == Phase::kStopped) state.untold_silent.insert(rank);
+}
+
+}  // namespace
+
+void silent_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out) {
+  lost_and_maybe_told_later(state, conn, why, now, out);
 }
 
 void closed_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out) {
-  if (auto it = state.nodes.find(conn);
-      state.config.resumable && round_runs(state) && it != state.nodes.end() && it->second.node_rank >= 0)
-    state.untold_silent.insert(it->second.node_rank);
-  node_lost(state, conn, why, now, out);
+  if (!state.config.resumable) return node_lost(state, conn, why, now, out);
+  lost_and_maybe_told_later(state, conn, why, now, out);
 }
 
 bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out) {

@@ -466,3 +466,18 @@ TEST_CASE("elastic: a join that waited for an inquiry deferred by a quiet phase 
   CHECK(reformed);  // the waiting joiner's re-form, now that nobody is judged
   CHECK(state.failure_restarts == 0);
 }
+
+TEST_CASE("a standalone server keeps no node to tell for a departure that re-formed the job") {
+  // A node lost on a reset is remembered for its return only when its loss stopped the job: an elastic re-form
+  // goes on without it, and a server that later ended would otherwise wait for it (its reconnect timeout).
+  JobConfig config = job(3, false);
+  config.min_nodes = 2;
+  config.resumable = true;
+  config.heartbeat_timeout = 600s;
+  RendezvousState state(config, at(0ms).steady);
+  join_all(state, 3, at(0ms));
+  REQUIRE(state.phase == Phase::kRunning);
+  step(state, Disconnected{2, "connection reset"}, at(1'000ms));
+  CHECK(state.phase != Phase::kStopped);
+  CHECK(state.untold_silent.empty());
+}
