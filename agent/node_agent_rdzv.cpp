@@ -260,7 +260,7 @@ void NodeAgent::report_signal(int signal) {
   // wait --rdzv-reconnect-timeout. This node ends once its workers are gone; a server that comes back finds it
   // missing and ends (or re-forms) the job for the others.
   JobCause c;
-  c.text = "ddprun on node " + std::to_string(world_.node_rank) + " (" + config_.host + ") received " +
+  c.text = "ddprun on node " + std::to_string(world_.node_rank) + " (host " + config_.host + ") received " +
            process::signal_name(signal) + " while the rendezvous server was away";
   c.exit_code = 128 + signal;
   c.node_rank = world_.node_rank;
@@ -288,7 +288,7 @@ void NodeAgent::report_agent_signal(int signal, std::int64_t time_ms) {
 // still bounds their wait).
 void NodeAgent::leave_after_signal(int signal) {
   JobCause c;
-  c.text = std::string("ddprun on node ") + std::to_string(world_.node_rank) + " (" + config_.host + ") received " +
+  c.text = std::string("ddprun on node ") + std::to_string(world_.node_rank) + " (host " + config_.host + ") received " +
            process::signal_name(signal) + (lifecycle_.placed_once() ? " between restart rounds" : " before the rendezvous completed");
   c.exit_code = 128 + signal;
   c.node_rank = world_.node_rank;

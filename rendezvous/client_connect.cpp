@@ -85,8 +85,11 @@ void Client::Impl::arm_attempt_limit(unsigned attempt) {
 void Client::Impl::say_unresolved(const std::string& why) {
   if (said_unresolved_) return;
   said_unresolved_ = true;
-  logger_.warning("cannot resolve the rendezvous host \"", config_.server_host, "\": ", why,
-                  "; retrying until the rendezvous timeout (name it with --master-addr or --rdzv-endpoint)");
+  const std::string until = reconnect_.active() ? "the reconnect timeout (--rdzv-reconnect-timeout)"
+                                                : text::seconds(connect_limit_) + " have passed (" +
+                                                      config_.connect_timeout_option + ")";
+  logger_.warning("cannot resolve the rendezvous host \"", config_.server_host, "\": ", why, "; retrying until ",
+                  until, " (name it with --master-addr or --rdzv-endpoint)");
 }
 
 void Client::Impl::connect_to(std::vector<tcp::endpoint> endpoints, unsigned attempt) {

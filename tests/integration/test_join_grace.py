@@ -6,6 +6,7 @@ import os
 import signal
 import time
 
+from harness import WORKER
 from multinode import MultiNodeCase, TIMEOUT
 
 GRACE = ("--join-grace", "2")
@@ -45,6 +46,17 @@ class JoinGrace(MultiNodeCase):
     def test_a_node_0_that_never_listens_ends_the_others_in_twice_the_grace(self):
         results = self.wait_all([self.node(r, 3, "exit=0", extra=GRACE) for r in (1, 2)], timeout=30)
         self.assert_ended_early(results, "within 4.0 s (twice --join-grace)")
+
+    def test_a_node_that_cannot_resolve_node_0_gives_up_in_twice_the_grace(self):
+        # A typo in one node's --master-addr (or a name its resolver does not know): it ends on its own in 4 s,
+        # and node 0, which never hears from it, a grace after its own join. Before: both waited --rdzv-timeout.
+        first = self.node(0, 2, "exit=0", extra=GRACE)
+        lost = self.start("--nnodes", 2, "--node-rank", 1, "--master-addr", "no-such-node.invalid", "--rdzv-port",
+                          self.port, "--rdzv-timeout", 20, *GRACE, WORKER, "exit=0")
+        results = self.wait_all([first, lost], timeout=30)
+        self.assert_ended_early(results[:1], "no node joined or left for 2.0 s (--join-grace")
+        self.assert_ended_early(results[1:], "(twice --join-grace)")
+        self.assertIn('cannot resolve the rendezvous host "no-such-node.invalid"', results[1].stderr.decode())
 
     def test_a_round_that_forms_within_the_grace_is_untouched(self):
         procs = [self.node(r, 2, f"ready={self.ready}", "exit=0", extra=GRACE) for r in range(2)]
