@@ -32,6 +32,19 @@ void Client::Impl::drop_connection() {
 }
 
 void Client::Impl::lost(const std::string& why, bool silent) {
+  if (silent && !reconnect_.active() && !reconnect_.placed() && Clock::now() < connect_deadline_) {
+    // Silent before any round placed this node (the handshake, or the wait for the others: a lossy link, found
+    // at 30% loss in the fault lab): no round is lost, so connect again within the connect deadline, as when
+    // nobody answered; the new hello takes this node's place back (state_machine.cpp: a silent holder of the
+    // same host is replaced). A closed or reset connection still ends here: that server is gone.
+    logger_.warning("the rendezvous server at ", where(), " fell silent before this node was placed (", why,
+                    "); connecting again");
+    hello_sent_ = writing_ = false;
+    outbox_.clear();
+    heartbeat_interval_ = kHandshakeInterval;
+    heartbeat_timeout_ = kHandshakeTimeout;
+    return abandon_connection(why);
+  }
   const bool first = !reconnect_.active();
   if (!reconnect_.on_lost(why, where(), logger_, silent)) {
     if (reconnect_.active()) return fail(ErrorKind::kLostServer, reconnect_.give_up(where(), why));

@@ -172,6 +172,30 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
   return {};
 }
 
+// While the rendezvous gathers, a node of the same host that has been silent for half a heartbeat timeout is this
+// node's own abandoned connection (it gave this server up on a lossy link and connected again, and its reset was
+// lost): its place goes to the new hello instead of a "duplicate node rank" refusal (static ranks) or a ghost
+// node that the round would count (dynamic). A live agent beats every interval: two agents of one host that both
+// beat are never taken for one.
+void replace_silent_self(RendezvousState& state, const Hello& event, const Now& now, Actions& out) {
+  if (state.phase != Phase::kJoining) return;
+  const auto silent_since = now.steady - state.config.heartbeat_timeout / 2;
+  ConnId stale = 0;
+  if (state.config.static_node_ranks) {
+    const auto rank = event.hello.node_rank;
+    if (!rank || *rank < 0 || *rank >= static_cast<int>(state.by_rank.size())) return;
+    stale = state.by_rank[static_cast<std::size_t>(*rank)];
+  } else {
+    for (const auto& [conn, node] : state.nodes)
+      if (node.host == event.hello.host && node.last_seen <= silent_since) stale = conn;
+  }
+  if (stale == 0) return;
+  const NodeEntry& old = state.nodes.at(stale);
+  if (old.host != event.hello.host || old.last_seen > silent_since) return;
+  rules::node_lost(state, stale, "replaced by a new connection from the same host (the old one fell silent)", now,
+                   out);
+}
+
 }  // namespace
 
 NodeEntry new_node(RendezvousState& state, const Hello& event) {
@@ -197,6 +221,7 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
   }
   if (on_start_failure_hello(state, event, now, out)) return;
   if (event.hello.resume) return on_resume_hello(state, event, now, out);  // state_machine_resume.cpp
+  replace_silent_self(state, event, now, out);
   if (std::string why = check_hello(state, event); !why.empty()) return refuse(event.conn, why, event, state, out);
 
   const HelloMsg& hello = event.hello;

@@ -423,3 +423,32 @@ TEST_CASE("a join grace needs a fixed node count") {
   config.join_grace = -1ms;
   CHECK_THROWS_WITH(validate(config), doctest::Contains("--join-grace must not be negative"));
 }
+
+TEST_CASE("a node's new hello takes its place back from its own silent connection, never from a live one") {
+  // A lossy link: node 1's agent heard nothing during the handshake, gave the connection up and connected again;
+  // its reset never arrived. Before, the new hello was refused as a duplicate node rank (or, dynamic, counted
+  // as a second node).
+  RendezvousState state(job(3, true), at(0ms).steady);  // heartbeat timeout 5 s
+  join_rank(state, 0, 0ms);
+  join_rank(state, 1, 0ms);
+  for (int s = 1; s <= 3; ++s) step(state, Heartbeat{1}, at(std::chrono::seconds(s)));
+  // After 2 s of silence (less than half the timeout): node 1's place is not given away.
+  Joiner again;
+  again.conn = 7;
+  again.node_rank = 1;
+  again.host = "host1";
+  CHECK(refusal(step(state, hello(again), at(2'000ms)), 7).find("duplicate node rank 1") == 0);
+  // Silent 3 s (half the timeout): the new connection takes the place; the old one is closed.
+  again.conn = 8;
+  auto actions = step(state, hello(again), at(3'000ms));
+  CHECK(refusal(actions, 8).empty());
+  CHECK(closes(actions, 2));
+  CHECK(state.nodes.count(8) == 1);
+  CHECK(state.nodes.count(2) == 0);
+  // Another host's claim on a silent rank is still a duplicate.
+  Joiner other;
+  other.conn = 9;
+  other.node_rank = 0;
+  other.host = "elsewhere";
+  CHECK(refusal(step(state, hello(other), at(9'000ms)), 9).find("duplicate node rank 0") == 0);
+}
