@@ -61,6 +61,10 @@ void OutputPump::read_ready() {
         // Back-pressure: the worker's pipe fills and the worker waits in its write, not the loop.
         waiting_for_room_ = true;
         scratch_.waiting_for_room.push_back(this);
+        // Told as an end is: a restart does not wait for a stream that waits for the console, and the agent
+        // must look again now. Before, a stream that began waiting after the last worker was reaped left the
+        // restart waiting for the console to drain (integration.supervisor_matrix, a loaded CI run).
+        if (on_eof_) on_eof_();
         return;
       }
       return read_next();  // one read per wake-up: a flooding worker does not starve the others

@@ -49,7 +49,9 @@ struct PumpScratch {
 
 class OutputPump {
  public:
-  // Takes ownership of `pipe_fd` (the read end); `scratch` outlives the pump.
+  // Takes ownership of `pipe_fd` (the read end); `scratch` outlives the pump. `on_eof` is called when the stream
+  // ends, and when it begins to wait for room on a congested console or file: the owner looks again at what
+  // waits on its streams (a restart waits for neither).
   OutputPump(boost::asio::io_context& io, int pipe_fd, PumpTargets targets, PumpScratch& scratch,
              std::function<void()> on_eof);
   ~OutputPump();
