@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <atomic>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -121,4 +122,46 @@ TEST_CASE("a new round retires the streams of the last: the end waits for them, 
   ::close(old_fd);
   f.run_until([&] { return f.routing->round_drained(false); });
   f.routing->drain_files_after_loop(false);
+}
+
+TEST_CASE("a stream that begins to wait for room is told to the agent at once, as an end is") {
+  // A restart does not wait for a stream held by a congested console or file (round_drained(true)), but the
+  // agent only looks again when a stream tells it something. Before, a stream that began waiting after the last
+  // worker was reaped left the restart waiting for the console (integration.supervisor_matrix, loaded CI).
+  // Here the log file is a FIFO whose reader reads nothing: the writer thread blocks, the queue passes its high
+  // water mark, the stream waits for room.
+  Fixture f;
+  const std::string fifo = f.dir.path + "/stalled.log";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const int held = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a reader that does not read
+  REQUIRE(held >= 0);
+  const int fd = f.add(0, 0, kStdout, fifo);
+  std::atomic<bool> written{false};
+  std::thread writer([fd, &written] {
+    const std::string chunk(1 << 16, 'x');
+    for (std::size_t sent = 0; sent < kOutputHighWater + (2u << 20);) {
+      const ssize_t n = ::write(fd, chunk.data(), chunk.size());
+      if (n <= 0) break;
+      sent += static_cast<std::size_t>(n);
+    }
+    written = true;
+  });
+  f.run_until([&] { return f.stream_ends > 0; });
+  CHECK_FALSE(written);                          // the worker is held in its write: the stream has not ended
+  CHECK(f.routing->round_drained(true));         // a restart goes on
+  CHECK_FALSE(f.routing->round_drained(false));  // the job's end still waits for it
+  // Unblock: read the FIFO; the queue drains, the stream resumes, the writer finishes and closes its end.
+  std::thread reader([held] {
+    ::fcntl(held, F_SETFL, ::fcntl(held, F_GETFL) & ~O_NONBLOCK);
+    char buf[1 << 16];
+    while (::read(held, buf, sizeof buf) > 0) {
+    }
+    ::close(held);
+  });
+  f.run_until([&] { return written.load(); });
+  writer.join();
+  ::close(fd);
+  f.run_until([&] { return f.routing->round_drained(false); });
+  f.routing->drain_files_after_loop(false);
+  reader.join();
 }
