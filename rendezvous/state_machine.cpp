@@ -180,18 +180,20 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
 void replace_silent_self(RendezvousState& state, const Hello& event, const Now& now, Actions& out) {
   if (state.phase != Phase::kJoining) return;
   const auto silent_since = now.steady - state.config.heartbeat_timeout / 2;
+  auto is_self = [&](const NodeEntry& node) {
+    return node.host == event.hello.host && node.last_seen <= silent_since;
+  };
   ConnId stale = 0;
-  if (state.config.static_node_ranks) {
+  if (state.config.static_node_ranks) {  // the holder of the rank it claims
     const auto rank = event.hello.node_rank;
     if (!rank || *rank < 0 || *rank >= static_cast<int>(state.by_rank.size())) return;
-    stale = state.by_rank[static_cast<std::size_t>(*rank)];
+    const ConnId holder = state.by_rank[static_cast<std::size_t>(*rank)];
+    if (holder != 0 && is_self(state.nodes.at(holder))) stale = holder;
   } else {
     for (const auto& [conn, node] : state.nodes)
-      if (node.host == event.hello.host && node.last_seen <= silent_since) stale = conn;
+      if (is_self(node)) stale = conn;
   }
   if (stale == 0) return;
-  const NodeEntry& old = state.nodes.at(stale);
-  if (old.host != event.hello.host || old.last_seen > silent_since) return;
   rules::node_lost(state, stale, "replaced by a new connection from the same host (the old one fell silent)", now,
                    out);
 }

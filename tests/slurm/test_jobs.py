@@ -114,14 +114,18 @@ class StartupFailures(JobCase):
     0 (no server ever listens). ddprun's --join-grace (5 s in a step) ends every node within seconds; before, the
     others waited the whole --rdzv-timeout (900 s by default; 30 s here) and exited 75."""
 
-    def run_with_one_bad_node(self, bad):
-        script = (f'if [ "$SLURM_NODEID" = {bad} ]; then exec "$0" --no-such-option; fi; '
-                  f'exec "$0" --rdzv-timeout 30 --term-timeout 5 "$@"')
+    def run_step(self, script):
+        """A 3-node step running `script` under sh on each node ($0: ddprun; "$@": the worker and its steps);
+        returns srun's exit code, its stderr and how long it took."""
         t0 = time.monotonic()
         proc = self.cluster.popen("srun", "--partition=test", "-N3", "--ntasks-per-node=1", "sh", "-c", script,
                                   DDPRUN, WORKER, f"ready={self.path('ready')}", "exit=0")
         out, err = proc.communicate(timeout=60)
         return proc.returncode, err, time.monotonic() - t0
+
+    def run_with_one_bad_node(self, bad):
+        return self.run_step(f'if [ "$SLURM_NODEID" = {bad} ]; then exec "$0" --no-such-option; fi; '
+                             f'exec "$0" --rdzv-timeout 30 --term-timeout 5 "$@"')
 
     def test_a_usage_error_on_one_node_ends_the_step_within_seconds(self):
         code, err, elapsed = self.run_with_one_bad_node(2)
@@ -133,29 +137,21 @@ class StartupFailures(JobCase):
     def test_a_node_killed_after_joining_ends_the_step_within_seconds(self):
         # Node 1's ddprun joins and is SIGKILLed 1 s later; node 2 starts 2 s late, so the round never forms.
         # Before, node 0 kept node 1's place for a replacement SLURM cannot send, until --rdzv-timeout.
-        script = ('case "$SLURM_NODEID" in '
-                  '1) "$0" --rdzv-timeout 30 "$@" & sleep 1; kill -9 $!; wait; exit 9;; '
-                  '2) sleep 2;; esac; '
-                  'exec "$0" --rdzv-timeout 30 --term-timeout 5 "$@"')
-        t0 = time.monotonic()
-        proc = self.cluster.popen("srun", "--partition=test", "-N3", "--ntasks-per-node=1", "sh", "-c", script,
-                                  DDPRUN, WORKER, f"ready={self.path('ready')}", "exit=0")
-        out, err = proc.communicate(timeout=60)
-        self.assertNotEqual(proc.returncode, 0, err)
+        code, err, elapsed = self.run_step('case "$SLURM_NODEID" in '
+                                           '1) "$0" --rdzv-timeout 30 "$@" & sleep 1; kill -9 $!; wait; exit 9;; '
+                                           '2) sleep 2;; esac; '
+                                           'exec "$0" --rdzv-timeout 30 --term-timeout 5 "$@"')
+        self.assertNotEqual(code, 0, err)
         self.assertIn("joined, then left", err)
-        self.assertLess(time.monotonic() - t0, 20, err)  # 2 s late, 5 s of grace; 30 s before
+        self.assertLess(elapsed, 20, err)  # 2 s late, 5 s of grace; 30 s before
         self.assertEqual(os.listdir(self.path("ready")), [], "no worker may start")
 
     def test_a_program_missing_on_one_node_ends_the_step_at_once(self):
-        script = ('if [ "$SLURM_NODEID" = 1 ]; then exec "$0" --rdzv-timeout 30 ./no-such-program; fi; '
-                  'exec "$0" --rdzv-timeout 30 --term-timeout 5 "$@"')
-        t0 = time.monotonic()
-        proc = self.cluster.popen("srun", "--partition=test", "-N3", "--ntasks-per-node=1", "sh", "-c", script,
-                                  DDPRUN, WORKER, f"ready={self.path('ready')}", "exit=0")
-        out, err = proc.communicate(timeout=60)
-        self.assertNotEqual(proc.returncode, 0, err)
+        code, err, elapsed = self.run_step('if [ "$SLURM_NODEID" = 1 ]; then exec "$0" --rdzv-timeout 30 '
+                                           './no-such-program; fi; exec "$0" --rdzv-timeout 30 --term-timeout 5 "$@"')
+        self.assertNotEqual(code, 0, err)
         self.assertIn("no-such-program", err)
-        self.assertLess(time.monotonic() - t0, 15, err)
+        self.assertLess(elapsed, 15, err)
         self.assertEqual(os.listdir(self.path("ready")), [], "no worker may start")
 
     def test_a_usage_error_on_node_0_ends_the_others_within_seconds(self):
