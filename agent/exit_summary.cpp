@@ -191,7 +191,8 @@ std::string local_rank_arg_advice(const std::string& line, const std::string& pa
 
 nlohmann::json worker_json(const WorkerRecord& w) {
   nlohmann::json j{{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", w.pid}, {"state", to_string(w.state)}};
-  if (w.state != WorkerState::kRunning) {
+  if (w.raised) j["raised"] = true;  // failed by its error file, before its exit (agent/error_file_watch.hpp)
+  if (w.state != WorkerState::kRunning || w.raised) {
     if (w.status.signaled) {
       j["signal"] = w.status.signal;
       j["signal_name"] = process::signal_name(w.status.signal);

@@ -55,7 +55,8 @@ NodeAgent::NodeAgent(const AgentConfig& config)
       link_(io_, config, rendezvous_handlers()),
       guard_watch_(io_), output_(io_, config_, world_, log_, events_, [this] { maybe_finish(); }), probe_(io_),
       hang_(io_, config_, heartbeats_, layout_, policy_, log_, events_, hang_host()),
-      live_(io_, config_, world_, heartbeats_, policy_, log_, events_, live_view_host()), reform_ack_timer_(io_) {}
+      live_(io_, config_, world_, heartbeats_, policy_, log_, events_, live_view_host()),
+      errors_(io_, error_file_host()), reform_ack_timer_(io_) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -205,6 +206,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
   }
   const int lr = it->second;
   local_rank_of_.erase(it);
+  errors_.on_exit(lr);
   guard_.forget_empty_groups();  // an empty group's id may be reused: the guard must not kill it then
   // --stdin-rank's worker held the terminal: ddprun's group takes it back, so Ctrl-C reaches ddprun again.
   if (policy_.worker(lr).rank == config_.stdin_rank && ::tcgetpgrp(STDIN_FILENO) == pid)
@@ -222,7 +224,9 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
   e["event"] = "exited";
   e["node_rank"] = world_.node_rank;
   events_.write(e);
-  if (w.state == WorkerState::kFailed)
+  if (w.raised)  // said when its error file came (on_error_file): now only its end
+    log_.debug("rank ", w.rank, " (pid ", pid, ") ended (", status.describe(), ") after its error file");
+  else if (w.state == WorkerState::kFailed)
     log_.error("rank ", w.rank, " (pid ", pid, ") failed: ", status.describe(), w.reason.empty() ? "" : ": ", w.reason);
   else
     log_.debug("rank ", w.rank, " (pid ", pid, ") ", to_string(w.state), ": ", status.describe());
@@ -326,6 +330,7 @@ void NodeAgent::maybe_finish() {
   stop_reply_timer_.cancel();
   peer_signal_timer_.cancel();
   hang_.cancel();
+  errors_.cancel();
   reform_ack_timer_.cancel();
   probe_.cancel();
   live_.stop();

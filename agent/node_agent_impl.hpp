@@ -1,8 +1,9 @@
 // The agent's executor, shared by its source files: node_agent.cpp (set-up, reaping, teardown, finishing),
 // node_agent_workers.cpp (starting workers), node_agent_rdzv.cpp (what the rendezvous says, and what this node
 // tells it), node_agent_reform.cpp (re-forming in place), node_agent_end.cpp (the events file's code, the
-// summary's context), and the wiring of its components: node_agent_hang.cpp (HangInquiry) and
-// node_agent_live_view.cpp (LiveView); OutputRouting and LoopProbe need none. Rules live in
+// summary's context), and the wiring of its components: node_agent_hang.cpp (HangInquiry),
+// node_agent_live_view.cpp (LiveView) and node_agent_errors.cpp (ErrorFileWatch); OutputRouting and LoopProbe
+// need none. Rules live in
 // supervision_policy.hpp and agent_lifecycle.hpp.
 #pragma once
 
@@ -23,6 +24,7 @@
 #include "agent/agent_config.hpp"
 #include "agent/agent_lifecycle.hpp"
 #include "agent/child_reaper.hpp"
+#include "agent/error_file_watch.hpp"
 #include "agent/event_log.hpp"
 #include "agent/exit_summary.hpp"
 #include "agent/hang_inquiry.hpp"
@@ -55,6 +57,7 @@ class NodeAgent {
     std::string reason;
   };
   void start_workers();
+  void watch_error_files();
   std::string oom_kill_reason();
   WorkerFacts worker_facts(int local_rank, const OutputRouting::Target& stdout_target) const;
   std::optional<StartFailure> start_worker(int local_rank);
@@ -86,6 +89,9 @@ class NodeAgent {
   void reform_lost_a_worker();
   // node_agent_hang.cpp: the wiring of the hang inquiry (agent/hang_inquiry.hpp)
   HangInquiry::Host hang_host();
+  // node_agent_errors.cpp: the wiring of the error-file watch (agent/error_file_watch.hpp)
+  ErrorFileWatch::Host error_file_host();
+  void on_raiser_still_exiting(int local_rank, const supervision::ErrorFileContents& ef);
   // node_agent_live_view.cpp: the wiring of the live view (agent/live_view.hpp)
   LiveView::Host live_view_host();
   std::string agent_state() const;
@@ -131,6 +137,7 @@ class NodeAgent {
   bool announcing_start_failure_ = false;  // link_.announce_start_failure runs: a stop signal ends it
   HangInquiry hang_;  // --hang-timeout (agent/hang_inquiry.hpp); after everything it reads
   LiveView live_;  // ddprun-status, --metrics-textfile, stragglers (agent/live_view.hpp); after what it reads
+  ErrorFileWatch errors_;  // a worker's error file, read as it is written (agent/error_file_watch.hpp)
   // Re-forming in place (node_agent_reform.cpp).
   int workers_attempt_ = 0;  // the attempt whose files the running workers use (kept by a re-form in place)
   std::int64_t reforms_announced_ = 0;  // in-place re-forms handed to the running workers

@@ -51,6 +51,7 @@ void NodeAgent::start_workers() {
   workers_attempt_ = w.restart_count;
   reforms_announced_ = 0;
   hang_.start_round();
+  watch_error_files();
   oom_kills_seen_ = oom_.kills();
   // The first worker that cannot be started stops the loop (the next ones would fail the same way); it is
   // handled once the line saying what started is out, so the log reads in order: started, why one did not,
@@ -79,6 +80,14 @@ void NodeAgent::start_workers() {
   // round's end is looked for now, once this handler is done.
   if (started == 0) boost::asio::post(io_, [this] { reaper_.reap_now(); });
   hang_.watch();
+}
+
+// Before any worker of the round can write one (agent/error_file_watch.hpp).
+void NodeAgent::watch_error_files() {
+  std::vector<std::string> files;
+  for (int lr = 0; lr < world_.local_world_size; ++lr) files.push_back(layout_.error_file(workers_attempt_, lr));
+  if (!errors_.watch(files))
+    log_.debug("error files are read when their workers exit (no watch: ", errors_.why_not(), ")");
 }
 
 // What the plan of a worker (agent/worker_plan.hpp) needs to know of this process and this round's files.

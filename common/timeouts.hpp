@@ -28,6 +28,15 @@ inline constexpr milliseconds kNcclDump{15000};      // a Flight Recorder dump (
 inline constexpr milliseconds kHangInquiry{20000};   // the server waits this long for every node's view
 inline constexpr milliseconds kHangVerdict{25000};   // a node waits this long for the verdict, then decides alone
 
+// --- a worker that raised (agent/error_file_watch.hpp) ---
+// Its error file is whole: it has this much of its own time (time spent waiting for a CPU not counted, up to the
+// limit in wall time) to exit its own way, which ends the job with its real exit as before; still exiting after
+// it, it is failed with code 1 and the job torn down. What is cut: the interpreter's slow exit (a process group's
+// destructor, atexit, thread joins), which took ~1 s of a 1 s teardown (issue 35). A program that writes the file
+// and exits at once (the SDK's run_main, a C++ writer with a code of its own) needs microseconds of it.
+inline constexpr milliseconds kRaisedExitGrace{50};
+inline constexpr milliseconds kRaisedExitGraceLimit{1000};
+
 // For options given in seconds (as doubles, or as text).
 constexpr double seconds_of(milliseconds m) { return static_cast<double>(m.count()) / 1000.0; }
 
@@ -47,5 +56,9 @@ static_assert(kHeartbeatTimeout < kTermTimeout);
 static_assert(kStackCapture <= kNcclDump);
 static_assert(kNcclDump < kHangInquiry);
 static_assert(kHangInquiry < kHangVerdict);
+// The raiser's grace, however loaded the machine, is shorter than the exit it cuts short (~1 s) and far from the
+// teardown's SIGKILL.
+static_assert(kRaisedExitGrace < kRaisedExitGraceLimit);
+static_assert(kRaisedExitGraceLimit * 10 <= kTermTimeout);
 
 }  // namespace ddprun::timeouts

@@ -184,6 +184,7 @@ ErrorFileContents parse_error_file(std::string text) {
   Value root;
   if (Parser(out.raw).document(root) && root.kind == Value::Kind::kObject) {
     if (const Value* m = root.member(contract::kErrorMessageKey)) {
+      out.whole = true;
       if (m->kind == Value::Kind::kObject) {
         if (const Value* text_of = m->member(contract::kErrorMessageKey)) out.message = text_of->text;
         const Value* extra = m->member(contract::kErrorExtraInfoKey);

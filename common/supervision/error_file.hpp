@@ -16,6 +16,9 @@ struct ErrorFileContents {
   std::string where;      // call stack or location, may be empty
   std::string timestamp;  // as written, may be empty
   std::string raw;        // the file's text (at most 64 KiB)
+  // The text is one whole JSON object with a message: what a writer that finished leaves. A file cut short (its
+  // writer killed mid-write, a full disk) is shown raw, and is not enough to call a running worker failed.
+  bool whole = false;
 };
 
 ErrorFileContents read_error_file(const std::string& path);

@@ -61,6 +61,10 @@ Decision SupervisionPolicy::begin_teardown(int signal, std::int64_t now_ms) {
 Decision SupervisionPolicy::on_exit(int local_rank, const process::ExitStatus& status, std::int64_t now_ms) {
   WorkerRecord& w = worker(local_rank);
   require(w.state == WorkerState::kRunning, "a worker exited twice");
+  if (w.raised) {  // on_error_file made it the failure it is, with its time and code
+    w.state = WorkerState::kFailed;
+    return {};
+  }
   w.status = status;
   w.end_ms = now_ms;
   if (status.success()) {
@@ -82,6 +86,17 @@ Decision SupervisionPolicy::on_hung(int local_rank, std::int64_t now_ms) {
   if (w.state != WorkerState::kRunning || w.hung) return {};
   w.hung = true;
   if (phase_ != Phase::kRunning) return {};  // already stopping: it is killed with the rest
+  if (root_cause_ < 0) root_cause_ = local_rank;
+  return begin_teardown(SIGTERM, now_ms);
+}
+
+Decision SupervisionPolicy::on_error_file(int local_rank, std::int64_t now_ms) {
+  WorkerRecord& w = worker(local_rank);
+  if (w.state != WorkerState::kRunning || w.hung || w.raised || phase_ != Phase::kRunning) return {};
+  w.raised = true;
+  w.status = process::ExitStatus{};
+  w.status.code = 1;  // Python's exit for an uncaught exception; the SDK's run_main returns 1 too
+  w.end_ms = now_ms;
   if (root_cause_ < 0) root_cause_ = local_rank;
   return begin_teardown(SIGTERM, now_ms);
 }
@@ -162,8 +177,8 @@ void SupervisionPolicy::reset_for_restart() {
 
 bool SupervisionPolicy::killed_from_outside(int local_rank, const process::ExitStatus& status) const {
   require(local_rank >= 0 && static_cast<std::size_t>(local_rank) < workers_.size(), "no such local rank");
-  return status.signaled && status.signal == SIGKILL && phase_ != Phase::kKilling &&
-         !workers_[static_cast<std::size_t>(local_rank)].hung;
+  const WorkerRecord& w = workers_[static_cast<std::size_t>(local_rank)];
+  return status.signaled && status.signal == SIGKILL && phase_ != Phase::kKilling && !w.hung && !w.raised;
 }
 
 bool SupervisionPolicy::all_exited() const {

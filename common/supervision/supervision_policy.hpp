@@ -39,6 +39,8 @@ struct WorkerRecord {
   // (pid 0), or that the kernel's OOM killer sent its SIGKILL. Empty: nothing more is known.
   std::string reason;
   bool hung = false;          // silent for --hang-timeout after beating: killed by ddprun (kFailed)
+  // Wrote a whole error file while running (on_error_file): failed then, with code 1; its exit only ends it.
+  bool raised = false;
 };
 
 // The job on this node:
@@ -84,6 +86,12 @@ class SupervisionPolicy {
   // root cause when first), and the executor SIGKILLs it before the decision's signal reaches the rest.
   // Its exit, whatever it is, keeps it kFailed.
   Decision on_hung(int local_rank, std::int64_t now_ms);
+  // A running worker wrote a whole error file and is still exiting after its grace (agent/error_file_watch.hpp):
+  // an exception left its @record entry point, and what is left is its interpreter's exit with code 1 (~1 s for
+  // a process group's destructor, atexit and thread joins: issue 35). The failure is known now: recorded as that
+  // exit (code 1, at `now_ms`; the root cause when first) and the teardown begins. Its real exit, whatever it is,
+  // keeps it so. Nothing while the job is already stopping (its exit makes it a victim, as any other).
+  Decision on_error_file(int local_rank, std::int64_t now_ms);
   Decision on_grace_expired(std::int64_t now_ms);
   // Stop requested from outside the node (another node failed): like a failure elsewhere.
   Decision on_external_stop(std::int64_t now_ms);

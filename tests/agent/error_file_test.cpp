@@ -192,3 +192,13 @@ TEST_CASE("stderr without a traceback gives only its last line") {
             .exception.empty());
   CHECK(ddprun::agent::read_stderr_end("", true).last_line.empty());
 }
+
+TEST_CASE("a file is whole only as one JSON object with a message: what a writer that finished leaves") {
+  using ddprun::supervision::parse_error_file;
+  CHECK(parse_error_file(R"({"message": {"message": "E: x", "extraInfo": {}}})").whole);
+  CHECK(parse_error_file(R"({"message": "E: x"})").whole);
+  CHECK_FALSE(parse_error_file(R"({"message": {"message": "E: x", "extra)").whole);  // cut mid-write
+  CHECK_FALSE(parse_error_file("").whole);
+  CHECK_FALSE(parse_error_file(R"({"other": 1})").whole);
+  CHECK_FALSE(parse_error_file("Traceback (most recent call last):").whole);
+}

@@ -315,3 +315,54 @@ TEST_CASE("a SIGKILL is from outside the job unless the policy sent it or the wo
   p.on_grace_expired(10);  // from now on every SIGKILL may be ddprun's
   CHECK_FALSE(p.killed_from_outside(2, killed(SIGKILL)));
 }
+
+// --- a worker still exiting after its error file (agent/error_file_watch.hpp) ---
+
+TEST_CASE("a worker still exiting after its error file is the failure then, with the code 1 it will exit with") {
+  auto p = three_workers();
+  const Decision d = p.on_error_file(1, 40);
+  CHECK(d.teardown_began);
+  CHECK(d.signal_all == SIGTERM);  // itself included: its grace is over
+  CHECK(d.arm_grace);
+  REQUIRE(p.root_cause() != nullptr);
+  CHECK(p.root_cause()->rank == 11);
+  CHECK(p.worker(1).raised);
+  CHECK(p.worker(1).end_ms == 40);
+  CHECK(p.worker(1).state == WorkerState::kRunning);  // still a process to wait for
+  CHECK_FALSE(p.all_exited());
+  // The teardown's SIGTERM ends it later: it stays the failure it was, with its time and code.
+  p.on_exit(0, killed(SIGTERM), 45);
+  CHECK(p.on_exit(1, killed(SIGTERM), 50).signal_all == 0);
+  CHECK_FALSE(p.killed_from_outside(1, killed(SIGKILL)));
+  CHECK(p.worker(1).state == WorkerState::kFailed);
+  CHECK(p.worker(1).status.code == 1);
+  CHECK_FALSE(p.worker(1).status.signaled);
+  CHECK(p.worker(1).end_ms == 40);
+  CHECK(p.worker(0).state == WorkerState::kVictim);
+  p.on_exit(2, killed(SIGTERM), 51);
+  CHECK(p.exit_code() == 1);
+}
+
+TEST_CASE("an error file during a teardown changes nothing: its worker is a victim like the others") {
+  auto p = three_workers();
+  p.on_exit(0, exited(3), 10);
+  CHECK(p.on_error_file(2, 20).signal_all == 0);
+  CHECK_FALSE(p.worker(2).raised);
+  p.on_exit(2, exited(1), 30);
+  CHECK(p.worker(2).state == WorkerState::kVictim);
+  CHECK(p.root_cause()->local_rank == 0);
+  CHECK(p.exit_code() == 3);
+}
+
+TEST_CASE("an error file counts once, and never for a hung or exited worker") {
+  auto p = three_workers();
+  p.on_exit(0, exited(0), 5);
+  CHECK_FALSE(p.on_error_file(0, 6).teardown_began);  // exited: its exit said it all
+  CHECK(p.on_error_file(1, 7).teardown_began);
+  CHECK_FALSE(p.on_error_file(1, 8).teardown_began);
+  CHECK(p.worker(1).end_ms == 7);
+  auto q = three_workers();
+  q.on_hung(2, 5);
+  CHECK_FALSE(q.on_error_file(2, 6).teardown_began);
+  CHECK_FALSE(q.worker(2).raised);
+}

@@ -28,6 +28,7 @@
 //                  sigrecord= the same, minus the record (SIGUSR1/SIGUSR2 are then ignored)
 //   termsave=SEC   the same, but _exit(0): a worker that saves a checkpoint for SEC seconds on a stop request
 //   errorfile=MSG  write MSG to TORCHELASTIC_ERROR_FILE in torchelastic's JSON format
+//   errortext=TEXT write TEXT as it is to TORCHELASTIC_ERROR_FILE (a file cut short, say)
 //   waitfile=PATH  wait until PATH exists
 //   beat=STEP      one heartbeat carrying STEP (DDPRUN_HEARTBEAT_FD/_OFFSET; nothing when they are unset)
 //   beatfor=SEC[:MS[:WORK]] a heartbeat every MS (default 50) milliseconds for SEC seconds, steps 0, 1, 2, ...;
@@ -357,6 +358,12 @@ __attribute__((noinline)) void run_step(const std::string& step) {
       FILE* f = std::fopen(path, "w");
       std::fprintf(f, "{\"message\": {\"message\": \"%s\", \"extraInfo\": {\"py_callstack\": \"test_worker\", "
                    "\"timestamp\": \"%ld\"}}}\n", arg.c_str(), static_cast<long>(std::time(nullptr)));
+      std::fclose(f);
+    }
+  } else if (verb == "errortext") {
+    if (const char* path = std::getenv("TORCHELASTIC_ERROR_FILE")) {
+      FILE* f = std::fopen(path, "w");
+      std::fputs(arg.c_str(), f);
       std::fclose(f);
     }
   } else if (verb == "beat") {

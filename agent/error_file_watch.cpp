@@ -1,0 +1,163 @@
+#include "agent/error_file_watch.hpp"
+
+#include "common/timeouts.hpp"
+
+#include <fcntl.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace ddprun::agent {
+namespace {
+std::string base_name(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string dir_name(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+
+// The time `pid` has spent runnable but waiting for a CPU, in ns (/proc/PID/schedstat's second field); -1 when
+// it cannot be read (no such process, a kernel without scheduler statistics).
+std::int64_t run_delay_ns(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/schedstat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[128];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  unsigned long long on_cpu = 0, waited = 0;
+  if (std::sscanf(buf, "%llu %llu", &on_cpu, &waited) != 2) return -1;
+  return static_cast<std::int64_t>(waited);
+}
+}  // namespace
+
+ErrorFileWatch::ErrorFileWatch(boost::asio::io_context& io, Host host)
+    : io_(io), host_(std::move(host)), inotify_(io) {}
+
+ErrorFileWatch::~ErrorFileWatch() { cancel(); }
+
+void ErrorFileWatch::close_descriptor() {
+  boost::system::error_code ignored;
+  if (inotify_.is_open()) inotify_.close(ignored);  // closing the descriptor drops its watches
+  local_rank_of_watch_.clear();
+}
+
+bool ErrorFileWatch::watch(const std::vector<std::string>& error_files) {
+  cancel();
+  files_ = error_files;
+  handed_.assign(error_files.size(), false);
+  const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd < 0) {
+    why_not_ = std::string("inotify_init1: ") + std::strerror(errno);
+    return false;
+  }
+  inotify_.assign(fd);
+  for (std::size_t lr = 0; lr < files_.size(); ++lr) {
+    // A file written in place closes after its last write; one written elsewhere and renamed in arrives whole.
+    const int wd = ::inotify_add_watch(fd, dir_name(files_[lr]).c_str(), IN_CLOSE_WRITE | IN_MOVED_TO | IN_ONLYDIR);
+    if (wd < 0) {
+      why_not_ = "inotify_add_watch " + dir_name(files_[lr]) + ": " + std::strerror(errno);
+      close_descriptor();
+      return false;
+    }
+    local_rank_of_watch_[wd] = static_cast<int>(lr);
+  }
+  why_not_.clear();
+  wait_readable();
+  return true;
+}
+
+void ErrorFileWatch::wait_readable() {
+  inotify_.async_wait(boost::asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
+    if (ec || !inotify_.is_open()) return;
+    read_events();
+    if (inotify_.is_open()) wait_readable();
+  });
+}
+
+void ErrorFileWatch::read_events() {
+  alignas(inotify_event) char buf[16 * 1024];
+  std::vector<int> written;
+  for (;;) {
+    const ssize_t n = ::read(inotify_.native_handle(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EAGAIN: every queued event read
+    for (ssize_t off = 0; off < n;) {
+      const auto* e = reinterpret_cast<const inotify_event*>(buf + off);
+      off += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
+      // IN_Q_OVERFLOW (wd -1) lost events: the exits still end the job.
+      const auto it = local_rank_of_watch_.find(e->wd);
+      if (it == local_rank_of_watch_.end() || e->len == 0) continue;
+      if (std::strcmp(e->name, base_name(files_[static_cast<std::size_t>(it->second)]).c_str()) == 0)
+        written.push_back(it->second);
+    }
+  }
+  for (int lr : written) check(lr);
+}
+
+void ErrorFileWatch::check(int local_rank) {
+  const auto i = static_cast<std::size_t>(local_rank);
+  if (handed_[i]) return;
+  supervision::ErrorFileContents contents = supervision::read_error_file(files_[i]);
+  if (!contents.whole) return;  // cut short: the worker's exit decides
+  handed_[i] = true;
+  const pid_t pid = host_.raiser_pid(local_rank);
+  if (pid <= 0) return;
+  auto grace = std::make_unique<Grace>(io_);
+  grace->pid = pid;
+  grace->since = std::chrono::steady_clock::now();
+  grace->run_delay_at_start = run_delay_ns(pid);
+  grace->contents = std::move(contents);
+  graces_[local_rank] = std::move(grace);
+  arm(local_rank, timeouts::kRaisedExitGrace);
+}
+
+void ErrorFileWatch::arm(int local_rank, std::chrono::nanoseconds after) {
+  Grace& g = *graces_.at(local_rank);
+  g.timer.expires_after(after);
+  g.timer.async_wait([this, local_rank](const boost::system::error_code& ec) {
+    if (!ec) on_timer(local_rank);
+  });
+}
+
+std::chrono::nanoseconds ErrorFileWatch::own_time(std::chrono::nanoseconds wall,
+                                                  std::chrono::nanoseconds waited_for_cpu) {
+  if (waited_for_cpu <= std::chrono::nanoseconds::zero()) return wall;
+  return waited_for_cpu >= wall ? std::chrono::nanoseconds::zero() : wall - waited_for_cpu;
+}
+
+void ErrorFileWatch::on_timer(int local_rank) {
+  const auto it = graces_.find(local_rank);
+  if (it == graces_.end()) return;
+  Grace& g = *it->second;
+  const auto wall = std::chrono::steady_clock::now() - g.since;
+  const std::int64_t delay_now = g.run_delay_at_start < 0 ? -1 : run_delay_ns(g.pid);
+  const std::chrono::nanoseconds waited{delay_now < 0 ? 0 : delay_now - g.run_delay_at_start};
+  const auto own = own_time(wall, waited);
+  if (own < timeouts::kRaisedExitGrace && wall < timeouts::kRaisedExitGraceLimit) {
+    // It waited for a CPU for part of its grace: the rest of its own time, within the limit.
+    const std::chrono::nanoseconds left = timeouts::kRaisedExitGrace - own;
+    return arm(local_rank, std::min<std::chrono::nanoseconds>(left, timeouts::kRaisedExitGraceLimit - wall));
+  }
+  const supervision::ErrorFileContents contents = std::move(g.contents);
+  graces_.erase(it);
+  host_.on_grace_over(local_rank, contents);
+}
+
+void ErrorFileWatch::on_exit(int local_rank) { graces_.erase(local_rank); }
+
+void ErrorFileWatch::cancel() {
+  close_descriptor();
+  graces_.clear();  // each timer's destructor cancels its wait
+}
+
+}  // namespace ddprun::agent

@@ -1,0 +1,123 @@
+// The error-file watch (agent/error_file_watch.hpp) with real files, real inotify and the real loop, and no
+// worker: the test writes the files as a worker's @record would, and plays the agent's part in the callbacks.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/error_file_watch.hpp"
+#include "common/timeouts.hpp"
+#include "temp_dir.hpp"
+
+using namespace ddprun::agent;
+using namespace std::chrono_literals;
+
+namespace {
+const char* const kWhole =
+    R"({"message": {"message": "ValueError: bad shard", "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1"}}})";
+
+struct Fixture {
+  boost::asio::io_context io;
+  TempDir dir;
+  std::vector<std::string> files;
+  pid_t pid = ::getpid();  // what raiser_pid answers (0: the agent leaves it to the exit)
+  std::vector<int> over;   // local ranks whose grace ran out, in order
+  std::string message;     // what the last one's file said
+  std::optional<ErrorFileWatch> watch;
+
+  explicit Fixture(int workers = 2) {
+    for (int lr = 0; lr < workers; ++lr) {
+      const std::string d = dir.path + "/" + std::to_string(lr);
+      ::mkdir(d.c_str(), 0700);
+      files.push_back(d + "/error.json");
+    }
+    ErrorFileWatch::Host h;
+    h.raiser_pid = [this](int) { return pid; };
+    h.on_grace_over = [this](int lr, const ddprun::supervision::ErrorFileContents& c) {
+      over.push_back(lr);
+      message = c.message;
+    };
+    watch.emplace(io, h);
+    REQUIRE(watch->watch(files));
+  }
+  static void write(const std::string& path, const std::string& text) {
+    std::ofstream f(path, std::ios::trunc);
+    f << text;
+  }
+  void run_for(std::chrono::milliseconds d) {
+    io.restart();
+    io.run_for(d);
+  }
+};
+}  // namespace
+
+TEST_CASE("a whole error file of a worker still running ends its grace with what the file says") {
+  Fixture f;
+  Fixture::write(f.files[1], kWhole);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 400 && f.over.empty(); ++i) f.run_for(5ms);
+  REQUIRE(f.over == std::vector<int>{1});
+  CHECK(f.message == "ValueError: bad shard");
+  // Not before its grace (the loop may be late, never early).
+  CHECK(std::chrono::steady_clock::now() - t0 >= ddprun::timeouts::kRaisedExitGrace);
+  f.run_for(200ms);
+  CHECK(f.over.size() == 1);  // once
+}
+
+TEST_CASE("a worker that exits within its grace is left to its exit") {
+  Fixture f;
+  Fixture::write(f.files[0], kWhole);
+  f.run_for(10ms);  // the file is read; the grace runs
+  f.watch->on_exit(0);
+  f.run_for(ddprun::timeouts::kRaisedExitGrace * 4);
+  CHECK(f.over.empty());
+}
+
+TEST_CASE("a file cut short, another file, or a worker the agent leaves to its exit: no grace") {
+  Fixture f;
+  Fixture::write(f.files[0], R"({"message": {"message": "ValueError: bad sh)");  // its writer died mid-write
+  Fixture::write(f.dir.path + "/1/python_stacks.txt", kWhole);                   // not the error file
+  f.run_for(ddprun::timeouts::kRaisedExitGrace * 4);
+  CHECK(f.over.empty());
+  f.pid = 0;  // e.g. the job already stops
+  Fixture::write(f.files[1], kWhole);
+  f.run_for(ddprun::timeouts::kRaisedExitGrace * 4);
+  CHECK(f.over.empty());
+}
+
+TEST_CASE("a file renamed into place counts, as one written in place does") {
+  Fixture f;
+  const std::string tmp = f.dir.path + "/1/error.json.tmp";
+  Fixture::write(tmp, kWhole);
+  REQUIRE(std::rename(tmp.c_str(), f.files[1].c_str()) == 0);
+  for (int i = 0; i < 400 && f.over.empty(); ++i) f.run_for(5ms);
+  CHECK(f.over == std::vector<int>{1});
+}
+
+TEST_CASE("a new round's watch and cancel() end every grace of the last one") {
+  Fixture f;
+  Fixture::write(f.files[0], kWhole);
+  f.run_for(10ms);
+  f.watch->cancel();
+  f.run_for(ddprun::timeouts::kRaisedExitGrace * 4);
+  CHECK(f.over.empty());
+  REQUIRE(f.watch->watch(f.files));  // the next round: the same names are new files
+  Fixture::write(f.files[0], kWhole);
+  for (int i = 0; i < 400 && f.over.empty(); ++i) f.run_for(5ms);
+  CHECK(f.over == std::vector<int>{0});
+}
+
+TEST_CASE("a grace counts the raiser's own time: time it waited for a CPU is added") {
+  CHECK(ErrorFileWatch::own_time(100ms, 0ms) == 100ms);
+  CHECK(ErrorFileWatch::own_time(100ms, 30ms) == 70ms);
+  CHECK(ErrorFileWatch::own_time(100ms, 150ms) == 0ms);
+  CHECK(ErrorFileWatch::own_time(100ms, -5ms) == 100ms);  // a counter that cannot be read
+}
