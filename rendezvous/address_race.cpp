@@ -4,6 +4,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
 
+#include <netinet/in.h>
+
 #include "rendezvous/text.hpp"
 
 namespace ddprun::rendezvous {
@@ -107,13 +109,27 @@ struct AddressRace::Run : std::enable_shared_from_this<AddressRace::Run> {
   }
 };
 
+namespace {
+void bind_source(tcp::socket& socket, const asio::ip::address& source, error_code& ec) {
+#ifdef IP_BIND_ADDRESS_NO_PORT
+  // The port is chosen at connect, by the whole 4-tuple: bound without it, each source would have its port
+  // reserved for every destination, and a busy source address runs out of them sooner.
+  const int on = 1;
+  ::setsockopt(socket.native_handle(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
+#endif
+  socket.bind(tcp::endpoint(source, 0), ec);
+}
+}  // namespace
+
 void AddressRace::start(std::vector<tcp::endpoint> endpoints, std::function<void(const RaceResult&)> done) {
   cancel();
   run_ = std::make_shared<Run>(io_, stagger_);
   for (const tcp::endpoint& e : interleave(std::move(endpoints))) {
     run_->attempts.push_back(Run::Attempt{e, tcp::socket(io_), "", false});
     error_code ec;
-    run_->attempts.back().socket.open(e.protocol(), ec);
+    tcp::socket& socket = run_->attempts.back().socket;
+    socket.open(e.protocol(), ec);
+    if (!ec && source_ && source_->is_v6() == e.address().is_v6()) bind_source(socket, *source_, ec);
     if (ec) run_->attempts.back().answer = ec.message();  // async_connect reports it again, on the loop
   }
   run_->done = std::move(done);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,10 @@ class AddressRace {
   AddressRace(const AddressRace&) = delete;
   AddressRace& operator=(const AddressRace&) = delete;
 
+  // Binds every later attempt of the same family to this source address before it connects (the port is still
+  // the kernel's, picked at connect: IP_BIND_ADDRESS_NO_PORT). A load generator spreads its simulated agents
+  // over 127.0.0.0/8 so, since one source address's ephemeral ports run out near 28 000 connections.
+  void set_source(const boost::asio::ip::address& source) { source_ = source; }
   // Starts a race (cancelling one still running); `done` runs once on the io_context's loop unless cancelled first.
   void start(std::vector<boost::asio::ip::tcp::endpoint> endpoints, std::function<void(const RaceResult&)> done);
   // Closes every socket of the running race; its `done` does not run. What each address answered is kept.
@@ -53,6 +58,7 @@ class AddressRace {
  private:
   boost::asio::io_context& io_;
   std::chrono::milliseconds stagger_;
+  std::optional<boost::asio::ip::address> source_;
   std::shared_ptr<Run> run_;
 };
 

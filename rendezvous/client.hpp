@@ -64,6 +64,9 @@ struct ClientConfig {
   // reconnecting this long, then claim the round (client_reconnect.hpp). 0: the loss ends the client at once.
   std::chrono::milliseconds reconnect_timeout{0};
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  // Non-empty: connect from this local address (bound before connecting; the port is the kernel's). Only the
+  // load generator sets it, to spread many simulated agents over 127.0.0.0/8. Throws ConnectionError if invalid.
+  std::string source_address;
 };
 
 struct StopOrder {

@@ -7,6 +7,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
 
+#include "common/error.hpp"
 #include "common/timeouts.hpp"
 #include "rendezvous/address_race.hpp"
 #include "rendezvous/client.hpp"
@@ -63,6 +64,12 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
     ports_.push_back(config_.server_port);
     ports_.insert(ports_.end(), config_.more_ports.begin(), config_.more_ports.end());
     cannot_join_ = config_.cannot_join;
+    if (!config_.source_address.empty()) {
+      error_code ec;
+      const auto source = asio::ip::make_address(config_.source_address, ec);
+      if (ec) throw ConnectionError("invalid source address \"" + config_.source_address + "\": " + ec.message());
+      race_.set_source(source);
+    }
   }
   void start();
   void report_stopped();

@@ -9,7 +9,15 @@ using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
 void Reconnect::on_assignment(const Assignment& a) {
-  round_ = a;
+  if (timeout_.count() > 0) {
+    round_ = a;
+  } else {  // never reconnecting, it never claims: the round's nprocs (one int per node) are not kept
+    round_.emplace();
+    round_->node_rank = a.node_rank;
+    round_->nnodes = a.nnodes;
+    round_->rank_offset = a.rank_offset;
+    round_->restart_count = a.restart_count;
+  }
   last_round_ = a.restart_count;
   workers_down_ = false;
   replay_.clear();

@@ -80,4 +80,25 @@ tcp::acceptor open_listener(asio::io_context& io, const std::string& bind_addres
   }
 }
 
+std::string listening_on(const tcp::acceptor& acceptor, const std::string& bind_address) {
+  error_code ec;
+  const auto endpoint = acceptor.local_endpoint(ec);
+  const std::uint16_t port = ec ? 0 : endpoint.port();
+  if (ec || !endpoint.address().is_unspecified()) return host_port(bind_address, port);
+  if (endpoint.address().is_v6()) return "[::]:" + std::to_string(port) + " (every address, IPv6 and IPv4)";
+  return "0.0.0.0:" + std::to_string(port) + (bind_address == "0.0.0.0" ? "" : " (every address; no IPv6 here)");
+}
+
+std::string open_without_token_warning(const tcp::acceptor& acceptor, const std::string& bind_address,
+                                       const std::string& run_id) {
+  error_code ec;
+  const auto endpoint = acceptor.local_endpoint(ec);
+  if (!ec && endpoint.address().is_loopback()) return {};
+  return "the rendezvous listens on " + listening_on(acceptor, bind_address) + " without a secret token (it is "
+         "derived from the run id \"" + run_id + "\"): anyone who can reach this port and knows or guesses the run "
+         "id can join first and become node 0, which sets every worker's MASTER_ADDR and MASTER_PORT, or report a "
+         "failure that stops the job with any root cause they like. Give every node the same secret: "
+         "--rdzv-token-file FILE or DDPRUN_TOKEN (e.g. head -c 32 /dev/urandom | base64 > FILE)";
+}
+
 }  // namespace ddprun::rendezvous

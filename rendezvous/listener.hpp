@@ -18,4 +18,11 @@ inline constexpr const char* kEveryAddress = "::";
 boost::asio::ip::tcp::acceptor open_listener(boost::asio::io_context& io, const std::string& bind_address,
                                              std::uint16_t port, bool listen = true);
 
+// Where the acceptor is bound, as the operator reads it: the wildcard says which families it takes.
+std::string listening_on(const boost::asio::ip::tcp::acceptor& acceptor, const std::string& bind_address);
+// For a server whose token is derived from the run id: what a stranger who reaches the acceptor can do, and how
+// to set a token; "" when it listens on loopback only.
+std::string open_without_token_warning(const boost::asio::ip::tcp::acceptor& acceptor,
+                                       const std::string& bind_address, const std::string& run_id);
+
 }  // namespace ddprun::rendezvous

@@ -12,13 +12,20 @@
 // reports a worker failure F seconds into the steady state, and the time until every agent heard the stop is
 // measured. With --server-pid the server's CPU time and peak RSS over the measured window are read from /proc.
 // Prints one line of key=value figures. Used by scripts/bench/rdzv_steady.sh and the CI's short run.
+//
+// The agents connect in batches of --start-batch, one batch per turn of the loop, so the handshakes of the first
+// ones run while the later ones connect (all at once, the listen queue overflows and a dropped SYN costs a 1 s
+// retransmission). --spread-sources binds agent i to its own source address in 127.0.0.0/8 (one address's
+// ephemeral ports stop near 28 000 connections); the open-files limit is raised to the hard limit.
 #include <CLI/CLI.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <boost/asio/post.hpp>
 #include <random>
 #include <sstream>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
 
@@ -85,11 +92,32 @@ std::string status_text(int node, int offset, int nproc, int step) {
          R"(,"workers":[)" + workers + "]}";
 }
 
+// Agent i's source address with --spread-sources: 127.A.B.C, C in 1..250 first, so each address holds one agent.
+std::string spread_source(int i) {
+  return "127." + std::to_string(1 + i / 62500) + "." + std::to_string(i / 250 % 250) + "." +
+         std::to_string(1 + i % 250);
+}
+
+// One descriptor per agent: the soft open-files limit goes up to the hard one; too low even then is an error.
+void raise_open_files(int nodes) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  const auto needed = static_cast<rlim_t>(nodes) + 64;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed)
+    throw ddprun::Error("the open-files limit is " + std::to_string(limit.rlim_cur) + "; " +
+                        std::to_string(needed) + " are needed for " + std::to_string(nodes) +
+                        " agents (ulimit -Hn, as root, up to /proc/sys/fs/nr_open)");
+}
+
 struct Options {
   std::string host = "127.0.0.1", run_id, token;
   std::uint16_t port = 0;
-  int nodes = 1000, nproc = 8, server_pid = 0;
-  bool static_ranks = false;
+  int nodes = 1000, nproc = 8, server_pid = 0, start_batch = 64;
+  bool static_ranks = false, spread_sources = false;
   double timeout_s = 60, steady_s = 0, status_every_s = 5, views_per_s = 1, fail_at_s = 0, warmup_s = 5;
 };
 
@@ -105,7 +133,7 @@ int run(const Options& o) {
   long rss_max = -1;
   bool measuring = false;
   std::vector<double> rtts_ms;
-  Clock::time_point measure_start, failed_at;
+  Clock::time_point measure_start, failed_at, start;
   clients.reserve(static_cast<std::size_t>(o.nodes));
   status_timers.reserve(static_cast<std::size_t>(o.nodes));
   boost::asio::steady_timer phase_timer(io), view_timer(io), sample_timer(io);
@@ -186,7 +214,6 @@ int run(const Options& o) {
     });
   };
 
-  auto start = Clock::now();
   for (int i = 0; i < o.nodes; ++i) {
     status_timers.emplace_back(io);
     ClientConfig config;
@@ -199,6 +226,7 @@ int run(const Options& o) {
     config.join.host = "sim" + std::to_string(100000 + i);
     config.join.master_port = 29500;  // as with --master-port: no free-port probe per simulated agent
     config.connect_timeout = milliseconds(static_cast<long long>(o.timeout_s * 1000));
+    if (o.spread_sources) config.source_address = spread_source(i);
     ClientHandlers handlers;
     handlers.on_assignment = [&, i](const Assignment& a) {
       if (a.nnodes != o.nodes || a.rank_offset != a.node_rank * o.nproc ||
@@ -239,7 +267,13 @@ int run(const Options& o) {
     };
     clients.push_back(std::make_unique<Client>(io, std::move(config), std::move(handlers), logger));
   }
-  for (auto& c : clients) c->start();
+  std::function<void(std::size_t)> start_from = [&](std::size_t first) {
+    const std::size_t end = std::min(clients.size(), first + static_cast<std::size_t>(std::max(1, o.start_batch)));
+    for (std::size_t i = first; i < end; ++i) clients[i]->start();
+    if (end < clients.size()) boost::asio::post(io, [&, end] { start_from(end); });
+  };
+  start = Clock::now();  // the first connect: building the clients is not counted
+  start_from(0);
   const double limit = o.timeout_s + (steady ? o.steady_s + 30 : 0);
   io.run_for(milliseconds(static_cast<long long>(limit * 1000)));
   end_measuring();
@@ -282,8 +316,12 @@ int main(int argc, char** argv) {
   app.add_option("--views-per-s", o.views_per_s, "steady state: live-view requests per second, job-wide");
   app.add_option("--fail-at", o.fail_at_s, "steady state: a worker fails this many seconds in (0: none)");
   app.add_option("--server-pid", o.server_pid, "read the server's CPU time and RSS from /proc");
+  app.add_option("--start-batch", o.start_batch, "agents that connect per turn of the loop")->capture_default_str();
+  app.add_flag("--spread-sources", o.spread_sources,
+               "agent i connects from its own address in 127.0.0.0/8 (needed beyond ~28 000 agents)");
   CLI11_PARSE(app, argc, argv);
   try {
+    raise_open_files(o.nodes);
     return run(o);
   } catch (const ddprun::Error& e) {
     std::cerr << "ddprun-rdzv-loadgen: " << e.what() << "\n";

@@ -24,6 +24,8 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
 
+constexpr int kAcceptBurst = 1024;  // connections taken per turn of the loop at most (accept_waiting)
+
 class Server::Impl final : public ConnectionOwner, public std::enable_shared_from_this<Impl> {
  public:
   Impl(asio::io_context& io, JobConfig config, Logger logger)
@@ -40,12 +42,18 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
 
   void start(const std::string& bind_address, std::uint16_t port) {
     acceptor_ = open_listener(io_, bind_address, port);
+    acceptor_.non_blocking(true);  // accept_waiting()
     state_.started = StallClock::now();  // the join timeout counts from here
-    logger_.info("rendezvous server for run \"", state_.config.run_id, "\" listening on ", listening_on(bind_address),
-                 ", expecting ", expected_nodes(), " nodes",
+    logger_.info("rendezvous server for run \"", state_.config.run_id, "\" listening on ",
+                 listening_on(acceptor_, bind_address), ", expecting ", expected_nodes(), " nodes",
                  state_.config.require_munge ? ", each with a MUNGE credential of uid " + std::to_string(::geteuid())
                                              : std::string());
-    warn_if_open_without_token(bind_address);
+    // Without a secret token anyone who reaches the port can join: say so where the operator looks. MUNGE keeps
+    // other users out, which is what the warning is about; the same user was never kept out.
+    const JobConfig& c = state_.config;
+    if ((c.public_token || is_run_id_token(c.token, c.run_id)) && !c.require_munge)
+      if (std::string warning = open_without_token_warning(acceptor_, bind_address, c.run_id); !warning.empty())
+        logger_.warning(warning);
     accept();
     tick();
   }
@@ -104,6 +112,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
         [&](auto& m) {
           using T = std::decay_t<decltype(m)>;
           if constexpr (std::is_same_v<T, HelloMsg>) {
+            if (!first_hello_) first_hello_ = Clock::now();
             if (!conn->greeted) ++greeted_open_;
             conn->greeted = true;
             Hello hello{id, conn->nonce, std::move(m), conn->peer_address(), conn->local_address(), false, {}};
@@ -226,8 +235,21 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
       }
       self->accept_failures_ = 0;
       self->on_accept(std::move(socket));
+      self->accept_waiting();
       self->accept();
     });
+  }
+
+  // Takes the connections already waiting (up to a burst) in this turn of the loop: taken one per turn, they
+  // could fill the kernel's accept queue (net.core.somaxconn) while the loop read hellos, and a SYN dropped there
+  // costs its agent a 1 s retransmission. An error (EMFILE) is left to the asynchronous accept, which backs off.
+  void accept_waiting() {
+    for (int i = 0; i < kAcceptBurst && !stopped_; ++i) {
+      error_code ec;
+      tcp::socket socket = acceptor_.accept(ec);  // the acceptor is non-blocking: would_block when none waits
+      if (ec) return;
+      on_accept(std::move(socket));
+    }
   }
 
   void on_accept(tcp::socket socket) {
@@ -276,31 +298,6 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     }
   }
 
-  // Where the acceptor is bound, as the operator reads it: the wildcard says which families it takes.
-  std::string listening_on(const std::string& bind_address) const {
-    error_code ec;
-    const auto endpoint = acceptor_.local_endpoint(ec);
-    if (ec || !endpoint.address().is_unspecified()) return text::host_port(bind_address, port());
-    if (endpoint.address().is_v6()) return "[::]:" + std::to_string(port()) + " (every address, IPv6 and IPv4)";
-    return "0.0.0.0:" + std::to_string(port()) + (bind_address == "0.0.0.0" ? "" : " (every address; no IPv6 here)");
-  }
-
-  // Without a secret token anyone who reaches the port can join: say so where the operator looks.
-  void warn_if_open_without_token(const std::string& bind_address) {
-    const JobConfig& c = state_.config;
-    // MUNGE keeps other users out, which is what the warning is about; the same user was never kept out.
-    if (!(c.public_token || is_run_id_token(c.token, c.run_id)) || c.require_munge) return;
-    error_code ec;
-    auto endpoint = acceptor_.local_endpoint(ec);
-    if (!ec && endpoint.address().is_loopback()) return;
-    logger_.warning(
-        "the rendezvous listens on ", listening_on(bind_address), " without a secret token (it is derived from the "
-        "run id \"", c.run_id, "\"): anyone who can reach this port and knows or guesses the run id can join "
-        "first and become node 0, which sets every worker's MASTER_ADDR and MASTER_PORT, or report a failure "
-        "that stops the job with any root cause they like. Give every node the same secret: "
-        "--rdzv-token-file FILE or DDPRUN_TOKEN (e.g. head -c 32 /dev/urandom | base64 > FILE)");
-  }
-
   void run(const Event& event) {
     for (auto& action : step(state_, event, now())) apply(action);
     check_job_end();
@@ -328,11 +325,19 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
       if (auto* conn = find(send->conn)) conn->send(frame_of(send->message));
     } else if (auto* assign = std::get_if<SendAssignments>(&action)) {
       live_view_.new_round();
+      const auto sending_from = Clock::now();
       std::string round = encode_round(assign->round);  // once for every node
       for (const Slot& slot : assign->slots)
         if (auto* conn = find(slot.conn))
           conn->send(std::make_shared<const std::string>(
               encode_frame(encode_assignment(round, slot.node_rank, slot.rank_offset))));
+      if (first_hello_ && !first_round_timed_) {  // the scale benchmark's figure (scripts/bench/rdzv_scale.sh)
+        first_round_timed_ = true;
+        auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+        logger_.info("assignments handed to ", assign->slots.size(), " nodes ", ms(Clock::now() - *first_hello_),
+                     " ms after the first hello (", ms(sending_from - *first_hello_), " ms to the last hello, ",
+                     ms(Clock::now() - sending_from), " ms to send)");
+      }
     } else if (auto* broadcast = std::get_if<Broadcast>(&action)) {
       Frame frame = frame_of(broadcast->message);
       for (ConnId id : broadcast->conns)
@@ -411,6 +416,8 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   std::chrono::steady_clock::time_point accept_failure_said_{};
   asio::steady_timer drain_timer_;
   std::chrono::milliseconds tick_period_{100};
+  std::optional<Clock::time_point> first_hello_;  // the first round's timing in the log starts here
+  bool first_round_timed_ = false;
   std::optional<Clock::time_point> woke_at_;  // the last stop of this process seen ended then (woke_lately)
   std::unordered_map<ConnId, std::shared_ptr<ServerConnection>> conns_;
   std::deque<std::pair<Clock::time_point, ConnId>> handshakes_;  // pre-hello deadlines, in accept order

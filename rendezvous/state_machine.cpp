@@ -189,9 +189,17 @@ void replace_silent_self(RendezvousState& state, const Hello& event, const Now& 
     if (!rank || *rank < 0 || *rank >= static_cast<int>(state.by_rank.size())) return;
     const ConnId holder = state.by_rank[static_cast<std::size_t>(*rank)];
     if (holder != 0 && is_self(state.nodes.at(holder))) stale = holder;
-  } else {
-    for (const auto& [conn, node] : state.nodes)
-      if (is_self(node)) stale = conn;
+  } else {  // the nodes of its host, by the index: a scan of every node per hello made a 10k-node join O(n²)
+    auto [it, end] = state.by_host.equal_range(event.hello.host);
+    while (it != end) {
+      const auto node = state.nodes.find(it->second);
+      if (node == state.nodes.end() || node->second.host != it->first) {
+        it = state.by_host.erase(it);  // a node gone since
+        continue;
+      }
+      if (is_self(node->second)) stale = node->first;
+      ++it;
+    }
   }
   if (stale == 0) return;
   rules::node_lost(state, stale, "replaced by a new connection from the same host (the old one fell silent)", now,
@@ -216,6 +224,15 @@ NodeEntry new_node(RendezvousState& state, const Hello& event) {
   return node;
 }
 
+NodeEntry& add_node(RendezvousState& state, NodeEntry node) {
+  if (state.by_host.size() >= 2 * state.nodes.size() + 64) {  // mostly nodes gone: rebuilt, so it stays O(nodes)
+    state.by_host.clear();
+    for (const auto& [conn, kept] : state.nodes) state.by_host.emplace(kept.host, conn);
+  }
+  state.by_host.emplace(node.host, node.conn);
+  return state.nodes.emplace(node.conn, std::move(node)).first->second;
+}
+
 void on_hello(RendezvousState& state, const Hello& event, const Now& now, Actions& out) {
   if (state.nodes.count(event.conn)) {  // a second hello is a protocol violation, not a rejoin
     out.push_back(Close{event.conn});
@@ -232,7 +249,7 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
     node.node_rank = *hello.node_rank;
     state.by_rank[static_cast<std::size_t>(node.node_rank)] = event.conn;
   }
-  NodeEntry& stored = state.nodes.emplace(event.conn, std::move(node)).first->second;
+  NodeEntry& stored = add_node(state, std::move(node));
   touch(state, stored, now);
   // A node back from a server lost during a re-form (client_reconnect.hpp): the round gathered here goes on
   // with the job's numbering (TORCHELASTIC_RESTART_COUNT), and counts the rounds before it as restarts used,

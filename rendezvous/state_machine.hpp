@@ -87,6 +87,9 @@ struct RendezvousState {
   // config.join_grace: the rendezvous ends here unless the round forms or a node joins or leaves first.
   std::optional<Clock::time_point> join_grace_deadline;
   std::unordered_map<ConnId, NodeEntry> nodes;  // joined nodes still connected
+  // host → conn of every node added (rules::add_node), for finding a host's own silent connection in O(1) per
+  // hello; entries of nodes gone are dropped when met, and the index is rebuilt when they outnumber the nodes.
+  std::unordered_multimap<std::string, ConnId> by_host;
   std::vector<ConnId> by_rank;                   // node rank → conn (0 = empty slot: a static rank not yet
                                                  // joined, or a node gone during a re-form)
   int round_size = 0;                            // nodes of the current round still connected

@@ -201,7 +201,7 @@ bool reconnect_into_running(RendezvousState& state, const Hello& event, const No
   node.conn = event.conn;
   node.reclaimable_until = {};
   state.by_rank[rank] = event.conn;
-  NodeEntry& stored = state.nodes.emplace(event.conn, std::move(node)).first->second;
+  NodeEntry& stored = add_node(state, std::move(node));
   touch(state, stored, now);
   out.push_back(Close{old_conn});
   out.push_back(Log{LogLevel::kInfo, "node " + std::to_string(claim.node_rank) + " (host \"" + stored.host +

@@ -187,7 +187,7 @@ void on_resume_hello(RendezvousState& state, const Hello& event, const Now& now,
   state.by_rank[rank] = event.conn;
   a.nprocs[rank] = hello.nproc;
   a.rank_offsets[rank] = claim.rank_offset;
-  NodeEntry& stored = state.nodes.emplace(event.conn, std::move(node)).first->second;
+  NodeEntry& stored = add_node(state, std::move(node));
   touch(state, stored, now);
   out.push_back(Log{LogLevel::kInfo, "node " + std::to_string(claim.node_rank) + " (host \"" + stored.host +
                                          "\") resumed round " + std::to_string(claim.restart_count) + " (" +

@@ -22,6 +22,8 @@ bool on_start_failure_hello(RendezvousState& state, const Hello& event, const No
 
 // A node entry from an accepted hello (addresses, ports, join order; counted in joined_procs), not yet placed.
 NodeEntry new_node(RendezvousState& state, const Hello& event);
+// Stores a node under its connection (which must be free) and indexes its host (RendezvousState::by_host).
+NodeEntry& add_node(RendezvousState& state, NodeEntry node);
 // Refuses a hello: an error frame, the close, and a log line saying (to the operator only) what was wrong.
 void refuse(ConnId conn, const std::string& why, const Hello& event, const RendezvousState& state, Actions& out);
 // The version, MAC and MUNGE checks of a hello; "" when it passes, else the answer (no run-id oracle).

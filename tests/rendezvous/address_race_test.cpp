@@ -110,6 +110,21 @@ TEST_CASE("a refused address is passed over for the next one, which wins") {
   CHECK(answers.find(" connected") != std::string::npos);
 }
 
+TEST_CASE("a source address set for the race is where the connection comes from") {
+  // The load generator spreads its simulated agents over 127.0.0.0/8 this way (ClientConfig::source_address).
+  asio::io_context io;
+  tcp::acceptor server(io, tcp::endpoint(kV4, 0));
+  AddressRace race(io, 60s);
+  race.set_source(asio::ip::make_address("127.0.0.7"));
+  Outcome out(io);
+  race.start({server.local_endpoint()}, out.handler());
+  REQUIRE(run_until(io, [&] { return out.finished; }));
+  REQUIRE(out.ok);
+  CHECK(out.socket.local_endpoint().address().to_string() == "127.0.0.7");
+  tcp::socket accepted = server.accept();
+  CHECK(accepted.remote_endpoint().address().to_string() == "127.0.0.7");
+}
+
 TEST_CASE("an address that does not answer is raced after the stagger, and the first to connect wins") {
   asio::io_context io;
   BlackHole hole(io);

@@ -128,3 +128,33 @@ TEST_CASE("a node's new hello takes its place back from its own silent connectio
   other.host = "elsewhere";
   CHECK(refusal(step(state, hello(other), at(9'000ms)), 9).find("duplicate node rank 0") == 0);
 }
+
+TEST_CASE("dynamic ranks: a host's new hello replaces its own silent connection, found by host, not by a scan") {
+  // The host index (RendezvousState::by_host) stands for the scan of every node that made a 10k-node join O(n²):
+  // same verdicts, including for a host whose earlier connection left, and a host of two live agents.
+  RendezvousState state(job(4, false), at(0ms).steady);  // heartbeat timeout 5 s
+  auto join = [&](ConnId conn, const std::string& host, std::chrono::milliseconds when) {
+    Joiner j;
+    j.conn = conn;
+    j.host = host;
+    return step(state, hello(j), at(when));
+  };
+  join(1, "a", 0ms);
+  join(2, "b", 0ms);
+  step(state, Disconnected{2, "end of stream"}, at(100ms));  // b's first connection left: its entry is stale
+  join(3, "b", 200ms);
+  CHECK(state.nodes.size() == 2);
+  for (int s = 1; s <= 3; ++s) step(state, Heartbeat{3}, at(std::chrono::seconds(s)));
+  // b beats, a fell silent for 3 s (half the timeout): a's new hello takes a's place, b's is untouched.
+  auto actions = join(4, "a", 3'000ms);
+  CHECK(closes(actions, 1));
+  CHECK_FALSE(closes(actions, 3));
+  CHECK(state.nodes.count(1) == 0);
+  CHECK(state.nodes.count(4) == 1);
+  // A second agent of host b, while b's first one beats: two nodes, nobody replaced.
+  actions = join(5, "b", 3'000ms);
+  CHECK_FALSE(closes(actions, 3));
+  CHECK(state.nodes.size() == 3);
+  // The index keeps to the nodes there are (stale entries dropped when met, or at a rebuild).
+  CHECK(state.by_host.size() <= 2 * state.nodes.size() + 64);
+}
