@@ -41,38 +41,59 @@ std::int64_t run_delay_ns(pid_t pid) {
 }  // namespace
 
 ErrorFileWatch::ErrorFileWatch(boost::asio::io_context& io, Host host)
-    : io_(io), host_(std::move(host)), inotify_(io) {}
+    : io_(io), host_(std::move(host)), inotify_(io), start_timer_(io) {}
 
 ErrorFileWatch::~ErrorFileWatch() { cancel(); }
 
+// Closing an inotify descriptor waits until the kernel has freed its watches (an SRCU grace period: 6-20 ms
+// measured here, in steps of the scheduler's tick), so one descriptor serves every round: a round's watches are
+// removed (freed in the background) and the next round's added; only the job's end closes it.
 void ErrorFileWatch::close_descriptor() {
   boost::system::error_code ignored;
-  if (inotify_.is_open()) inotify_.close(ignored);  // closing the descriptor drops its watches
+  if (inotify_.is_open()) inotify_.close(ignored);
   local_rank_of_watch_.clear();
 }
 
-bool ErrorFileWatch::watch(const std::vector<std::string>& error_files) {
-  cancel();
+void ErrorFileWatch::remove_watches() {
+  if (inotify_.is_open())
+    for (const auto& [wd, lr] : local_rank_of_watch_) ::inotify_rm_watch(inotify_.native_handle(), wd);
+  local_rank_of_watch_.clear();
+}
+
+void ErrorFileWatch::watch(const std::vector<std::string>& error_files, std::chrono::milliseconds after) {
+  remove_watches();
+  graces_.clear();
   files_ = error_files;
   handed_.assign(error_files.size(), false);
-  const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd < 0) {
-    why_not_ = std::string("inotify_init1: ") + std::strerror(errno);
-    return false;
+  start_timer_.expires_after(after);
+  start_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !start_watching()) return;
+    for (std::size_t lr = 0; lr < files_.size(); ++lr) check(static_cast<int>(lr));  // written before the watch
+  });
+}
+
+bool ErrorFileWatch::start_watching() {
+  if (!inotify_.is_open()) {
+    const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd < 0) {
+      why_not_ = std::string("inotify_init1: ") + std::strerror(errno);
+      return false;
+    }
+    inotify_.assign(fd);
+    wait_readable();
   }
-  inotify_.assign(fd);
+  const int fd = inotify_.native_handle();
   for (std::size_t lr = 0; lr < files_.size(); ++lr) {
     // A file written in place closes after its last write; one written elsewhere and renamed in arrives whole.
     const int wd = ::inotify_add_watch(fd, dir_name(files_[lr]).c_str(), IN_CLOSE_WRITE | IN_MOVED_TO | IN_ONLYDIR);
     if (wd < 0) {
       why_not_ = "inotify_add_watch " + dir_name(files_[lr]) + ": " + std::strerror(errno);
-      close_descriptor();
+      remove_watches();
       return false;
     }
     local_rank_of_watch_[wd] = static_cast<int>(lr);
   }
   why_not_.clear();
-  wait_readable();
   return true;
 }
 
@@ -153,9 +174,19 @@ void ErrorFileWatch::on_timer(int local_rank) {
   host_.on_grace_over(local_rank, contents);
 }
 
-void ErrorFileWatch::on_exit(int local_rank) { graces_.erase(local_rank); }
+void ErrorFileWatch::on_exit(int local_rank) {
+  graces_.erase(local_rank);
+  // Its watch goes now: the kernel frees it in the background, instead of in the close at the job's end.
+  for (auto it = local_rank_of_watch_.begin(); it != local_rank_of_watch_.end(); ++it)
+    if (it->second == local_rank) {
+      ::inotify_rm_watch(inotify_.native_handle(), it->first);
+      local_rank_of_watch_.erase(it);
+      return;
+    }
+}
 
 void ErrorFileWatch::cancel() {
+  start_timer_.cancel();
   close_descriptor();
   graces_.clear();  // each timer's destructor cancels its wait
 }

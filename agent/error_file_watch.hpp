@@ -47,13 +47,17 @@ class ErrorFileWatch {
   ErrorFileWatch& operator=(const ErrorFileWatch&) = delete;
 
   // Watches this round's error files (index: local rank; each in its own directory, which exists), in place of
-  // an earlier round's. False when inotify cannot be used: why_not() says why.
-  bool watch(const std::vector<std::string>& error_files);
+  // an earlier round's, from `after` on: a file already written by then is read at once. The delay spares a
+  // round that ends quickly the watch's cost (one inotify descriptor serves every round, but its close at the
+  // job's end waits for a kernel grace period: up to ~20 ms), while a Python worker is still importing.
+  void watch(const std::vector<std::string>& error_files, std::chrono::milliseconds after);
+  // Whether the watch runs now; false before `after`, or when inotify cannot be used (why_not() says why).
+  bool watching() const { return !local_rank_of_watch_.empty(); }
   const std::string& why_not() const { return why_not_; }
 
-  // A worker exited: its grace, if it has one, has nothing left to do.
+  // A worker exited: its grace, if it has one, has nothing left to do, and its file is not watched any more.
   void on_exit(int local_rank);
-  // Stops watching and ends every grace (the round or the job is over).
+  // Stops watching and ends every grace: the job is over (closes the descriptor).
   void cancel();
 
   // How much of `wall` a process was given, when `waited_for_cpu` of it was spent waiting on a run queue (exposed
@@ -70,6 +74,8 @@ class ErrorFileWatch {
     supervision::ErrorFileContents contents;
   };
   void close_descriptor();
+  void remove_watches();
+  bool start_watching();
   void wait_readable();
   void read_events();
   void check(int local_rank);
@@ -79,6 +85,7 @@ class ErrorFileWatch {
   boost::asio::io_context& io_;
   Host host_;
   boost::asio::posix::stream_descriptor inotify_;
+  boost::asio::steady_timer start_timer_;
   std::vector<std::string> files_;
   std::unordered_map<int, int> local_rank_of_watch_;
   std::vector<bool> handed_;  // a whole file was read for this local rank (each at most once a round)

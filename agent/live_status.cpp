@@ -154,6 +154,7 @@ json straggler_json(const rendezvous::Straggler& s) {
 }
 
 std::map<pid_t, TreeUsage> tree_usages(const std::vector<pid_t>& roots) {
+  if (roots.empty()) return {};  // no worker yet (the live view's first sample, before the launch): no /proc scan
   std::map<pid_t, ProcCpu> procs;
   if (DIR* dir = ::opendir("/proc")) {
     while (const dirent* e = ::readdir(dir)) {

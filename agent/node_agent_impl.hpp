@@ -40,6 +40,7 @@
 #include "agent/worker_plan.hpp"
 #include "common/process/job_cgroup.hpp"
 #include "common/process/job_guard.hpp"
+#include "common/process/spawn.hpp"
 
 namespace ddprun::agent {
 
@@ -56,11 +57,22 @@ class NodeAgent {
     process::ExitStatus status;
     std::string reason;
   };
+  // A worker forked (process::spawn_start), its exec not yet confirmed; or the resource it could not get.
+  struct StartingWorker {
+    int local_rank = 0;
+    struct Route {
+      OutputRouting::Target target;
+      int read_fd = -1;
+    } routes[2];  // stdout, stderr
+    process::StartedChild child;
+    std::optional<StartFailure> failure;
+  };
   void start_workers();
   void watch_error_files();
   std::string oom_kill_reason();
   WorkerFacts worker_facts(int local_rank, const OutputRouting::Target& stdout_target) const;
-  std::optional<StartFailure> start_worker(int local_rank);
+  StartingWorker begin_worker(int local_rank);
+  std::optional<StartFailure> finish_worker(StartingWorker& sw);
   void signal_everything(int signal, bool include_descendants);
   // node_agent_rdzv.cpp
   rendezvous::ClientHandlers rendezvous_handlers();

@@ -15,6 +15,7 @@
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
 #include "common/time.hpp"
+#include "common/timeouts.hpp"
 #include "rendezvous/text.hpp"
 
 namespace ddprun::agent {
@@ -57,10 +58,18 @@ void NodeAgent::start_workers() {
   // handled once the line saying what started is out, so the log reads in order: started, why one did not,
   // tearing down.
   std::optional<StartFailure> failed;
+  // Every worker is forked before any exec is waited for: they exec side by side on every core (issue 35's launch
+  // profile: one after another, the waits were most of a launch). Then each is registered in local rank order.
+  std::vector<StartingWorker> starting;
   for (int lr = 0; lr < w.local_world_size && !failed; ++lr) {
     if (policy_.phase() != Phase::kRunning) break;  // a signal already stopped the job
-    failed = start_worker(lr);
+    starting.push_back(begin_worker(lr));
+    failed = starting.back().failure;
   }
+  std::vector<StartFailure> more;  // exec failures after the first (the same program: usually every one)
+  for (StartingWorker& sw : starting)
+    if (std::optional<StartFailure> f = finish_worker(sw); f && !failed) failed = f;
+    else if (f && f->local_rank != failed->local_rank) more.push_back(*f);
   const std::size_t started = local_rank_of_.size();
   const std::string how_many = started == static_cast<std::size_t>(w.local_world_size)
                                    ? std::to_string(started)
@@ -74,6 +83,10 @@ void NodeAgent::start_workers() {
     r.reason = failed->reason;
     const Decision d = policy_.on_exit(failed->local_rank, failed->status, unix_ms());
     if (d.teardown_began) report_worker_failure(failed->local_rank);
+    for (const StartFailure& f : more) {  // victims of the first: the teardown began with it
+      policy_.worker(f.local_rank).reason = f.reason;
+      policy_.on_exit(f.local_rank, f.status, unix_ms());
+    }
     apply(d, "worker_failed");
   }
   // Not one worker could start (out of descriptors, processes, memory): no exit will ever be reaped, so the
@@ -82,12 +95,12 @@ void NodeAgent::start_workers() {
   hang_.watch();
 }
 
-// Before any worker of the round can write one (agent/error_file_watch.hpp).
+// The round's error files (agent/error_file_watch.hpp), watched from kErrorFileWatchDelay on: a file written
+// before then is read when the watch begins.
 void NodeAgent::watch_error_files() {
   std::vector<std::string> files;
   for (int lr = 0; lr < world_.local_world_size; ++lr) files.push_back(layout_.error_file(workers_attempt_, lr));
-  if (!errors_.watch(files))
-    log_.debug("error files are read when their workers exit (no watch: ", errors_.why_not(), ")");
+  errors_.watch(files, timeouts::kErrorFileWatchDelay);
 }
 
 // What the plan of a worker (agent/worker_plan.hpp) needs to know of this process and this round's files.
@@ -97,6 +110,7 @@ WorkerFacts NodeAgent::worker_facts(int local_rank, const OutputRouting::Target&
   facts.agent_pid = ::getpid();
   facts.job_tag = guard_.tag();
   facts.cgroup_procs_fd = cgroup_.procs_fd();
+  facts.cgroup_dir_fd = cgroup_.dir_fd();
   facts.stdin_is_foreground_terminal = world_.rank_offset + local_rank == config_.stdin_rank &&
                                        ::isatty(STDIN_FILENO) == 1 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
   // Only when stdout goes to the terminal alone: a bar's '\r' redraws have no place in a --tee file.
@@ -114,61 +128,71 @@ WorkerFacts NodeAgent::worker_facts(int local_rank, const OutputRouting::Target&
   return facts;
 }
 
-std::optional<NodeAgent::StartFailure> NodeAgent::start_worker(int local_rank) {
+NodeAgent::StartingWorker NodeAgent::begin_worker(int local_rank) {
   const World& w = world_;
-  const int rank = w.rank_offset + local_rank;
-  struct Route {
-    int bit;
-    Pipe pipe;
-    OutputRouting::Target target;
-  };
-  Route routes[2] = {{kStdout, {}, output_.target_of(local_rank, kStdout)},
-                     {kStderr, {}, output_.target_of(local_rank, kStderr)}};
+  StartingWorker sw;
+  sw.local_rank = local_rank;
+  sw.routes[0].target = output_.target_of(local_rank, kStdout);
+  sw.routes[1].target = output_.target_of(local_rank, kStderr);
   int null_fd = -1;
-  pid_t pid = 0;
-  std::optional<StartFailure> failure;
+  Pipe pipes[2];
   // Out of a resource (open files, processes, memory): this rank fails to start with
   // exit code 71, the job is torn down like after any failure, and the line says what ran out and what to do.
   auto cannot_start = [&](int err, const char* what) {
-    failure = StartFailure{local_rank, {}, resource_advice(err, what)};
-    failure->status.code = kExitOsError;
-    for (Route& r : routes) {
-      if (r.pipe.read_fd >= 0) ::close(r.pipe.read_fd);
-      r.pipe.read_fd = -1;
+    sw.failure = StartFailure{local_rank, {}, resource_advice(err, what)};
+    sw.failure->status.code = kExitOsError;
+    for (Pipe& p : pipes) {
+      if (p.read_fd >= 0) ::close(p.read_fd);
+      p.read_fd = -1;
     }
   };
-  process::SpawnOptions opts = plan_worker(config_, w, local_rank, worker_facts(local_rank, routes[0].target));
+  process::SpawnOptions opts = plan_worker(config_, w, local_rank, worker_facts(local_rank, sw.routes[0].target));
   try {
-    for (Route& r : routes) {
-      if (r.target.any()) {
-        r.pipe = make_output_pipe();
+    for (int i = 0; i < 2; ++i) {
+      if (sw.routes[i].target.any()) {
+        pipes[i] = make_output_pipe();
       } else {
         if (null_fd < 0) null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-        r.pipe.write_fd = null_fd;
+        pipes[i].write_fd = null_fd;
       }
     }
-    opts.stdout_fd = routes[0].pipe.write_fd;
-    opts.stderr_fd = routes[1].pipe.write_fd;
-    pid = process::spawn(opts);
-  } catch (const process::ExecError& e) {
-    failure = StartFailure{local_rank, {}, e.what()};
-    failure->status.code = e.exit_code();
+    opts.stdout_fd = pipes[0].write_fd;
+    opts.stderr_fd = pipes[1].write_fd;
+    sw.child = process::spawn_start(opts);
   } catch (const SystemError& e) {  // our pipes
     cannot_start(e.error_number(), e.what());
   } catch (const std::system_error& e) {  // spawn's fork (ddprun_process throws the standard type)
     cannot_start(e.code().value(), e.what());
   }
   // The child has its copies; ours must go, or the pipes would never reach end of file.
-  for (Route& r : routes)
-    if (r.pipe.write_fd >= 0 && r.pipe.write_fd != null_fd) ::close(r.pipe.write_fd);
+  for (Pipe& p : pipes)
+    if (p.write_fd >= 0 && p.write_fd != null_fd) ::close(p.write_fd);
   if (null_fd >= 0) ::close(null_fd);
+  for (int i = 0; i < 2; ++i) sw.routes[i].read_fd = pipes[i].read_fd;
+  return sw;
+}
 
-  for (Route& r : routes)
-    if (r.pipe.read_fd >= 0)
-      output_.add_stream(rank, local_rank, r.bit, r.pipe.read_fd, r.target,
-                         r.bit == kStdout ? layout_.stdout_file(w.restart_count, local_rank)
-                                          : layout_.stderr_file(w.restart_count, local_rank));
-
+std::optional<NodeAgent::StartFailure> NodeAgent::finish_worker(StartingWorker& sw) {
+  const World& w = world_;
+  const int local_rank = sw.local_rank;
+  const int rank = w.rank_offset + local_rank;
+  std::optional<StartFailure> failure = sw.failure;
+  pid_t pid = 0;
+  if (!failure) {
+    try {
+      pid = process::spawn_finish(sw.child);
+    } catch (const process::ExecError& e) {
+      failure = StartFailure{local_rank, {}, e.what()};
+      failure->status.code = e.exit_code();
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    const int bit = i == 0 ? kStdout : kStderr;
+    if (sw.routes[i].read_fd >= 0)
+      output_.add_stream(rank, local_rank, bit, sw.routes[i].read_fd, sw.routes[i].target,
+                         bit == kStdout ? layout_.stdout_file(w.restart_count, local_rank)
+                                        : layout_.stderr_file(w.restart_count, local_rank));
+  }
   const std::int64_t now = unix_ms();
   policy_.add_worker(rank, local_rank, pid, now);
   if (failure) return failure;  // start_workers reports it, after saying what did start

@@ -2,7 +2,7 @@
 // --local-rank-arg where torch.distributed.launch put it), its whole environment (agent/env_contract.hpp), its
 // stdin (--stdin-rank), the descriptors it inherits (the heartbeat page) and the cgroup it joins. Pure: every
 // fact about this process and its files comes in (WorkerFacts), so the plan is unit-tested without a process
-// (tests/agent/worker_plan_test.cpp); NodeAgent::start_worker makes the pipes, spawns, and routes the output.
+// (tests/agent/worker_plan_test.cpp); NodeAgent::begin_worker makes the pipes and forks, finish_worker waits for the exec and routes the output.
 #pragma once
 
 #include <string>
@@ -18,6 +18,7 @@ struct WorkerFacts {
   int agent_pid = 0;
   std::string job_tag;      // the job guard's ("" = no guard)
   int cgroup_procs_fd = -1;  // the job's cgroup, -1: none
+  int cgroup_dir_fd = -1;    // its directory: the worker is created in it (spawn.hpp), -1: it moves in
   // ddprun's stdin is a terminal whose foreground group is ddprun's own (the worker that reads it takes it over).
   bool stdin_is_foreground_terminal = false;
   // The worker's stdout goes to ddprun's terminal alone (not also to a --tee file): it may draw progress bars.

@@ -36,6 +36,10 @@ inline constexpr milliseconds kHangVerdict{25000};   // a node waits this long f
 // and exits at once (the SDK's run_main, a C++ writer with a code of its own) needs microseconds of it.
 inline constexpr milliseconds kRaisedExitGrace{50};
 inline constexpr milliseconds kRaisedExitGraceLimit{1000};
+// The watch begins this long after a round's workers start (a file written before is read then): a round over
+// sooner (`/bin/true`, a quick tool) never pays its cost at the job's end, and a Python worker is still importing
+// torch by then (an exception in its first second takes the exit's path, as before).
+inline constexpr milliseconds kErrorFileWatchDelay{1000};
 
 // For options given in seconds (as doubles, or as text).
 constexpr double seconds_of(milliseconds m) { return static_cast<double>(m.count()) / 1000.0; }

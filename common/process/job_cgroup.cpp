@@ -162,6 +162,7 @@ JobCgroup JobCgroup::create(const std::string& name) {
     ::rmdir(path.c_str());
     return cg;
   }
+  cg.dir_fd_ = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // -1: every child moves itself in
   cg.path_ = path;
   return cg;
 }
@@ -248,7 +249,7 @@ std::string OomKillCounter::limit() const {
 
 JobCgroup::JobCgroup(JobCgroup&& other) noexcept
     : path_(std::move(other.path_)), why_not_(std::move(other.why_not_)),
-      procs_fd_(std::exchange(other.procs_fd_, -1)) {}
+      procs_fd_(std::exchange(other.procs_fd_, -1)), dir_fd_(std::exchange(other.dir_fd_, -1)) {}
 
 JobCgroup& JobCgroup::operator=(JobCgroup&& other) noexcept {
   if (this != &other) {
@@ -256,18 +257,22 @@ JobCgroup& JobCgroup::operator=(JobCgroup&& other) noexcept {
     path_ = std::move(other.path_);
     why_not_ = std::move(other.why_not_);
     procs_fd_ = std::exchange(other.procs_fd_, -1);
+    dir_fd_ = std::exchange(other.dir_fd_, -1);
   }
   return *this;
 }
 
 JobCgroup::~JobCgroup() {
   if (procs_fd_ >= 0) ::close(procs_fd_);
+  if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
 int JobCgroup::end() {
   if (!active()) return 0;
   ::close(procs_fd_);
   procs_fd_ = -1;
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+  dir_fd_ = -1;
   return kill_cgroup_tree(path_);
 }
 

@@ -43,6 +43,9 @@ class JobCgroup {
   const std::string& why_not() const { return why_not_; }
   // cgroup.procs opened for writing: a forked child writes "0" to it to move itself in (spawn).
   int procs_fd() const { return procs_fd_; }
+  // The cgroup's directory: spawn creates the child in it at once (clone3's CLONE_INTO_CGROUP), where the kernel
+  // can, instead of moving it (a move waits for an RCU grace period: ~20 ms for a job's first worker).
+  int dir_fd() const { return dir_fd_; }
 
   // Kills whatever is still inside and removes the cgroup (the job ended normally: usually nothing is).
   // Returns the number of processes that were still there.
@@ -52,6 +55,7 @@ class JobCgroup {
   std::string path_;
   std::string why_not_;
   int procs_fd_ = -1;
+  int dir_fd_ = -1;
 };
 
 // The kernel's count of OOM kills in the memory cgroup the workers are charged to, and the memory limit over

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <linux/sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <system_error>
 
@@ -56,8 +58,8 @@ std::vector<std::string> path_candidates(const std::string& name, const std::str
 sigset_t g_ignored_at_start;  // empty until remember_inherited_ignores()
 bool g_ignores_known = false;
 
-[[noreturn]] void run_child(const SpawnOptions& o, ChildPlan& plan, int report_fd, pid_t parent) {
-  if (o.cgroup_procs_fd >= 0) {
+[[noreturn]] void run_child(const SpawnOptions& o, ChildPlan& plan, int report_fd, pid_t parent, bool in_cgroup) {
+  if (o.cgroup_procs_fd >= 0 && !in_cgroup) {
     const ssize_t ignored = ::write(o.cgroup_procs_fd, "0", 1);  // "0": the writing process itself
     (void)ignored;
   }
@@ -115,6 +117,23 @@ bool g_ignores_known = false;
     else if (errno != ENOENT && errno != ENOTDIR) { err = errno; break; }
   }
   child_fail(report_fd, err);
+}
+
+// clone3 refused CLONE_INTO_CGROUP once (an old kernel, a cgroup v1 descriptor): every later child is forked.
+bool g_clone_into_cgroup_refused = false;
+
+// A child created inside the cgroup of `cgroup_dir_fd`, like fork otherwise (same return values). -1 with
+// errno when the kernel cannot do it; g_clone_into_cgroup_refused then says not to try again. The child runs
+// only async-signal-safe code until exec (run_child), as after fork: glibc's fork bookkeeping is not needed.
+pid_t fork_into_cgroup(int cgroup_dir_fd) {
+  clone_args args{};
+  args.flags = CLONE_INTO_CGROUP;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = static_cast<std::uint64_t>(cgroup_dir_fd);
+  const long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid < 0 && (errno == ENOSYS || errno == EINVAL || errno == E2BIG || errno == EOPNOTSUPP || errno == EBADF))
+    g_clone_into_cgroup_refused = true;
+  return static_cast<pid_t>(pid);
 }
 
 }  // namespace
@@ -199,7 +218,7 @@ ResolvedProgram resolve_program(const std::string& name, const std::string& path
   return best;
 }
 
-pid_t spawn(const SpawnOptions& o) {
+StartedChild spawn_start(const SpawnOptions& o) {
   ChildPlan plan;
   for (const auto& a : o.argv) plan.argv.push_back(hold(plan, a));
   plan.argv.push_back(nullptr);
@@ -216,10 +235,16 @@ pid_t spawn(const SpawnOptions& o) {
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &previous);
   const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
+  bool in_cgroup = false;
+  pid_t pid = -1;
+  if (o.cgroup_dir_fd >= 0 && !g_clone_into_cgroup_refused) {
+    pid = fork_into_cgroup(o.cgroup_dir_fd);
+    in_cgroup = pid >= 0;
+  }
+  if (!in_cgroup) pid = ::fork();  // no cgroup, or the kernel would not create the child in it: it moves itself
   if (pid == 0) {
     ::close(report[0]);
-    run_child(o, plan, report[1], parent);
+    run_child(o, plan, report[1], parent, in_cgroup);
   }
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
@@ -230,21 +255,30 @@ pid_t spawn(const SpawnOptions& o) {
   }
   // Also from the parent, so that a kill of the group right after spawn returns cannot miss the child.
   if (o.new_process_group) ::setpgid(pid, pid);
+  return StartedChild{pid, report[0], o.program};
+}
 
+pid_t spawn_finish(StartedChild& child) {
   int child_errno = 0;
   ssize_t n;
   do {
-    n = ::read(report[0], &child_errno, sizeof child_errno);
+    n = ::read(child.report_fd, &child_errno, sizeof child_errno);
   } while (n < 0 && errno == EINTR);
-  ::close(report[0]);
+  ::close(child.report_fd);
+  child.report_fd = -1;
   if (n > 0) {
     // The child has _exit'ed (or is about to): reap it here so no zombie is left for the caller.
     int status;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
     }
-    throw ExecError(o.program, n == static_cast<ssize_t>(sizeof child_errno) ? child_errno : EIO);
+    throw ExecError(child.program, n == static_cast<ssize_t>(sizeof child_errno) ? child_errno : EIO);
   }
-  return pid;
+  return child.pid;
+}
+
+pid_t spawn(const SpawnOptions& o) {
+  StartedChild child = spawn_start(o);
+  return spawn_finish(child);
 }
 
 }  // namespace ddprun::process

@@ -41,6 +41,11 @@ struct SpawnOptions {
   // cgroup.procs of the job's cgroup (common/process/job_cgroup.hpp), -1: none. Best effort: a child
   // that cannot move in still runs, covered by the job guard's other means.
   int cgroup_procs_fd = -1;
+  // That cgroup's directory, -1: none. The child is then created inside it (clone3 with CLONE_INTO_CGROUP,
+  // Linux 5.7), so it never has to move: a move takes the cgroup threadgroup lock for writing, which waits for
+  // an RCU grace period (~20 ms for a job's first worker on the project's VM; issue 35's launch profile). Where
+  // the kernel refuses that, the child is forked and moves itself in through cgroup_procs_fd, as before.
+  int cgroup_dir_fd = -1;
 };
 
 // exec failed in the child (the child has already exited; it is reaped before this is thrown).
@@ -64,6 +69,20 @@ bool ignored_at_start(int signal);
 
 // Starts the child. Throws ExecError when exec fails, std::system_error when fork/pipe fail.
 pid_t spawn(const SpawnOptions& options);
+
+// The same in two halves, so that a supervisor can fork every worker before it waits for any exec: the children
+// then exec side by side on every core instead of one after another (issue 35: 8 workers' launch). The child
+// is running after spawn_start; spawn_finish waits until it has exec'd (or reports why not). Every started
+// child must be finished.
+struct StartedChild {
+  pid_t pid = 0;
+  int report_fd = -1;  // closed by spawn_finish
+  std::string program;
+};
+// Throws std::system_error when fork/pipe fail (nothing is left started then).
+StartedChild spawn_start(const SpawnOptions& options);
+// Throws ExecError when exec failed (the child is reaped first).
+pid_t spawn_finish(StartedChild& child);
 
 // What a program name refers to, checked before anything is started so bad input starts no worker.
 enum class ProgramCheck { kOk, kNotFound, kIsDirectory, kNotExecutable };

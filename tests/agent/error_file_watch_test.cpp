@@ -46,7 +46,9 @@ struct Fixture {
       message = c.message;
     };
     watch.emplace(io, h);
-    REQUIRE(watch->watch(files));
+    watch->watch(files, 0ms);
+    run_for(5ms);  // the watch begins
+    REQUIRE(watch->watching());
   }
   static void write(const std::string& path, const std::string& text) {
     std::ofstream f(path, std::ios::trunc);
@@ -109,8 +111,29 @@ TEST_CASE("a new round's watch and cancel() end every grace of the last one") {
   f.watch->cancel();
   f.run_for(ddprun::timeouts::kRaisedExitGrace * 4);
   CHECK(f.over.empty());
-  REQUIRE(f.watch->watch(f.files));  // the next round: the same names are new files
+  f.watch->watch(f.files, 0ms);  // the next round: the same names are new files
+  f.run_for(5ms);
+  REQUIRE(f.watch->watching());
   Fixture::write(f.files[0], kWhole);
+  for (int i = 0; i < 400 && f.over.empty(); ++i) f.run_for(5ms);
+  CHECK(f.over == std::vector<int>{0});
+}
+
+TEST_CASE("a file written before the watch begins is read when it does; a worker gone by then is not judged") {
+  Fixture f;
+  f.watch->watch(f.files, 100ms);
+  Fixture::write(f.files[0], kWhole);
+  Fixture::write(f.files[1], kWhole);
+  f.watch->on_exit(1);  // it exited meanwhile: the agent answers 0 for it
+  f.pid = 0;
+  f.run_for(50ms);
+  CHECK_FALSE(f.watch->watching());
+  f.run_for(100ms);
+  CHECK(f.watch->watching());
+  CHECK(f.over.empty());
+  f.pid = ::getpid();  // rank 0 runs: the next round's file, read when the watch begins
+  std::remove(f.files[1].c_str());
+  f.watch->watch(f.files, 20ms);
   for (int i = 0; i < 400 && f.over.empty(); ++i) f.run_for(5ms);
   CHECK(f.over == std::vector<int>{0});
 }

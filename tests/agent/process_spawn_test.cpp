@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 
+#include "common/process/job_cgroup.hpp"
 #include "common/process/ports.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
@@ -126,4 +127,37 @@ TEST_CASE("MASTER_PORT picks are free, outside the kernel's ephemeral range, and
     seen.insert(port);
   }
   CHECK(seen.size() > 10);  // random: two launchers on one machine rarely pick the same
+}
+
+TEST_CASE("a child given the job's cgroup starts in it, created there or moved in") {
+  JobCgroup cg = JobCgroup::create("spawn-test-" + std::to_string(::getpid()));
+  if (!cg.active()) {
+    MESSAGE("skipped: no job cgroup can be made here (" << cg.why_not() << ")");
+    return;
+  }
+  // The cgroup as /proc/PID/cgroup's cgroup2 line names it: the part of the path below the mount.
+  const std::string name = cg.path().substr(cg.path().rfind('/'));
+  auto cgroup_of_child = [&](int dir_fd) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    SpawnOptions o;
+    o.program = "cat";
+    o.argv = {"cat", "/proc/self/cgroup"};
+    o.env = {"PATH=/usr/bin:/bin"};
+    o.stdout_fd = fds[1];
+    o.cgroup_procs_fd = cg.procs_fd();
+    o.cgroup_dir_fd = dir_fd;
+    const pid_t pid = spawn(o);
+    ::close(fds[1]);
+    std::string out;
+    char buf[512];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return out;
+  };
+  CHECK(cgroup_of_child(cg.dir_fd()).find(name + "\n") != std::string::npos);  // created in it (clone3)
+  CHECK(cgroup_of_child(-1).find(name + "\n") != std::string::npos);           // forked, then moved in
+  CHECK(cg.end() == 0);
 }
