@@ -36,13 +36,12 @@ struct PumpTargets {
   int local_rank = -1;  // whose stream: the worker's prefix changes when it re-forms in place
 };
 
-// Buffers every pump of one agent shares. The loop is single-threaded and a pump reads and forwards in
-// one go, so one read buffer and one output buffer serve them all: per-pump buffers cost ~0.5 MiB of
-// resident memory per worker (256 KiB read buffer + its prefixed copy, for stdout and stderr each).
+// What every pump of one agent shares. The loop is single-threaded and a pump reads and forwards in one go,
+// so one read buffer serves the streams that keep no copy of their bytes (per-pump buffers cost resident
+// memory per worker); the buffers queued for the console and log files come from Buffer::take's small pool.
 class OutputPump;
 struct PumpScratch {
-  std::vector<char> read;
-  std::string out;
+  Buffer read;
   std::vector<OutputPump*> waiting_for_room;  // pumps paused by a congested console or file, in pause order
 };
 
@@ -75,7 +74,7 @@ class OutputPump {
  private:
   void read_next();
   void read_ready();
-  void deliver(const char* data, std::size_t n);
+  void deliver(const char* data, std::size_t n, Buffer&& raw, bool in_place);
   void finish();
 
   boost::asio::posix::stream_descriptor pipe_;
@@ -85,6 +84,7 @@ class OutputPump {
   std::function<void()> on_eof_;
   bool finished_ = false;
   bool waiting_for_room_ = false;
+  bool abandoned_ = false;  // a handler already on its way finishes instead of reading
 };
 
 // Makes a pipe whose read end is close-on-exec and non-blocking-ready for Asio, and whose write end the

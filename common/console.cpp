@@ -64,6 +64,11 @@ void write(int fd, std::string_view data) {
   write_all(fd, data);
 }
 
+void write(int fd, Buffer&& data) {
+  if (WriteQueue* ch = channel_of(fd)) return ch->write(std::move(data));
+  write_all(fd, data.view());
+}
+
 bool congested(int fd) {
   WriteQueue* ch = channel_of(fd);
   return ch != nullptr && ch->congested();

@@ -37,6 +37,8 @@ bool started();
 
 // Queues `data` for fd 1 or 2 (other fds: written directly). Never blocks once started.
 void write(int fd, std::string_view data);
+// The same without a copy: the buffer (Buffer::take) is queued as it is.
+void write(int fd, Buffer&& data);
 // More than high_water bytes wait on fd's channel: stop feeding it until on_room.
 bool congested(int fd);
 

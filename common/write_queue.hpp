@@ -3,7 +3,9 @@
 // paused with Ctrl-S, a stalled ssh, a hard-mounted NFS server that stopped answering. Used for ddprun's
 // console (common/console.hpp) and for the workers' log files (agent/output_pump.hpp).
 //
-// - Every piece is written whole and in order; pieces given together may be coalesced into one write.
+// - Every piece is written whole and in order; pieces queued together go out in one writev(2).
+// - A piece is a Buffer: the caller may fill one (Buffer::take) and hand it over without a copy; once written it
+//   goes back to a small process-wide pool, so a chatty job reuses a few buffers instead of faulting in new ones.
 // - Above `high_water` queued bytes the queue is congested: the producer should stop feeding it until
 //   `on_room` (called from the writer thread once below half of it).
 // - A failed write (EPIPE, EIO, ENOSPC, ...) breaks the queue: what is queued and what comes later is dropped
@@ -16,10 +18,12 @@
 //   ends. A queue that is never finished (the console) lives, with its thread, as long as the process.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -29,6 +33,49 @@
 #include <vector>
 
 namespace ddprun {
+
+// Bytes that grow without being zero-filled first (a read(2) lands in them directly), moved into a WriteQueue
+// without a copy. append/push_back grow it geometrically; resize leaves new bytes uninitialised.
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(std::string_view s) { append(s.data(), s.size()); }
+  // An empty buffer of at least `capacity` bytes, from the pool when it holds one (no allocation, no page faults).
+  static Buffer take(std::size_t capacity);
+  // Back to the pool when it has room and the buffer is worth keeping (the writer threads call it).
+  static void recycle(Buffer&& b);
+
+  char* data() { return data_.get(); }
+  const char* data() const { return data_.get(); }
+  std::size_t size() const { return size_; }
+  std::size_t capacity() const { return cap_; }
+  bool empty() const { return size_ == 0; }
+  std::string_view view() const { return {data_.get(), size_}; }
+  void clear() { size_ = 0; }
+  void reserve(std::size_t n) {  // geometric: reserving a little more each time stays linear
+    if (n > cap_) grow(std::max(n, cap_ + cap_ / 2));
+  }
+  void resize(std::size_t n) {
+    reserve(n);
+    size_ = n;
+  }
+  void append(const char* p, std::size_t n) {
+    if (size_ + n > cap_) grow(std::max(size_ + n, cap_ * 2));
+    if (n != 0) std::memcpy(data_.get() + size_, p, n);
+    size_ += n;
+  }
+  void append(std::string_view s) { append(s.data(), s.size()); }
+  void push_back(char c) {
+    if (size_ == cap_) grow(std::max<std::size_t>(64, cap_ * 2));
+    data_[size_++] = c;
+  }
+
+ private:
+  void grow(std::size_t n);
+  std::unique_ptr<char[]> data_;
+  std::size_t size_ = 0;
+  std::size_t cap_ = 0;
+};
 
 struct WriteQueueStats {
   std::uint64_t written_bytes = 0;
@@ -57,7 +104,8 @@ class WriteQueue : public std::enable_shared_from_this<WriteQueue> {
   // Starts the writer thread, with every signal blocked in it (the agent's signalfd sees them all).
   void start();
 
-  void write(std::string_view data);
+  void write(std::string_view data);  // copied
+  void write(Buffer&& data);          // taken as it is
   void finish();  // no more writes
   bool congested();
   // Nothing left to wait for: all written, or given up (a write blocked on a stalled reader is abandoned).
@@ -81,7 +129,7 @@ class WriteQueue : public std::enable_shared_from_this<WriteQueue> {
   const Options options_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> queue_;
+  std::deque<Buffer> queue_;
   WriteQueueStats stats_;
   bool congested_ = false;
   bool writing_ = false;

@@ -9,7 +9,10 @@
 # overhead; under foreign load (the kernel's autogroup gives this session a share) the CPU figure is the steadier.
 # Then, if perf is usable, one more run of each ddprun variant under `perf stat --no-inherit`: ddprun's own CPU.
 #
-#   scripts/bench/output.sh [BUILD_DIR]        (default build; env RUNS=5 BYTES=100000000)
+# The 2-rank case of issue 35 (800 MB each to a file or a pipe, with and without the prefix, --tee, --redirects,
+# and the loop's longest stretch of work) is scripts/bench/output_sinks.py; OUTPUT_SINKS=1 runs it after this one.
+#
+#   scripts/bench/output.sh [BUILD_DIR]        (default build; env RUNS=5 BYTES=100000000 OUTPUT_SINKS=0)
 set -euo pipefail
 
 build=${1:-build}
@@ -77,3 +80,7 @@ cworst = max(cmed[1], cmed[2]) / cmed[0] - 1
 print(f"target: wall overhead {worst * 100:+.1f}% (worst of the two): {'met' if worst <= 0.10 else 'MISSED'} (≤ 10%); "
       f"CPU overhead {cworst * 100:+.1f}%: {'met' if cworst <= 0.10 else 'MISSED'}")
 PY
+
+if [ "${OUTPUT_SINKS:-0}" = 1 ]; then
+  /usr/bin/python3 "$(dirname "$0")/output_sinks.py" --ddprun "$ddprun" --worker "$worker" --runs "$runs"
+fi

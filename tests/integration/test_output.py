@@ -40,6 +40,19 @@ class Forwarding(DdprunTestCase):
         lines = sorted(r.stdout.decode().splitlines())
         self.assertEqual(lines, ["[rank0]: no newline at the end", "[rank1]: no newline at the end"])
 
+    def test_without_a_prefix_lines_stay_whole_and_in_order(self):
+        # --no-prefix frames in the read buffer itself (LineFramer::frame_in_place): a line cut by a read is
+        # held back and sent whole with the next one, never mixed with another rank's.
+        n = 200000
+        r = self.worker(f"lines={n}", nproc=3, extra=("--no-prefix",))
+        self.assertEqual(r.code, 0, r)
+        per_rank = {i: 0 for i in range(3)}
+        for line in r.stdout.decode().splitlines():
+            rank = int(line.split()[1])
+            self.assertEqual(line, f"rank {rank} line {per_rank[rank]}", "a line was mixed or reordered")
+            per_rank[rank] += 1
+        self.assertEqual(per_rank, {i: n for i in range(3)})
+
     def test_binary_output_passes_through_byte_for_byte(self):
         r = self.worker("binary=4", nproc=1, extra=("--no-prefix",))
         expected = bytes(range(256)) * 4
@@ -81,6 +94,20 @@ class LogFiles(DdprunTestCase):
                 self.assertEqual(f.read(), "hello\n")
             with open(os.path.join(root, "attempt_0", str(lr), "stderr.log")) as f:
                 self.assertEqual(f.read(), "oops\n")
+
+    def test_a_teed_flood_is_kept_byte_for_byte_and_shown_prefixed(self):
+        log_dir = self.path("logs")
+        n = 150000
+        r = self.worker(f"lines={n}", "partial=end", nproc=2,
+                        extra=("--log-dir", log_dir, "--tee", "1", "--run-id", "myjob"))
+        self.assertEqual(r.code, 0, r)
+        root = self.run_dir(log_dir)
+        for lr in range(2):
+            want = "".join(f"rank {lr} line {i}\n" for i in range(n)) + "end"
+            with open(os.path.join(root, "attempt_0", str(lr), "stdout.log")) as f:
+                self.assertEqual(f.read(), want, f"rank {lr}'s file")
+            shown = [l for l in r.stdout.decode().splitlines() if l.startswith(f"[rank{lr}]: ")]
+            self.assertEqual(shown, [f"[rank{lr}]: {l}" for l in want.split("\n")], f"rank {lr}'s console lines")
 
     def test_redirects_send_streams_to_files_only(self):
         log_dir = self.path("logs")
