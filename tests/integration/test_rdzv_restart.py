@@ -148,6 +148,20 @@ class RendezvousRestart(MultiNodeCase):
     def rendezvous_events(self, name):
         return [e for e in self.events(self.path(f"{name}.events")) if e["event"] == "rendezvous"]
 
+    def first_assignment(self, name):
+        """Node `name`'s first rendezvous event, once its events file holds it: the agent's writer thread writes
+        the file, so a worker's ready file may come before the line does (seen once in CI under load)."""
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                events = self.rendezvous_events(name)
+            except (FileNotFoundError, ValueError):  # not there yet, or its last line half written
+                events = []
+            if events:
+                return events[0]
+            self.assertLess(time.monotonic(), deadline, f"no rendezvous event in {name}'s events file")
+            time.sleep(0.02)
+
     def restart_under_the_job(self, *steps, down=0.0):
         """Two agents run `steps` after the usual ready/go; the server is SIGKILLed once they are ready and started
         again `down` s later; returns once both agents said they resumed: the agents, their stderr so far, the
@@ -283,7 +297,7 @@ class RendezvousRestart(MultiNodeCase):
         server = self.server(nnodes="1:2")
         agents = [self.agent(n, *self.steps("exit=0"), nnodes="1:2") for n in "ab"]
         self.wait_ready(2)
-        b_rank = self.rendezvous_events("b")[0]["rank_offset"]
+        b_rank = self.first_assignment("b")["rank_offset"]
         with open(self.pidfile) as f:
             stale = [int(line.split()[1]) for line in f if int(line.split()[0]) == b_rank]
         seen = self.kill_server(server, agents)
@@ -362,7 +376,7 @@ class RendezvousRestart(MultiNodeCase):
         steps = ["@1:beat=0", "@1:hang", "beatfor=120:100", "exit=0"]
         agents = [self.agent(n, *self.steps(*steps), extra=("--hang-timeout", 2), reconnect=30) for n in "ab"]
         self.wait_ready(2)
-        hung_node = 1 if self.rendezvous_events("b")[0]["rank_offset"] == 1 else 0
+        hung_node = 1 if self.first_assignment("b")["rank_offset"] == 1 else 0
         # Frozen before the hang, so that it can never answer the inquiry (the whole inquiry takes milliseconds
         # on an idle machine); the agents take its silence for a loss and reconnect. It dies after the capture.
         os.kill(server.pid, signal.SIGSTOP)
