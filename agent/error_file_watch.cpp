@@ -1,8 +1,8 @@
 #include "agent/error_file_watch.hpp"
 
+#include "common/process/process_tree.hpp"
 #include "common/timeouts.hpp"
 
-#include <fcntl.h>
 #include <sys/inotify.h>
 #include <unistd.h>
 
@@ -26,16 +26,9 @@ std::string dir_name(const std::string& path) {
 // The time `pid` has spent runnable but waiting for a CPU, in ns (/proc/PID/schedstat's second field); -1 when
 // it cannot be read (no such process, a kernel without scheduler statistics).
 std::int64_t run_delay_ns(pid_t pid) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/schedstat";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  char buf[128];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return -1;
-  buf[n] = '\0';
+  const std::string text = process::read_file("/proc/" + std::to_string(pid) + "/schedstat", 128);
   unsigned long long on_cpu = 0, waited = 0;
-  if (std::sscanf(buf, "%llu %llu", &on_cpu, &waited) != 2) return -1;
+  if (std::sscanf(text.c_str(), "%llu %llu", &on_cpu, &waited) != 2) return -1;
   return static_cast<std::int64_t>(waited);
 }
 }  // namespace
@@ -75,10 +68,7 @@ void ErrorFileWatch::watch(const std::vector<std::string>& error_files, std::chr
 bool ErrorFileWatch::start_watching() {
   if (!inotify_.is_open()) {
     const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (fd < 0) {
-      why_not_ = std::string("inotify_init1: ") + std::strerror(errno);
-      return false;
-    }
+    if (fd < 0) return false;  // a per-user instance limit reached: the exits end the job, as before
     inotify_.assign(fd);
     wait_readable();
   }
@@ -86,14 +76,12 @@ bool ErrorFileWatch::start_watching() {
   for (std::size_t lr = 0; lr < files_.size(); ++lr) {
     // A file written in place closes after its last write; one written elsewhere and renamed in arrives whole.
     const int wd = ::inotify_add_watch(fd, dir_name(files_[lr]).c_str(), IN_CLOSE_WRITE | IN_MOVED_TO | IN_ONLYDIR);
-    if (wd < 0) {
-      why_not_ = "inotify_add_watch " + dir_name(files_[lr]) + ": " + std::strerror(errno);
+    if (wd < 0) {  // a per-user watch limit reached: as without inotify
       remove_watches();
       return false;
     }
     local_rank_of_watch_[wd] = static_cast<int>(lr);
   }
-  why_not_.clear();
   return true;
 }
 

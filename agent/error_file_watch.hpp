@@ -51,9 +51,8 @@ class ErrorFileWatch {
   // round that ends quickly the watch's cost (one inotify descriptor serves every round, but its close at the
   // job's end waits for a kernel grace period: up to ~20 ms), while a Python worker is still importing.
   void watch(const std::vector<std::string>& error_files, std::chrono::milliseconds after);
-  // Whether the watch runs now; false before `after`, or when inotify cannot be used (why_not() says why).
+  // Whether the watch runs now; false before `after`, or when inotify cannot be used.
   bool watching() const { return !local_rank_of_watch_.empty(); }
-  const std::string& why_not() const { return why_not_; }
 
   // A worker exited: its grace, if it has one, has nothing left to do, and its file is not watched any more.
   void on_exit(int local_rank);
@@ -90,7 +89,6 @@ class ErrorFileWatch {
   std::unordered_map<int, int> local_rank_of_watch_;
   std::vector<bool> handed_;  // a whole file was read for this local rank (each at most once a round)
   std::map<int, std::unique_ptr<Grace>> graces_;  // by local rank
-  std::string why_not_;
 };
 
 }  // namespace ddprun::agent

@@ -1,10 +1,8 @@
 // The agent's wiring of the error-file watch (agent/error_file_watch.hpp): a worker whose error file is whole and
 // which is still exiting after its grace is a failure then (code 1), and the job is torn down with it.
-#include <csignal>
 #include <nlohmann/json.hpp>
 
 #include "agent/node_agent_impl.hpp"
-#include "common/process/process_tree.hpp"
 #include "common/time.hpp"
 #include "common/timeouts.hpp"
 

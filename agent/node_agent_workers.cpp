@@ -67,9 +67,12 @@ void NodeAgent::start_workers() {
     failed = starting.back().failure;
   }
   std::vector<StartFailure> more;  // exec failures after the first (the same program: usually every one)
-  for (StartingWorker& sw : starting)
-    if (std::optional<StartFailure> f = finish_worker(sw); f && !failed) failed = f;
-    else if (f && f->local_rank != failed->local_rank) more.push_back(*f);
+  for (StartingWorker& sw : starting) {
+    std::optional<StartFailure> f = finish_worker(sw);
+    if (!f) continue;
+    if (!failed) failed = f;
+    else if (f->local_rank != failed->local_rank) more.push_back(*f);  // not the one that stopped the forking
+  }
   const std::size_t started = local_rank_of_.size();
   const std::string how_many = started == static_cast<std::size_t>(w.local_world_size)
                                    ? std::to_string(started)

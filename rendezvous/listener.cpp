@@ -1,5 +1,7 @@
 #include "rendezvous/listener.hpp"
 
+#include <sys/resource.h>
+
 #include <boost/asio/ip/v6_only.hpp>
 #include <chrono>
 #include <random>
@@ -101,4 +103,18 @@ std::string open_without_token_warning(const tcp::acceptor& acceptor, const std:
          "--rdzv-token-file FILE or DDPRUN_TOKEN (e.g. head -c 32 /dev/urandom | base64 > FILE)";
 }
 
+std::string raise_open_files_for(int sockets) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return {};
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) ::getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  const auto needed = static_cast<rlim_t>(sockets) + 64;
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= needed) return {};
+  return "the open-files limit is " + std::to_string(limit.rlim_cur) + ", below the " + std::to_string(needed) +
+         " that " + std::to_string(sockets) + " connections need";
+}
+
 }  // namespace ddprun::rendezvous
+

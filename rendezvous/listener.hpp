@@ -25,4 +25,9 @@ std::string listening_on(const boost::asio::ip::tcp::acceptor& acceptor, const s
 std::string open_without_token_warning(const boost::asio::ip::tcp::acceptor& acceptor,
                                        const std::string& bind_address, const std::string& run_id);
 
+// One descriptor per node (a server) or per simulated agent (the load generator): raises the soft open-files limit
+// to the hard one (1024 soft is common, and stops a job at about a thousand nodes). Returns the short text of what
+// is still missing for `sockets` descriptors (plus a few for the process itself), empty when the limit allows them.
+std::string raise_open_files_for(int sockets);
+
 }  // namespace ddprun::rendezvous

@@ -25,12 +25,12 @@
 #include <boost/asio/post.hpp>
 #include <random>
 #include <sstream>
-#include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
 
 #include "common/error.hpp"
 #include "rendezvous/client.hpp"
+#include "rendezvous/listener.hpp"
 
 namespace {
 
@@ -98,20 +98,6 @@ std::string spread_source(int i) {
          std::to_string(1 + i % 250);
 }
 
-// One descriptor per agent: the soft open-files limit goes up to the hard one; too low even then is an error.
-void raise_open_files(int nodes) {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  if (limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &limit);
-  }
-  const auto needed = static_cast<rlim_t>(nodes) + 64;
-  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed)
-    throw ddprun::Error("the open-files limit is " + std::to_string(limit.rlim_cur) + "; " +
-                        std::to_string(needed) + " are needed for " + std::to_string(nodes) +
-                        " agents (ulimit -Hn, as root, up to /proc/sys/fs/nr_open)");
-}
 
 struct Options {
   std::string host = "127.0.0.1", run_id, token;
@@ -321,7 +307,8 @@ int main(int argc, char** argv) {
                "agent i connects from its own address in 127.0.0.0/8 (needed beyond ~28 000 agents)");
   CLI11_PARSE(app, argc, argv);
   try {
-    raise_open_files(o.nodes);
+    if (const std::string short_of = raise_open_files_for(o.nodes); !short_of.empty())
+      throw ddprun::Error(short_of + " (ulimit -Hn, as root, up to /proc/sys/fs/nr_open)");
     return run(o);
   } catch (const ddprun::Error& e) {
     std::cerr << "ddprun-rdzv-loadgen: " << e.what() << "\n";

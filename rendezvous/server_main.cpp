@@ -35,21 +35,6 @@ long peak_rss_kib() {
   return usage.ru_maxrss;  // KiB on Linux
 }
 
-// One descriptor per node: the soft open-files limit goes up to the hard one (1024 soft is common, and would
-// stop a job at about a thousand nodes); still too low for the nodes expected, it says so at once.
-void raise_open_files(int max_nodes, Logger& logger) {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  if (limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) getrlimit(RLIMIT_NOFILE, &limit);
-  }
-  const auto needed = static_cast<rlim_t>(max_nodes) + 64;
-  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed)
-    logger.warning("the open-files limit is ", limit.rlim_cur, ", below the ", needed, " that ", max_nodes,
-                   " nodes need: raise it (ulimit -n; the hard limit as root)");
-}
-
 void parse_nnodes(const std::string& text, JobConfig& config) {
   auto colon = text.find(':');
   try {
@@ -157,7 +142,8 @@ int run(int argc, char** argv) {
     throw UsageError(e.what(), kUsageError);
   }
 
-  raise_open_files(config.max_nodes, logger);
+  if (const std::string short_of = raise_open_files_for(config.max_nodes); !short_of.empty())
+    logger.warning(short_of, ": raise it (ulimit -n; the hard limit as root)");
   boost::asio::io_context io;
   Server server(io, config, logger);
   server.start(host, port);
