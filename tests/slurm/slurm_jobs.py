@@ -66,6 +66,11 @@ def wait_requeued_and_completed(cluster, job, timeout=60):
             gone_by = time.monotonic() + 15
             while cluster.leftovers() and time.monotonic() < gone_by:
                 time.sleep(0.1)
+            # And the run must start in a later wall-clock second than the requeue: slurmd revokes the first
+            # run's credential at the requeue and compares the new credential's creation time with it in whole
+            # seconds, so a run allocated within the same second is refused ("Job credential revoked", the job
+            # FAILED with no output; 2 of 5 runs here, twice in CI). SLURM's own EligibleTime waits far longer.
+            time.sleep(2 - time.time() % 1)
             print(f"requeued: Reason={info.get('Reason')} EligibleTime={info.get('EligibleTime')}")
             cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
             released = True
