@@ -8,7 +8,7 @@
 //         \--restart or job end before any worker ran--> kNothingRan --drained--> (as kRoundOver)
 //
 //   kRunning --membership re-form, workers offer it--> kReforming --assignment--> kRunning (the same workers)
-//   A re-form in place keeps the round's workers into the next round (agent/node_agent_reform.cpp): the node
+//   A re-form in place keeps the round's workers into the next round (agent/in_place_reform.hpp): the node
 //   reports itself stopped at once. Anything else while it waits (a restart, the job's end, a worker's death)
 //   goes as from kRunning.
 //

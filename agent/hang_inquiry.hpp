@@ -66,7 +66,7 @@ class HangInquiry {
   void on_job_resumed();
   // The rendezvous asks: a worker on another node hung. This node's workers are captured and reported.
   void on_capture_requested();
-  // These workers did not take a re-formed round up within --term-timeout (agent/node_agent_reform.cpp): under
+  // These workers did not take a re-formed round up within --term-timeout (agent/in_place_reform.hpp): under
   // --hang-timeout they are hung as any silent worker is (stacks, the job-wide verdict), not quietly replaced.
   void judge_not_taken_up(const std::vector<int>& local_ranks);
   // The job's stop order: when it is a hang verdict for a rank of this node (or one that could not tell), the

@@ -5,25 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <csignal>
-#include <memory>
 #include <nlohmann/json.hpp>
-#include <unordered_map>
 
-#include "agent/child_reaper.hpp"
 #include "agent/error_file.hpp"
-#include "agent/event_log.hpp"
-#include "agent/exit_summary.hpp"
 #include "agent/output_pump.hpp"
-#include "agent/run_layout.hpp"
-#include "agent/supervision_policy.hpp"
 #include "common/console.hpp"
-#include "common/error.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
 #include "common/time.hpp"
@@ -53,10 +41,12 @@ NodeAgent::NodeAgent(const AgentConfig& config)
               [this](bool has_children) { after_reap(has_children); }),
       grace_timer_(io_), stop_reply_timer_(io_), peer_signal_timer_(io_),
       link_(io_, config, rendezvous_handlers()),
-      guard_watch_(io_), output_(io_, config_, world_, log_, events_, [this] { maybe_finish(); }), probe_(io_),
+      containment_(io_, log_), output_(io_, config_, world_, log_, events_, [this] { maybe_finish(); }), probe_(io_),
       hang_(io_, config_, heartbeats_, layout_, policy_, log_, events_, hang_host()),
       live_(io_, config_, world_, heartbeats_, policy_, log_, events_, live_view_host()),
-      errors_(io_, error_file_host()), reform_ack_timer_(io_) {}
+      errors_(io_, error_file_host()),
+      reform_(io_, config_, world_, heartbeats_, policy_, lifecycle_, layout_, log_, events_, reform_host()),
+      launcher_(config_, world_, layout_, output_, launcher_host()) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -67,7 +57,8 @@ int NodeAgent::run() {
     if (!config_.events_file.empty()) events_ = EventLog(config_.events_file);
     // Always: the live view's steps and straggler naming read the beats too; only --hang-timeout judges them.
     heartbeats_ = HeartbeatChannel(config_.world.local_world_size);
-    start_job_guard();
+    // Forks: before the console's threads start.
+    containment_.start(layout_.work_root());
     process::become_child_subreaper();
     // From here on ddprun's console and its files are queues with writer threads of their own, so the loop
     // never waits on a terminal, a pipe or a file system that stops draining (common/write_queue.hpp). Only
@@ -82,9 +73,9 @@ int NodeAgent::run() {
       else config_.log.info(note);
     }
   } catch (...) {
-    guard_.dismiss();
-    cgroup_.end();
+    containment_.end_cgroup();
     layout_.cleanup();
+    containment_.dismiss();
     throw;
   }
   // A console that went away must not kill the agent (workers still need tearing down); workers get
@@ -96,7 +87,7 @@ int NodeAgent::run() {
   output_.start();
   policy_.set_preemption_exit(config_.preemption_exit);
   reaper_.start();
-  watch_guard();
+  containment_.watch();
 
   probe_.start(LoopProbe::period_from_environment());
   // Workers start when the rendezvous assigns this node its place (on_assignment): for one node that is
@@ -127,10 +118,10 @@ int NodeAgent::run() {
   code = events_exit_code(code);
   // Every worker and descendant is gone by now (ddprun's sweep): anything the cgroup still holds escaped
   // the sweep, and would otherwise run on after the job.
-  if (const int left = cgroup_.end(); left > 0)
+  if (const int left = containment_.end_cgroup(); left > 0)
     log_.warning("killed ", left, " process", left == 1 ? "" : "es", " left in the job's cgroup after the job ended");
   layout_.cleanup();
-  guard_.dismiss();
+  containment_.dismiss();
   output_.drain_console();
   return code;
 }
@@ -207,7 +198,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
   const int lr = it->second;
   local_rank_of_.erase(it);
   errors_.on_exit(lr);
-  guard_.forget_empty_groups();  // an empty group's id may be reused: the guard must not kill it then
+  containment_.forget_empty_groups();
   // --stdin-rank's worker held the terminal: ddprun's group takes it back, so Ctrl-C reaches ddprun again.
   if (policy_.worker(lr).rank == config_.stdin_rank && ::tcgetpgrp(STDIN_FILENO) == pid)
     process::reclaim_terminal(STDIN_FILENO);
@@ -217,7 +208,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
     if (ef.present) policy_.worker(lr).error_message = ef.message;
   }
   if (policy_.killed_from_outside(lr, status))
-    if (std::string oom = oom_kill_reason(); !oom.empty()) policy_.worker(lr).reason = oom;
+    if (std::string oom = containment_.oom_kill_reason(); !oom.empty()) policy_.worker(lr).reason = oom;
   const Decision d = policy_.on_exit(lr, status, now);
   const WorkerRecord& w = policy_.worker(lr);
   json e = worker_json(w);
@@ -232,7 +223,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
     log_.debug("rank ", w.rank, " (pid ", pid, ") ", to_string(w.state), ": ", status.describe());
   // The report first: its frame leaves at once (Asio writes speculatively), so the other nodes start stopping
   // while this one scans /proc and signals its own workers (~2 ms saved on every cross-node teardown).
-  // While the job re-forms in place the report waits for the new round (reform_lost_a_worker): the rendezvous
+  // While the job re-forms in place the report waits for the new round (InPlaceReform): the rendezvous
   // takes failures during a re-form for the teardown's.
   if (d.teardown_began && w.state == WorkerState::kFailed && !lifecycle_.awaits_reform()) report_worker_failure(lr);
   apply(d, "worker_failed");
@@ -241,7 +232,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
 void NodeAgent::apply(const Decision& d, const char* reason) {
   if (d.teardown_began) {
     hang_.cancel();  // stopped for another reason while capturing: the teardown takes the hung worker too
-    reform_ack_timer_.cancel();
+    reform_.cancel();
     // No signal to send: slurmstepd's reached every worker already (on_signal), and a copy would be a second one.
     if (d.signal_all == 0)
       log_.info("tearing down: ", reason, "; slurmstepd already sent it to every worker, ddprun sends no copy");
@@ -331,59 +322,12 @@ void NodeAgent::maybe_finish() {
   peer_signal_timer_.cancel();
   hang_.cancel();
   errors_.cancel();
-  reform_ack_timer_.cancel();
+  reform_.cancel();
   probe_.cancel();
   live_.stop();
-  guard_watch_.close();
+  containment_.stop_watching();
   // Signals are still read while a hosted server tells the other nodes the end: a stop signal cuts that short.
   link_.finish([this] { signals_.cancel(); });
-}
-
-void NodeAgent::start_job_guard() {
-  // Forks: before the console's threads start. The cgroup is named after the guard's tag and told to it
-  // before any worker exists; the guard itself stays outside it, beside ddprun.
-  guard_ = process::JobGuard::start();
-  guard_.remove_on_death(layout_.work_root());  // the whole tree without --log-dir
-  cgroup_ = process::JobCgroup::create(guard_.tag());
-  oom_ = process::OomKillCounter::locate(cgroup_.active() ? cgroup_.path() : std::string());
-  log_.debug(oom_.active() ? "OOM kills counted: " + std::to_string(oom_.kills()) + ", " + oom_.limit()
-                           : std::string("no memory cgroup: an OOM kill reads as a plain SIGKILL"));
-  if (cgroup_.active()) {
-    guard_.kill_cgroup_on_death(cgroup_.path());
-    log_.debug("job cgroup: ", cgroup_.path());
-  } else {
-    log_.debug("no job cgroup (", cgroup_.why_not(), "): the job guard's tag scan and group kill cover the job");
-  }
-}
-
-void NodeAgent::watch_guard() {
-  const int fd = ::dup(guard_.watch_fd());
-  if (fd < 0) return;
-  guard_watch_.assign(fd);
-  guard_watch_.async_wait(asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
-    if (ec || lifecycle_.finished()) return;
-    if (guard_.on_watch_readable()) {
-      guard_watch_.close();
-      watch_guard();  // its pid came: wait for its end
-      return;
-    }
-    on_guard_gone();
-  });
-}
-
-// The guard was killed (by hand, `pkill -9 -f ddprun`, the OOM killer): the job runs on, but a SIGKILL of
-// ddprun now would leave it behind. Another guard with the same tag takes over at once.
-void NodeAgent::on_guard_gone() {
-  guard_watch_.close();
-  const pid_t old = guard_.pid();
-  try {
-    guard_.restart();
-    log_.warning("the job guard (pid ", old, ") is gone: started a new one");
-    watch_guard();
-  } catch (const std::system_error& e) {
-    log_.warning("the job guard (pid ", old, ") is gone and no new one could be started (", e.what(),
-              "): if ddprun is SIGKILLed now, the job's processes are left behind");
-  }
 }
 
 int run_node_agent(const AgentConfig& config) {

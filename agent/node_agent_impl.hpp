@@ -1,10 +1,9 @@
 // The agent's executor, shared by its source files: node_agent.cpp (set-up, reaping, teardown, finishing),
-// node_agent_workers.cpp (starting workers), node_agent_rdzv.cpp (what the rendezvous says, and what this node
-// tells it), node_agent_reform.cpp (re-forming in place), node_agent_end.cpp (the events file's code, the
-// summary's context), and the wiring of its components: node_agent_hang.cpp (HangInquiry),
-// node_agent_live_view.cpp (LiveView) and node_agent_errors.cpp (ErrorFileWatch); OutputRouting and LoopProbe
-// need none. Rules live in
-// supervision_policy.hpp and agent_lifecycle.hpp.
+// node_agent_workers.cpp (a round's workers: started, signalled), node_agent_rdzv.cpp (what the rendezvous says,
+// and what this node tells it), node_agent_end.cpp (the events file's code, the summary's context), and
+// node_agent_wiring.cpp, the wiring of its components: HangInquiry, LiveView, ErrorFileWatch, InPlaceReform and
+// WorkerLauncher (OutputRouting, LoopProbe and JobContainment need none). Rules live in supervision_policy.hpp
+// and agent_lifecycle.hpp.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -28,7 +27,9 @@
 #include "agent/event_log.hpp"
 #include "agent/exit_summary.hpp"
 #include "agent/hang_inquiry.hpp"
+#include "agent/in_place_reform.hpp"
 #include "agent/heartbeat_channel.hpp"
+#include "agent/job_containment.hpp"
 #include "agent/live_view.hpp"
 #include "agent/loop_probe.hpp"
 #include "agent/output_routing.hpp"
@@ -37,10 +38,7 @@
 #include "agent/signal_reader.hpp"
 #include "agent/stack_capture.hpp"
 #include "agent/supervision_policy.hpp"
-#include "agent/worker_plan.hpp"
-#include "common/process/job_cgroup.hpp"
-#include "common/process/job_guard.hpp"
-#include "common/process/spawn.hpp"
+#include "agent/worker_launcher.hpp"
 
 namespace ddprun::agent {
 
@@ -51,28 +49,10 @@ class NodeAgent {
 
  private:
   // node_agent_workers.cpp
-  // A worker that could not be started: its exec failed (126/127) or a resource ran out (71).
-  struct StartFailure {
-    int local_rank = 0;
-    process::ExitStatus status;
-    std::string reason;
-  };
-  // A worker forked (process::spawn_start), its exec not yet confirmed; or the resource it could not get.
-  struct StartingWorker {
-    int local_rank = 0;
-    struct Route {
-      OutputRouting::Target target;
-      int read_fd = -1;
-    } routes[2];  // stdout, stderr
-    process::StartedChild child;
-    std::optional<StartFailure> failure;
-  };
   void start_workers();
+  void start_again_in_round();
+  void register_worker(int local_rank, pid_t pid);
   void watch_error_files();
-  std::string oom_kill_reason();
-  WorkerFacts worker_facts(int local_rank, const OutputRouting::Target& stdout_target) const;
-  StartingWorker begin_worker(int local_rank);
-  std::optional<StartFailure> finish_worker(StartingWorker& sw);
   void signal_everything(int signal, bool include_descendants);
   // node_agent_rdzv.cpp
   rendezvous::ClientHandlers rendezvous_handlers();
@@ -90,23 +70,15 @@ class NodeAgent {
   void note_reform(const rendezvous::StopOrder& order, bool in_place);
   bool may_rejoin(const rendezvous::StopOrder& order) const;
   void rejoin_after_drop(const rendezvous::StopOrder& order);
-  // node_agent_reform.cpp: re-forming in place
-  bool workers_offer_reform() const;
-  bool all_workers_running() const;
-  bool reform_in_place(const rendezvous::StopOrder& order);
-  void leave_lost_group();
-  void take_reform_assignment();
-  void on_reform_ack_deadline();
-  void start_again_in_round();
-  void reform_lost_a_worker();
-  // node_agent_hang.cpp: the wiring of the hang inquiry (agent/hang_inquiry.hpp)
+  // node_agent_wiring.cpp: what each component may ask of this node, and how its decisions are carried out
   HangInquiry::Host hang_host();
-  // node_agent_errors.cpp: the wiring of the error-file watch (agent/error_file_watch.hpp)
   ErrorFileWatch::Host error_file_host();
   void on_raiser_still_exiting(int local_rank, const supervision::ErrorFileContents& ef);
-  // node_agent_live_view.cpp: the wiring of the live view (agent/live_view.hpp)
   LiveView::Host live_view_host();
   std::string agent_state() const;
+  InPlaceReform::Host reform_host();
+  WorkerLauncher::Host launcher_host();
+  WorkerFacts worker_facts(int local_rank, const OutputRouting::Target& stdout_target) const;
   // node_agent.cpp
   void on_signal(const ReceivedSignal& received);
   void suspend_job();
@@ -117,10 +89,6 @@ class NodeAgent {
   void arm_grace();
   void on_grace_expired();
   void maybe_finish();
-  // The job guard's liveness (node_agent.cpp): a guard that is gone is said at once and replaced.
-  void start_job_guard();
-  void watch_guard();
-  void on_guard_gone();
   SummaryContext summary_context() const;  // what the end-of-job summary needs from this node, as it ends
   int events_exit_code(int job_code);
 
@@ -138,11 +106,7 @@ class NodeAgent {
   EventLog events_;
   std::unordered_map<pid_t, int> local_rank_of_;
   RendezvousLink link_;
-  process::JobGuard guard_;  // ends the job if this process is SIGKILLed (common/process/job_guard.hpp)
-  process::JobCgroup cgroup_;  // the workers' cgroup, where one can be made (common/process/job_cgroup.hpp)
-  process::OomKillCounter oom_;      // the OOM kills in the workers' memory cgroup
-  long long oom_kills_seen_ = -1;    // its count at the round's start plus the kills already put on a worker
-  boost::asio::posix::stream_descriptor guard_watch_;  // says when the guard is gone (watch_guard)
+  JobContainment containment_;  // the job guard, the workers' cgroup, its OOM kills (agent/job_containment.hpp)
   OutputRouting output_;  // the workers' streams: console, log files (agent/output_routing.hpp)
   HeartbeatChannel heartbeats_;  // the workers' beats: the hang inquiry, the live view, re-forming in place
   LoopProbe probe_;  // DDPRUN_LOOP_PROBE_MS (agent/loop_probe.hpp)
@@ -150,11 +114,10 @@ class NodeAgent {
   HangInquiry hang_;  // --hang-timeout (agent/hang_inquiry.hpp); after everything it reads
   LiveView live_;  // ddprun-status, --metrics-textfile, stragglers (agent/live_view.hpp); after what it reads
   ErrorFileWatch errors_;  // a worker's error file, read as it is written (agent/error_file_watch.hpp)
-  // Re-forming in place (node_agent_reform.cpp).
   int workers_attempt_ = 0;  // the attempt whose files the running workers use (kept by a re-form in place)
-  std::int64_t reforms_announced_ = 0;  // in-place re-forms handed to the running workers
-  boost::asio::steady_timer reform_ack_timer_;  // bounds the workers' taking the new round up
   AgentLifecycle lifecycle_;  // round stage, what the round leads to, clean-up (agent/agent_lifecycle.hpp)
+  InPlaceReform reform_;  // keeps this node's workers through a re-form (agent/in_place_reform.hpp)
+  WorkerLauncher launcher_;  // forks a round's workers (agent/worker_launcher.hpp)
   std::int64_t start_ms_ = 0;
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary
 };

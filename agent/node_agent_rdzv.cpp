@@ -82,10 +82,9 @@ int NodeAgent::end_before_start(const std::string& why, int code) {
     io_.run();
   }
   console::set_on_room(nullptr);
-  guard_watch_.close();
-  cgroup_.end();
+  containment_.end_cgroup();
   layout_.cleanup();
-  guard_.dismiss();
+  containment_.dismiss();
   output_.drain_console();
   return code;
 }
@@ -116,7 +115,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
                      {"master_addr", a.master_addr}, {"master_port", a.master_port},
                      {"restart_count", a.restart_count}});
   lifecycle_.on_placed();
-  if (lifecycle_.awaits_reform()) return take_reform_assignment();  // this node's workers stay (node_agent_reform.cpp)
+  if (lifecycle_.awaits_reform()) return reform_.on_assignment();  // this node's workers stay (InPlaceReform)
   if (policy_.phase() != Phase::kRunning) return;  // a signal came first: on_signal already reported it
   if (a.restart_count > 0) layout_.prepare_attempt(a.restart_count, world_.local_world_size);
   lifecycle_.on_workers_started();
@@ -126,7 +125,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
 void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   hang_.on_stop_order(order.root_cause);
   const JobCause cause = cause_of(order.root_cause);
-  if (order.restarting && reform_in_place(order)) return;  // nothing failed and the workers can stay
+  if (order.restarting && reform_.take(order)) return;  // nothing failed and the workers can stay
   // A restart or the end while re-forming in place (or starting again in a round): the usual way from here
   // (AgentLifecycle::on_restart_ordered and on_job_over replace what the round led to).
   if (may_rejoin(order)) return rejoin_after_drop(order);
@@ -221,7 +220,7 @@ void NodeAgent::begin_next_round(AgentLifecycle::Next how) {
   // ddprun was told to stop while the round's workers went down: no next round, the job ends.
   if (const int signal = policy_.stop_signal(); signal != 0) return leave_after_signal(signal);
   policy_.reset_for_restart();
-  if (how == AgentLifecycle::Next::kRestartInRound) return start_again_in_round();  // node_agent_reform.cpp
+  if (how == AgentLifecycle::Next::kRestartInRound) return start_again_in_round();  // node_agent_workers.cpp
   if (how == AgentLifecycle::Next::kRejoin) {
     log_.info("joining the job again as a new node");
     return link_.rejoin();

@@ -2,7 +2,8 @@
 // --local-rank-arg where torch.distributed.launch put it), its whole environment (agent/env_contract.hpp), its
 // stdin (--stdin-rank), the descriptors it inherits (the heartbeat page) and the cgroup it joins. Pure: every
 // fact about this process and its files comes in (WorkerFacts), so the plan is unit-tested without a process
-// (tests/agent/worker_plan_test.cpp); NodeAgent::begin_worker makes the pipes and forks, finish_worker waits for the exec and routes the output.
+// (tests/agent/worker_plan_test.cpp); agent/worker_launcher.hpp makes the pipes, forks, waits for the exec and
+// routes the output.
 #pragma once
 
 #include <string>

@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -81,6 +82,27 @@ bool signal_group(pid_t pgid, int signal) {
 void signal_each(const std::vector<pid_t>& pids, int signal) {
   for (pid_t p : pids)
     if (p > 1) ::kill(p, signal);
+}
+
+void signal_groups_and_strays(const std::vector<pid_t>& groups, int signal, bool include_descendants, bool wake) {
+  // Every descendant and its group, taken *before* the groups are signalled: a process that calls setsid while
+  // we signal must not get the group's signal and then the sweep's as well. (One that leaves its group in the
+  // instant between this snapshot and killpg gets neither, and SIGKILL at the end of the grace period: at most
+  // one SIGTERM, never two.)
+  std::vector<std::pair<pid_t, pid_t>> descendants;
+  if (include_descendants)
+    for (pid_t pid : descendants_of(::getpid())) descendants.emplace_back(pid, ::getpgid(pid));
+  std::vector<pid_t> signalled;
+  for (pid_t group : groups)
+    if (signal_group(group, signal)) {
+      signalled.push_back(group);
+      if (wake) signal_group(group, SIGCONT);
+    }
+  std::vector<pid_t> strays;
+  for (const auto& [pid, group] : descendants)
+    if (std::find(signalled.begin(), signalled.end(), group) == signalled.end()) strays.push_back(pid);
+  signal_each(strays, signal);
+  if (wake) signal_each(strays, SIGCONT);
 }
 
 std::string read_file(const std::string& path, std::size_t limit) {

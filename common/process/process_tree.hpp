@@ -33,6 +33,12 @@ bool signal_group(pid_t pgid, int signal);
 // Sends `signal` to each pid, ignoring those already gone.
 void signal_each(const std::vector<pid_t>& pids, int signal);
 
+// Sends `signal` to each group of `groups` (the workers still running: a reaped worker's group id may be
+// reused) and, with `include_descendants`, to every descendant of this process outside the groups signalled
+// (one that called setsid, or outlived its worker). `wake`: each gets SIGCONT after it, so a stopped process
+// (SIGSTOP, Ctrl-Z, a debugger) acts on the signal.
+void signal_groups_and_strays(const std::vector<pid_t>& groups, int signal, bool include_descendants, bool wake);
+
 // Where this process's environment block lies in its memory (what /proc/self/environ shows: env_start
 // and env_end of /proc/self/stat). False when the kernel does not say (before Linux 3.5).
 bool own_environment_block(std::uintptr_t& start, std::uintptr_t& end);

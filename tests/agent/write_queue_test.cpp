@@ -13,9 +13,9 @@
 #include <doctest/doctest.h>
 #include <fstream>
 #include <mutex>
-#include <sstream>
 #include <string>
 
+#include "common/process/process_tree.hpp"
 #include "temp_dir.hpp"
 
 using ddprun::WriteQueue;
@@ -51,12 +51,6 @@ ddprun::WriteQueueStats write_all(const std::string& path, const std::string& te
   return st;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 }  // namespace
 
 TEST_CASE("create_file makes the file and its directories in the writer thread") {
@@ -66,7 +60,7 @@ TEST_CASE("create_file makes the file and its directories in the writer thread")
   const auto st = write_all(path, "one\ntwo\n", b);
   CHECK_FALSE(b.called);
   CHECK(st.written_bytes == 8);
-  CHECK(slurp(path) == "one\ntwo\n");
+  CHECK(ddprun::process::read_file(path) == "one\ntwo\n");
   struct stat s {};
   REQUIRE(::stat(path.c_str(), &s) == 0);
   CHECK((s.st_mode & 0777) == 0644);
@@ -106,5 +100,5 @@ TEST_CASE("a symbolic link planted at the path is not followed") {
   write_all(path, "overwritten\n", b);
   CHECK(b.called);
   CHECK(b.err == ELOOP);
-  CHECK(slurp(target) == "keep\n");
+  CHECK(ddprun::process::read_file(target) == "keep\n");
 }

@@ -1,0 +1,145 @@
+#include "agent/in_place_reform.hpp"
+
+#include <csignal>
+#include <nlohmann/json.hpp>
+
+#include "agent/atomic_file.hpp"
+#include "agent/env_contract.hpp"
+#include "common/process/process_tree.hpp"
+#include "common/time.hpp"
+#include "rendezvous/text.hpp"
+
+namespace ddprun::agent {
+using nlohmann::json;
+
+InPlaceReform::InPlaceReform(boost::asio::io_context& io, const AgentConfig& config, const World& world,
+                             HeartbeatChannel& beats, SupervisionPolicy& policy, AgentLifecycle& lifecycle,
+                             const RunLayout& layout, Logger& log, EventLog& events, Host host)
+    : config_(config), world_(world), beats_(beats), policy_(policy), lifecycle_(lifecycle), layout_(layout),
+      log_(log), events_(events), host_(std::move(host)), ack_timer_(io) {}
+
+bool InPlaceReform::all_workers_running() const {
+  for (const WorkerRecord& w : policy_.workers())
+    if (w.state != WorkerState::kRunning || w.pid <= 0) return false;
+  return !policy_.workers().empty();
+}
+
+// Every worker of this node runs and offered to take the next round up (and took every earlier one).
+bool InPlaceReform::workers_offer() const {
+  if (!beats_.enabled() || !all_workers_running() ||
+      policy_.workers().size() != static_cast<std::size_t>(world_.local_world_size))
+    return false;
+  for (const WorkerRecord& w : policy_.workers())
+    if (beats_.reforms_taken(w.local_rank) != announced_ + 1) return false;
+  return true;
+}
+
+bool InPlaceReform::take(const rendezvous::StopOrder& order) {
+  // A join says so (membership); a lost node is a failure without a rank. A worker's failure restarts.
+  const bool nothing_failed = order.membership || order.root_cause.is_node_failure();
+  if (lifecycle_.reforming() && nothing_failed) {  // the round being formed changed again: still in place
+    log_.debug("re-form ordered again while re-forming in place: ", order.reason);
+    if (!order.membership) leave_lost_group();
+    return true;
+  }
+  if (!nothing_failed || policy_.phase() != Phase::kRunning || host_.hang_inquiring() || !workers_offer() ||
+      !lifecycle_.on_reform_in_place())
+    return false;
+  log_.warning(order.reason, "; this node's workers stay and take the next round up in place");
+  host_.note_reform(order);
+  if (!order.membership) leave_lost_group();  // a node lost (a join leaves the group whole)
+  host_.pause_hang_watch();
+  host_.report_stopped();
+  return true;
+}
+
+// A node of the round was lost, perhaps frozen rather than dead (issue 32: SIGSTOP of a whole node). Its peers'
+// connections stay open, so the survivors would wait in a collective with it until --term-timeout and then be
+// replaced, losing everything since the last checkpoint. Every collective of that group needs the lost node: the
+// workers leave the group now (the helper shuts its connections down, the collective fails as if the peer had
+// died) and keep their state for the next round.
+void InPlaceReform::leave_lost_group() {
+  for (int lr = 0; lr < world_.local_world_size; ++lr) beats_.announce_group_lost(lr, announced_ + 1);
+}
+
+void InPlaceReform::on_assignment() {
+  if (!lifecycle_.on_reform_assignment() || policy_.phase() != Phase::kRunning || !all_workers_running())
+    return lost_a_worker();
+  const int attempt = host_.attempt();
+  for (int lr = 0; lr < world_.local_world_size; ++lr) {
+    // Written whole before the announcement: a worker never reads half a round.
+    std::string text;
+    for (const auto& v : round_variables(world_, lr)) text += v + "\n";
+    const std::string why =
+        write_file_atomically(layout_.work_dir(attempt, lr), RunLayout::kReformFileName, text, 0600);
+    if (why.empty()) continue;
+    // The worker cannot learn its round: it fails, and the job restarts the usual way (or ends).
+    WorkerRecord& w = policy_.worker(lr);
+    w.reason = "could not hand it the re-formed round: " + why;
+    log_.error("rank ", w.rank, ": ", w.reason);
+    process::signal_group(w.pid, SIGKILL);
+  }
+  ++announced_;
+  for (int lr = 0; lr < world_.local_world_size; ++lr) {
+    WorkerRecord& w = policy_.worker(lr);
+    w.rank = world_.rank_offset + lr;
+    beats_.forget_beats(lr);  // a beat of the last round is not one of this round (as for new workers)
+    beats_.announce_reform(lr, announced_);
+    host_.rank_changed(lr, w.rank);
+  }
+  lifecycle_.on_reformed();
+  const World& w = world_;
+  log_.info("re-formed in place: ", ranks_text(w), " of ", w.world_size, " (node ", w.node_rank, " of ", w.nnodes,
+            "), master ", rendezvous::text::host_port(w.master_addr, w.master_port), ", attempt ", w.restart_count,
+            ", the same ", w.local_world_size == 1 ? "worker" : "workers");
+  events_.write(json{{"event", "reformed_in_place"}, {"time_ms", unix_ms()}, {"node_rank", w.node_rank},
+                     {"rank_offset", w.rank_offset}, {"world_size", w.world_size}, {"restart_count", w.restart_count},
+                     {"reforms", announced_}});
+  ack_timer_.expires_after(config_.term_timeout);
+  ack_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) on_ack_deadline();
+  });
+  host_.resume_hang_watch();
+}
+
+// A worker still on the last round --term-timeout after the new one was handed over: stuck in a collective with
+// a peer that vanished without a reset (a machine that lost power), or a program that offered but never looks.
+// Under --hang-timeout it is a hang, judged job-wide (stacks, verdict, 78 or a restart; issue 32: a SIGSTOPped
+// worker stalled the re-form until here, then was replaced with no stacks and no root cause). Otherwise nothing
+// failed: this node's workers are replaced by new ones in the same round, which the other nodes' workers wait
+// for in init_process_group, as a restart would have replaced them (no restart of --max-restarts is used).
+void InPlaceReform::on_ack_deadline() {
+  if (policy_.phase() != Phase::kRunning || lifecycle_.stage() != AgentLifecycle::Stage::kRunning) return;
+  std::vector<int> late;
+  for (int lr = 0; lr < world_.local_world_size; ++lr) {
+    const WorkerRecord& w = policy_.worker(lr);
+    if (w.state != WorkerState::kRunning || w.pid <= 0 || beats_.reforms_taken(lr) > announced_) continue;
+    late.push_back(lr);
+    log_.warning("rank ", w.rank, " (pid ", w.pid, ") did not take the re-formed round up within ",
+                 config_.term_timeout.count(), " ms (--term-timeout)");
+  }
+  if (late.empty()) return;
+  events_.write(json{{"event", "reform_not_taken"}, {"time_ms", unix_ms()}, {"restart_count", world_.restart_count}});
+  if (config_.hang_timeout.count() > 0 && beats_.enabled()) return host_.judge_hung(late);
+  lifecycle_.on_reform_not_taken();
+  host_.replace_workers();
+}
+
+// A worker died (or the node began a teardown) while the round formed: the round started without it. Its
+// failure is reported in the new round, where the rendezvous counts it (while a round forms, failures are the
+// teardown's and ignored); the restart or the end that follows goes the usual way.
+void InPlaceReform::lost_a_worker() {
+  if (policy_.stop_signal() != 0) return;  // a signal stopped this node: its report went out (report_signal)
+  const WorkerRecord* lost = policy_.root_cause();
+  for (const WorkerRecord& w : policy_.workers())
+    if (!lost && (w.state != WorkerState::kRunning || w.pid <= 0)) lost = &w;
+  if (!lost) return;
+  const int lr = lost->local_rank;
+  WorkerRecord& w = policy_.worker(lr);
+  w.rank = world_.rank_offset + lr;
+  if (w.reason.empty()) w.reason = "it ended while the job re-formed in place";
+  log_.error("rank ", w.rank, ": ", w.reason, " (", w.status.describe(), ")");
+  host_.report_worker_failure(lr);
+}
+
+}  // namespace ddprun::agent

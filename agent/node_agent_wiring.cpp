@@ -1,0 +1,175 @@
+// The wiring of the agent's components: what each may ask of this node, and how its decisions are carried out on
+// the workers this agent owns. HangInquiry (agent/hang_inquiry.hpp), LiveView (agent/live_view.hpp),
+// ErrorFileWatch (agent/error_file_watch.hpp), InPlaceReform (agent/in_place_reform.hpp), WorkerLauncher
+// (agent/worker_launcher.hpp).
+#include <unistd.h>
+
+#include <csignal>
+#include <nlohmann/json.hpp>
+
+#include "agent/node_agent_impl.hpp"
+#include "common/process/process_tree.hpp"
+#include "common/time.hpp"
+#include "common/timeouts.hpp"
+
+namespace ddprun::agent {
+
+HangInquiry::Host NodeAgent::hang_host() {
+  HangInquiry::Host h;
+  h.round_runs = [this] { return lifecycle_.workers_started() && policy_.phase() == Phase::kRunning; };
+  h.outcome_known = [this] { return lifecycle_.outcome_known(); };
+  h.node_rank = [this] { return world_.node_rank; };
+  h.attempt = [this] { return workers_attempt_; };
+  h.named_slow = [this](int rank) { return live_.named_slow(rank); };
+  h.send_view = [this](const rendezvous::HangViewMsg& view) { link_.client().report_hang_view(view); };
+  h.kill_hung = [this](const std::vector<int>& local_ranks) {
+    Decision d;
+    for (int lr : local_ranks) {
+      if (const Decision one = policy_.on_hung(lr, unix_ms()); one.teardown_began) d = one;
+      // SIGKILL: a hung process may never act on SIGTERM, and it has had its chance (a stopped one too).
+      process::signal_group(policy_.worker(lr).pid, SIGKILL);
+    }
+    apply(d, "hung");
+    return d.teardown_began;
+  };
+  h.report_hang = [this](int local_rank, const std::string& message) {
+    rendezvous::Failure f = failure_of(policy_.worker(local_rank));
+    f.kind = rendezvous::FailureKind::kHung;
+    f.signal = SIGKILL;
+    f.time_unix_ms = unix_ms();
+    f.message = message;
+    link_.client().report_failure(f);
+  };
+  return h;
+}
+
+LiveView::Host NodeAgent::live_view_host() {
+  LiveView::Host h;
+  h.agent_state = [this] { return agent_state(); };
+  h.placed_once = [this] { return lifecycle_.placed_once(); };
+  h.finished = [this] { return lifecycle_.finished(); };
+  h.found_hung = [this](int local_rank) { return hang_.found_hung(local_rank); };
+  h.report_status = [this](std::string status, std::vector<rendezvous::RankPace> paces) {
+    link_.client().report_status(std::move(status), std::move(paces));
+  };
+  h.request_view = [this] { link_.client().request_view(); };
+  // SIGKILL, not SIGTERM: a worker that takes SIGTERM as a stop request would exit 0, a success, and leave the
+  // others waiting for it.
+  h.stop_straggler = [this](int local_rank, const std::string& reason) {
+    WorkerRecord& w = policy_.worker(local_rank);
+    w.reason = reason;
+    log_.warning("rank ", w.rank, " (pid ", w.pid, ") is stopped as a straggler (--straggler-action stop)");
+    process::signal_group(w.pid, SIGKILL);
+  };
+  return h;
+}
+
+// The agent's word in the live view: what its lifecycle and its policy say together.
+std::string NodeAgent::agent_state() const {
+  switch (lifecycle_.stage()) {
+    case AgentLifecycle::Stage::kAwaitingRound: return lifecycle_.placed_once() ? "restarting" : "rendezvous";
+    case AgentLifecycle::Stage::kRunning:
+      return policy_.phase() == Phase::kRunning ? "running" : "stopping";
+    case AgentLifecycle::Stage::kReforming:  // the workers live on into the next round
+      return policy_.phase() == Phase::kRunning ? "restarting" : "stopping";
+    case AgentLifecycle::Stage::kRoundOver: return lifecycle_.restarting() ? "restarting" : "stopping";
+    case AgentLifecycle::Stage::kNothingRan:
+    case AgentLifecycle::Stage::kFinished: return "done";
+  }
+  return "?";
+}
+
+ErrorFileWatch::Host NodeAgent::error_file_host() {
+  ErrorFileWatch::Host h;
+  h.raiser_pid = [this](int lr) -> pid_t {
+    // Only a running round's own failure: during a re-form in place, or once the job stops, the exit decides.
+    if (!lifecycle_.workers_started() || lifecycle_.awaits_reform() || lifecycle_.outcome_known() ||
+        policy_.phase() != Phase::kRunning)
+      return 0;
+    const WorkerRecord& w = policy_.worker(lr);
+    return w.state == WorkerState::kRunning ? w.pid : 0;
+  };
+  h.on_grace_over = [this](int lr, const supervision::ErrorFileContents& ef) { on_raiser_still_exiting(lr, ef); };
+  return h;
+}
+
+void NodeAgent::on_raiser_still_exiting(int local_rank, const supervision::ErrorFileContents& ef) {
+  reaper_.reap_now();  // an exit that came meanwhile is the job's end, with its real status (on_child_exit)
+  if (lifecycle_.awaits_reform() || lifecycle_.outcome_known()) return;
+  WorkerRecord& w = policy_.worker(local_rank);
+  if (w.state != WorkerState::kRunning) return;
+  const Decision d = policy_.on_error_file(local_rank, unix_ms());
+  if (!d.teardown_began) return;
+  w.error_message = ef.message;
+  log_.error("rank ", w.rank, " (pid ", w.pid, ") failed: it raised ", ef.message, " (its error file is written; ",
+             "its interpreter is still exiting ", timeouts::kRaisedExitGrace.count(), " ms later: code 1, as it will be)");
+  nlohmann::json e = worker_json(w);
+  e["event"] = "raised";
+  e["node_rank"] = world_.node_rank;
+  events_.write(e);
+  report_worker_failure(local_rank);  // first, as on_child_exit does: the other nodes start stopping now
+  apply(d, "worker_failed");
+}
+
+InPlaceReform::Host NodeAgent::reform_host() {
+  InPlaceReform::Host h;
+  h.attempt = [this] { return workers_attempt_; };
+  h.hang_inquiring = [this] { return hang_.inquiring(); };
+  h.pause_hang_watch = [this] { hang_.pause_watch(); };
+  h.resume_hang_watch = [this] {
+    hang_.start_round();
+    hang_.watch();
+  };
+  h.judge_hung = [this](const std::vector<int>& local_ranks) { hang_.judge_not_taken_up(local_ranks); };
+  h.note_reform = [this](const rendezvous::StopOrder& order) { note_reform(order, /*in_place=*/true); };
+  h.report_stopped = [this] { link_.client().report_stopped(); };
+  h.report_worker_failure = [this](int local_rank) { report_worker_failure(local_rank); };
+  h.rank_changed = [this](int local_rank, int rank) {
+    output_.set_rank(local_rank, rank);
+    live_.on_ranks_changed();
+  };
+  // SIGKILL at once: each had --term-timeout already.
+  h.replace_workers = [this] {
+    Decision d = policy_.on_external_stop(unix_ms());
+    d.signal_all = SIGKILL;
+    apply(d, "a worker did not take the re-formed round up; this node's workers start again in the same round");
+    maybe_finish();
+  };
+  return h;
+}
+
+WorkerLauncher::Host NodeAgent::launcher_host() {
+  WorkerLauncher::Host h;
+  h.facts = [this](int local_rank, const OutputRouting::Target& stdout_target) {
+    return worker_facts(local_rank, stdout_target);
+  };
+  h.may_fork = [this] { return policy_.phase() == Phase::kRunning; };  // a signal may have stopped the job
+  return h;
+}
+
+// What the plan of a worker (agent/worker_plan.hpp) needs to know of this process and this round's files.
+WorkerFacts NodeAgent::worker_facts(int local_rank, const OutputRouting::Target& stdout_target) const {
+  const int attempt = world_.restart_count;
+  WorkerFacts facts;
+  facts.agent_pid = ::getpid();
+  facts.job_tag = containment_.guard().tag();
+  facts.cgroup_procs_fd = containment_.cgroup().procs_fd();
+  facts.cgroup_dir_fd = containment_.cgroup().dir_fd();
+  facts.stdin_is_foreground_terminal = world_.rank_offset + local_rank == config_.stdin_rank &&
+                                       ::isatty(STDIN_FILENO) == 1 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+  // Only when stdout goes to the terminal alone: a bar's '\r' redraws have no place in a --tee file.
+  facts.stdout_to_terminal_only = stdout_target.console && !stdout_target.file && ::isatty(STDOUT_FILENO) == 1;
+  facts.error_file = layout_.error_file(attempt, local_rank);
+  if (heartbeats_.enabled()) {
+    facts.heartbeat_fd = heartbeats_.fd();
+    facts.reform_file = layout_.reform_file(attempt, local_rank);
+  }
+  if (config_.hang_timeout.count() > 0) {
+    facts.stacks_file = hang_.stacks_file(local_rank);
+    facts.stacks_signal = python_stacks_signal();
+    facts.flight_recorder_prefix = hang_.flight_recorder_prefix(local_rank);
+  }
+  return facts;
+}
+
+}  // namespace ddprun::agent
