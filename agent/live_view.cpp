@@ -155,6 +155,18 @@ std::vector<rendezvous::RankPace> LiveView::running_paces() const {
   return paces;
 }
 
+// Issue 33: a node kills a rank only on a judgement its own measurement supports: the rank's pace now, by the
+// measure judged, past the line the rendezvous named it by (the others' median plus half the threshold: the
+// margin a name goes by). A judgement gone stale (the rank recovered since), or one this node's own numbers do
+// not bear out, is said and not acted on.
+bool LiveView::own_pace_supports(const rendezvous::Straggler& s) const {
+  const auto pace = rates_.pace(s.rank, std::chrono::nanoseconds(config_.straggler_window).count());
+  if (!pace) return false;
+  const std::int64_t own = s.work ? pace->work_us : pace->step_us;
+  const double margin = 1 + std::max(config_.rdzv.job.stragglers.threshold, 0.0) / 2;
+  return own > 0 && static_cast<double>(own) > static_cast<double>(s.median_us) * margin;
+}
+
 // The rendezvous named (or stopped naming) stragglers: said once each way, on every node, in the log and the
 // events file; the live view marks them.
 void LiveView::on_stragglers(const rendezvous::StragglersMsg& message) {
@@ -171,8 +183,13 @@ void LiveView::on_stragglers(const rendezvous::StragglersMsg& message) {
     const int lr = s.rank - world_.rank_offset;
     if (lr < 0 || lr >= world_.local_world_size || lr >= static_cast<int>(policy_.workers().size())) continue;
     const WorkerRecord& w = policy_.workers()[static_cast<std::size_t>(lr)];
-    if (w.state == WorkerState::kRunning && w.pid > 0)
-      host_.stop_straggler(lr, "stopped by --straggler-action stop: " + straggler_text(s, window_s));
+    if (w.state != WorkerState::kRunning || w.pid <= 0) continue;
+    if (!own_pace_supports(s)) {
+      log_.warning("rank ", s.rank, " is not stopped (--straggler-action stop): this node's own measurement of it ",
+                   "over the window does not put it past the line the rendezvous named it by");
+      continue;
+    }
+    host_.stop_straggler(lr, "stopped by --straggler-action stop: " + straggler_text(s, window_s));
   }
   for (const rendezvous::Straggler& s : stragglers_) {
     if (is_named(message.named, s.rank)) continue;

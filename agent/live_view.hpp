@@ -73,6 +73,8 @@ class LiveView {
   // Each running rank's pace over the straggler window, in a round that runs (a stopping round's paces
   // describe no one).
   std::vector<rendezvous::RankPace> running_paces() const;
+  // This node's own measurement bears the judgement out (--straggler-action stop acts only then).
+  bool own_pace_supports(const rendezvous::Straggler& s) const;
   // The ddprun-status document: {"nodes": [this node, then the others as the rendezvous last heard them],
   // "complete", "stragglers"}.
   std::string document(const rendezvous::JobViewMsg* view);

@@ -13,7 +13,9 @@
 // median(others) × (1 + threshold); it is no longer named once, for `persist`, it was at or below
 // median(others) × (1 + threshold / 2) (a margin, so that a rank near the line is not named and cleared over
 // and over). The median is over the other ranks, so that in a job of two the slow one is compared with the
-// fast one, not with a middle that it pulls up itself.
+// fast one, not with a middle that it pulls up itself; for an even count it is the upper of the middle two, so
+// that a rank is named only when it is slower than more than half of the others (a minority's paces, true or
+// false, cannot move the line).
 //
 // Cost (issue 33: copying and sorting every other rank's pace for every rank, at every node's status, took a
 // 1 024-rank job's server 8.4 s of CPU per 20 s): a report only replaces its node's entry (O(its ranks)); a

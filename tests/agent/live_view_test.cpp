@@ -9,6 +9,7 @@
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "agent/live_view.hpp"
 #include "agent/loop_probe.hpp"
@@ -60,13 +61,26 @@ struct Fixture {
   void beat(int lr, std::int64_t step) {
     HeartbeatChannel::write(page + HeartbeatChannel::offset_of(lr), step, monotonic_ns());
   }
+  // The worker's own work, `work_ms` a step, over `steps` steps, sampled as the live view's tick does (in real
+  // time: a worker's work cannot exceed the time that passed).
+  void work_steps(int lr, int steps, std::int64_t work_ms) {
+    unsigned char* slot = page + HeartbeatChannel::offset_of(lr);
+    for (int step = 1; step <= steps; ++step) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(work_ms));
+      HeartbeatChannel::add_work(slot, work_ms * 1'000'000);
+      HeartbeatChannel::write(slot, step, monotonic_ns());
+      view->sample(/*remember=*/true);
+    }
+  }
+  // Named by its own work per step: 30 ms against the others' 10 ms.
   static rdzv::Straggler straggler(int rank, int node_rank) {
     rdzv::Straggler s;
     s.rank = rank;
     s.node_rank = node_rank;
     s.host = "n" + std::to_string(node_rank);
-    s.pace_us = 300'000;
-    s.median_us = 100'000;
+    s.pace_us = 30'000;
+    s.median_us = 10'000;
+    s.work = true;
     return s;
   }
 };
@@ -104,6 +118,7 @@ TEST_CASE("ranks that ended say how, and a round in teardown is stopping") {
 TEST_CASE("stragglers: named once each way, marked in the view, and --straggler-action stop picks this node's rank") {
   Fixture f;
   f.config.straggler_stop = true;
+  f.work_steps(1, 4, 30);  // this node measures local rank 1 (rank 3) at 30 ms of work a step too
   rdzv::StragglersMsg m;
   m.named = {Fixture::straggler(3, 1), Fixture::straggler(0, 0)};  // one here (local rank 1), one elsewhere
   f.view->on_stragglers(m);
@@ -118,6 +133,34 @@ TEST_CASE("stragglers: named once each way, marked in the view, and --straggler-
   CHECK(f.view->sample(false).ranks[1].state == "slow");
   f.view->on_new_round();
   CHECK_FALSE(f.view->named_slow(3));
+}
+
+// Issue 33: an insider's paces could get an honest, balanced rank named; its node killed it on the word alone.
+TEST_CASE("--straggler-action stop acts only on what this node's own measurement of the rank supports") {
+  Fixture f;
+  f.config.straggler_stop = true;
+  rdzv::StragglersMsg m;
+  m.named = {Fixture::straggler(3, 1)};
+  SUBCASE("no pace measured here") {
+    f.view->on_stragglers(m);
+    CHECK(f.stopped.empty());
+    CHECK(f.view->named_slow(3));  // still shown as named: the rendezvous said so
+  }
+  SUBCASE("measured here at the others' median: the judgement is not borne out") {
+    f.work_steps(1, 4, 10);
+    f.view->on_stragglers(m);
+    CHECK(f.stopped.empty());
+  }
+  SUBCASE("measured inside the margin a name goes by (+10% < +15%)") {
+    f.work_steps(1, 4, 11);
+    f.view->on_stragglers(m);
+    CHECK(f.stopped.empty());
+  }
+  SUBCASE("measured past it: stopped") {
+    f.work_steps(1, 4, 13);
+    f.view->on_stragglers(m);
+    CHECK(f.stopped.size() == 1);
+  }
 }
 
 TEST_CASE("a straggler is not stopped without --straggler-action stop, nor once its rank ended") {

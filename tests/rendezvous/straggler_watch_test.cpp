@@ -65,6 +65,26 @@ TEST_CASE("in a job of two the slow rank is compared with the fast one, and the 
   CHECK(named_ranks(w) == std::vector<int>{1});
 }
 
+// Issue 33: an insider node reporting its own rank at 1 us per step pulled the mean of the two others down to half,
+// and the honest ranks, balanced, were named (and with --straggler-action stop, one was SIGKILLed).
+TEST_CASE("a minority's paces cannot make balanced ranks stragglers: the upper of the middle two others") {
+  StragglerWatch w(StragglerRule{0.30, 1s});
+  w.report(0, "a", {pace(0, 100'000, 100'000)});
+  w.report(1, "b", {pace(1, 100'000, 100'000)});
+  w.report(2, "insider", {pace(2, 1, 1)});  // its own rank only (own_paces), at 1 us per step
+  w.judge(t0);
+  w.judge(t0 + 1s);
+  CHECK(named_ranks(w).empty());
+  SUBCASE("a rank slower than more than half of the others still is named") {
+    w.report(0, "a", {pace(0, 100'000, 140'000)});  // +40% over rank 1, the upper of {1 us, rank 1}
+    w.judge(t0 + 2s);
+    w.judge(t0 + 3s);
+    CHECK(named_ranks(w) == std::vector<int>{0});
+    REQUIRE(w.named().size() == 1);
+    CHECK(w.named()[0].median_us == 100'000);
+  }
+}
+
 TEST_CASE("one judgement under the line restarts the count") {
   StragglerWatch w(StragglerRule{0.30, 10s});
   w.report(0, "a", {pace(0, 100, 100), pace(1, 100, 150)});
@@ -184,8 +204,7 @@ TEST_CASE("the sorted-list median names exactly whom the direct rule names") {
         if (r != rank) others.push_back(o);
       std::sort(others.begin(), others.end());
       const std::size_t m = others.size();
-      const double mid = m % 2 ? static_cast<double>(others[m / 2])
-                               : (static_cast<double>(others[m / 2 - 1]) + static_cast<double>(others[m / 2])) / 2;
+      const double mid = static_cast<double>(others[m / 2]);  // the middle, or the upper of the middle two
       if (mid > 0 && static_cast<double>(v) > mid * 1.3)
         expected.push_back(Straggler{rank, rank / per_node, "h" + std::to_string(rank / per_node), v,
                                      static_cast<std::int64_t>(mid), with_work});
