@@ -89,4 +89,16 @@ const char* to_string(AgentLifecycle::Stage stage) {
   return "?";
 }
 
+const char* AgentLifecycle::state_word(bool workers_stopping) const {
+  switch (stage_) {
+    case Stage::kAwaitingRound: return placed_once_ ? "restarting" : "rendezvous";
+    case Stage::kRunning: return workers_stopping ? "stopping" : "running";
+    case Stage::kReforming: return workers_stopping ? "stopping" : "restarting";  // the workers live on
+    case Stage::kRoundOver: return restarting() ? "restarting" : "stopping";
+    case Stage::kNothingRan:
+    case Stage::kFinished: return "done";
+  }
+  return "?";
+}
+
 }  // namespace ddprun::agent

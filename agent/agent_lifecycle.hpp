@@ -73,6 +73,9 @@ class AgentLifecycle {
   bool awaits_reform() const { return ending_ == Ending::kInPlace; }
   bool outcome_known() const { return ending_ == Ending::kJobOver; }
   bool finished() const { return stage_ == Stage::kFinished; }
+  // The agent's word in the live view (rendezvous, running, restarting, stopping, done), with whether the
+  // policy has begun stopping this round's workers.
+  const char* state_word(bool workers_stopping) const;
 
   // The rendezvous placed this node in a round (whether or not it starts workers: a signal may have come).
   void on_placed() { placed_once_ = true; }

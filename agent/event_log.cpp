@@ -13,7 +13,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/console.hpp"
+#include "common/counted.hpp"
 #include "common/error.hpp"
+#include "common/exit_codes.hpp"
 #include "common/log.hpp"
 
 namespace ddprun::agent {
@@ -135,6 +138,21 @@ std::uint64_t EventLog::bytes_written() const {
   if (!state_) return 0;
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->failed_errno != 0 ? state_->whole_bytes : queue_->stats().written_bytes;
+}
+
+int EventLog::exit_code_after(int job_code, const std::string& path, const sigset_t& interrupt, const Logger& log) {
+  drain(interrupt);
+  if (!failed()) return job_code;
+  const std::string why = failed_errno() == EINTR ? std::string("given up: its file system did not answer")
+                                                  : "writing it failed (" + std::string(std::strerror(failed_errno())) + ")";
+  const std::string what = "the events file " + path + " is incomplete: " + why + " after " +
+                           counted(static_cast<long long>(bytes_written()), "byte");
+  if (job_code != 0) {
+    log.error(what, "; the exit code stays the job's (", job_code, ")");
+    return job_code;
+  }
+  console::write(2, "ddprun: error: " + what + "; exit code " + std::to_string(kExitCantCreate) + "\n");
+  return kExitCantCreate;
 }
 
 }  // namespace ddprun::agent

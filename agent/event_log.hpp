@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "common/log.hpp"
 #include "common/write_queue.hpp"
 
 namespace ddprun::agent {
@@ -42,6 +43,10 @@ class EventLog {
   bool failed() const;
   int failed_errno() const;
   std::uint64_t bytes_written() const;  // whole lines only
+  // The job's exit code once the file is drained (`interrupt` as for drain): a file that could not be written
+  // all through, `path`, is exit code 73 (README "Exit codes") when the job itself succeeded (said on the
+  // console); a failed job keeps its code, and the log says what the file lacks.
+  int exit_code_after(int job_code, const std::string& path, const sigset_t& interrupt, const Logger& log);
 
  private:
   void start_queue(int fd);

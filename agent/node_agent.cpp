@@ -39,14 +39,15 @@ NodeAgent::NodeAgent(const AgentConfig& config)
       signals_(io_, job_signals()),
       reaper_(io_, [this](pid_t pid, const process::ExitStatus& s) { on_child_exit(pid, s); },
               [this](bool has_children) { after_reap(has_children); }),
-      grace_timer_(io_), stop_reply_timer_(io_), peer_signal_timer_(io_),
+      grace_timer_(io_), peer_signal_timer_(io_),
       link_(io_, config, rendezvous_handlers()),
       containment_(io_, log_), output_(io_, config_, world_, log_, events_, [this] { maybe_finish(); }), probe_(io_),
       hang_(io_, config_, heartbeats_, layout_, policy_, log_, events_, hang_host()),
       live_(io_, config_, world_, heartbeats_, policy_, log_, events_, live_view_host()),
       errors_(io_, error_file_host()),
       reform_(io_, config_, world_, heartbeats_, policy_, lifecycle_, layout_, log_, events_, reform_host()),
-      launcher_(config_, world_, layout_, output_, launcher_host()) {}
+      launcher_(config_, world_, layout_, output_, launcher_host()),
+      reports_(io_, config_, world_, policy_, lifecycle_, log_, reports_host()) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -66,12 +67,7 @@ int NodeAgent::run() {
     // not fork-safe with other threads running; glibc's is).
     start_console();
     events_.start();
-    for (const auto& note : config_.startup_notes) {
-      const std::string warning = "warning: ", debug = "debug: ";
-      if (note.rfind(warning, 0) == 0) config_.log.warning(note.substr(warning.size()));
-      else if (note.rfind(debug, 0) == 0) config_.log.debug(note.substr(debug.size()));
-      else config_.log.info(note);
-    }
+    for (const auto& note : config_.startup_notes) config_.log.note(note);
   } catch (...) {
     containment_.end_cgroup();
     layout_.cleanup();
@@ -115,7 +111,7 @@ int NodeAgent::run() {
     log_.info(summary_text(policy_, ctx).substr(8));  // "ddprun: " is already in the log tag
   }
   events_.write(summary_json(policy_, ctx));
-  code = events_exit_code(code);
+  code = events_.exit_code_after(code, config_.events_file, stop_signals(), log_);
   // Every worker and descendant is gone by now (ddprun's sweep): anything the cgroup still holds escaped
   // the sweep, and would otherwise run on after the job.
   if (const int left = containment_.end_cgroup(); left > 0)
@@ -162,7 +158,7 @@ void NodeAgent::on_signal(const ReceivedSignal& received) {
   Decision d = policy_.on_signal(signal, unix_ms());
   if (workers_have_it && d.signal_all == signal) d.signal_all = 0;
   apply(d, "signal");
-  if (d.teardown_began) report_signal(signal);
+  if (d.teardown_began) reports_.signal_received(signal);
 }
 
 // Ctrl-Z (SIGTSTP): the job pauses as a shell job would. The workers have their own process groups, so the
@@ -225,7 +221,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
   // while this one scans /proc and signals its own workers (~2 ms saved on every cross-node teardown).
   // While the job re-forms in place the report waits for the new round (InPlaceReform): the rendezvous
   // takes failures during a re-form for the teardown's.
-  if (d.teardown_began && w.state == WorkerState::kFailed && !lifecycle_.awaits_reform()) report_worker_failure(lr);
+  if (d.teardown_began && w.state == WorkerState::kFailed && !lifecycle_.awaits_reform()) reports_.worker_failed(lr);
   apply(d, "worker_failed");
 }
 
@@ -318,7 +314,7 @@ void NodeAgent::maybe_finish() {
   }
   reaper_.stop();
   grace_timer_.cancel();
-  stop_reply_timer_.cancel();
+  reports_.cancel();
   peer_signal_timer_.cancel();
   hang_.cancel();
   errors_.cancel();

@@ -1,31 +1,8 @@
-// The end of the job on this node: the events file's exit code, and what the end-of-job summary is made from
-// (agent/exit_summary.hpp).
-#include <cstring>
-
+// What the end-of-job summary is made from on this node (agent/exit_summary.hpp).
 #include "agent/node_agent_impl.hpp"
-#include "common/console.hpp"
-#include "common/counted.hpp"
+#include "common/time.hpp"
 
 namespace ddprun::agent {
-
-// An events file that could not be written all through is exit code 73 (README "Exit codes") when the job
-// itself succeeded; a failed job keeps its root cause's code, and the summary says what the file lacks.
-// Waits for the events file's last lines first (a stop signal gives up on a file system that does not answer).
-int NodeAgent::events_exit_code(int job_code) {
-  events_.drain(stop_signals());
-  if (!events_.failed()) return job_code;
-  const std::string why = events_.failed_errno() == EINTR ? std::string("given up: its file system did not answer")
-                                                          : "writing it failed (" +
-                                                                std::string(std::strerror(events_.failed_errno())) + ")";
-  const std::string what = "the events file " + config_.events_file + " is incomplete: " + why + " after " +
-                           counted(static_cast<long long>(events_.bytes_written()), "byte");
-  if (job_code != 0) {
-    log_.error(what, "; the exit code stays the job's (", job_code, ")");
-    return job_code;
-  }
-  console::write(2, "ddprun: error: " + what + "; exit code " + std::to_string(kExitCantCreate) + "\n");
-  return kExitCantCreate;
-}
 
 SummaryContext NodeAgent::summary_context() const {
   SummaryContext ctx;

@@ -26,6 +26,7 @@
 #include "agent/error_file_watch.hpp"
 #include "agent/event_log.hpp"
 #include "agent/exit_summary.hpp"
+#include "agent/failure_reports.hpp"
 #include "agent/hang_inquiry.hpp"
 #include "agent/in_place_reform.hpp"
 #include "agent/heartbeat_channel.hpp"
@@ -61,11 +62,6 @@ class NodeAgent {
   void on_assignment(const rendezvous::Assignment& a);
   void on_stop(const rendezvous::StopOrder& order);
   void on_outcome(const JobCause* cause, const char* reason);
-  rendezvous::Failure failure_of(const WorkerRecord& w) const;
-  void report_worker_failure(int local_rank);
-  void report_signal(int signal);
-  void report_agent_signal(int signal, std::int64_t time_ms);
-  void leave_after_signal(int signal);
   void begin_next_round(AgentLifecycle::Next how);
   void note_reform(const rendezvous::StopOrder& order, bool in_place);
   bool may_rejoin(const rendezvous::StopOrder& order) const;
@@ -75,8 +71,8 @@ class NodeAgent {
   ErrorFileWatch::Host error_file_host();
   void on_raiser_still_exiting(int local_rank, const supervision::ErrorFileContents& ef);
   LiveView::Host live_view_host();
-  std::string agent_state() const;
   InPlaceReform::Host reform_host();
+  FailureReports::Host reports_host();
   WorkerLauncher::Host launcher_host();
   WorkerFacts worker_facts(int local_rank, const OutputRouting::Target& stdout_target) const;
   // node_agent.cpp
@@ -90,7 +86,6 @@ class NodeAgent {
   void on_grace_expired();
   void maybe_finish();
   SummaryContext summary_context() const;  // what the end-of-job summary needs from this node, as it ends
-  int events_exit_code(int job_code);
 
   const AgentConfig& config_;
   World world_;  // the launcher's, then the rendezvous' assignment
@@ -99,7 +94,6 @@ class NodeAgent {
   SignalReader signals_;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT (stop), SIGUSR1, SIGUSR2 (notices), SIGTSTP, SIGCONT
   ChildReaper reaper_;
   boost::asio::steady_timer grace_timer_;
-  boost::asio::steady_timer stop_reply_timer_;  // bounds the wait for the server's answer to our signal
   boost::asio::steady_timer peer_signal_timer_;  // SLURM: a peer's signal, before our slurmstepd's copy came
   SupervisionPolicy policy_;
   RunLayout layout_;
@@ -118,6 +112,7 @@ class NodeAgent {
   AgentLifecycle lifecycle_;  // round stage, what the round leads to, clean-up (agent/agent_lifecycle.hpp)
   InPlaceReform reform_;  // keeps this node's workers through a re-form (agent/in_place_reform.hpp)
   WorkerLauncher launcher_;  // forks a round's workers (agent/worker_launcher.hpp)
+  FailureReports reports_;  // what this node tells the rendezvous of its failures (agent/failure_reports.hpp)
   std::int64_t start_ms_ = 0;
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary
 };

@@ -18,8 +18,6 @@ namespace rdzv = ddprun::rendezvous;
 using nlohmann::json;
 
 namespace {
-// How long a node that reported a signal waits for the rendezvous' stop order before it ends by itself.
-constexpr std::chrono::milliseconds kStopReplyLimit{1000};
 // Inside a SLURM step whose proctrack signals every process of the step, how long a stop caused by another
 // node's signal waits for this node's own slurmstepd to deliver the same signal (scancel and time limits reach
 // every node's slurmstepd within milliseconds of each other). Short enough not to matter when no signal comes.
@@ -218,7 +216,7 @@ void NodeAgent::begin_next_round(AgentLifecycle::Next how) {
   output_.retire_round();
   local_rank_of_.clear();
   // ddprun was told to stop while the round's workers went down: no next round, the job ends.
-  if (const int signal = policy_.stop_signal(); signal != 0) return leave_after_signal(signal);
+  if (const int signal = policy_.stop_signal(); signal != 0) return reports_.left_between_rounds(signal);
   policy_.reset_for_restart();
   if (how == AgentLifecycle::Next::kRestartInRound) return start_again_in_round();  // node_agent_workers.cpp
   if (how == AgentLifecycle::Next::kRejoin) {
@@ -226,80 +224,6 @@ void NodeAgent::begin_next_round(AgentLifecycle::Next how) {
     return link_.rejoin();
   }
   link_.client().report_stopped();
-}
-
-// A worker of this node as the rendezvous names it; the caller adds how it failed.
-rdzv::Failure NodeAgent::failure_of(const WorkerRecord& w) const {
-  rdzv::Failure f;
-  f.node_rank = world_.node_rank;
-  f.host = config_.host;
-  f.rank = w.rank;
-  f.local_rank = w.local_rank;
-  f.pid = w.pid;
-  return f;
-}
-
-void NodeAgent::report_worker_failure(int local_rank) {
-  const WorkerRecord& w = policy_.worker(local_rank);
-  rdzv::Failure f = failure_of(w);
-  f.kind = w.status.signaled ? rdzv::FailureKind::kSignaled : rdzv::FailureKind::kExited;
-  if (w.status.signaled) f.signal = w.status.signal;
-  else f.exit_code = w.status.code;
-  f.time_unix_ms = w.end_ms;
-  f.error_file_contents = w.error_message;
-  f.message = w.reason;  // why it could not start, or who killed it: every node's summary says it
-  link_.client().report_failure(f);
-}
-
-void NodeAgent::report_signal(int signal) {
-  if (!lifecycle_.workers_started()) return leave_after_signal(signal);
-  report_agent_signal(signal, unix_ms());
-  if (!link_.client().reconnecting()) return;
-  // The rendezvous server is away (a restart under way): no stop order can come, and a stop signal must not
-  // wait --rdzv-reconnect-timeout. This node ends once its workers are gone; a server that comes back finds it
-  // missing and ends (or re-forms) the job for the others.
-  JobCause c;
-  c.text = "ddprun on node " + std::to_string(world_.node_rank) + " (host " + config_.host + ") received " +
-           process::signal_name(signal) + " while the rendezvous server was away";
-  c.exit_code = 128 + signal;
-  c.node_rank = world_.node_rank;
-  c.time_ms = unix_ms();
-  on_outcome(&c, "signal");
-}
-
-// This node's ddprun itself was stopped: a node failure (no rank), which the rendezvous never restarts.
-void NodeAgent::report_agent_signal(int signal, std::int64_t time_ms) {
-  rdzv::Failure f;
-  f.kind = rdzv::FailureKind::kAgentStopped;
-  f.node_rank = world_.node_rank;
-  f.host = config_.host;
-  f.pid = ::getpid();
-  f.signal = signal;
-  f.time_unix_ms = time_ms;
-  f.message = std::string("its ddprun received ") + process::signal_name(signal);
-  link_.client().report_failure(f);
-}
-
-// A stop signal while no round runs here: waiting for the other nodes, or between restart rounds.
-// A node the others wait on (the host, or one placed in a round) tells the rendezvous, which stops every
-// node with this signal as the root cause; the reply is awaited briefly, never for long. A joining node
-// that was never placed just leaves: its place is free for a replacement (the others' --rdzv-timeout
-// still bounds their wait).
-void NodeAgent::leave_after_signal(int signal) {
-  JobCause c;
-  c.text = std::string("ddprun on node ") + std::to_string(world_.node_rank) + " (host " + config_.host + ") received " +
-           process::signal_name(signal) + (lifecycle_.placed_once() ? " between restart rounds" : " before the rendezvous completed");
-  c.exit_code = 128 + signal;
-  c.node_rank = world_.node_rank;
-  c.time_ms = unix_ms();
-  if (!link_.hosting() && !lifecycle_.placed_once()) return on_outcome(&c, "signal");
-  report_agent_signal(signal, c.time_ms);
-  stop_reply_timer_.expires_after(kStopReplyLimit);
-  stop_reply_timer_.async_wait([this, c](const boost::system::error_code& ec) {
-    if (ec || lifecycle_.outcome_known()) return;
-    log_.debug("no stop order from the rendezvous ", kStopReplyLimit.count(), " ms after reporting the signal");
-    on_outcome(&c, "signal");
-  });
 }
 
 }  // namespace ddprun::agent

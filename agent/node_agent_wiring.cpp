@@ -1,7 +1,7 @@
 // The wiring of the agent's components: what each may ask of this node, and how its decisions are carried out on
 // the workers this agent owns. HangInquiry (agent/hang_inquiry.hpp), LiveView (agent/live_view.hpp),
-// ErrorFileWatch (agent/error_file_watch.hpp), InPlaceReform (agent/in_place_reform.hpp), WorkerLauncher
-// (agent/worker_launcher.hpp).
+// ErrorFileWatch (agent/error_file_watch.hpp), InPlaceReform (agent/in_place_reform.hpp), FailureReports
+// (agent/failure_reports.hpp), WorkerLauncher (agent/worker_launcher.hpp).
 #include <unistd.h>
 
 #include <csignal>
@@ -32,20 +32,13 @@ HangInquiry::Host NodeAgent::hang_host() {
     apply(d, "hung");
     return d.teardown_began;
   };
-  h.report_hang = [this](int local_rank, const std::string& message) {
-    rendezvous::Failure f = failure_of(policy_.worker(local_rank));
-    f.kind = rendezvous::FailureKind::kHung;
-    f.signal = SIGKILL;
-    f.time_unix_ms = unix_ms();
-    f.message = message;
-    link_.client().report_failure(f);
-  };
+  h.report_hang = [this](int local_rank, const std::string& message) { reports_.worker_hung(local_rank, message); };
   return h;
 }
 
 LiveView::Host NodeAgent::live_view_host() {
   LiveView::Host h;
-  h.agent_state = [this] { return agent_state(); };
+  h.agent_state = [this] { return std::string(lifecycle_.state_word(policy_.phase() != Phase::kRunning)); };
   h.placed_once = [this] { return lifecycle_.placed_once(); };
   h.finished = [this] { return lifecycle_.finished(); };
   h.found_hung = [this](int local_rank) { return hang_.found_hung(local_rank); };
@@ -62,21 +55,6 @@ LiveView::Host NodeAgent::live_view_host() {
     process::signal_group(w.pid, SIGKILL);
   };
   return h;
-}
-
-// The agent's word in the live view: what its lifecycle and its policy say together.
-std::string NodeAgent::agent_state() const {
-  switch (lifecycle_.stage()) {
-    case AgentLifecycle::Stage::kAwaitingRound: return lifecycle_.placed_once() ? "restarting" : "rendezvous";
-    case AgentLifecycle::Stage::kRunning:
-      return policy_.phase() == Phase::kRunning ? "running" : "stopping";
-    case AgentLifecycle::Stage::kReforming:  // the workers live on into the next round
-      return policy_.phase() == Phase::kRunning ? "restarting" : "stopping";
-    case AgentLifecycle::Stage::kRoundOver: return lifecycle_.restarting() ? "restarting" : "stopping";
-    case AgentLifecycle::Stage::kNothingRan:
-    case AgentLifecycle::Stage::kFinished: return "done";
-  }
-  return "?";
 }
 
 ErrorFileWatch::Host NodeAgent::error_file_host() {
@@ -107,7 +85,7 @@ void NodeAgent::on_raiser_still_exiting(int local_rank, const supervision::Error
   e["event"] = "raised";
   e["node_rank"] = world_.node_rank;
   events_.write(e);
-  report_worker_failure(local_rank);  // first, as on_child_exit does: the other nodes start stopping now
+  reports_.worker_failed(local_rank);  // first, as on_child_exit does: the other nodes start stopping now
   apply(d, "worker_failed");
 }
 
@@ -123,7 +101,7 @@ InPlaceReform::Host NodeAgent::reform_host() {
   h.judge_hung = [this](const std::vector<int>& local_ranks) { hang_.judge_not_taken_up(local_ranks); };
   h.note_reform = [this](const rendezvous::StopOrder& order) { note_reform(order, /*in_place=*/true); };
   h.report_stopped = [this] { link_.client().report_stopped(); };
-  h.report_worker_failure = [this](int local_rank) { report_worker_failure(local_rank); };
+  h.report_worker_failure = [this](int local_rank) { reports_.worker_failed(local_rank); };
   h.rank_changed = [this](int local_rank, int rank) {
     output_.set_rank(local_rank, rank);
     live_.on_ranks_changed();
@@ -135,6 +113,15 @@ InPlaceReform::Host NodeAgent::reform_host() {
     apply(d, "a worker did not take the re-formed round up; this node's workers start again in the same round");
     maybe_finish();
   };
+  return h;
+}
+
+FailureReports::Host NodeAgent::reports_host() {
+  FailureReports::Host h;
+  h.send = [this](const rendezvous::Failure& f) { link_.client().report_failure(f); };
+  h.server_away = [this] { return link_.client().reconnecting(); };
+  h.hosting = [this] { return link_.hosting(); };
+  h.end_job = [this](const JobCause& cause, const char* reason) { on_outcome(&cause, reason); };
   return h;
 }
 

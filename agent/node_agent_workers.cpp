@@ -42,7 +42,7 @@ void NodeAgent::start_workers() {
     log_.error("rank ", r.rank, " could not be started: ", failed->reason);
     r.reason = failed->reason;
     const Decision d = policy_.on_exit(failed->local_rank, failed->status, unix_ms());
-    if (d.teardown_began) report_worker_failure(failed->local_rank);
+    if (d.teardown_began) reports_.worker_failed(failed->local_rank);
     for (const WorkerLauncher::StartFailure& f : round.more) {  // victims of the first: the teardown began with it
       policy_.worker(f.local_rank).reason = f.reason;
       policy_.on_exit(f.local_rank, f.status, unix_ms());

@@ -68,4 +68,11 @@ void Logger::write(LogLevel level, std::string_view message) const {
   console::write(fd_, line);  // never blocks once the agent runs
 }
 
+void Logger::note(const std::string& text) const {
+  const std::string warning = "warning: ", debug = "debug: ";
+  if (text.rfind(warning, 0) == 0) this->warning(text.substr(warning.size()));
+  else if (text.rfind(debug, 0) == 0) this->debug(text.substr(debug.size()));
+  else info(text);
+}
+
 }  // namespace ddprun

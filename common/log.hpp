@@ -37,6 +37,9 @@ class Logger {
   template <typename... Args> void info(const Args&... args) const { emit(LogLevel::kInfo, args...); }
   template <typename... Args> void warning(const Args&... args) const { emit(LogLevel::kWarning, args...); }
   template <typename... Args> void error(const Args&... args) const { emit(LogLevel::kError, args...); }
+  // A note kept for later (the launcher's, said once the console runs): "warning: ..." and "debug: ..." at
+  // their level, anything else as info.
+  void note(const std::string& text) const;
 
  private:
   template <typename... Args>

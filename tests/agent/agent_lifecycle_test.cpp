@@ -249,3 +249,25 @@ TEST_CASE("illegal transitions are refused: nothing changes") {
   CHECK_FALSE(l.awaits_reform());
   CHECK_FALSE(l.on_reform_assignment());
 }
+
+TEST_CASE("the live view's word for each stage (issue 32: a re-forming node says restarting, not running)") {
+  AgentLifecycle l;
+  CHECK(std::string(l.state_word(false)) == "rendezvous");
+  l.on_placed();
+  CHECK(std::string(l.state_word(false)) == "restarting");  // placed once: waiting for the next round
+  l.on_workers_started();
+  CHECK(std::string(l.state_word(false)) == "running");
+  CHECK(std::string(l.state_word(true)) == "stopping");
+  REQUIRE(l.on_reform_in_place());
+  CHECK(std::string(l.state_word(false)) == "restarting");
+  CHECK(std::string(l.state_word(true)) == "stopping");
+  l.on_reform_assignment();
+  l.on_reformed();
+  l.on_restart_ordered();
+  l.on_processes_gone();
+  CHECK(std::string(l.state_word(false)) == "restarting");  // the round is over, the next one comes
+  l.on_job_over();
+  CHECK(std::string(l.state_word(false)) == "stopping");
+  CHECK(l.after_drained() == Next::kFinish);
+  CHECK(std::string(l.state_word(false)) == "done");
+}
