@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Many randomized multi-node runs, for the record (issue 10, figure 4): the generator and runner of
-tests/integration/chaos_multinode.py and the checks of chaos_multinode_check.py beside it (shared with
+tests/support/chaos_multinode.py and the checks of chaos_multinode_check.py beside it (shared with
 test_chaos_multinode.py, so the two never drift apart).
 
   scripts/bench/chaos_multinode.py --runs 150 --seed S [--build DIR] [--elastic auto|on|off] [--jobs J]
@@ -12,7 +12,7 @@ a worker exits non-zero, raises a signal or hangs (--hang-timeout), a worker get
 outside, an agent is SIGKILLed or gets SIGTERM/SIGINT, and with elastic membership (--nnodes MIN:MAX, used in
 half the runs when the build has it: --elastic auto) nodes join and leave. Checked for every run: orphans 0,
 rounds and restart counts consistent on every node, exit codes = the root cause's, no output line lost, every
-agent ended within 20 s (tests/integration/chaos_multinode.py's docstring has the details).
+agent ended within 20 s (tests/support/chaos_multinode.py's docstring has the details).
 
 Prints each defective run with its reproduction as it happens, then one line: runs (elastic ones), agents,
 rounds held, numbered lines checked, failures injected by kind (an agent stopped in an elastic run counts as
@@ -30,7 +30,7 @@ import tempfile
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/support"))
 
 
 def run_shard(args, shard, jobs):

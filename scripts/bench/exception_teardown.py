@@ -23,7 +23,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "../.."))
 PYTHON = "/usr/bin/python3"  # Debian's python3-torch is installed for this interpreter
-sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
+sys.path.insert(0, os.path.join(ROOT, "tests/support"))
 from harness import descendants, reap_zombies  # noqa: E402  (importing it makes this process a subreaper)
 from ports import free_port  # noqa: E402
 

@@ -71,7 +71,7 @@ directories), removed at the end; --keep DIR copies each run's files there first
 launcher's stderr (node<N>.<start>.stderr, every line prefixed with the wall clock when read), ddprun's events
 files (`--events-file`, one per node; ddprun starts it afresh, so each earlier start's is renamed
 events.node<N>.before<start>.jsonl before the node starts again), the rendezvous service's log. This script is a child subreaper
-(tests/integration/harness.py): every process of a run is killed at its end, on Ctrl-C or on an error, and checked
+(tests/support/harness.py): every process of a run is killed at its end, on Ctrl-C or on an error, and checked
 gone; so is the port.
 """
 import argparse
@@ -90,7 +90,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "../.."))
-sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
+sys.path.insert(0, os.path.join(ROOT, "tests/support"))
 sys.path.insert(0, HERE)
 from ports import free_port  # noqa: E402
 # The integration tests' process tools; importing harness makes this process a child subreaper.

@@ -3,7 +3,7 @@
 
 Each scenario runs --runs times per launcher, the launchers interleaved run by run; the table gives median and
 min–max, each run's exit codes, and the processes left behind (this script is a child subreaper through
-tests/integration/harness.py: whatever a launcher leaves is re-parented here, counted 3 s after the launchers
+tests/support/harness.py: whatever a launcher leaves is re-parented here, counted 3 s after the launchers
 exited, then killed). Workers are scripts/bench/gpu_vs_torchrun_worker.py; each writes its pid at start, so the
 time every process is gone is the last exit seen on pidfds of the launchers and workers, plus a /proc scan for any
 other descendant.

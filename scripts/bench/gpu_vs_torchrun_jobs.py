@@ -1,5 +1,5 @@
 """One job of scripts/bench/gpu_vs_torchrun.py: start the launchers, time their exits and their workers', and count
-what is left behind. Importing tests/integration/harness.py makes this process a child subreaper, so a process
+what is left behind. Importing tests/support/harness.py makes this process a child subreaper, so a process
 that a launcher leaves is re-parented here and found by descendants()."""
 import os
 import select
@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/support"))
 from harness import descendants, kill_all, reap_zombies, wait_gone  # noqa: E402
 from ports import free_port  # noqa: E402
 

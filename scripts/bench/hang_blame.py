@@ -44,7 +44,7 @@ import argparse, os, random, re, shutil, signal, statistics, subprocess, sys, te
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
 from harness import descendants, reap_zombies  # noqa: E402  (importing it makes this process a subreaper)
 from ports import free_port  # noqa: E402
 

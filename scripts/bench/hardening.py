@@ -24,7 +24,7 @@ import time
 TORCHRUN = ["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "../../../shared/peers/torchrun311.py")]
 
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/support"))
 from ports import free_port  # noqa: E402
 
 

@@ -15,7 +15,7 @@ import tempfile
 import time
 
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/support"))
 from ports import free_port  # noqa: E402
 
 

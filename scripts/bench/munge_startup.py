@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Start-up cost of MUNGE authentication: a 2-node job on 127.0.0.1 with --rdzv-auth munge against the same job
-with --rdzv-auth token, beside a private munged (tests/integration/munged.py; needs root, as munged does).
+with --rdzv-auth token, beside a private munged (tests/support/munged.py; needs root, as munged does).
 
   scripts/bench/munge_startup.py [--build build] [--runs 30] [--slurm-runs 20]
 
@@ -9,7 +9,7 @@ job       two `ddprun --nnodes 2 --node-rank R --master-addr 127.0.0.1 --no-pyth
           the machine's load hits both alike. With MUNGE the hosting node first checks that munged answers (one
           credential), each node makes one credential and the server decodes two.
 srun      `srun -N3 --ntasks-per-node=1 ddprun --rdzv-auth MODE --no-python /bin/true` on the real 3-node SLURM
-          test cluster of tests/slurm/cluster.py (its own munged; DDPRUN_MUNGE_SOCKET points at it): srun's wall
+          test cluster of tests/support/cluster.py (its own munged; DDPRUN_MUNGE_SOCKET points at it): srun's wall
           time, modes alternating, --slurm-runs per mode (0: skip).
 per node  what MUNGE adds to one node's join: libmunge's munge_encode (on the node) + munge_decode (at the
           server) for our payload, timed in this process through ctypes, --runs x 20 pairs.
@@ -24,9 +24,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/support"))
 from ports import free_port  # noqa: E402
-sys.path.insert(0, os.path.join(HERE, "../../tests/slurm"))
 from munged import PrivateMunged  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Faults on the wire, ddprun and torchrun 1.13 side by side (issue 37's table in docs/MULTINODE.md).
 
-The lab (tests/integration/netns_lab.py): four hosts in network namespaces on one switch, each with a host name
+The lab (tests/support/netns_lab.py): four hosts in network namespaces on one switch, each with a host name
 of its own (a UTS namespace, names in /etc/netns/NS/hosts): "rdzv" runs the rendezvous (ddprun-rendezvous, or a
 torch TCPStore that torchrun's c10d backend joins with is_host=false), "node0".."node2" each run one launcher
 with one worker. rdzv and node1 reach the switch through delay lines of our own (no netem here). The worker is
@@ -29,7 +29,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "../.."))
-sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
+sys.path.insert(0, os.path.join(ROOT, "tests/support"))
 from netns_lab import NetnsStar, sh  # noqa: E402
 from ports import free_port  # noqa: E402
 

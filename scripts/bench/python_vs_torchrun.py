@@ -25,7 +25,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 PYTHON = "/usr/bin/python3"  # Debian's python3-torch is installed for this interpreter
 TRAIN = os.path.join(ROOT, "examples/python/fashion_mnist_ddp.py")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/support"))
 # The integration tests' process tools; importing it makes this process a child subreaper.
 from harness import descendants, reap_zombies  # noqa: E402
 FAIL = os.path.join(ROOT, "examples/python/record_failure.py")

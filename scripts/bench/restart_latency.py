@@ -20,7 +20,7 @@ backend, `--rdzv_conf is_host=` set so that exactly one agent hosts the TCPStore
 --monitor_interval 5 and at 0.1; it has no events file, so only `total` is measured for it, the same way.
 
 Runs are interleaved (each round runs every launcher once, in a rotating order) and each records the load
-average. This script is a child subreaper (tests/integration/harness.py): after each run it waits for every
+average. This script is a child subreaper (tests/support/harness.py): after each run it waits for every
 process the launchers started to be gone (torchrun's agents, their TCPStore, workers), kills and reports whatever
 is left, checks that nothing listens on the run's rendezvous port any more, and kills everything on Ctrl-C or
 error. Exit status 1 if any run failed to restart or left a process or a listener behind.
@@ -45,7 +45,7 @@ import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/support"))
 from ports import free_port  # noqa: E402
 # The integration tests' process tools; importing harness makes this process a child subreaper.
 from harness import descendants, kill_all, reap_zombies  # noqa: E402

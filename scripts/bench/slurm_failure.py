@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ddprun against torchrun 1.13 (c10d rendezvous) under srun, on the real 3-node SLURM test cluster of
-tests/slurm/cluster.py (munged, slurmctld, 3 slurmd on this machine, proctrack/linuxproc; needs root).
+tests/support/cluster.py (munged, slurmctld, 3 slurmd on this machine, proctrack/linuxproc; needs root).
 
   scripts/bench/slurm_failure.py [--build build] [--runs 5] [--cap 30]
 
@@ -20,7 +20,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "../../tests/slurm"))
+sys.path.insert(0, os.path.join(HERE, "../../tests/support"))
 from cluster import SlurmCluster  # noqa: E402
 # torchrun with its --redirects default parsed again under Python 3.11 (see python_vs_torchrun.py).
 from python_vs_torchrun import TORCHRUN_311  # noqa: E402

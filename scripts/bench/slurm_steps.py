@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 18's figures on the real 3-node SLURM test cluster of tests/slurm/cluster.py (needs root):
+"""Issue 18's figures on the real 3-node SLURM test cluster of tests/support/cluster.py (needs root):
 
   scripts/bench/slurm_steps.py [--build build] [--ddprun PATH] [--sweeps 20] [--runs 5]
 
@@ -19,7 +19,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "../../tests/slurm"))
+sys.path.insert(0, os.path.join(HERE, "../../tests/support"))
+sys.path.insert(0, os.path.join(HERE, "../../tests/slurm"))  # test_step_isolation
 from cluster import SlurmCluster  # noqa: E402
 import test_step_isolation as steps  # noqa: E402
 

@@ -40,6 +40,7 @@ import shutil
 import time
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 import harness
 from chaos_support import (CHILD_KINDS, code_of, describe_pid, limit_core_dumps, read_events, status_of,
                            sweep_leftovers)

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 import chaos_multinode as cm
 import chaos_multinode_check as cc
 import harness

@@ -11,6 +11,7 @@ import sys
 import time
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DdprunTestCase
 
 HERE = os.path.dirname(os.path.abspath(__file__))

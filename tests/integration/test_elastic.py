@@ -14,6 +14,7 @@ import socket
 import subprocess
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from elastic_fixture import BOUND, ElasticCase, LAST_CALL, REFUSED, worker_runs
 from harness import DDPRUN, RENDEZVOUS, pid_alive
 from ports import listening

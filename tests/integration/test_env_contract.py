@@ -5,6 +5,7 @@ import sys
 import textwrap
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DdprunTestCase, read_until
 from ports import free_port
 from python_env import NO_TORCH, torch_python

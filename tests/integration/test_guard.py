@@ -6,6 +6,7 @@ import os
 import signal
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import WORKER, DdprunTestCase, comm, descendants, wait_gone
 from multinode import MultiNodeCase
 

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, DdprunTestCase, comm, descendants, reap_zombies, wait_gone
 
 

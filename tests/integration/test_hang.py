@@ -7,6 +7,7 @@ import sys
 import textwrap
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DdprunTestCase, WORKER, pid_alive
 from multinode import MultiNodeCase
 

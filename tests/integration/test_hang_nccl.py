@@ -24,6 +24,7 @@ import re
 import stat
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DdprunTestCase, WORKER
 
 HERE = os.path.dirname(os.path.abspath(__file__))

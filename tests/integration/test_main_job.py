@@ -18,6 +18,7 @@ import time
 import unittest
 import xml.etree.ElementTree as ET
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from fashion_mnist_files import write_split
 from harness import DDPRUN, DdprunTestCase, WORKER, read_until
 from ports import free_port

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, RENDEZVOUS, WORKER
 from multinode import LOST, REFUSED, TIMEOUT, MultiNodeCase
 

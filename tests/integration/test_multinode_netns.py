@@ -5,6 +5,7 @@ import os
 import subprocess
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, WORKER
 from multinode import MultiNodeCase, LOST
 from netns_lab import NetnsPair, sh

@@ -1,4 +1,4 @@
-"""MUNGE authentication of the rendezvous, with a private munged per test (tests/integration/munged.py):
+"""MUNGE authentication of the rendezvous, with a private munged per test (tests/support/munged.py):
 nodes of the job's user join; a process of another user (nobody) is refused with 77 even with the right
 token, run id and port; --rdzv-auth auto uses MUNGE in a SLURM step only; munged down: auto falls back to
 the token with a warning, --rdzv-auth munge refuses to start (69)."""
@@ -10,6 +10,7 @@ import subprocess
 import time
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, RENDEZVOUS, WORKER
 from munged import PrivateMunged
 from multinode import MultiNodeCase, REFUSED

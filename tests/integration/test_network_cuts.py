@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, RENDEZVOUS, WORKER
 from multinode import LabCase, MultiNodeCase, LOST, TIMEOUT
 

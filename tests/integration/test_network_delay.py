@@ -1,5 +1,5 @@
 """A slow link (issue 37): two nodes on the lab's switch, node 1 joined to it through a delay line of our own
-(netns_lab.NetnsStar with delayed=..., tests/integration/delay_line.py: the kernels here have no netem). A 1 s
+(netns_lab.NetnsStar with delayed=..., tests/support/delay_line.py: the kernels here have no netem). A 1 s
 delay each way (2 s round trips) from before the rendezvous to the end: the join's challenge and proof, the
 heartbeats, TCPStore and gloo's connections and all_reduces all cross it, and the job must complete. Then a delay
 raised while the workers run, past the heartbeat interval but under its timeout: nothing may be judged. And a
@@ -8,6 +8,7 @@ import os
 import subprocess
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import WORKER
 from multinode import LabCase
 from python_env import HELPERS, NO_TORCH, torch_python

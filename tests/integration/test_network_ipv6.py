@@ -11,6 +11,7 @@ import socket
 import subprocess
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, RENDEZVOUS, WORKER
 from multinode import MultiNodeCase, TIMEOUT
 from netns_lab import NetnsPair

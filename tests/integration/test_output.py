@@ -2,6 +2,7 @@
 import os
 import socket
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DdprunTestCase
 
 

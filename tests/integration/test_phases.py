@@ -7,6 +7,7 @@ import signal
 import socket
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import WORKER
 from multinode import MultiNodeCase
 from ports import free_port

@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 import rendered
 from elastic_fixture import ElasticCase
 from harness import DdprunTestCase, WORKER

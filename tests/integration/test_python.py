@@ -13,6 +13,7 @@ import threading
 import time
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DdprunTestCase, descendants, read_until
 from python_env import EXAMPLES, NO_TORCH, torch_python
 from ports import free_port

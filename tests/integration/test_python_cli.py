@@ -13,6 +13,7 @@ import termios
 import threading
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, DdprunTestCase
 from python_env import EXAMPLES, HELPERS, NO_TORCH, torch_python
 

@@ -9,6 +9,7 @@ import textwrap
 import time
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DdprunTestCase, Result
 
 PYTHON_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../python"))

@@ -6,6 +6,7 @@ import os
 import time
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DdprunTestCase
 from multinode import MultiNodeCase
 from python_env import NO_TORCH, torch_python

@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, RENDEZVOUS, WORKER
 from multinode import MultiNodeCase, LOST, REFUSED
 

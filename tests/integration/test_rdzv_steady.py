@@ -12,6 +12,7 @@ import secrets
 import subprocess
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, DdprunTestCase
 
 BUILD = os.path.dirname(os.path.dirname(os.path.abspath(DDPRUN)))

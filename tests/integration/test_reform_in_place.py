@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from elastic_fixture import BOUND, ElasticCase
 from harness import DDPRUN
 from ports import listening

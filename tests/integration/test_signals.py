@@ -4,6 +4,7 @@ import os
 import signal
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DdprunTestCase, WORKER, pid_alive
 
 

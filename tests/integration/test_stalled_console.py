@@ -10,6 +10,7 @@ import os
 import signal
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import WORKER
 from ports import free_port
 from stalled_console import PROMPT, ConsoleCase, StalledConsole, line_numbers, without_cut_last_line

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import WORKER
 from multinode import MultiNodeCase
 

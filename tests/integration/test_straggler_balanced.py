@@ -4,6 +4,7 @@ meanwhile (the rest of the suite, side by side under ctest -j): not one straggle
 ctest entry, so that its 5 minutes run beside the other entries."""
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from python_env import SCRIPT, TorchStragglerCase
 
 MINUTES = 5

@@ -3,6 +3,7 @@
 others' median for 10 s). The long balanced run is test_straggler_balanced.py."""
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from python_env import SCRIPT, TorchStragglerCase
 
 

@@ -7,6 +7,7 @@ import sys
 import time
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, DdprunTestCase, WORKER, pid_alive
 
 

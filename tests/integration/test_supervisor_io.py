@@ -9,6 +9,7 @@ import subprocess
 import time
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, DdprunTestCase, WORKER, pid_alive
 from stalled_console import line_numbers, without_cut_last_line
 
@@ -130,7 +131,7 @@ class Environment(DdprunTestCase):
 
 
 class HungFileSystem(DdprunTestCase):
-    """--log-dir on a file system that stops answering (tests/integration/slow_fs.py: writes wait while a gate
+    """--log-dir on a file system that stops answering (tests/support/slow_fs.py: writes wait while a gate
     file exists, as on a hard-mounted NFS whose server is gone). Needs /dev/fuse, root and python3-fusepy."""
 
     def setUp(self):
@@ -142,7 +143,7 @@ class HungFileSystem(DdprunTestCase):
             raise unittest.SkipTest("no /dev/fuse here: cannot make a file system that hangs")
         if subprocess.run(["/usr/bin/python3", "-c", "import fusepy"], capture_output=True).returncode != 0:
             raise unittest.SkipTest("python3-fusepy is not installed (scripts/setup installs it)")
-        self.fs = subprocess.Popen(["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "slow_fs.py"),
+        self.fs = subprocess.Popen(["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "../support/slow_fs.py"),
                                     self.mnt, self.back, self.gate], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE)
         deadline = time.monotonic() + 10

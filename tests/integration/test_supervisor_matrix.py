@@ -19,6 +19,7 @@ import subprocess
 import time
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, WORKER, pid_alive
 from stalled_console import PROMPT, ConsoleCase, StalledConsole, line_numbers, without_cut_last_line
 

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, DdprunTestCase, pid_alive, reap_zombies
 
 

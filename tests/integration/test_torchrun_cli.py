@@ -5,6 +5,7 @@ accepted lines start the workers torchrun would start, refused ones print one li
 """
 import os
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DdprunTestCase, WORKER
 from ports import free_port
 

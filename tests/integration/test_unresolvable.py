@@ -9,6 +9,7 @@ import time
 
 import subprocess
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, DdprunTestCase, WORKER
 
 HOST = "no-such-node.invalid"  # RFC 6761: never resolves

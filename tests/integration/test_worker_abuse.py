@@ -10,6 +10,7 @@ import sys
 import time
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, DdprunTestCase
 
 STATUS = os.path.join(os.path.dirname(os.path.abspath(DDPRUN)), "ddprun-status")

@@ -4,6 +4,7 @@ import json
 import os
 import socket
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from slurm_jobs import DDPRUN, JobCase, WORKER, worker_env
 
 USAGE = 64

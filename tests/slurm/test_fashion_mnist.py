@@ -2,7 +2,7 @@
 scripts: examples/slurm/train.sbatch on 2 nodes, and examples/slurm/preemptible.sbatch's notice → checkpoint
 → exit 79 → requeue → resume, end to end (test_preemption.py does the same with a shell stand-in).
 
-Training runs on a small generated look-alike of Fashion-MNIST (tests/integration/fashion_mnist_files.py, as in
+Training runs on a small generated look-alike of Fashion-MNIST (tests/support/fashion_mnist_files.py, as in
 test_main_job.py), one worker per node, so each case takes seconds. FASHION_MNIST is the binary's path
 (CMakeLists.txt sets it when the SDK is built)."""
 import os
@@ -10,8 +10,9 @@ import re
 import time
 import unittest
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from cluster import SlurmClusterCase
-from fashion_mnist_files import write_split  # tests/integration, on the path through cluster.py
+from fashion_mnist_files import write_split
 from slurm_jobs import DDPRUN, EXAMPLE as PREEMPTIBLE, read, send_notice, wait_requeued_and_completed
 
 FASHION_MNIST = os.environ.get("FASHION_MNIST")

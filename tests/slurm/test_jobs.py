@@ -5,6 +5,7 @@ import os
 import signal
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from slurm_jobs import DDPRUN, JobCase, WORKER
 
 PREEMPTED = 79

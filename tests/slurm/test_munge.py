@@ -8,6 +8,7 @@ import pwd
 import subprocess
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from cluster import SlurmClusterCase, slurm_rdzv_ports
 
 DDPRUN = os.environ.get("DDPRUN", os.path.join(os.path.dirname(__file__), "../../build/launcher/ddprun"))

@@ -8,7 +8,8 @@ import os
 import re
 import time
 
-from cluster import SlurmClusterCase  # puts tests/integration on the path
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from cluster import SlurmClusterCase
 from python_env import NO_TORCH, torch_python
 from slurm_jobs import DDPRUN, EXAMPLE, read, send_notice, wait_requeued_and_completed
 

@@ -6,6 +6,7 @@ import re
 import subprocess
 import time
 
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from cluster import SlurmClusterCase, slurm_rdzv_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -1,5 +1,6 @@
 """ddprun in real SLURM steps: the topology comes from the step (not the job), and the two classic mistakes -
 ddprun straight in the batch script, several tasks per node - are refused with advice."""
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from cluster import SlurmClusterCase
 from slurm_jobs import DDPRUN, WORKER, worker_env
 

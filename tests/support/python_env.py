@@ -13,7 +13,7 @@ import subprocess
 from harness import DdprunTestCase
 
 EXAMPLES = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../examples/python"))
-HELPERS = os.path.abspath(os.path.join(os.path.dirname(__file__), "py"))
+HELPERS = os.path.abspath(os.path.join(os.path.dirname(__file__), "../integration/py"))
 PYTHON_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../python"))
 SCRIPT = os.path.join(HELPERS, "gloo_steps.py")
 

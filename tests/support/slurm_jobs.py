@@ -5,7 +5,7 @@ import os
 import re
 import time
 
-from cluster import SlurmClusterCase  # puts tests/integration on the path
+from cluster import SlurmClusterCase
 
 DDPRUN = os.environ.get("DDPRUN", os.path.join(os.path.dirname(__file__), "../../build/launcher/ddprun"))
 WORKER = os.environ.get("TEST_WORKER", os.path.join(os.path.dirname(__file__), "../../build/tests/bin/test_worker"))

@@ -1,5 +1,5 @@
 """A free TCP port on loopback, and whether a port listens, for the tests and the benchmarks (scripts/bench put
-tests/integration on their path for it). No side effect on import: unlike harness.py, importing this does not make the caller a subreaper."""
+tests/support on their path for it). No side effect on import: unlike harness.py, importing this does not make the caller a subreaper."""
 import socket
 
 
