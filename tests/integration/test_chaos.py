@@ -227,6 +227,7 @@ def _send_external(proc, events, external, o):
     # (a SIGKILLed-ddprun case the other tests cover), not test the forwarding. Sent only while ddprun has
     # not been reaped (poll() is None), so the pid cannot belong to anything else.
     name, delay, again = external
+    # Not wait_until: the signal goes out in any case (or not, once ddprun ended); the checks judge the run.
     deadline = time.monotonic() + RUN_BOUND_S
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -280,6 +281,8 @@ def execute_run(plan, tmp, ddprun, worker, env):
         # wait (pid_alive reads a zombie as dead), so their pids cannot be reused meanwhile.
         o.killed = True
         workers = [e["pid"] for e in read_events(events) if e.get("event") == "started"]
+        # Not wait_until: a survivor is recorded for the checks (workers_survived, sweep_leftovers), and both
+        # waits share the one bound.
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(harness.pid_alive(p) for p in workers):
             time.sleep(0.01)

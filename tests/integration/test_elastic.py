@@ -18,6 +18,7 @@ import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.pat
 from elastic_fixture import BOUND, ElasticCase, LAST_CALL, REFUSED, worker_runs
 from harness import DDPRUN, RENDEZVOUS, pid_alive
 from ports import listening
+from wait import wait_until
 
 
 class Elastic(ElasticCase):
@@ -386,15 +387,18 @@ class ElasticEdges(ElasticCase):
         # a 60 s freeze. Here (a 1 s freeze) every node's view shows three nodes of round 2, each once, and no dead
         # pid: a guard, which the old server passed too in this shorter freeze.
         status = os.path.join(os.path.dirname(os.path.abspath(DDPRUN)), "ddprun-status")
-        deadline, jobs = time.monotonic() + BOUND, []
-        while time.monotonic() < deadline:  # one job per agent on this machine, each the whole job's view
+
+        def views():  # one job per agent on this machine, each the whole job's view
             r = subprocess.run([status, "--json", "--run-id", "elastic"], env=self.env, capture_output=True,
                                text=True, timeout=20)
-            jobs = json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else []
-            if len(jobs) == 3 and all(len(j["nodes"]) == 3 and all(n.get("restart_count") == 2 for n in j["nodes"])
-                                      for j in jobs):
-                break
-            time.sleep(0.2)
+            return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else []
+
+        def round_2_everywhere():
+            jobs = views()
+            return jobs if len(jobs) == 3 and all(
+                len(j["nodes"]) == 3 and all(n.get("restart_count") == 2 for n in j["nodes"]) for j in jobs) else None
+        jobs = wait_until(round_2_everywhere, lambda: f"three views of round 2's three nodes: {views()}", BOUND,
+                          interval=0.2)
         self.assertEqual(len(jobs), 3, jobs)
         for job in jobs:
             self.assertEqual(sorted(n["node_rank"] for n in job["nodes"]), [0, 1, 2], job)
@@ -804,12 +808,11 @@ class ElasticEdges(ElasticCase):
         self.assertEqual(res_b.code, 74, res_b)
         self.assertIn("lost the rendezvous server at 127.0.0.1:", res_b.stderr.decode(), res_b)
         self.assertIn(": nothing heard for 1.0 s", res_b.stderr.decode(), res_b)
-        deadline = time.monotonic() + BOUND
-        while not self.of_event("a", "restarting") and time.monotonic() < deadline:
-            time.sleep(0.02)
-        self.assertIn("lost", self.of_event("a", "restarting")[0]["cause"])
-        while len(self.rounds("a")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        deadline = time.monotonic() + BOUND  # for both waits
+        restarting = wait_until(lambda: self.of_event("a", "restarting"), "a's restarting event", BOUND, interval=0.02)
+        self.assertIn("lost", restarting[0]["cause"])
+        wait_until(lambda: len(self.rounds("a")) >= 2, lambda: f"a's second round: {self.rounds('a')}",
+                   deadline - time.monotonic(), interval=0.02)
         self.assertEqual(self.worlds("a"), [(0, 2, 4), (1, 1, 2)])
         os.kill(a.pid, signal.SIGTERM)
         res_a = self.wait_all([a])[0]

@@ -9,6 +9,8 @@ import time
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import WORKER, DdprunTestCase, comm, descendants, wait_gone
 from multinode import MultiNodeCase
+from ports import listening
+from wait import wait_until
 
 GRANDCHILDREN = ("fork=group:2", "fork=setsid", "fork=daemon", "fork=orphan")
 
@@ -40,10 +42,7 @@ class SigkillOneNode(DdprunTestCase):
         proc.stderr.close()
         self.assertIn("ddprun-guard: ddprun", err)
         # The guard removes the run directory after the kill; give it the same second.
-        deadline = time.monotonic() + 1
-        while os.path.exists(os.path.join(self.tmp, run_dirs[0])) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.assertFalse(os.path.exists(os.path.join(self.tmp, run_dirs[0])), "run directory left behind")
+        wait_until(lambda: not os.path.exists(os.path.join(self.tmp, run_dirs[0])), "the run directory to go", 1)
         self.assertEqual(wait_gone(descendants(), 2.0), [])
 
     def test_a_run_directory_left_by_ddprun_and_its_guard_both_killed_goes_with_the_next_run(self):
@@ -114,10 +113,9 @@ class GuardInOtherPhases(MultiNodeCase):
         # No worker exists yet: the guard has nothing to kill, but the run directory goes and so does it.
         proc = self.start("--nnodes", 2, "--node-rank", 0, "--master-addr", "127.0.0.1", "--rdzv-port", self.port,
                           WORKER, "exit=0")
-        deadline = time.monotonic() + 10
-        while not [d for d in os.listdir(self.tmp) if d.startswith("ddprun-")] and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.2)  # listening and waiting for node 1 by now
+        # Its run directory made, listening and waiting for node 1.
+        wait_until(lambda: [d for d in os.listdir(self.tmp) if d.startswith("ddprun-")] and listening(self.port),
+                   "ddprun's run directory and its rendezvous port", 10)
         proc.kill()
         proc.communicate()
         self.assertEqual(wait_gone(descendants(), 1.0), [], "something outlived ddprun")

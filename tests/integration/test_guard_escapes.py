@@ -10,6 +10,7 @@ import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, DdprunTestCase, comm, descendants, reap_zombies, wait_gone
+from wait import wait_until
 
 
 def read_pids(path):
@@ -45,15 +46,11 @@ class EscapedHelpers(DdprunTestCase):
         return dirs
 
     def assert_cgroups_removed(self, dirs):
-        deadline = time.monotonic() + 2
-        while any(os.path.exists(d) for d in dirs) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.assertEqual([d for d in dirs if os.path.exists(d)], [], "a job cgroup was not removed")
+        wait_until(lambda: not any(os.path.exists(d) for d in dirs),
+                   lambda: f"the job cgroups to be removed: {[d for d in dirs if os.path.exists(d)]} left", 2)
 
     def sigkill_when(self, proc, pidfile, count):
-        deadline = time.monotonic() + 10
-        while len(read_pids(pidfile)) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(read_pids(pidfile)) >= count, f"{count} helpers to write their pids", 10)
         pids = read_pids(pidfile)
         self.assertEqual(len(pids), count, "the helpers wrote their pids")
         proc.kill()
@@ -101,11 +98,8 @@ class EscapedHelpers(DdprunTestCase):
         proc = self.start("--nproc-per-node", 1, DDPRUN, *inner)
         pids, err = self.sigkill_when(proc, pidfile, 4)
         self.assertEqual(wait_gone(pids, 2.0), [], f"the inner job's workers outlived the outer ddprun\n{err}")
-        deadline = time.monotonic() + 2
-        while os.listdir(self.tmp) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.assertEqual([d for d in os.listdir(self.tmp) if d.startswith("ddprun-")], [],
-                         "a run directory was left behind")
+        wait_until(lambda: not [d for d in os.listdir(self.tmp) if d.startswith("ddprun-")],
+                   lambda: f"the run directories to go: {os.listdir(self.tmp)}", 2)
         self.assertEqual(wait_gone(descendants(), 2.0), [])
         # The inner guard's note goes to the inner ddprun's stderr: a pipe nobody reads any more.
         self.assertIn("ddprun-guard: ddprun", err)
@@ -127,20 +121,15 @@ class EscapedHelpers(DdprunTestCase):
         self.env["DDPRUN_NO_CGROUP"] = "1"  # the tag scan is the guard's own work
         pidfile = self.path("workers")
         proc = self.start("--nproc-per-node", 2, "sh", "-c", f"echo $$ >> {pidfile}; exec sleep 300")
-        deadline = time.monotonic() + 10
-        while len(read_pids(pidfile)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(read_pids(pidfile)) >= 2, "both workers' pids", 10)
         guards = [p for p in descendants() if comm(p) == "ddprun-guard"]
         self.assertEqual(len(guards), 1)
         os.kill(guards[0], signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
+
+        def new_guards():
             reap_zombies()
-            new = [p for p in descendants() if comm(p) == "ddprun-guard" and p != guards[0]]
-            if new:
-                break
-            time.sleep(0.01)
-        self.assertTrue(new, "no new guard was started")
+            return [p for p in descendants() if comm(p) == "ddprun-guard" and p != guards[0]]
+        wait_until(new_guards, "a new guard to be started", 5)
         # ddprun says so once the new guard is told everything: wait for the line before the SIGKILL.
         said = self.stderr_until(proc, b"is gone: started a new one", 10,
                                  why="ddprun did not say its guard was replaced")

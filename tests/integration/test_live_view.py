@@ -12,6 +12,7 @@ import time
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, WORKER
 from multinode import MultiNodeCase
+from wait import wait_until
 
 STATUS = os.path.join(os.path.dirname(os.path.abspath(DDPRUN)), "ddprun-status")
 
@@ -32,14 +33,10 @@ class LiveViewCase(MultiNodeCase):
         return json.loads(self.status("--json", *args))
 
     def wait_view(self, ready, *args, timeout=20):
-        deadline = time.monotonic() + timeout
-        jobs = []
-        while time.monotonic() < deadline:
+        def view():
             jobs = self.jobs(*args)
-            if jobs and ready(jobs):
-                return jobs
-            time.sleep(0.2)
-        self.fail(f"the view never became ready: {jobs}")
+            return jobs if jobs and ready(jobs) else None
+        return wait_until(view, lambda: f"the view to become ready: {self.jobs(*args)}", timeout, interval=0.2)
 
     def sockets(self):
         d = os.path.join(self.runtime, "ddprun")
@@ -144,13 +141,13 @@ class MetricsTextfile(LiveViewCase):
                           "--metrics-textfile", textdir, WORKER, "beatfor=4:100")
         self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
         path = os.path.join(textdir, "ddprun_scraped_node0.prom")
-        deadline = time.monotonic() + 20
-        text = ""
-        while time.monotonic() < deadline and not re.search(r"^ddprun_rank_steps_per_second\{", text, re.M):
-            time.sleep(0.2)
+
+        def scraped():
             if os.path.exists(path):
                 with open(path) as f:
                     text = f.read()
+                return text if re.search(r"^ddprun_rank_steps_per_second\{", text, re.M) else None
+        text = wait_until(scraped, f"a steps-per-second line in {path}", 20, interval=0.2)
         for rank in (0, 1):
             self.assertIn('ddprun_rank_state{job="scraped",node="0",host=', text)
             self.assertRegex(text, rf'ddprun_rank_step{{job="scraped",node="0",host="[^"]+",rank="{rank}"}} \d+\n')
@@ -180,12 +177,11 @@ class MetricsTextfile(LiveViewCase):
         self.assertEqual({r: ranks[r]["state"] for r in ranks}, {0: "running", 1: "running"}, jobs)
         self.assertTrue(all(r["beat_age_s"] >= 0 for r in ranks.values()), jobs)
         path = os.path.join(textdir, "ddprun_again_node0.prom")
-        deadline = time.monotonic() + 10
-        text = ""
-        while time.monotonic() < deadline and 'restarts{job="again",node="0"' not in text:
-            time.sleep(0.2)
+
+        def restarts():
             with open(path) as f:
-                text = f.read()
+                return 'restarts{job="again",node="0"' in f.read()
+        wait_until(restarts, f"the job's restarts line in {path}", 10, interval=0.2)
         time.sleep(1)  # a few status periods of the new round
         with open(path) as f:
             text = f.read()

@@ -22,6 +22,7 @@ import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.pat
 from fashion_mnist_files import write_split
 from harness import DDPRUN, DdprunTestCase, WORKER, read_until
 from ports import free_port
+from wait import wait_until
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 FASHION = os.path.abspath(os.path.join(os.path.dirname(DDPRUN), "../examples/fashion_mnist/fashion_mnist"))
@@ -63,11 +64,15 @@ class MainJob(DdprunTestCase):
         try:
             subprocess.run([*tmux, "pipe-pane", "-t", "job", "-o", f"cat >> {raw}"], env=env, check=True)
             open(go, "w").close()
-            screen, deadline = "", time.monotonic() + 120
-            while "EXIT=" not in screen and time.monotonic() < deadline:
-                time.sleep(0.2)
-                screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", "job"], env=env, capture_output=True,
-                                        text=True).stdout
+
+            def screen_now():
+                return subprocess.run([*tmux, "capture-pane", "-p", "-t", "job"], env=env, capture_output=True,
+                                      text=True).stdout
+
+            def exited():
+                screen = screen_now()
+                return screen if "EXIT=" in screen else None
+            screen = wait_until(exited, lambda: f"the job's EXIT= line; screen:\n{screen_now()}", 120, interval=0.2)
         finally:
             # The server is a daemon (re-parented to this test, a subreaper): it must be gone before tearDown looks.
             subprocess.run([*tmux, "kill-server"], stderr=subprocess.DEVNULL)

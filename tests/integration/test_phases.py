@@ -11,6 +11,7 @@ import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.pat
 from harness import WORKER
 from multinode import MultiNodeCase
 from ports import free_port
+from wait import wait_until
 
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PROMPT = 5.0  # generous: the figure (docs/BENCHMARKS.md) is milliseconds; this only keeps a hang from passing
@@ -165,25 +166,21 @@ class Phases(MultiNodeCase):
         """Until ddprun's main has blocked `sig` (SigBlk in /proc/PID/status), or it is already unblocked
         again because the agent listens (SigCgt then has it)."""
         bit = 1 << (sig - 1)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def main_runs():
             with open(f"/proc/{pid}/status") as f:
                 fields = dict(line.split(":", 1) for line in f if ":" in line)
-            if int(fields["SigBlk"], 16) & bit or int(fields["SigCgt"], 16) & bit:
-                return
-        self.fail("ddprun's main never started")
+            return int(fields["SigBlk"], 16) & bit or int(fields["SigCgt"], 16) & bit
+        wait_until(main_runs, "ddprun's main to start", timeout, interval=0)  # no sleep: the setup phase is short
 
     def wait_for_output(self, proc, needle, count=1, timeout=10):
         """Reads proc's stderr until `needle` appeared `count` times (what follows stays for communicate)."""
         self.stderr_until(proc, needle, timeout, why="ddprun never said it", count=count)
 
     def wait_for_event(self, path, name, timeout=10):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def seen():
             try:
-                if any(e["event"] == name for e in self.events(path)):
-                    return
+                return any(e["event"] == name for e in self.events(path))
             except (OSError, ValueError):  # not there yet, or a line half written
-                pass
-            time.sleep(0.01)
-        self.fail(f"no {name} event in {path}")
+                return False
+        wait_until(seen, f"a {name} event in {path}", timeout)

@@ -10,10 +10,10 @@ import re
 import resource
 import secrets
 import subprocess
-import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, DdprunTestCase
+from wait import wait_until
 
 BUILD = os.path.dirname(os.path.dirname(os.path.abspath(DDPRUN)))
 SERVER = os.path.join(BUILD, "rendezvous", "ddprun-rendezvous")
@@ -36,13 +36,13 @@ class SteadyState(DdprunTestCase):
                                    "--port", "0", "--token", token, "--port-file", port_file],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=more_descriptors)
         self.addCleanup(lambda: server.poll() is None and server.kill())
-        port, deadline = "", time.monotonic() + 20
-        while not port and time.monotonic() < deadline and server.poll() is None:
+
+        def port_written():
+            self.assertIsNone(server.poll(), "the server ended before it wrote its port")
             if os.path.exists(port_file):
                 with open(port_file) as f:
-                    port = f.read().strip()
-            time.sleep(0.02)
-        self.assertTrue(port, "the server wrote no port")
+                    return f.read().strip()
+        port = wait_until(port_written, "the server's port file", 20, interval=0.02)
         gen = subprocess.run([LOADGEN, "--port", port, "--nodes", str(NODES), "--rdzv-id", "steady", "--token", token,
                               "--steady", "60", "--fail-at", "50", "--warmup", "10", "--server-pid", str(server.pid)],
                              capture_output=True, text=True, timeout=180, preexec_fn=more_descriptors)

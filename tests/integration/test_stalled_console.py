@@ -14,6 +14,7 @@ import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.pat
 from harness import WORKER
 from ports import free_port
 from stalled_console import PROMPT, ConsoleCase, StalledConsole, line_numbers, without_cut_last_line
+from wait import wait_until
 
 
 class Running(ConsoleCase):
@@ -35,9 +36,7 @@ class Running(ConsoleCase):
                                          "--heartbeat-timeout", 1, WORKER, *steps)
                     others = [self.node(1, 2, *steps)]
                 self.wait_for_files([pidfile])
-                deadline = time.monotonic() + 10
-                while len(self.read_pids(pidfile)) < 2 and time.monotonic() < deadline:
-                    time.sleep(0.01)
+                wait_until(lambda: len(self.read_pids(pidfile)) >= 2, "both workers' pids", 10)
                 pids = self.pids(pidfile)
                 failed_at = time.monotonic() + 1
                 gone_at = self.wait_gone(pids, timeout=1 + PROMPT)
@@ -152,13 +151,12 @@ class Restarts(ConsoleCase):
         proc = self.start_on(console, "--nproc-per-node", 2, "--max-restarts", 1, "--events-file", events, WORKER,
                              f"ready={self.ready}", f"@1:?{self.ready}/ready.1:exit=3",
                              f"@0:?{self.ready}/ready.0:lines=1500000", "@1:lines=1500000", f"waitfile={self.go}")
-        deadline = time.monotonic() + 20
-        started = 0
-        while time.monotonic() < deadline and started < 4:
-            if os.path.exists(events):
-                started = sum(e["event"] == "started" for e in self.events(events))
-            time.sleep(0.05)
-        self.assertEqual(started, 4, "round 1 did not start while the console was stalled")
+
+        def started():
+            return sum(e["event"] == "started" for e in self.events(events)) if os.path.exists(events) else 0
+        count = wait_until(lambda: (n := started()) >= 4 and n, "round 1 to start while the console was stalled", 20,
+                           interval=0.05)
+        self.assertEqual(count, 4, "round 1 did not start while the console was stalled")
         console.drain()
         self.release()
         self.assertEqual(self.finish(proc), 0, self.stderr_of())
@@ -195,10 +193,8 @@ class Paused(ConsoleCase):
         self.wait_ready(2)
         pids = self.pids(pidfile)
         os.kill(proc.pid, signal.SIGTSTP)
-        deadline = time.monotonic() + PROMPT
-        while time.monotonic() < deadline and not all(proc_state(p) == "T" for p in [proc.pid, *pids]):
-            time.sleep(0.01)
-        self.assertEqual([proc_state(p) for p in [proc.pid, *pids]], ["T"] * 3, "ddprun and its workers stopped")
+        wait_until(lambda: all(proc_state(p) == "T" for p in [proc.pid, *pids]),
+                   lambda: f"ddprun and its workers stopped: {[proc_state(p) for p in [proc.pid, *pids]]}", PROMPT)
         time.sleep(5)  # longer than the workers' own sleep: stopped, they cannot finish
         self.assertIsNone(proc.poll())
         os.kill(proc.pid, signal.SIGCONT)

@@ -8,11 +8,11 @@ import os
 import re
 import signal
 import subprocess
-import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import WORKER
 from multinode import MultiNodeCase
+from wait import wait_until
 
 STATUS = os.path.join(os.path.dirname(os.path.abspath(DDPRUN := os.environ.get("DDPRUN", ""))), "ddprun-status")
 # Faster than the defaults (5 s samples, a 20 s window, named after 10 s), same rule.
@@ -75,13 +75,13 @@ class Stragglers(MultiNodeCase):
             r = subprocess.run([STATUS, "--json", "--run-id", "slowjob"], env=self.env, capture_output=True,
                                text=True, timeout=20)
             return json.loads(r.stdout)
-        # The other node's status is the one the rendezvous last heard (sampled every 0.5 s here).
-        deadline = time.monotonic() + 5
-        jobs = view()
-        while time.monotonic() < deadline and not all(r["straggler"] for j in jobs for n in j["nodes"]
-                                                      for r in n["ranks"] if r["rank"] == 3):
-            time.sleep(0.2)
+
+        def marked():
             jobs = view()
+            rank_3 = [r for j in jobs for n in j["nodes"] for r in n["ranks"] if r["rank"] == 3]
+            return jobs if all(r["straggler"] for r in rank_3) else None
+        # The other node's status is the one the rendezvous last heard (sampled every 0.5 s here).
+        jobs = wait_until(marked, lambda: f"rank 3 marked a straggler in every view: {view()}", 5, interval=0.2)
         self.assertEqual(len(jobs), 2, jobs)
         for job in jobs:
             self.assertEqual([s["rank"] for s in job["stragglers"]], [3], job)

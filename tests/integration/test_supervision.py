@@ -9,6 +9,7 @@ import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, DdprunTestCase, WORKER, pid_alive
+from wait import wait_until
 
 
 def _own_cgroup_dir(version):
@@ -179,11 +180,9 @@ class Teardown(DdprunTestCase):
         pids = self.read_pids(pidfile)
         proc.kill()
         proc.communicate()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(pid_alive(p) for p, _ in pids.values()):
-            time.sleep(0.01)
-        for rank, (pid, _) in pids.items():
-            self.assertFalse(pid_alive(pid), f"rank {rank} outlived a SIGKILLed ddprun")
+        wait_until(lambda: not any(pid_alive(p) for p, _ in pids.values()),
+                   lambda: f"every rank gone, not ranks {[r for r, (p, _) in pids.items() if pid_alive(p)]}: they "
+                           "outlived a SIGKILLed ddprun", 5)
 
     def test_summary_lists_every_worker_and_events_file_records_the_lifecycle(self):
         events = self.path("events.jsonl")

@@ -7,11 +7,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, DdprunTestCase
+from wait import wait_until
 
 STATUS = os.path.join(os.path.dirname(os.path.abspath(DDPRUN)), "ddprun-status")
 SLOT = ("import mmap, os, struct, time\n"
@@ -74,13 +74,13 @@ class WorkerAbuse(DdprunTestCase):
         proc = self.start("--standalone", "--nproc-per-node", 1, "--run-id", run_id, sys.executable, "-c",
                           "import time; time.sleep(30)")
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
-        deadline = time.monotonic() + 20
-        jobs = []
-        while time.monotonic() < deadline and not jobs and proc.poll() is None:
+
+        def listed():
+            self.assertIsNone(proc.poll(), "ddprun ended before ddprun-status listed its job")
             out = subprocess.run([STATUS, "--json", "--run-id", run_id], env=self.env, capture_output=True,
                                  text=True, timeout=20)
-            jobs = json.loads(out.stdout or "[]")
-            time.sleep(0.1)
+            return json.loads(out.stdout or "[]")
+        jobs = wait_until(listed, "ddprun-status to list the job", 20, interval=0.1)
         self.assertEqual(len(jobs), 1, (jobs, proc.poll()))
         self.assertEqual(jobs[0]["nodes"][0]["run_id"], run_id)
         proc.terminate()

@@ -7,13 +7,13 @@ test_main_job.py), one worker per node, so each case takes seconds. FASHION_MNIS
 (CMakeLists.txt sets it when the SDK is built)."""
 import os
 import re
-import time
 import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from cluster import SlurmClusterCase
 from fashion_mnist_files import write_split
 from slurm_jobs import DDPRUN, EXAMPLE as PREEMPTIBLE, read, send_notice, wait_requeued_and_completed
+from wait import wait_until
 
 FASHION_MNIST = os.environ.get("FASHION_MNIST")
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../examples/slurm/train.sbatch")
@@ -52,10 +52,8 @@ class FashionMnist(SlurmClusterCase):
         job = self.cluster.sbatch(read(PREEMPTIBLE), "-N2", "--time=5", "-o", out, env=self.env,
                                   script_args=self.train_args("--epochs", "2", "--max-steps", "120",
                                                               "--log-every", "5", "--resume"))
-        deadline = time.monotonic() + 30
-        while "train epoch 1 step 5/64" not in read(out) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertIn("train epoch 1 step 5/64", read(out))
+        wait_until(lambda: "train epoch 1 step 5/64" in read(out), lambda: f"epoch 1's step 5:\n{read(out)}", 30,
+                   interval=0.05)
         send_notice(self.cluster, job)
         info = wait_requeued_and_completed(self.cluster, job)
         text = read(out)

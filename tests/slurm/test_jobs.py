@@ -7,6 +7,7 @@ import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from slurm_jobs import DDPRUN, JobCase, WORKER
+from wait import wait_until
 
 PREEMPTED = 79
 
@@ -48,10 +49,8 @@ class Failures(JobCase):
         t0 = time.monotonic()
         self.cluster.run("scancel", job)
         proc.communicate(timeout=30)
-        deadline = time.monotonic() + 15
-        while self.cluster.leftovers() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertEqual(self.cluster.leftovers(), [], f"left {time.monotonic() - t0:.1f}s after scancel")
+        wait_until(lambda: not self.cluster.leftovers(), lambda: f"the job's processes to go after scancel "
+                   f"({time.monotonic() - t0:.1f} s): {self.cluster.leftovers()}", 15, interval=0.05)
         self.assertEqual(self.cluster.wait_job(job)["JobState"], "CANCELLED")
 
     def test_max_restarts_restarts_every_node_with_equal_counts(self):

@@ -6,12 +6,12 @@ The worker is a shell stand-in for examples/fashion_mnist (which does the same w
 --resume): it counts steps, saves its step on SIGUSR1 and, when it finds its checkpoint, resumes and ends."""
 import os
 import re
-import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from cluster import SlurmClusterCase
 from python_env import NO_TORCH, torch_python
 from slurm_jobs import DDPRUN, EXAMPLE, read, send_notice, wait_requeued_and_completed
+from wait import wait_until
 
 WORKER = r'''
 ck="$CASE/ckpt.$RANK"
@@ -31,9 +31,8 @@ class Preemption(SlurmClusterCase):
         with open(EXAMPLE) as f:
             script = f.read()
         job = self.cluster.sbatch(script, "-N2", "--time=5", "-o", out, env=env, script_args=("sh", "-c", WORKER))
-        deadline = time.monotonic() + 30
-        while len(os.listdir(self.path("ready"))) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: len(os.listdir(self.path("ready"))) >= 4, lambda: f"4 workers ready:\n{read(out)}", 30,
+                   interval=0.05)
         self.assertEqual(len(os.listdir(self.path("ready"))), 4, read(out))
         send_notice(self.cluster, job)
         info = wait_requeued_and_completed(self.cluster, job)
@@ -68,10 +67,8 @@ class PythonExamplePreemption(SlurmClusterCase):
         job = self.cluster.sbatch(script, "-N2", "--time=5", "-o", out, env=env,
                                   script_args=(PYTHON_EXAMPLE, "--train-limit", "2000", "--batch-size", "32",
                                                "--log-every", "5", "--epochs", "3", "--checkpoint", ckpt))
-        deadline = time.monotonic() + 90
-        while "[rank0]: epoch 0 step 10 loss" not in read(out) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self.assertIn("[rank0]: epoch 0 step 10 loss", read(out))
+        wait_until(lambda: "[rank0]: epoch 0 step 10 loss" in read(out), lambda: f"rank 0's step 10:\n{read(out)}",
+                   90, interval=0.1)
         send_notice(self.cluster, job)
         info = wait_requeued_and_completed(self.cluster, job, timeout=150)
         text = read(out)

@@ -508,6 +508,7 @@ def agent_command(plan, tmp, ddprun, node, port, joiner):
 
 
 def _wait_listening(port, host_agent, bound):
+    # Not wait_until: a host agent that never listens is a run's outcome for the checks, not a failed test.
     deadline = time.monotonic() + bound
     while time.monotonic() < deadline and host_agent.proc.poll() is None:
         try:
@@ -583,7 +584,7 @@ def execute_run(plan, tmp, ddprun, worker, env):
         a.thread.join(timeout=GUARD_GRACE_S)
     # Every agent has exited and was reaped. As a subreaper this process inherits whatever they left; a live
     # descendant now outlived its agent. After a SIGKILL the job guard works on its own time: the same grace
-    # as test_chaos gives it.
+    # as test_chaos gives it. Not wait_until: a survivor is the checks' to report (sweep_leftovers), with the run.
     deadline = time.monotonic() + (GUARD_GRACE_S if any_killed else 0)
     while time.monotonic() < deadline and descendants():
         reap_zombies()

@@ -31,6 +31,7 @@ def sweep_leftovers():
     left = descendants()
     info = [describe_pid(p) for p in left]
     kill_all(left)
+    # Not wait_until: what is left was found and described already; this only reaps it for the next run.
     deadline = time.monotonic() + 5
     while descendants() and time.monotonic() < deadline:
         reap_zombies()

@@ -26,6 +26,7 @@ import time
 import unittest
 
 from harness import comm, descendants, kill_all, reap_zombies  # also makes this process a child subreaper
+from wait import wait_until
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
@@ -269,13 +270,10 @@ class SlurmCluster:
 
     def wait_job(self, job_id, timeout=60, states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
                                                     "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def finished():
             info = self.job_info(job_id)
-            if info.get("JobState") in states:
-                return info
-            time.sleep(0.1)
-        raise AssertionError(f"job {job_id} not finished within {timeout}s: {self.job_info(job_id)}")
+            return info if info.get("JobState") in states else None
+        return wait_until(finished, lambda: f"job {job_id} to finish: {self.job_info(job_id)}", timeout, interval=0.1)
 
     def sbatch_wait(self, script, *args, timeout=60, env=None):
         job = self.sbatch(script, *args, env=env)
@@ -385,6 +383,7 @@ PartitionName=test Nodes=n[{lo}-{hi}] Default=YES MaxTime=INFINITE State=UP Over
         self._wait_for(idle, timeout, "slurmd (nodes idle)")
 
     def _wait_for(self, condition, timeout, what):
+        # Not wait_until: a cluster that does not come up skips the test class, it does not fail it.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             dead = [n for n, p in self.daemons.items() if p.poll() is not None]
@@ -432,6 +431,7 @@ class SlurmClusterCase(unittest.TestCase):
         os.chmod(self.tmp, 0o777)
 
     def tearDown(self):
+        # Not wait_until: whatever is left after 10 s is killed and the cluster made idle first, then the test fails.
         deadline = time.monotonic() + 10
         left = self.cluster.leftovers()
         while left and time.monotonic() < deadline:

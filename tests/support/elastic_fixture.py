@@ -15,6 +15,7 @@ import event_schema
 from harness import DDPRUN, WORKER, pid_alive
 from multinode import MultiNodeCase
 from ports import listening
+from wait import wait_until
 
 REFUSED = 77
 ENV_NAMES = ("TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE", "RANK", "TORCHELASTIC_MAX_RESTARTS")
@@ -217,7 +218,6 @@ class ElasticCase(MultiNodeCase):
         return [pids[r] for r in ranks]
 
     def assert_gone_within(self, pids, seconds):
-        deadline = time.monotonic() + seconds
-        while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        self.assertEqual([p for p in pids if pid_alive(p)], [], "processes of the departed node still alive")
+        wait_until(lambda: not any(pid_alive(p) for p in pids),
+                   lambda: f"the departed node's processes to be gone: {[p for p in pids if pid_alive(p)]} still alive",
+                   seconds, interval=0.02)

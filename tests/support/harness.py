@@ -16,6 +16,7 @@ import time
 import unittest
 
 import event_schema
+from wait import wait_until
 
 DDPRUN = os.environ.get("DDPRUN", os.path.join(os.path.dirname(__file__), "../../build/launcher/ddprun"))
 WORKER = os.environ.get("TEST_WORKER", os.path.join(os.path.dirname(__file__), "../../build/tests/bin/test_worker"))
@@ -103,7 +104,8 @@ def pid_alive(pid):
 
 
 def wait_gone(pids, timeout):
-    """Waits until none of `pids` is alive (zombies count as gone); returns those still alive."""
+    """Waits until none of `pids` is alive (zombies count as gone); returns those still alive. Not wait_until:
+    the caller asserts on the survivors, or goes on with them (a benchmark kills and counts them)."""
     deadline = time.monotonic() + timeout
     alive = list(pids)
     while alive and time.monotonic() < deadline:
@@ -152,6 +154,7 @@ class DdprunTestCase(unittest.TestCase):
 
     def tearDown(self):
         reap_zombies()
+        # Not wait_until: whatever is left after 5 s is killed first, then the test fails on it.
         deadline = time.monotonic() + 5
         left = descendants()
         while left and time.monotonic() < deadline:
@@ -207,26 +210,21 @@ class DdprunTestCase(unittest.TestCase):
         what an earlier call returned, counted too); after `timeout` s fails with `why` and the tail. Returns all
         read. The pipe is blocking again afterwards, so whatever follows stays for communicate()."""
         os.set_blocking(proc.stderr.fileno(), False)
-        deadline = time.monotonic() + timeout
+
+        def said():
+            nonlocal seen
+            if seen.count(needle) < count:
+                seen += proc.stderr.read() or b""
+            return seen.count(needle) >= count
         try:
-            while seen.count(needle) < count:
-                self.assertLess(time.monotonic(), deadline, f"{why}:\n{seen[-2000:]!r}")
-                chunk = proc.stderr.read()
-                if chunk:
-                    seen += chunk
-                else:
-                    time.sleep(0.01)
+            wait_until(said, lambda: f"{needle!r} on stderr ({why}):\n{seen[-2000:]!r}", timeout)
         finally:
             os.set_blocking(proc.stderr.fileno(), True)
         return seen
 
     def wait_for_files(self, paths, timeout=10):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(os.path.exists(p) for p in paths):
-                return
-            time.sleep(0.005)
-        self.fail(f"timed out waiting for {paths}")
+        wait_until(lambda: all(os.path.exists(p) for p in paths),
+                   lambda: f"the files {[p for p in paths if not os.path.exists(p)]}", timeout, interval=0.005)
 
     def read_pids(self, pidfile):
         pids = {}

@@ -6,6 +6,7 @@ import re
 import time
 
 from cluster import SlurmClusterCase
+from wait import wait_until
 
 DDPRUN = os.environ.get("DDPRUN", os.path.join(os.path.dirname(__file__), "../../build/launcher/ddprun"))
 WORKER = os.environ.get("TEST_WORKER", os.path.join(os.path.dirname(__file__), "../../build/tests/bin/test_worker"))
@@ -28,12 +29,8 @@ class JobCase(SlurmClusterCase):
                                   DDPRUN, "--term-timeout", 5, *ddprun_args)
 
     def wait_ready(self, count, timeout=20):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if len(os.listdir(self.path("ready"))) >= count:
-                return
-            time.sleep(0.02)
-        self.fail(f"only {os.listdir(self.path('ready'))} of {count} workers ready")
+        wait_until(lambda: len(os.listdir(self.path("ready"))) >= count,
+                   lambda: f"{count} workers ready, not only {os.listdir(self.path('ready'))}", timeout, interval=0.02)
 
     def job_id_of(self, proc_name_hint=None):
         r = self.cluster.run("squeue", "-h", "-o", "%i")
@@ -54,7 +51,8 @@ def send_notice(cluster, job):
 
 def wait_requeued_and_completed(cluster, job, timeout=60):
     """Waits for the job's second run to end (or for it to fail); releases it at once when requeued.
-    Returns the job's last scontrol fields."""
+    Returns the job's last scontrol fields. Not wait_until: the wait releases the job on its way, and what it
+    returns on a timeout (the last fields) is the caller's to assert on."""
     deadline = time.monotonic() + timeout
     info, released = {}, False
     while time.monotonic() < deadline:
@@ -62,7 +60,8 @@ def wait_requeued_and_completed(cluster, job, timeout=60):
         if info.get("JobState") == "PENDING" and info.get("Restarts") == "1" and not released:
             # SLURM holds a requeued job back for a while (EligibleTime); the test need not wait for it. But the
             # first run's processes must be gone first (a Python worker takes a moment to exit): a run released
-            # onto nodes still ending the last one failed at launch, with no line of output (once in CI).
+            # onto nodes still ending the last one failed at launch, with no line of output (once in CI). Not
+            # wait_until: past the bound the job is released anyway, and its run then says what went wrong.
             gone_by = time.monotonic() + 15
             while cluster.leftovers() and time.monotonic() < gone_by:
                 time.sleep(0.1)

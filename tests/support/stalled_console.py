@@ -10,6 +10,7 @@ import time
 
 from harness import DDPRUN, pid_alive
 from multinode import MultiNodeCase
+from wait import wait_until
 
 PROMPT = 5.0  # generous bound for "at once" (the figure, in docs/BENCHMARKS.md, is milliseconds)
 
@@ -73,12 +74,10 @@ class ConsoleCase(MultiNodeCase):
         return [pid for pid, _ in self.read_pids(pidfile).values()]
 
     def wait_gone(self, pids, timeout=PROMPT):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not any(pid_alive(p) for p in pids):
-                return time.monotonic()
-            time.sleep(0.01)
-        self.fail(f"workers {[p for p in pids if pid_alive(p)]} still alive {timeout}s later")
+        """When the last of `pids` was seen gone (time.monotonic())."""
+        wait_until(lambda: not any(pid_alive(p) for p in pids),
+                   lambda: f"workers {[p for p in pids if pid_alive(p)]} to be gone", timeout)
+        return time.monotonic()
 
     def finish(self, proc, timeout=60):
         try:
