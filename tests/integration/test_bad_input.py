@@ -3,9 +3,8 @@ import os
 import socket
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import CANT_CREATE, NOT_EXECUTABLE, NOT_FOUND, UNAVAILABLE, USAGE
 from harness import DdprunTestCase, WORKER
-
-USAGE, UNAVAILABLE, CANTCREAT, NOEXEC, NOTFOUND = 64, 69, 73, 126, 127
 
 
 class BadInput(DdprunTestCase):
@@ -35,10 +34,10 @@ class BadInput(DdprunTestCase):
         self.refused(["--nproc-per-node", "2"], USAGE, ["no program"])
 
     def test_program_not_found(self):
-        self.refused(["no-such-program-4711"], NOTFOUND, ["not found", "no-such-program-4711"])
+        self.refused(["no-such-program-4711"], NOT_FOUND, ["not found", "no-such-program-4711"])
 
     def test_program_path_not_found(self):
-        self.refused([self.path("nothing/here")], NOTFOUND, ["not found"])
+        self.refused([self.path("nothing/here")], NOT_FOUND, ["not found"])
 
     def test_program_not_executable(self):
         p = self.path("plain")
@@ -46,27 +45,27 @@ class BadInput(DdprunTestCase):
             f.write("echo hi\n")
         os.chmod(p, 0o644)
         # Without --no-python such a file is a Python script (test_torchrun_cli).
-        self.refused(["--no-python", p], NOEXEC, ["not executable"])
+        self.refused(["--no-python", p], NOT_EXECUTABLE, ["not executable"])
 
     def test_program_in_the_working_directory_without_a_slash(self):
         # An executable '#!' script is a program, and a bare name is looked up in PATH as a shell does.
         with open(self.path("run"), "w") as f:
             f.write("#!/bin/sh\necho hi\n")
         os.chmod(self.path("run"), 0o755)
-        self.refused(["run"], NOTFOUND, ["'run' not found in PATH", "give ./run"], cwd=self.tmp)
+        self.refused(["run"], NOT_FOUND, ["'run' not found in PATH", "give ./run"], cwd=self.tmp)
 
     def test_program_is_a_directory(self):
-        self.refused([self.marker_dir], NOEXEC, ["is a directory"])
+        self.refused([self.marker_dir], NOT_EXECUTABLE, ["is a directory"])
 
     def test_python_script_not_found(self):
-        self.refused([self.path("train.py")], NOTFOUND, ["script", "not found"])
+        self.refused([self.path("train.py")], NOT_FOUND, ["script", "not found"])
 
     def test_python_interpreter_not_found(self):
         script = self.path("train.py")
         with open(script, "w") as f:
             f.write("print(1)\n")
         self.env["PYTHON_EXEC"] = "/nonexistent/python"
-        self.refused([script], NOTFOUND, ["PYTHON_EXEC"])
+        self.refused([script], NOT_FOUND, ["PYTHON_EXEC"])
 
     def test_module_with_no_python(self):
         self.refused(["-m", "--no-python", "json.tool"], USAGE, ["contradict"])
@@ -155,26 +154,26 @@ class BadInput(DdprunTestCase):
             os.rmdir(parent)
             with open(parent, "w") as f:
                 f.write("x")
-        self.refused(["--log-dir", os.path.join(parent, "logs"), *self.ok_worker], CANTCREAT, ["--log-dir"])
+        self.refused(["--log-dir", os.path.join(parent, "logs"), *self.ok_worker], CANT_CREATE, ["--log-dir"])
 
     def test_log_dir_is_a_file(self):
         p = self.path("file")
         with open(p, "w") as f:
             f.write("x")
-        self.refused(["--log-dir", p, *self.ok_worker], CANTCREAT, ["not a directory"])
+        self.refused(["--log-dir", p, *self.ok_worker], CANT_CREATE, ["not a directory"])
 
     def test_events_file_in_missing_directory(self):
-        self.refused(["--events-file", self.path("no/such/dir/ev.jsonl"), *self.ok_worker], CANTCREAT,
+        self.refused(["--events-file", self.path("no/such/dir/ev.jsonl"), *self.ok_worker], CANT_CREATE,
                      ["--events-file"])
 
     def test_events_file_is_a_directory(self):
-        self.refused(["--events-file", self.marker_dir, *self.ok_worker], CANTCREAT, ["is a directory"])
+        self.refused(["--events-file", self.marker_dir, *self.ok_worker], CANT_CREATE, ["is a directory"])
 
     def test_log_dir_and_events_file_on_kernel_file_systems(self):
         # /proc and /sys accept no new files, whatever the permission bits say (root included): still 73.
         for args in (["--log-dir", "/proc/ddprun-x"], ["--log-dir", "/sys/ddprun-x"],
                      ["--events-file", "/sys/ddprun-x"], ["--events-file", "/proc/ddprun-x"]):
-            self.refused([*args, *self.ok_worker], CANTCREAT, [args[1]])
+            self.refused([*args, *self.ok_worker], CANT_CREATE, [args[1]])
 
     def test_term_timeout_negative(self):
         self.refused(["--term-timeout", "-5", *self.ok_worker], USAGE, ["--term-timeout"])

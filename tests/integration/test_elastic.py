@@ -16,6 +16,7 @@ import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from elastic_fixture import BOUND, ElasticCase, LAST_CALL, REFUSED, worker_runs
+from exit_codes import RDZV_LOST, RDZV_TIMEOUT, USAGE
 from harness import DDPRUN, RENDEZVOUS, pid_alive
 from ports import listening
 from wait import wait_until
@@ -296,7 +297,7 @@ class ElasticEdges(ElasticCase):
             self.wait_ready(range(4))
         refused = self.agent("1:3", *self.waiting(), name="e", rdzv_conf=conf)
         res_e = self.wait_all([refused])[0]
-        self.assertEqual(res_e.code, 77, res_e)
+        self.assertEqual(res_e.code, REFUSED, res_e)
         self.assertIn("left this job 2 times: it is not admitted again", res_e.stderr.decode(), res_e)
         self.release()
         for n, res in zip("ab", self.wait_all([a, b])):
@@ -530,7 +531,7 @@ class ElasticEdges(ElasticCase):
         self.assertEqual(results["a"].code, -signal.SIGKILL)
         self.assert_gone_within(host_workers, BOUND)
         for n in "bc":
-            self.assertEqual(results[n].code, 74, results[n])  # lost the rendezvous server
+            self.assertEqual(results[n].code, RDZV_LOST, results[n])  # lost the rendezvous server
             self.assertIn("lost the rendezvous server at 127.0.0.1:", results[n].stderr.decode(), results[n])
             self.assertEqual(len(self.rounds(n)), 1)
 
@@ -786,7 +787,7 @@ class ElasticEdges(ElasticCase):
     def test_fewer_than_min_never_start_and_time_out(self):
         a = self.host_agent("2:3", "exit=0", name="a", last_call=0.5, rdzv_timeout=1)
         res = self.wait_all([a])[0]
-        self.assertEqual(res.code, 75, res)
+        self.assertEqual(res.code, RDZV_TIMEOUT, res)
         self.assertIn("1 of 3 nodes joined (need 2); joined hosts: " + socket.gethostname(), res.stderr.decode(), res)
         self.assertEqual(res.stdout, b"", res)
         self.assertEqual(self.rounds("a"), [])
@@ -805,7 +806,7 @@ class ElasticEdges(ElasticCase):
             res_b = self.wait_all([b])[0]
         finally:
             os.kill(a.pid, signal.SIGCONT)
-        self.assertEqual(res_b.code, 74, res_b)
+        self.assertEqual(res_b.code, RDZV_LOST, res_b)
         self.assertIn("lost the rendezvous server at 127.0.0.1:", res_b.stderr.decode(), res_b)
         self.assertIn(": nothing heard for 1.0 s", res_b.stderr.decode(), res_b)
         deadline = time.monotonic() + BOUND  # for both waits
@@ -872,7 +873,7 @@ class JoinAdmission(ElasticCase):
                              "join_min_interval applies to join_policy now")):
             r = subprocess.run([RENDEZVOUS, "--rdzv-id", "elastic", "--nnodes", "1:3", "--host", "127.0.0.1", "--port",
                                 str(self.port), *args], env=self.env, capture_output=True, timeout=BOUND)
-            self.assertEqual(r.returncode, 64, r)
+            self.assertEqual(r.returncode, USAGE, r)
             lines = r.stderr.decode().splitlines()
             self.assertEqual(len(lines), 1, r)
             self.assertTrue(lines[0].startswith("ddprun-rendezvous: ") and words in lines[0], r)

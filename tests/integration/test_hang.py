@@ -8,6 +8,7 @@ import textwrap
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import HUNG, USAGE
 from harness import DdprunTestCase, WORKER, pid_alive
 from multinode import MultiNodeCase
 
@@ -15,7 +16,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.join(HERE, "..", "..", "python")
 HAS_STACK_TOOL = any(os.access(os.path.join(d, t), os.X_OK)
                      for d in os.environ.get("PATH", "").split(":") for t in ("eu-stack", "gdb"))
-HUNG = 78  # README "Exit codes": a hang, told apart from an OOM kill (137)
 
 
 class HangCase(DdprunTestCase):
@@ -121,7 +121,7 @@ class SingleNode(HangCase):
 
     def test_bad_value_is_one_line_and_exit_64(self):
         r = self.worker("print=x", extra=("--hang-timeout", "soon"))
-        self.assertEqual(r.code, 64, r)
+        self.assertEqual(r.code, USAGE, r)
         self.assertIn("--hang-timeout", r.stderr.decode())
         self.assertEqual(r.stdout, b"")
 
@@ -164,7 +164,7 @@ class Quiet(HangCase):
 
     def test_the_initial_timeout_needs_the_hang_timeout(self):
         r = self.worker("exit=0", nproc=1, extra=("--hang-initial-timeout", "5"))
-        self.assertEqual(r.code, 64, r)
+        self.assertEqual(r.code, USAGE, r)
         self.assertIn("--hang-initial-timeout needs --hang-timeout", r.stderr.decode())
 
 

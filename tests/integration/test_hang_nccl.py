@@ -25,12 +25,12 @@ import stat
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import HUNG
 from harness import DdprunTestCase, WORKER
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.join(HERE, "..", "..", "python")
 RECORDER = os.path.join(HERE, "py", "fake_nccl_recorder.py")
-HUNG = 78
 
 
 class FlightRecorder(DdprunTestCase):

@@ -7,6 +7,7 @@ import signal
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import USAGE
 from harness import WORKER
 from multinode import MultiNodeCase, TIMEOUT
 
@@ -67,5 +68,5 @@ class JoinGrace(MultiNodeCase):
     def test_an_elastic_range_is_refused(self):
         res = self.run_ddprun("--nnodes", "1:2", "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "x",
                               "--join-grace", "2", "/bin/true")
-        self.assertEqual(res.code, 64, res)
+        self.assertEqual(res.code, USAGE, res)
         self.assertIn("--join-grace needs a fixed node count", res.stderr.decode(), res)

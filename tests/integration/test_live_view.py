@@ -10,6 +10,7 @@ import subprocess
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import CANT_CREATE
 from harness import DDPRUN, WORKER
 from multinode import MultiNodeCase
 from wait import wait_until
@@ -41,7 +42,6 @@ class LiveViewCase(MultiNodeCase):
     def sockets(self):
         d = os.path.join(self.runtime, "ddprun")
         return [f for f in os.listdir(d) if f.endswith(".sock")] if os.path.isdir(d) else []
-
 
 
 class LiveView(LiveViewCase):
@@ -192,6 +192,6 @@ class MetricsTextfile(LiveViewCase):
     def test_an_unwritable_directory_is_refused_before_anything_starts(self):
         r = self.run_ddprun("--standalone", "--metrics-textfile", self.path("missing"), "--nproc-per-node", 1,
                             WORKER, "print=started")
-        self.assertEqual(r.code, 73, r)
+        self.assertEqual(r.code, CANT_CREATE, r)
         self.assertIn("--metrics-textfile", r.stderr.decode())
         self.assertNotIn("started", r.stdout.decode())

@@ -19,6 +19,7 @@ import unittest
 import xml.etree.ElementTree as ET
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import HUNG
 from fashion_mnist_files import write_split
 from harness import DDPRUN, DdprunTestCase, WORKER, read_until
 from ports import free_port
@@ -222,7 +223,7 @@ class MainJob(DdprunTestCase):
         err = proc.stderr.read().decode()
         proc.wait(timeout=30)
         elapsed = time.monotonic() - t0
-        self.assertEqual(proc.returncode, 78, err)
+        self.assertEqual(proc.returncode, HUNG, err)
         self.assertRegex(err, r"root cause: rank 1 \(.*\) hung: no heartbeat for \d+\.\d s after step \d+", err)
         self.assertIn("stopped (SIGSTOP)", err)
         # 4 s of silence, the stack capture (at most 5 s), the teardown (2 s): ~6 s on a quiet machine; the

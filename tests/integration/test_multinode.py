@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import NOT_FOUND, UNAVAILABLE
 from harness import DDPRUN, RENDEZVOUS, WORKER
 from multinode import LOST, REFUSED, TIMEOUT, MultiNodeCase
 
@@ -110,9 +111,9 @@ class StaticJobs(MultiNodeCase):
                              "--nproc-per-node", 1, "--rdzv-timeout", 20, "no-such-program-here")
         res_host, res_missing = self.wait_all([host, missing])
         self.assertLess(time.monotonic() - t0, 10, (res_host, res_missing))
-        self.assertEqual(res_missing.code, 127, res_missing)
+        self.assertEqual(res_missing.code, NOT_FOUND, res_missing)
         self.assertIn("program 'no-such-program-here' not found in PATH", res_missing.stderr.decode())
-        self.assertEqual(res_host.code, 69, res_host)
+        self.assertEqual(res_host.code, UNAVAILABLE, res_host)
         self.assertRegex(res_host.stderr.decode(), r"root cause: node 1 \(host [^)]+\) could not start: program "
                                                    r"'no-such-program-here' not found in PATH")
         self.assertEqual(os.listdir(self.ready), [])  # no worker started anywhere
@@ -184,7 +185,7 @@ class StaticJobs(MultiNodeCase):
             s.bind(("0.0.0.0", self.port))
             s.listen()
             res = self.wait_all([self.node(0, 2, f"ready={self.ready}")])[0]
-        self.assertEqual(res.code, 69, res)
+        self.assertEqual(res.code, UNAVAILABLE, res)
         self.assertIn(str(self.port), res.stderr.decode(), res)
         self.assertEqual(os.listdir(self.ready), [], "a worker was started")
 

@@ -11,11 +11,11 @@ import time
 import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import UNAVAILABLE, USAGE
 from harness import DDPRUN, RENDEZVOUS, WORKER
-from munged import PrivateMunged
 from multinode import MultiNodeCase, REFUSED
+from munged import PrivateMunged
 
-UNAVAILABLE, USAGE = 69, 64
 MUNGE_LINE = "each with a MUNGE credential of uid"
 
 

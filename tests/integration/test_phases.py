@@ -8,6 +8,7 @@ import socket
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import RDZV_TIMEOUT
 from harness import WORKER
 from multinode import MultiNodeCase
 from ports import free_port
@@ -144,7 +145,7 @@ class Phases(MultiNodeCase):
             elapsed = time.monotonic() - t0
             for s in fillers:
                 s.close()
-        self.assertEqual(res.code, 75, res)
+        self.assertEqual(res.code, RDZV_TIMEOUT, res)
         self.assertLess(elapsed, 3 + PROMPT, res)
 
     def test_a_server_that_accepts_but_never_speaks_is_bounded_by_the_rdzv_timeout(self):
@@ -156,7 +157,7 @@ class Phases(MultiNodeCase):
             res = self.run_ddprun("--nnodes", 2, "--node-rank", 1, "--master-addr", "127.0.0.1", "--rdzv-port",
                                   mute.getsockname()[1], "--rdzv-timeout", 2, WORKER, "exit=0", timeout=30)
             elapsed = time.monotonic() - t0
-        self.assertEqual(res.code, 75, res)
+        self.assertEqual(res.code, RDZV_TIMEOUT, res)
         self.assertIn("no challenge", res.stderr.decode(), res)
         self.assertLess(elapsed, 2 + PROMPT, res)
 

@@ -14,9 +14,10 @@ import tempfile
 import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
-import rendered
 from elastic_fixture import ElasticCase
+from exit_codes import HUNG
 from harness import DdprunTestCase, WORKER
+import rendered
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with python3-matplotlib; `python3` may be a pyenv shim
@@ -88,7 +89,7 @@ class Timeline(TimelineChecks, DdprunTestCase):
         events = self.path("events")
         r = self.worker("beat=3", "@0:hang", "@1:beatfor=30", nproc=2,
                         extra=("--hang-timeout", "1.5", "--events-file", events))
-        self.assertEqual(r.code, 78, r)  # README "Exit codes": a hang
+        self.assertEqual(r.code, HUNG, r)  # README "Exit codes": a hang
         boxes = self.timeline("hang", events)
         self.assert_labels(boxes, "hung after step 3", "teardown (", "exit 78")
 

@@ -14,6 +14,7 @@ import threading
 import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import NOT_FOUND, USAGE
 from harness import DDPRUN, DdprunTestCase
 from python_env import EXAMPLES, HELPERS, NO_TORCH, torch_python
 
@@ -89,12 +90,12 @@ class PythonWorkerCli(DdprunTestCase):
 
     def test_stdin_rank_outside_the_job_is_refused_before_anything_starts(self):
         res = self.run_ddprun("--nproc-per-node", 2, "--stdin-rank", 2, ECHO)
-        self.assertEqual(res.code, 64, res)
+        self.assertEqual(res.code, USAGE, res)
         err = res.stderr.decode()
         self.assertIn("--stdin-rank 2: the job has ranks 0-1", err, res)
         self.assertNotIn(b"eof", res.stdout)
         res = self.run_ddprun("--nproc-per-node", 2, "--stdin-rank", "one", ECHO)
-        self.assertEqual(res.code, 64, res)
+        self.assertEqual(res.code, USAGE, res)
 
     def test_a_breakpoint_without_a_terminal_points_at_stdin_rank(self):
         self.env.pop("PYTHONBREAKPOINT", None)  # 0 would make breakpoint() do nothing
@@ -128,10 +129,10 @@ class PythonWorkerCli(DdprunTestCase):
 
     def test_local_rank_arg_refuses_bad_values_and_use_env(self):
         res = self.run_ddprun("--nproc-per-node", 1, "--local-rank-arg", "camel", ARGV)
-        self.assertEqual(res.code, 64, res)
+        self.assertEqual(res.code, USAGE, res)
         self.assertIn("--local-rank-arg 'camel': expected dash", res.stderr.decode(), res)
         res = self.run_ddprun("--nproc-per-node", 1, "--use-env", "--local-rank-arg", "dash", ARGV)
-        self.assertEqual(res.code, 64, res)
+        self.assertEqual(res.code, USAGE, res)
         self.assertIn("--local-rank-arg and --use-env contradict", res.stderr.decode(), res)
         self.assertNotIn(b"argv", res.stdout)
 
@@ -196,7 +197,7 @@ class PythonWorkerCli(DdprunTestCase):
             f.write("#!/bin/sh\necho shell\n")
         os.chmod(shell, 0o755)
         res = self.run_ddprun("--nproc-per-node", 1, "job.sh", cwd=work)
-        self.assertEqual(res.code, 127, res)
+        self.assertEqual(res.code, NOT_FOUND, res)
         self.assertIn("give ./job.sh", res.stderr.decode())
 
     def test_argparse_stopping_over_local_rank_names_the_switch(self):

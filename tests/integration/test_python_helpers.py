@@ -10,6 +10,7 @@ import time
 import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import PREEMPTED
 from harness import DdprunTestCase, Result
 
 PYTHON_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../python"))
@@ -232,14 +233,14 @@ class PythonHelpers(DdprunTestCase):
         self.assert_stopped_cleanly(res, saved, signal.SIGTERM)
         # 79 as the README says, and a summary that says so (it read "job FAILED", with ddprun's SIGTERM as the
         # root cause, above that exit code).
-        self.assertEqual(res.code, 79, res)
+        self.assertEqual(res.code, PREEMPTED, res)
         self.assertIn("ddprun: job preempted after", res.stderr.decode(), res)
         self.assertNotIn("FAILED", res.stderr.decode(), res)
 
     def test_a_sigusr1_notice_in_a_slurm_job_is_preempted_79_and_outside_one_succeeds(self):
         res, saved = self.stop_job(signal.SIGUSR1, slurm=True)
         self.assert_stopped_cleanly(res, saved, signal.SIGUSR1)
-        self.assertEqual(res.code, 79, res)
+        self.assertEqual(res.code, PREEMPTED, res)
         self.assertIn("ddprun: job preempted after", res.stderr.decode(), res)
         for rank in (0, 1):
             os.remove(self.path(f"ready.{rank}"))

@@ -17,6 +17,7 @@ import threading
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import HUNG, RDZV_TIMEOUT
 from harness import DDPRUN, RENDEZVOUS, WORKER
 from multinode import MultiNodeCase, LOST, REFUSED
 
@@ -233,7 +234,7 @@ class RendezvousRestart(MultiNodeCase):
                            "sh", "-c", "echo master=$MASTER_ADDR:$MASTER_PORT")
         self.agents.append(agent)
         out, err = agent.communicate(timeout=BOUND)
-        self.assertEqual(agent.returncode, 75, err)  # the rendezvous timeout's code
+        self.assertEqual(agent.returncode, RDZV_TIMEOUT, err)  # the rendezvous timeout's code
         self.assertEqual(out, b"")  # no worker started
         self.assertEqual(impostor.received, b"")
         self.assertRegex(err, rb"could not reach the rendezvous server at 127\.0\.0\.1:\d+ within 3(\.0)? s \(--rdzv-timeout\): the "
@@ -389,7 +390,7 @@ class RendezvousRestart(MultiNodeCase):
         results = self.wait_all(agents, timeout=25 + BOUND)
         texts = [r.stderr if i != hung_node else seen + r.stderr for i, r in enumerate(results)]
         for r, text in zip(results, texts):
-            self.assertEqual(r.code, 78, text)
+            self.assertEqual(r.code, HUNG, text)
             self.assertIn(b"root cause: rank 1 (local rank 0, node", text)
         self.assertIn(b"the rendezvous server came back while this node waited for a hang verdict: sending its view "
                       b"again", texts[hung_node])

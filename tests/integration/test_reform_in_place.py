@@ -13,6 +13,7 @@ import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from elastic_fixture import BOUND, ElasticCase
+from exit_codes import HUNG
 from harness import DDPRUN
 from ports import listening
 
@@ -150,7 +151,7 @@ class ReformInPlace(ElasticCase):
         os.kill(b.pid, signal.SIGKILL)
         res_a, res_b = self.wait_all([a, b])
         self.assertEqual(res_b.code, -signal.SIGKILL)
-        self.assertEqual(res_a.code, 78, res_a)
+        self.assertEqual(res_a.code, HUNG, res_a)
         log = self.read(self.path("err_a.log"))
         self.assertIn("did not take the re-formed round up within 2000 ms (--term-timeout)", log)
         self.assertRegex(log, r"root cause: rank 1 \(.*\) hung: .*rank 1 .*stopped \(SIGSTOP\)")

@@ -10,6 +10,7 @@ import signal
 import subprocess
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import USAGE
 from harness import WORKER
 from multinode import MultiNodeCase
 from wait import wait_until
@@ -120,6 +121,6 @@ class Stragglers(MultiNodeCase):
                                   ("--straggler-action", "kill", "--straggler-action 'kill': expected name or stop")):
             with self.subTest(flag=flag, value=value):
                 r = self.run_ddprun(flag, value, "--nproc-per-node", 1, WORKER, "print=started")
-                self.assertEqual(r.code, 64, r)
+                self.assertEqual(r.code, USAGE, r)
                 self.assertIn(said, r.stderr.decode())
                 self.assertNotIn(b"started", r.stdout)

@@ -8,6 +8,7 @@ import time
 import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import NOT_EXECUTABLE, NOT_FOUND
 from harness import DDPRUN, DdprunTestCase, WORKER, pid_alive
 from wait import wait_until
 
@@ -103,7 +104,7 @@ class ExitCodes(DdprunTestCase):
             f.write("#!/nonexistent/interpreter\n")
         os.chmod(script, 0o755)
         r = self.run_ddprun("--nproc-per-node", 2, script)
-        self.assertEqual(r.code, 127, r)
+        self.assertEqual(r.code, NOT_FOUND, r)
         err = r.stderr.decode()
         # In order: what started, why the rank did not, the teardown; the summary gives the reason, not "pid 0".
         started = err.index("INFO: started 0 of 2 workers")
@@ -126,7 +127,7 @@ class ExitCodes(DdprunTestCase):
             f.write(f"#!{interpreter}\n")
         os.chmod(script, 0o755)
         r = self.run_ddprun("--nproc-per-node", 1, script)
-        self.assertEqual(r.code, 126, r)
+        self.assertEqual(r.code, NOT_EXECUTABLE, r)
         self.assertIn(f"could not be started (exit code 126): cannot execute '{script}': Permission denied at ",
                       r.stderr.decode(), r)
 

@@ -10,10 +10,9 @@ import time
 import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import CANT_CREATE, HUNG, OS_ERROR
 from harness import DDPRUN, DdprunTestCase, WORKER, pid_alive
 from stalled_console import line_numbers, without_cut_last_line
-
-OS_ERROR, CANT_CREATE = 71, 73
 
 
 class SmallDisk(DdprunTestCase):
@@ -81,7 +80,7 @@ class Files(DdprunTestCase):
         """Without --log-dir nothing is made under a predictable name in the shared $TMPDIR: the stacks are
         in the 0700 run directory, mode 0600, and stay there after the run."""
         res = self.worker("beat=1", "hang", nproc=1, extra=("--hang-timeout", 1))
-        self.assertEqual(res.code, 78, res)  # README "Exit codes": a hang
+        self.assertEqual(res.code, HUNG, res)  # README "Exit codes": a hang
         entries = os.listdir(self.tmp)
         run_dirs = [e for e in entries if e.startswith("ddprun-")]
         self.assertEqual(len(run_dirs), 1, entries)  # nothing beside it

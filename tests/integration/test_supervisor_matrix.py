@@ -20,6 +20,7 @@ import time
 import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import OS_ERROR, RDZV_TIMEOUT
 from harness import DDPRUN, WORKER, pid_alive
 from stalled_console import PROMPT, ConsoleCase, StalledConsole, line_numbers, without_cut_last_line
 
@@ -187,7 +188,7 @@ class Matrix(ConsoleCase):
             codes = [self.finish(p) for p in procs]
             err = self.stderr_of()
             procs[1].stderr.close()
-            self.assertEqual(codes, [75, 75], err[-3000:])
+            self.assertEqual(codes, [RDZV_TIMEOUT, RDZV_TIMEOUT], err[-3000:])
             self.assertIn("cannot accept a node's connection: Too many open files (ulimit -n", err)
             self.assertLess(err.count("cannot accept"), 3, "said once, then every 10 s")
             return
@@ -198,10 +199,10 @@ class Matrix(ConsoleCase):
             self.release_go()
         codes = [self.finish(p) for p in procs]
         err = self.stderr_of()
-        self.assertEqual(codes[0], 71, err[-3000:])
+        self.assertEqual(codes[0], OS_ERROR, err[-3000:])
         self.assertIn("ulimit -n", err)
         if len(procs) == 2:
-            self.assertEqual(codes[1], 71, procs[1].stderr.read().decode()[-3000:])  # the root cause is everyone's
+            self.assertEqual(codes[1], OS_ERROR, procs[1].stderr.read().decode()[-3000:])  # the root cause is everyone's
             procs[1].stderr.close()
 
     def check_end(self, resource_name, codes, expected, root_cause, procs):

@@ -6,10 +6,9 @@ accepted lines start the workers torchrun would start, refused ones print one li
 import os
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import NOT_EXECUTABLE, RDZV_REFUSED, USAGE
 from harness import DdprunTestCase, WORKER
 from ports import free_port
-
-USAGE = 64
 
 
 class TorchrunLines(DdprunTestCase):
@@ -73,7 +72,7 @@ class TorchrunLines(DdprunTestCase):
             self.assertEqual(r.code, 0, f"{program}: {r}")
             self.assertEqual(self.lines(r), lines, program)
         r = self.run_ddprun("--no-python", "./train_x", cwd=self.tmp)  # executed: the kernel refuses it
-        self.assertEqual(r.code, 126, r)
+        self.assertEqual(r.code, NOT_EXECUTABLE, r)
         self.assertIn(b"Exec format error", r.stderr)
 
     def test_one_node_at_a_fixed_endpoint_keeps_the_default_run_id(self):
@@ -84,7 +83,7 @@ class TorchrunLines(DdprunTestCase):
         self.wait_for_files([self.path("ready.0"), self.path("ready.1")])
         # Why one node needs no id: a second job at the same endpoint, run "none" too, is refused, not merged.
         second = self.run_ddprun(*endpoint, WORKER, "exit=0")
-        self.assertEqual(second.code, 77, second)
+        self.assertEqual(second.code, RDZV_REFUSED, second)
         self.assertIn(b"is closed", second.stderr)
         open(go, "w").close()
         out, err = first.communicate(timeout=60)

@@ -10,6 +10,7 @@ import sys
 import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import HUNG
 from harness import DDPRUN, DdprunTestCase
 from wait import wait_until
 
@@ -54,7 +55,7 @@ class WorkerAbuse(DdprunTestCase):
         code = SLOT + "for step in range(100):\n    beat(step, time.time_ns); time.sleep(0.1)\n"
         res = self.python(code, "--hang-timeout", 2, "--hang-initial-timeout", 3, "--term-timeout", 1)
         err = res.stderr.decode()
-        self.assertEqual(res.code, 78, res)  # hung, not alive for ever
+        self.assertEqual(res.code, HUNG, res)  # hung, not alive for ever
         self.assertEqual(err.count("beats with a time from another clock than CLOCK_MONOTONIC"), 1, err)
 
     def test_a_wall_clock_work_counter_does_not_cost_the_node(self):

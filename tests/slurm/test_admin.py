@@ -5,10 +5,9 @@ import os
 import socket
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import PREEMPTED, USAGE
 from slurm_jobs import DDPRUN, JobCase, WORKER, worker_env
 
-USAGE = 64
-PREEMPTED = 79
 MUNGE_LINE = "each with a MUNGE credential of uid 0"
 
 

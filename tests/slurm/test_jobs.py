@@ -6,10 +6,9 @@ import signal
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import PREEMPTED
 from slurm_jobs import DDPRUN, JobCase, WORKER
 from wait import wait_until
-
-PREEMPTED = 79
 
 
 def read_records(path):

@@ -10,11 +10,11 @@ import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from cluster import SlurmClusterCase, slurm_rdzv_ports
+from exit_codes import RDZV_REFUSED
 
 DDPRUN = os.environ.get("DDPRUN", os.path.join(os.path.dirname(__file__), "../../build/launcher/ddprun"))
 WORKER = os.environ.get("TEST_WORKER", os.path.join(os.path.dirname(__file__), "../../build/tests/bin/test_worker"))
 MUNGE_LINE = "each with a MUNGE credential of uid 0"
-REFUSED = 77
 
 
 class MungeInSteps(SlurmClusterCase):
@@ -58,7 +58,7 @@ class MungeInSteps(SlurmClusterCase):
                  "--rdzv-auth", "munge", WORKER, "exit=0"],
                 env=self.munge_env(TMPDIR=nobody_tmp, HOME=nobody_tmp, DDPRUN_TOKEN=token), capture_output=True,
                 text=True, timeout=30)
-            self.assertEqual(intruder.returncode, REFUSED, intruder.stderr)
+            self.assertEqual(intruder.returncode, RDZV_REFUSED, intruder.stderr)
             self.assertIn("authentication failed", intruder.stderr)
             self.assertIn("not the job's user", intruder.stderr)
         finally:

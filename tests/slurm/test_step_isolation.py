@@ -8,12 +8,12 @@ import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from cluster import SlurmClusterCase, slurm_rdzv_ports
+from exit_codes import UNAVAILABLE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DDPRUN = os.path.abspath(os.environ.get("DDPRUN", os.path.join(HERE, "../../build/launcher/ddprun")))
 WORKER = os.path.abspath(os.environ.get("TEST_WORKER", os.path.join(HERE, "../../build/tests/bin/test_worker")))
 RENDEZVOUS = os.path.join(os.path.dirname(DDPRUN), "../rendezvous/ddprun-rendezvous")
-UNAVAILABLE = 69
 
 
 def worker_lines(text):

@@ -2,6 +2,7 @@
 ddprun straight in the batch script, several tasks per node - are refused with advice."""
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from cluster import SlurmClusterCase
+from exit_codes import USAGE
 from slurm_jobs import DDPRUN, WORKER, worker_env
 
 ENV_STEPS = ["env=RANK", "env=WORLD_SIZE", "env=GROUP_RANK", "env=MASTER_ADDR", "env=MASTER_PORT",
@@ -56,6 +57,6 @@ class Mistakes(SlurmClusterCase):
     def test_two_tasks_per_node_are_refused_with_advice(self):
         res = self.cluster.run("salloc", "-p", "test", "-N2", "--ntasks-per-node=2", "srun", DDPRUN,
                                "--nproc-per-node", 1, WORKER, "print=started")
-        self.assertEqual(res.code, 64, res)
+        self.assertEqual(res.code, USAGE, res)
         self.assertNotIn("started", res.out, res)
         self.assertIn("--ntasks-per-node=1", res.err, res)

@@ -50,6 +50,7 @@ import subprocess
 import threading
 import time
 
+import exit_codes
 import harness  # noqa: F401 (makes this process a child subreaper: whatever a run leaves is ours to find)
 from harness import descendants, kill_all, reap_zombies
 # read_events: one agent's events; a SIGKILLed agent's last line may be cut (strict=False drops it).
@@ -65,8 +66,8 @@ GUARD_GRACE_S = 5.0
 STEP_S = 0.02
 LAST_CALL_S = 0.5
 JOINER_RDZV_TIMEOUT_S = 5
-LOST_NODE, LOST_SERVER, RDZV_TIMEOUT, REFUSED = 1, 74, 75, 77
-HUNG_CODE = 78  # README "Exit codes"
+LOST_NODE, LOST_SERVER, RDZV_TIMEOUT, REFUSED = 1, exit_codes.RDZV_LOST, exit_codes.RDZV_TIMEOUT, exit_codes.RDZV_REFUSED
+HUNG_CODE = exit_codes.HUNG
 UNPLANNED_ROUND_CODE = 86  # the wrapper's answer for a (round, local rank) no plan has: a round too many
 
 SELF_SIGNALS = ["SEGV", "ABRT", "KILL", "HUP", "QUIT", "USR1", "PIPE", "FPE", "BUS"]

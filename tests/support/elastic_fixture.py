@@ -12,12 +12,13 @@ import subprocess
 import time
 
 import event_schema
+from exit_codes import RDZV_REFUSED
 from harness import DDPRUN, WORKER, pid_alive
 from multinode import MultiNodeCase
 from ports import listening
 from wait import wait_until
 
-REFUSED = 77
+REFUSED = RDZV_REFUSED
 ENV_NAMES = ("TORCHELASTIC_RESTART_COUNT", "WORLD_SIZE", "RANK", "TORCHELASTIC_MAX_RESTARTS")
 BOUND = 20  # seconds: every "ends within" of these tests; each takes a few seconds on an idle machine
 # --rdzv-conf last_call_timeout of a job that starts below MAX: every node started at once joins within it.

@@ -6,11 +6,12 @@ import signal
 import subprocess
 import time
 
+from exit_codes import RDZV_LOST, RDZV_REFUSED, RDZV_TIMEOUT
 from harness import DDPRUN, DdprunTestCase, Result, WORKER
 from netns_lab import NetnsStar
 from ports import free_port
 
-REFUSED, TIMEOUT, LOST = 77, 75, 74
+REFUSED, TIMEOUT, LOST = RDZV_REFUSED, RDZV_TIMEOUT, RDZV_LOST
 
 
 class MultiNodeCase(DdprunTestCase):
