@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
@@ -18,6 +17,7 @@ from elastic_fixture import ElasticCase
 from exit_codes import HUNG
 from harness import DdprunTestCase, WORKER
 import rendered
+from temp_dirs import temp_dir
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with python3-matplotlib; `python3` may be a pyenv shim
@@ -117,9 +117,7 @@ class StepRate(unittest.TestCase):
     (as ddprun writes it, and the straggler_end that follows, which is not marked)."""
 
     def setUp(self):
-        tmp = tempfile.TemporaryDirectory(prefix="ddprun_step_rate_")
-        self.addCleanup(tmp.cleanup)
-        self.tmp = tmp.name
+        self.tmp = temp_dir(self, "ddprun_step_rate_")
 
     def write(self, name, lines):
         path = os.path.join(self.tmp, name)

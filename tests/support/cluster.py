@@ -26,6 +26,7 @@ import time
 import unittest
 
 from harness import comm, descendants, kill_all, reap_zombies  # also makes this process a child subreaper
+from temp_dirs import temp_dir
 from wait import wait_until
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -427,7 +428,7 @@ class SlurmClusterCase(unittest.TestCase):
         cls.cluster.stop()
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="case_", dir=self.cluster.dir)
+        self.tmp = temp_dir(self, "case_", dir=self.cluster.dir)
         os.chmod(self.tmp, 0o777)
 
     def tearDown(self):
@@ -441,7 +442,6 @@ class SlurmClusterCase(unittest.TestCase):
         described = self.cluster.kill_job_processes()
         self.cluster.run("scancel", "--full", "--partition=test", timeout=10)
         self.cluster.wait_idle(timeout=30)  # the next test gets every node
-        shutil.rmtree(self.tmp, ignore_errors=True)
         self.assertEqual(described, [], "job processes left behind after the test")
 
     def path(self, name):

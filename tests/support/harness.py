@@ -8,14 +8,13 @@ leak processes into the next one.
 import ctypes
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 import unittest
 
 import event_schema
+from temp_dirs import temp_dir
 from wait import wait_until
 
 DDPRUN = os.environ.get("DDPRUN", os.path.join(os.path.dirname(__file__), "../../build/launcher/ddprun"))
@@ -146,7 +145,7 @@ class DdprunTestCase(unittest.TestCase):
     """Runs ddprun, asserts no process is left at the end of each test."""
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="ddprun_it_")
+        self.tmp = temp_dir(self, "ddprun_it_")
         self.env = dict(os.environ)
         self.env.pop("DDPRUN_LOG_LEVEL", None)
         # ddprun's temporary run directories land here, so a test that SIGKILLs ddprun leaves nothing in /tmp.
@@ -163,7 +162,6 @@ class DdprunTestCase(unittest.TestCase):
             left = descendants()
         kill_all(left)
         reap_zombies()
-        shutil.rmtree(self.tmp, ignore_errors=True)
         self.assertEqual(left, [], "processes left behind after the test")
 
     def path(self, name):
