@@ -6,7 +6,7 @@ import re
 import subprocess
 import time
 
-import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+import support_path  # puts tests/support, the fixtures, on sys.path; its SUPPORT goes to occupy.py below
 from cluster import SlurmClusterCase, slurm_rdzv_ports
 from exit_codes import UNAVAILABLE
 
@@ -96,7 +96,7 @@ class PortCollisions(SlurmClusterCase):
         helper = self.path("occupy.py")
         with open(helper, "w") as f:
             f.write(f"""import socket, subprocess, sys, time
-sys.path.insert(0, {HERE!r})
+sys.path.insert(0, {support_path.SUPPORT!r})
 from cluster import slurm_rdzv_ports
 ports = slurm_rdzv_ports(int(sys.argv[1]), 0)
 held = []
