@@ -1,4 +1,4 @@
-// MUNGE credentials against a real munged: tests/integration/munged.py starts a private one and sets
+// MUNGE credentials against a real munged: tests/support/munged.py starts a private one and sets
 // DDPRUN_MUNGE_SOCKET (ctest entry rendezvous.munge). Decoding, the payload binding, replay, forgery, the
 // uid check, munged down; then the real server and clients over loopback.
 #include <unistd.h>
@@ -14,7 +14,7 @@ using namespace ddprun::rendezvous::testing;
 namespace {
 std::string munge_socket() {
   const char* path = std::getenv("DDPRUN_MUNGE_SOCKET");
-  REQUIRE_MESSAGE(path != nullptr, "run under tests/integration/munged.py, which sets DDPRUN_MUNGE_SOCKET");
+  REQUIRE_MESSAGE(path != nullptr, "run under tests/support/munged.py, which sets DDPRUN_MUNGE_SOCKET");
   return path;
 }
 
