@@ -193,7 +193,9 @@ class Matrix(ConsoleCase):
             self.assertLess(err.count("cannot accept"), 3, "said once, then every 10 s")
             return
         else:
-            self.wait_ready(2)
+            # Every worker of every node: one started after the flag below would skip its "?flag:" steps as a
+            # second attempt's would (rank 2 exits 0 instead of 3), and node 0's ranks would hang for good.
+            self.wait_ready(2 * len(procs))
             self.stall(resource_name, procs[0])
             open(flag, "w").close()
             self.release_go()
