@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/env_contract.hpp"
+#include "agent/event_kinds.hpp"
 #include "agent/flight_recorder.hpp"
 #include "agent/hang_watch.hpp"
 #include "common/process/process_tree.hpp"
@@ -129,10 +130,7 @@ void HangInquiry::on_hung(std::vector<int> hung, std::int64_t now_ns) {
       log_.warning("rank ", w.rank, " (pid ", w.pid, ") hung: no heartbeat for ", h.silent_ms, " ms",
                    h.step >= 0 ? " after step " + std::to_string(h.step) : std::string(),
                    "; capturing the stacks of every worker");
-    events_.write(json{{"event", "hung"}, {"time_ms", now_ms}, {"rank", w.rank}, {"local_rank", lr},
-                       {"pid", w.pid}, {"node_rank", host_.node_rank()}, {"last_step", h.step},
-                       {"last_beat_ms", h.never_beat ? json(nullptr) : json(h.last_beat_ms)},
-                       {"never_beat", h.never_beat}});
+    events_.write(event::hung(now_ms, w, host_.node_rank(), h.step, h.last_beat_ms, h.never_beat));
   }
   suspect_ = true;
   start_capture();
@@ -202,26 +200,25 @@ void HangInquiry::start_capture() {
 
 void HangInquiry::on_captured() {
   log_.warning("stacks of every worker in ", layout_.published(stacks_path_));
-  json event{{"event", "stacks"}, {"time_ms", unix_ms()}, {"file", layout_.published(stacks_path_)}};
-  if (const auto dumps = capture_.nccl_dumps(); !dumps.empty()) {
+  const auto dumps = capture_.nccl_dumps();
+  std::vector<event::StackDumpFile> files;
+  if (!dumps.empty()) {
     std::vector<int> unwritten;
     std::string where;
-    json files = json::array();
     for (const NcclDump& d : dumps) {
       if (!d.written) {
         unwritten.push_back(d.rank);
         continue;
       }
       layout_.keep(d.path);  // without --log-dir, kept like the stacks file; with it, copied there at the end
-      files.push_back({{"rank", d.rank}, {"file", d.shown}});
+      files.push_back({d.rank, d.shown});
       where += (where.empty() ? "" : ", ") + ("rank " + std::to_string(d.rank) + " in " + d.shown);
       nccl_dumps_.push_back(d);
     }
     log_.warning("NCCL Flight Recorder dumps: ", where.empty() ? std::string("none") : where,
                  unwritten.empty() ? std::string() : "; asked, nothing written in time: " + rdzv::rank_list(unwritten));
-    event["nccl_dumps"] = std::move(files);
   }
-  events_.write(event);
+  events_.write(event::stacks(unix_ms(), layout_.published(stacks_path_), dumps.empty() ? nullptr : &files));
   if (!host_.round_runs()) return;  // stopped meanwhile: the teardown took them
   const rdzv::HangViewMsg mine = view();
   host_.send_view(mine);
@@ -352,8 +349,7 @@ void HangInquiry::on_deferred(const rdzv::HangDeferredMsg& m) {
   log_.warning(rdzv::rank_list(m.quiet_ranks), " inside a declared quiet phase (up to ", m.wait_ms / 1000.0,
                " s more): the ranks silent beside ", m.quiet_ranks.size() == 1 ? "it" : "them",
                " wait for ", m.quiet_ranks.size() == 1 ? "it" : "them", ", and are not hung");
-  events_.write(json{{"event", "hang_deferred"}, {"time_ms", unix_ms()}, {"quiet_ranks", m.quiet_ranks},
-                     {"wait_ms", m.wait_ms}});
+  events_.write(event::hang_deferred(unix_ms(), m.quiet_ranks, m.wait_ms));
   if (judging()) {
     watch_timer_.cancel();
     watch();

@@ -5,6 +5,7 @@
 
 #include "agent/atomic_file.hpp"
 #include "agent/env_contract.hpp"
+#include "agent/event_kinds.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/time.hpp"
 #include "rendezvous/text.hpp"
@@ -92,9 +93,7 @@ void InPlaceReform::on_assignment() {
   log_.info("re-formed in place: ", ranks_text(w), " of ", w.world_size, " (node ", w.node_rank, " of ", w.nnodes,
             "), master ", rendezvous::text::host_port(w.master_addr, w.master_port), ", attempt ", w.restart_count,
             ", the same ", w.local_world_size == 1 ? "worker" : "workers");
-  events_.write(json{{"event", "reformed_in_place"}, {"time_ms", unix_ms()}, {"node_rank", w.node_rank},
-                     {"rank_offset", w.rank_offset}, {"world_size", w.world_size}, {"restart_count", w.restart_count},
-                     {"reforms", announced_}});
+  events_.write(event::reformed_in_place(unix_ms(), w, announced_));
   ack_timer_.expires_after(config_.term_timeout);
   ack_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) on_ack_deadline();
@@ -119,7 +118,7 @@ void InPlaceReform::on_ack_deadline() {
                  config_.term_timeout.count(), " ms (--term-timeout)");
   }
   if (late.empty()) return;
-  events_.write(json{{"event", "reform_not_taken"}, {"time_ms", unix_ms()}, {"restart_count", world_.restart_count}});
+  events_.write(event::reform_not_taken(unix_ms(), world_.restart_count));
   if (config_.hang_timeout.count() > 0 && beats_.enabled()) return host_.judge_hung(late);
   lifecycle_.on_reform_not_taken();
   host_.replace_workers();

@@ -1,5 +1,6 @@
 // The node's live view (agent/live_view.hpp): samples, the rendezvous' status reports, --metrics-textfile,
 // ddprun-status requests and the stragglers the rendezvous names.
+#include "agent/event_kinds.hpp"
 #include "agent/live_view.hpp"
 
 #include <algorithm>
@@ -174,9 +175,7 @@ void LiveView::on_stragglers(const rendezvous::StragglersMsg& message) {
   for (const rendezvous::Straggler& s : message.named) {
     if (is_named(stragglers_, s.rank)) continue;
     log_.warning(straggler_text(s, window_s));
-    json event = straggler_json(s);
-    event.update(json{{"event", "straggler"}, {"time_ms", unix_ms()}, {"window_s", window_s}});
-    events_.write(event);
+    events_.write(event::straggler(unix_ms(), s, window_s));
     if (!config_.straggler_stop || s.node_rank != world_.node_rank || policy_.phase() != Phase::kRunning) continue;
     // --straggler-action stop: the rank goes as a failure of its own, its reason the straggler line, so that
     // every node's summary says why; the job ends, or restarts under --max-restarts.
@@ -194,7 +193,7 @@ void LiveView::on_stragglers(const rendezvous::StragglersMsg& message) {
   for (const rendezvous::Straggler& s : stragglers_) {
     if (is_named(message.named, s.rank)) continue;
     log_.info("rank ", s.rank, " is no longer a straggler");
-    events_.write(json{{"event", "straggler_end"}, {"time_ms", unix_ms()}, {"rank", s.rank}, {"node_rank", s.node_rank}});
+    events_.write(event::straggler_end(unix_ms(), s.rank, s.node_rank));
   }
   stragglers_ = message.named;
 }

@@ -39,12 +39,14 @@ NodeAgent::NodeAgent(const AgentConfig& config)
       signals_(io_, job_signals()),
       reaper_(io_, [this](pid_t pid, const process::ExitStatus& s) { on_child_exit(pid, s); },
               [this](bool has_children) { after_reap(has_children); }),
-      grace_timer_(io_), peer_signal_timer_(io_),
+      peer_signal_(io_, log_),
       link_(io_, config, rendezvous_handlers()),
       containment_(io_, log_), output_(io_, config_, world_, log_, events_, [this] { maybe_finish(); }), probe_(io_),
       hang_(io_, config_, heartbeats_, layout_, policy_, log_, events_, hang_host()),
       live_(io_, config_, world_, heartbeats_, policy_, log_, events_, live_view_host()),
       errors_(io_, error_file_host()),
+      sweep_(io_, config_.term_timeout, policy_, lifecycle_, log_,
+             [this] { apply(policy_.on_grace_expired(unix_ms()), "grace_expired"); }),
       reform_(io_, config_, world_, heartbeats_, policy_, lifecycle_, layout_, log_, events_, reform_host()),
       launcher_(config_, world_, layout_, output_, launcher_host()),
       reports_(io_, config_, world_, policy_, lifecycle_, log_, reports_host()) {}
@@ -69,9 +71,7 @@ int NodeAgent::run() {
     events_.start();
     for (const auto& note : config_.startup_notes) config_.log.note(note);
   } catch (...) {
-    containment_.end_cgroup();
-    layout_.cleanup();
-    containment_.dismiss();
+    release();
     throw;
   }
   // A console that went away must not kill the agent (workers still need tearing down); workers get
@@ -112,14 +112,19 @@ int NodeAgent::run() {
   }
   events_.write(summary_json(policy_, ctx));
   code = events_.exit_code_after(code, config_.events_file, stop_signals(), log_);
-  // Every worker and descendant is gone by now (ddprun's sweep): anything the cgroup still holds escaped
-  // the sweep, and would otherwise run on after the job.
+  release();
+  output_.drain_console();
+  return code;
+}
+
+// The end here, however it came. Every worker and descendant is gone by now (ddprun's sweep): anything the cgroup
+// still holds escaped the sweep, and would otherwise run on after the job. Then the run's files, then the guard
+// (which kills nothing once dismissed).
+void NodeAgent::release() {
   if (const int left = containment_.end_cgroup(); left > 0)
     log_.warning("killed ", left, " process", left == 1 ? "" : "es", " left in the job's cgroup after the job ended");
   layout_.cleanup();
   containment_.dismiss();
-  output_.drain_console();
-  return code;
 }
 
 void start_console() { console::start(kOutputHighWater); }
@@ -153,8 +158,7 @@ void NodeAgent::on_signal(const ReceivedSignal& received) {
                                process_name(received.sender) == "slurmstepd";
   log_.info("received ", process::signal_name(signal), workers_have_it ? " from slurmstepd, which sent it to "
                                                                          "every process of the step" : "");
-  events_.write(json{{"event", "signal"}, {"time_ms", unix_ms()}, {"signal", signal},
-                     {"signal_name", process::signal_name(signal)}, {"sender_pid", received.sender}});
+  events_.write(event::signal(unix_ms(), signal, received.sender));
   Decision d = policy_.on_signal(signal, unix_ms());
   if (workers_have_it && d.signal_all == signal) d.signal_all = 0;
   apply(d, "signal");
@@ -168,19 +172,16 @@ void NodeAgent::on_signal(const ReceivedSignal& received) {
 // go on, see this node silent and end or re-form the job after --heartbeat-timeout.
 void NodeAgent::suspend_job() {
   log_.info("received SIGTSTP: stopping the workers and ddprun (fg or SIGCONT resumes them)");
-  events_.write(json{{"event", "suspended"}, {"time_ms", unix_ms()}});
-  for (const WorkerRecord& w : policy_.workers())
-    if (w.state == WorkerState::kRunning && w.pid > 0) process::signal_group(w.pid, SIGTSTP);
+  events_.write(event::suspended(unix_ms()));
+  sweep_.signal_worker_groups(SIGTSTP);
   ::raise(SIGSTOP);  // returns once continued; the SIGCONT stays pending for resume_job
 }
 
 void NodeAgent::resume_job() {
-  const bool any = std::any_of(policy_.workers().begin(), policy_.workers().end(),
-                               [](const WorkerRecord& w) { return w.state == WorkerState::kRunning && w.pid > 0; });
+  const bool any = sweep_.any_worker_running();
   log_.info(any ? "continued: waking the workers" : "continued");  // none yet: in the rendezvous, say (issue 34)
-  events_.write(json{{"event", "resumed"}, {"time_ms", unix_ms()}});
-  for (const WorkerRecord& w : policy_.workers())
-    if (w.state == WorkerState::kRunning && w.pid > 0) process::signal_group(w.pid, SIGCONT);
+  events_.write(event::resumed(unix_ms()));
+  sweep_.signal_worker_groups(SIGCONT);
   hang_.on_job_resumed();
 }
 
@@ -207,10 +208,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
     if (std::string oom = containment_.oom_kill_reason(); !oom.empty()) policy_.worker(lr).reason = oom;
   const Decision d = policy_.on_exit(lr, status, now);
   const WorkerRecord& w = policy_.worker(lr);
-  json e = worker_json(w);
-  e["event"] = "exited";
-  e["node_rank"] = world_.node_rank;
-  events_.write(e);
+  events_.write(event::exited(w, world_.node_rank));
   if (w.raised)  // said when its error file came (on_error_file): now only its end
     log_.debug("rank ", w.rank, " (pid ", pid, ") ended (", status.describe(), ") after its error file");
   else if (w.state == WorkerState::kFailed)
@@ -234,62 +232,28 @@ void NodeAgent::apply(const Decision& d, const char* reason) {
       log_.info("tearing down: ", reason, "; slurmstepd already sent it to every worker, ddprun sends no copy");
     else
       log_.info("tearing down: ", reason, ", sending ", process::signal_name(d.signal_all), " to every worker");
-    events_.write(json{{"event", "teardown"}, {"time_ms", policy_.teardown_ms()}, {"reason", reason},
-                       {"signal", d.signal_all}});
+    events_.write(event::teardown(policy_.teardown_ms(), reason, d.signal_all));
   }
-  if (d.signal_all != 0) {
-    const bool stops = d.signal_all != SIGUSR1 && d.signal_all != SIGUSR2;
-    signal_everything(d.signal_all, stops);
-  }
-  if (d.arm_grace) arm_grace();
-}
-
-void NodeAgent::arm_grace() {
-  if (!lifecycle_.arm_grace()) return;
-  grace_timer_.expires_after(config_.term_timeout);
-  grace_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) on_grace_expired();
-  });
-}
-
-void NodeAgent::on_grace_expired() {
-  log_.warning("grace period of ", config_.term_timeout.count(), " ms over: sending SIGKILL");
-  lifecycle_.on_grace_expired();
-  apply(policy_.on_grace_expired(unix_ms()), "grace_expired");
-  process::signal_each(process::descendants_of(::getpid()), SIGKILL);
+  // A notice (SIGUSR1, SIGUSR2) is for the workers; anything else reaches every process the job started.
+  const bool notice = d.signal_all == SIGUSR1 || d.signal_all == SIGUSR2;
+  if (d.signal_all != 0) sweep_.signal_job(d.signal_all, /*include_descendants=*/!notice);
+  if (d.arm_grace) sweep_.arm_grace();
 }
 
 void NodeAgent::after_reap(bool has_children) {
   // Between rounds (a restart's stragglers reaped before the next assignment) no worker is running, yet
   // the job is not done: only a started round can end.
   if (!lifecycle_.workers_started()) return;
-  if (!policy_.all_exited()) {
-    // While killing, anything a dying worker forked meanwhile is killed too.
-    if (policy_.phase() == Phase::kKilling) process::signal_each(process::descendants_of(::getpid()), SIGKILL);
-    return;
-  }
-  if (has_children) {
-    // Every worker is gone but something they started lives on: it goes the same way, SIGTERM then
-    // SIGKILL after the grace period, so no process of the job outlives ddprun. SIGTERM goes out once:
-    // after a teardown the stragglers already had the teardown's signal, and after success they get it
-    // with the first batch that finds them (later batches only see who is left of the same stragglers).
-    const bool killing = lifecycle_.cleanup() == AgentLifecycle::Cleanup::kKilling || policy_.phase() == Phase::kKilling;
-    const bool terminate =
-        !killing && policy_.phase() == Phase::kRunning && lifecycle_.cleanup() == AgentLifecycle::Cleanup::kNone;
-    if (killing || terminate) {
-      const auto stragglers = process::descendants_of(::getpid());
-      log_.debug(stragglers.size(), " leftover descendant(s): ", killing ? "SIGKILL" : "SIGTERM");
-      process::signal_each(stragglers, killing ? SIGKILL : SIGTERM);
-    }
-    arm_grace();  // also marks the leftovers' one SIGTERM as sent
-    return;
-  }
+  if (!policy_.all_exited()) return sweep_.on_worker_reaped();
+  // Every worker is gone but something they started lives on: it goes the same way, SIGTERM then SIGKILL after
+  // the grace period, so no process of the job outlives ddprun.
+  if (has_children) return sweep_.sweep_leftovers();
   if (!lifecycle_.on_processes_gone()) return;
   // Every local worker exited 0 and nothing stopped the job: the job ends when every node did the same.
   if (policy_.phase() == Phase::kRunning && (policy_.exit_code() == 0 || policy_.preempted()) &&
       !lifecycle_.outcome_known())
     link_.client().report_node_done();
-  grace_timer_.cancel();
+  sweep_.cancel();
   output_.arm_drain_limit();
   maybe_finish();
 }
@@ -313,9 +277,9 @@ void NodeAgent::maybe_finish() {
       break;
   }
   reaper_.stop();
-  grace_timer_.cancel();
+  sweep_.cancel();
   reports_.cancel();
-  peer_signal_timer_.cancel();
+  peer_signal_.cancel();
   hang_.cancel();
   errors_.cancel();
   reform_.cancel();

@@ -2,7 +2,7 @@
 // node_agent_workers.cpp (a round's workers: started, signalled), node_agent_rdzv.cpp (what the rendezvous says,
 // and what this node tells it), node_agent_end.cpp (the events file's code, the summary's context), and
 // node_agent_wiring.cpp, the wiring of its components: HangInquiry, LiveView, ErrorFileWatch, InPlaceReform and
-// WorkerLauncher (OutputRouting, LoopProbe and JobContainment need none). Rules live in supervision_policy.hpp
+// WorkerLauncher (OutputRouting, LoopProbe, JobContainment and JobSweep need none). Rules live in supervision_policy.hpp
 // and agent_lifecycle.hpp.
 #pragma once
 
@@ -24,6 +24,7 @@
 #include "agent/agent_lifecycle.hpp"
 #include "agent/child_reaper.hpp"
 #include "agent/error_file_watch.hpp"
+#include "agent/event_kinds.hpp"
 #include "agent/event_log.hpp"
 #include "agent/exit_summary.hpp"
 #include "agent/failure_reports.hpp"
@@ -31,9 +32,11 @@
 #include "agent/in_place_reform.hpp"
 #include "agent/heartbeat_channel.hpp"
 #include "agent/job_containment.hpp"
+#include "agent/job_sweep.hpp"
 #include "agent/live_view.hpp"
 #include "agent/loop_probe.hpp"
 #include "agent/output_routing.hpp"
+#include "agent/peer_signal_wait.hpp"
 #include "agent/rendezvous_link.hpp"
 #include "agent/run_layout.hpp"
 #include "agent/signal_reader.hpp"
@@ -54,7 +57,6 @@ class NodeAgent {
   void start_again_in_round();
   void register_worker(int local_rank, pid_t pid);
   void watch_error_files();
-  void signal_everything(int signal, bool include_descendants);
   // node_agent_rdzv.cpp
   rendezvous::ClientHandlers rendezvous_handlers();
   // This node cannot take part: says `why`, tells the other nodes, and returns `code` (69 by default, everywhere).
@@ -74,7 +76,6 @@ class NodeAgent {
   InPlaceReform::Host reform_host();
   FailureReports::Host reports_host();
   WorkerLauncher::Host launcher_host();
-  WorkerFacts worker_facts(int local_rank, const OutputRouting::Target& stdout_target) const;
   // node_agent.cpp
   void on_signal(const ReceivedSignal& received);
   void suspend_job();
@@ -82,9 +83,8 @@ class NodeAgent {
   void on_child_exit(pid_t pid, const process::ExitStatus& status);
   void after_reap(bool has_children);
   void apply(const Decision& d, const char* reason);
-  void arm_grace();
-  void on_grace_expired();
   void maybe_finish();
+  void release();  // the cgroup, the run's files, the guard: last, however the job ended here
   SummaryContext summary_context() const;  // what the end-of-job summary needs from this node, as it ends
 
   const AgentConfig& config_;
@@ -93,8 +93,7 @@ class NodeAgent {
   boost::asio::io_context io_;
   SignalReader signals_;  // SIGINT, SIGTERM, SIGHUP, SIGQUIT (stop), SIGUSR1, SIGUSR2 (notices), SIGTSTP, SIGCONT
   ChildReaper reaper_;
-  boost::asio::steady_timer grace_timer_;
-  boost::asio::steady_timer peer_signal_timer_;  // SLURM: a peer's signal, before our slurmstepd's copy came
+  PeerSignalWait peer_signal_;  // SLURM: a peer's signal, before our slurmstepd's copy came (peer_signal_wait.hpp)
   SupervisionPolicy policy_;
   RunLayout layout_;
   EventLog events_;
@@ -110,6 +109,7 @@ class NodeAgent {
   ErrorFileWatch errors_;  // a worker's error file, read as it is written (agent/error_file_watch.hpp)
   int workers_attempt_ = 0;  // the attempt whose files the running workers use (kept by a re-form in place)
   AgentLifecycle lifecycle_;  // round stage, what the round leads to, clean-up (agent/agent_lifecycle.hpp)
+  JobSweep sweep_;  // the signals to the job's processes, the grace period (agent/job_sweep.hpp)
   InPlaceReform reform_;  // keeps this node's workers through a re-form (agent/in_place_reform.hpp)
   WorkerLauncher launcher_;  // forks a round's workers (agent/worker_launcher.hpp)
   FailureReports reports_;  // what this node tells the rendezvous of its failures (agent/failure_reports.hpp)

@@ -18,11 +18,6 @@ namespace rdzv = ddprun::rendezvous;
 using nlohmann::json;
 
 namespace {
-// Inside a SLURM step whose proctrack signals every process of the step, how long a stop caused by another
-// node's signal waits for this node's own slurmstepd to deliver the same signal (scancel and time limits reach
-// every node's slurmstepd within milliseconds of each other). Short enough not to matter when no signal comes.
-constexpr std::chrono::milliseconds kPeerSignalWait{250};
-
 JobCause cause_of(const rdzv::Failure& f) {
   JobCause c;
   c.text = rdzv::describe(f);
@@ -31,6 +26,18 @@ JobCause cause_of(const rdzv::Failure& f) {
   c.rank = f.rank;
   c.error = f.error_file_contents;
   c.time_ms = f.time_unix_ms;
+  return c;
+}
+
+// The rendezvous lost (or refusing): the exit code is the error's. When this node's part was done (every worker
+// succeeded) the workers' success is no verdict on the job, but the line says what this node does know (issue 37).
+JobCause cause_of(const rdzv::ClientError& e, bool workers_succeeded) {
+  JobCause c;
+  c.text = e.message;
+  if (e.kind == rdzv::ErrorKind::kLostServer && workers_succeeded)
+    c.text = "this node's workers all succeeded, but the end of the job could not be confirmed: " + e.message;
+  c.exit_code = exit_code_of(e);
+  c.time_ms = unix_ms();
   return c;
 }
 }  // namespace
@@ -46,15 +53,9 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
       },
       [this](const rdzv::ClientError& e) {
         log_.error(e.message);
-        JobCause c;
-        c.text = e.message;
-        // Its part done, the rest unknown (the server is gone): the workers' success is no verdict on the job,
-        // and the exit code stays the lost server's; but the line says what this node does know (issue 37).
-        if (e.kind == rdzv::ErrorKind::kLostServer && lifecycle_.processes_gone() &&
-            policy_.phase() == Phase::kRunning && policy_.exit_code() == 0 && !policy_.workers().empty())
-          c.text = "this node's workers all succeeded, but the end of the job could not be confirmed: " + e.message;
-        c.exit_code = exit_code_of(e);
-        c.time_ms = unix_ms();
+        const bool succeeded = lifecycle_.processes_gone() && policy_.phase() == Phase::kRunning &&
+                               policy_.exit_code() == 0 && !policy_.workers().empty();
+        const JobCause c = cause_of(e, succeeded);
         on_outcome(&c, "rendezvous_error");
       },
       [this] { hang_.on_capture_requested(); },
@@ -62,8 +63,7 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
       [this](const rdzv::StragglersMsg& named) { live_.on_stragglers(named); },
       // A separate ddprun-rendezvous lost and looked for, or back (the client logs both): the events file says so.
       [this](bool back, const std::string& text) {
-        events_.write(back ? json{{"event", "rendezvous_resumed"}, {"time_ms", unix_ms()}, {"server", text}}
-                           : json{{"event", "rendezvous_lost"}, {"time_ms", unix_ms()}, {"why", text}});
+        events_.write(back ? event::rendezvous_resumed(unix_ms(), text) : event::rendezvous_lost(unix_ms(), text));
         if (back) hang_.on_server_resumed();
       },
       [this](const rdzv::HangDeferredMsg& m) { hang_.on_deferred(m); },
@@ -80,9 +80,7 @@ int NodeAgent::end_before_start(const std::string& why, int code) {
     io_.run();
   }
   console::set_on_room(nullptr);
-  containment_.end_cgroup();
-  layout_.cleanup();
-  containment_.dismiss();
+  release();
   output_.drain_console();
   return code;
 }
@@ -91,16 +89,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
   if (a.local_world_size() != world_.local_world_size)
     throw Error("the rendezvous assigned " + std::to_string(a.local_world_size()) + " workers to this node, not " +
                 std::to_string(world_.local_world_size));  // a bug: the server only echoes our nproc
-  world_.node_rank = a.node_rank;
-  world_.nnodes = a.nnodes;
-  world_.rank_offset = a.rank_offset;
-  world_.world_size = a.world_size;
-  world_.nprocs = a.nprocs;
-  world_.master_addr = a.master_addr;
-  world_.master_port = a.master_port;
-  world_.run_id = a.run_id;
-  world_.restart_count = a.restart_count;
-  world_.max_restarts = a.max_restarts;
+  take_assignment(world_, a);
   live_.on_new_round();  // the server judges stragglers afresh
   // One block per node and round, so a log shows at a glance where every node's ranks went.
   if (a.nnodes > 1) log_.info(rdzv::format_summary(a, config_.host));
@@ -108,10 +97,7 @@ void NodeAgent::on_assignment(const rdzv::Assignment& a) {
   if (config_.stdin_rank >= a.world_size)
     log_.warning("--stdin-rank ", config_.stdin_rank, ": this round's ranks are 0-", a.world_size - 1,
                  ", so no worker reads ddprun's stdin");
-  events_.write(json{{"event", "rendezvous"}, {"time_ms", unix_ms()}, {"node_rank", a.node_rank},
-                     {"nnodes", a.nnodes}, {"rank_offset", a.rank_offset}, {"world_size", a.world_size},
-                     {"master_addr", a.master_addr}, {"master_port", a.master_port},
-                     {"restart_count", a.restart_count}});
+  events_.write(event::rendezvous(unix_ms(), a));
   lifecycle_.on_placed();
   if (lifecycle_.awaits_reform()) return reform_.on_assignment();  // this node's workers stay (InPlaceReform)
   if (policy_.phase() != Phase::kRunning) return;  // a signal came first: on_signal already reported it
@@ -149,19 +135,10 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
   else if (!ours) log_.error("job stopped: ", cause.text, said);
   else if (!order.reason.empty() && config_.rdzv.job.min_nodes < config_.rdzv.job.max_nodes)  // elastic: does the job go on?
     log_.warning("the rendezvous says: ", order.reason);
-  // Another node's ddprun got a signal inside a SLURM step (scancel, a time limit): slurmstepd is sending the
-  // same signal to every process of the step here too. Tearing down at once would give each worker a second
-  // copy (and some training scripts take a second SIGTERM as "exit now, no checkpoint"): wait briefly for it.
-  // It comes through on_signal, which tears down without forwarding; the outcome is recorded when this fires.
-  if (!ours && config_.step_signals_reach_workers && rdzv::is_agent_stopped(order.root_cause) &&
-      lifecycle_.workers_started() && policy_.phase() == Phase::kRunning) {
-    log_.debug("waiting up to ", kPeerSignalWait.count(), " ms for this node's slurmstepd to deliver the signal");
-    peer_signal_timer_.expires_after(kPeerSignalWait);
-    peer_signal_timer_.async_wait([this, cause](const boost::system::error_code& ec) {
-      if (!ec) on_outcome(&cause, "stopped_by_rendezvous");
-    });
-    return;
-  }
+  // Another node's ddprun got a signal inside a SLURM step: this node's copy is on its way (on_signal).
+  if (PeerSignalWait::applies(config_.step_signals_reach_workers, ours, order.root_cause,
+                              lifecycle_.workers_started() && policy_.phase() == Phase::kRunning))
+    return peer_signal_.wait([this, cause] { on_outcome(&cause, "stopped_by_rendezvous"); });
   on_outcome(&cause, "stopped_by_rendezvous");
 }
 
@@ -176,7 +153,7 @@ bool NodeAgent::may_rejoin(const rdzv::StopOrder& order) const {
 void NodeAgent::rejoin_after_drop(const rdzv::StopOrder& order) {
   log_.warning("the rendezvous says: ", order.reason, "; this node's workers are stale: ending them, then joining "
                "the job again as a new node");
-  events_.write(json{{"event", "dropped"}, {"time_ms", unix_ms()}, {"reason", order.reason}, {"rejoin", true}});
+  events_.write(event::dropped(unix_ms(), order.reason));
   attempts_.push_back(Attempt{world_.restart_count, world_.nnodes, world_.world_size, order.reason});
   lifecycle_.on_dropped();
   apply(policy_.on_external_stop(unix_ms()), "dropped from the job");
@@ -187,10 +164,7 @@ void NodeAgent::rejoin_after_drop(const rdzv::StopOrder& order) {
 // earlier round.
 void NodeAgent::note_reform(const rdzv::StopOrder& order, bool in_place) {
   const std::string cause = rdzv::describe(order.root_cause);
-  json e{{"event", "restarting"}, {"time_ms", unix_ms()}, {"cause", cause}, {"reason", order.reason},
-         {"membership", order.membership}};
-  if (in_place) e["in_place"] = true;
-  events_.write(e);
+  events_.write(event::restarting(unix_ms(), cause, order.reason, order.membership, in_place));
   attempts_.push_back(Attempt{world_.restart_count, world_.nnodes, world_.world_size,
                               order.membership ? order.reason : cause});
 }
@@ -211,7 +185,7 @@ void NodeAgent::on_outcome(const JobCause* cause, const char* reason) {
 void NodeAgent::begin_next_round(AgentLifecycle::Next how) {
   if (lifecycle_.finished()) return;  // the job's end came while this was posted: no next round
   lifecycle_.on_next_round();
-  grace_timer_.cancel();
+  sweep_.cancel();
   // Streams still waiting for room on the console keep draining beside the next round (maybe_finish).
   output_.retire_round();
   local_rank_of_.clear();

@@ -81,10 +81,7 @@ void NodeAgent::on_raiser_still_exiting(int local_rank, const supervision::Error
   w.error_message = ef.message;
   log_.error("rank ", w.rank, " (pid ", w.pid, ") failed: it raised ", ef.message, " (its error file is written; ",
              "its interpreter is still exiting ", timeouts::kRaisedExitGrace.count(), " ms later: code 1, as it will be)");
-  nlohmann::json e = worker_json(w);
-  e["event"] = "raised";
-  e["node_rank"] = world_.node_rank;
-  events_.write(e);
+  events_.write(event::raised(w, world_.node_rank));
   reports_.worker_failed(local_rank);  // first, as on_child_exit does: the other nodes start stopping now
   apply(d, "worker_failed");
 }
@@ -128,35 +125,10 @@ FailureReports::Host NodeAgent::reports_host() {
 WorkerLauncher::Host NodeAgent::launcher_host() {
   WorkerLauncher::Host h;
   h.facts = [this](int local_rank, const OutputRouting::Target& stdout_target) {
-    return worker_facts(local_rank, stdout_target);
+    return worker_facts({config_, world_, layout_, containment_, heartbeats_, hang_}, local_rank, stdout_target);
   };
   h.may_fork = [this] { return policy_.phase() == Phase::kRunning; };  // a signal may have stopped the job
   return h;
-}
-
-// What the plan of a worker (agent/worker_plan.hpp) needs to know of this process and this round's files.
-WorkerFacts NodeAgent::worker_facts(int local_rank, const OutputRouting::Target& stdout_target) const {
-  const int attempt = world_.restart_count;
-  WorkerFacts facts;
-  facts.agent_pid = ::getpid();
-  facts.job_tag = containment_.guard().tag();
-  facts.cgroup_procs_fd = containment_.cgroup().procs_fd();
-  facts.cgroup_dir_fd = containment_.cgroup().dir_fd();
-  facts.stdin_is_foreground_terminal = world_.rank_offset + local_rank == config_.stdin_rank &&
-                                       ::isatty(STDIN_FILENO) == 1 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
-  // Only when stdout goes to the terminal alone: a bar's '\r' redraws have no place in a --tee file.
-  facts.stdout_to_terminal_only = stdout_target.console && !stdout_target.file && ::isatty(STDOUT_FILENO) == 1;
-  facts.error_file = layout_.error_file(attempt, local_rank);
-  if (heartbeats_.enabled()) {
-    facts.heartbeat_fd = heartbeats_.fd();
-    facts.reform_file = layout_.reform_file(attempt, local_rank);
-  }
-  if (config_.hang_timeout.count() > 0) {
-    facts.stacks_file = hang_.stacks_file(local_rank);
-    facts.stacks_signal = python_stacks_signal();
-    facts.flight_recorder_prefix = hang_.flight_recorder_prefix(local_rank);
-  }
-  return facts;
 }
 
 }  // namespace ddprun::agent

@@ -64,8 +64,7 @@ void NodeAgent::register_worker(int local_rank, pid_t pid) {
   local_rank_of_[pid] = local_rank;
   containment_.watch_group(pid);  // spawn made the worker its group's leader
   log_.debug("rank ", rank, " started, pid ", pid);
-  events_.write(json{{"event", "started"}, {"time_ms", now}, {"rank", rank}, {"local_rank", local_rank},
-                     {"pid", pid}, {"node_rank", world_.node_rank}});
+  events_.write(event::started(now, rank, local_rank, pid, world_.node_rank));
 }
 
 // The old workers are gone (begin_next_round after a re-form not taken up): new ones in the round the
@@ -82,15 +81,6 @@ void NodeAgent::watch_error_files() {
   std::vector<std::string> files;
   for (int lr = 0; lr < world_.local_world_size; ++lr) files.push_back(layout_.error_file(workers_attempt_, lr));
   errors_.watch(files, timeouts::kErrorFileWatchDelay);
-}
-
-// A stopped process (SIGSTOP, Ctrl-Z, a debugger) cannot act on SIGTERM until it runs again: a stop signal is
-// followed by SIGCONT, so it gets its grace period like everyone else (as systemd does).
-void NodeAgent::signal_everything(int signal, bool include_descendants) {
-  std::vector<pid_t> running;  // only the groups of workers still running: a reaped worker's pid may be reused
-  for (const WorkerRecord& w : policy_.workers())
-    if (w.state == WorkerState::kRunning && w.pid > 0) running.push_back(w.pid);
-  process::signal_groups_and_strays(running, signal, include_descendants, is_stop_signal(signal));
 }
 
 }  // namespace ddprun::agent

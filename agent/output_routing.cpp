@@ -7,6 +7,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "agent/event_kinds.hpp"
 #include "agent/line_framer.hpp"
 #include "common/console.hpp"
 #include "common/counted.hpp"
@@ -195,9 +196,7 @@ void OutputRouting::on_log_failure(int rank, const FileWriteFailure& f) {
                            ": " + std::strerror(f.error);
   log_.error("cannot write a log file: ", what, "; the file is closed, the job goes on (the console still shows "
              "what it was shown)");
-  events_.write(json{{"event", "log_write_failed"}, {"time_ms", unix_ms()}, {"rank", rank}, {"path", f.path},
-                     {"errno", f.error}, {"error", std::strerror(f.error)}, {"bytes_written", f.bytes_written},
-                     {"created", !f.never_opened}});
+  events_.write(event::log_write_failed(unix_ms(), rank, f.path, f.error, f.bytes_written, !f.never_opened));
   losses_.push_back(what);
 }
 
@@ -245,8 +244,7 @@ void OutputRouting::drain_files_after_loop(bool stopped_by_signal) {
 
 void OutputRouting::drain_console() {
   if (console::drain(stop_signals())) return;
-  events_.write(json{{"event", "console_abandoned"}, {"time_ms", unix_ms()},
-                     {"lost_bytes", console::stats(1).lost_bytes + console::stats(2).lost_bytes}});
+  events_.write(event::console_abandoned(unix_ms(), console::stats(1).lost_bytes + console::stats(2).lost_bytes));
 }
 
 const StreamTail* OutputRouting::stderr_tail(int local_rank) const {

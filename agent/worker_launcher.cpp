@@ -7,12 +7,39 @@
 #include <cerrno>
 #include <system_error>
 
+#include "agent/hang_inquiry.hpp"
+#include "agent/heartbeat_channel.hpp"
+#include "agent/job_containment.hpp"
 #include "agent/output_pump.hpp"
 #include "common/error.hpp"
 #include "common/exit_codes.hpp"
 #include "common/process/spawn.hpp"
 
 namespace ddprun::agent {
+
+WorkerFacts worker_facts(const FactSources& from, int local_rank, const OutputRouting::Target& stdout_target) {
+  const int attempt = from.world.restart_count;
+  WorkerFacts facts;
+  facts.agent_pid = ::getpid();
+  facts.job_tag = from.containment.guard().tag();
+  facts.cgroup_procs_fd = from.containment.cgroup().procs_fd();
+  facts.cgroup_dir_fd = from.containment.cgroup().dir_fd();
+  facts.stdin_is_foreground_terminal = from.world.rank_offset + local_rank == from.config.stdin_rank &&
+                                       ::isatty(STDIN_FILENO) == 1 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+  // Only when stdout goes to the terminal alone: a bar's '\r' redraws have no place in a --tee file.
+  facts.stdout_to_terminal_only = stdout_target.console && !stdout_target.file && ::isatty(STDOUT_FILENO) == 1;
+  facts.error_file = from.layout.error_file(attempt, local_rank);
+  if (from.heartbeats.enabled()) {
+    facts.heartbeat_fd = from.heartbeats.fd();
+    facts.reform_file = from.layout.reform_file(attempt, local_rank);
+  }
+  if (from.config.hang_timeout.count() > 0) {
+    facts.stacks_file = from.hang.stacks_file(local_rank);
+    facts.stacks_signal = python_stacks_signal();
+    facts.flight_recorder_prefix = from.hang.flight_recorder_prefix(local_rank);
+  }
+  return facts;
+}
 
 // A worker forked (process::spawn_start), its exec not yet confirmed; or the resource it could not get.
 struct WorkerLauncher::Starting {

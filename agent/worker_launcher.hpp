@@ -25,6 +25,22 @@
 #include "common/process/wait_status.hpp"
 
 namespace ddprun::agent {
+class HangInquiry;
+class HeartbeatChannel;
+class JobContainment;
+
+// What a worker's plan needs to know of this process and this round's files (WorkerFacts): the job guard's tag
+// and the cgroup, whether the worker gets the terminal, its heartbeat slot and the hang inquiry's files where
+// those run. It reads the terminal (isatty, tcgetpgrp): the one impure step before the pure plan.
+struct FactSources {
+  const AgentConfig& config;
+  const World& world;
+  const RunLayout& layout;
+  const JobContainment& containment;
+  const HeartbeatChannel& heartbeats;
+  const HangInquiry& hang;
+};
+WorkerFacts worker_facts(const FactSources& from, int local_rank, const OutputRouting::Target& stdout_target);
 
 class WorkerLauncher {
  public:

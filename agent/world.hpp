@@ -5,6 +5,10 @@
 #include <string>
 #include <vector>
 
+namespace ddprun::rendezvous {
+struct Assignment;
+}
+
 namespace ddprun::agent {
 
 struct World {
@@ -21,6 +25,10 @@ struct World {
   int restart_count = 0;
   int max_restarts = 0;
 };
+
+// The rendezvous placed this node in a round: where it sits now. What this node chose itself (its worker count,
+// its role) stays.
+void take_assignment(World& w, const rendezvous::Assignment& a);
 
 // "rank 4" or "ranks 4-7": this node's ranks in a log line (issue 34: "ranks 0-0 of 1").
 inline std::string ranks_text(const World& w) {

@@ -7,6 +7,7 @@
 
 #include "agent/worker_plan.hpp"
 #include "common/contract/worker_contract.hpp"
+#include "rendezvous/protocol.hpp"
 
 using namespace ddprun::agent;
 namespace contract = ddprun::contract;
@@ -53,6 +54,34 @@ TEST_CASE("a worker's plan: its ranks in the environment, the launcher's own val
   CHECK(o.inherit_fds.empty());
   CHECK(o.stdin_fd == -1);  // /dev/null
   CHECK_FALSE(o.take_terminal);
+}
+
+TEST_CASE("a round's assignment moves this node's workers; what the node chose (its count, its role) stays") {
+  Fixture f;
+  f.world.role = "trainer";
+  ddprun::rendezvous::Assignment a;
+  a.node_rank = 0;
+  a.nnodes = 3;
+  a.rank_offset = 0;
+  a.world_size = 12;
+  a.nprocs = {4, 4, 4};
+  a.master_addr = "10.1.2.3";
+  a.master_port = 29600;
+  a.run_id = "job7";
+  a.restart_count = 2;
+  a.max_restarts = 3;
+  take_assignment(f.world, a);
+  const auto o = plan_worker(f.config, f.world, 3, f.facts);
+  CHECK(Fixture::env(o, contract::kRank) == "3");
+  CHECK(Fixture::env(o, "WORLD_SIZE") == "12");
+  CHECK(Fixture::env(o, contract::kGroupWorldSize) == "3");
+  CHECK(Fixture::env(o, contract::kMasterAddr) == "10.1.2.3");
+  CHECK(Fixture::env(o, contract::kMasterPort) == "29600");
+  CHECK(Fixture::env(o, contract::kRunId) == "job7");
+  CHECK(Fixture::env(o, contract::kRestartCount) == "2");
+  CHECK(Fixture::env(o, contract::kMaxRestarts) == "3");
+  CHECK(Fixture::env(o, contract::kRoleName) == "trainer");
+  CHECK(Fixture::env(o, contract::kLocalWorldSize) == "4");
 }
 
 TEST_CASE("--local-rank-arg goes where torch.distributed.launch put it, with this worker's local rank") {

@@ -12,6 +12,7 @@ import time
 import unittest
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+import event_schema
 from harness import DdprunTestCase
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -218,6 +219,14 @@ class Contract(DdprunTestCase):
         # What torch's @record writes (torch/distributed/elastic/multiprocessing/errors): the contract must not drift.
         self.assertEqual(self.c["error_file"], {"message": "message", "extra_info": "extraInfo",
                                                 "callstack": "py_callstack", "timestamp": "timestamp"})
+
+    def test_every_kind_of_event_is_built_to_the_schema(self):
+        # One constructor per kind (agent/event_kinds.hpp): a sample of each, against docs/events.schema.json; a
+        # kind the schema declares that no constructor builds, or one built that it does not declare, fails.
+        out = subprocess.run([CONTRACT_DUMP, "--events"], check=True, capture_output=True, text=True).stdout
+        events = [json.loads(line) for line in out.splitlines()]
+        event_schema.check(events, "agent/event_kinds.hpp")
+        self.assertEqual(sorted(e["event"] for e in events), sorted(event_schema.KINDS))
 
 
 if __name__ == "__main__":
