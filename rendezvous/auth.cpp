@@ -87,6 +87,15 @@ std::string random_hex(std::size_t bytes) {
   return to_hex(bytes_of(raw), bytes);
 }
 
+std::string seat_commitment(std::string_view secret) {
+  const Sha256Digest digest = hmac_sha256("ddprun-rdzv/1 seat", secret);
+  return to_hex(digest.data(), digest.size());
+}
+
+bool seat_secret_matches(std::string_view commitment, std::string_view secret) {
+  return !commitment.empty() && same_mac(seat_commitment(secret), commitment);
+}
+
 std::string run_id_token(std::string_view run_id) { return "ddprun-run-id-token:" + std::string(run_id); }
 
 bool is_run_id_token(std::string_view token, std::string_view run_id) { return token == run_id_token(run_id); }

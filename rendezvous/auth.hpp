@@ -24,6 +24,14 @@ std::string compute_server_proof(std::string_view token, std::string_view nonce,
 bool verify_server_proof(std::string_view token, std::string_view nonce, std::string_view run_id,
                          std::string_view proof);
 
+// A node's seat in the job (issue 33: a resume claim bound to the node that held it). Each agent draws a secret
+// (random_hex(32)) once and sends only its commitment, hex(HMAC-SHA256("ddprun-rdzv/1 seat", secret)), in every
+// hello; the server keeps the commitment with the node's place. To take that place back (a resume hello into a
+// running round, after its own connection was given up) the claim must carry the secret itself: another token
+// holder, who never saw it, cannot. Compared in constant time.
+std::string seat_commitment(std::string_view secret);
+bool seat_secret_matches(std::string_view commitment, std::string_view secret);
+
 // HMAC-SHA256 with a key of any length (RFC 2104; RFC 4231 vectors in tests/rendezvous/auth_test.cpp).
 using Sha256Digest = std::array<unsigned char, 32>;
 Sha256Digest hmac_sha256(std::string_view key, std::string_view message);

@@ -197,7 +197,9 @@ void Client::Impl::on_challenge(const ChallengeMsg& challenge) {
   hello.address = config_.join.address;
   hello.master_port = config_.join.master_port;
   hello.hosts_server = config_.join.hosts_server;
+  hello.seat = seat_;
   hello.resume = reconnect_.claim();
+  if (hello.resume) hello.resume->seat_secret = seat_secret_;
   hello.after_round = reconnect_.after_round();
   hello_sent_ = true;
   outbox_.push_back(encode_frame(encode(ClientMessage{hello}), config_.max_frame_bytes));

@@ -10,6 +10,7 @@
 #include "common/error.hpp"
 #include "common/timeouts.hpp"
 #include "rendezvous/address_race.hpp"
+#include "rendezvous/auth.hpp"
 #include "rendezvous/client.hpp"
 #include "rendezvous/client_reconnect.hpp"
 #include "rendezvous/framing.hpp"
@@ -135,6 +136,10 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   asio::steady_timer heartbeat_timer_;
   FrameDecoder decoder_;
   Reconnect reconnect_;  // a resumable server lost while this node runs a round (client_reconnect.hpp)
+  // This agent's seat (auth.hpp): its commitment goes in every hello, the secret only in a resume claim, so that
+  // no other token holder can take this node's place back while it is away (issue 33).
+  const std::string seat_secret_ = random_hex(32);
+  const std::string seat_ = seat_commitment(seat_secret_);
   std::array<char, 1024> read_buffer_{};
   std::deque<std::string> outbox_;
   std::deque<Clock::time_point> heartbeats_sent_;  // unanswered, in order: the server answers each in turn

@@ -20,7 +20,7 @@ bool operator==(const Assignment& a, const Assignment& b) {
 bool operator==(const ResumeClaim& a, const ResumeClaim& b) {
   return a.restart_count == b.restart_count && a.node_rank == b.node_rank && a.nnodes == b.nnodes &&
          a.rank_offset == b.rank_offset && a.world_size == b.world_size && a.master_addr == b.master_addr &&
-         a.master_port == b.master_port && a.fingerprint == b.fingerprint;
+         a.master_port == b.master_port && a.fingerprint == b.fingerprint && a.seat_secret == b.seat_secret;
 }
 
 std::string nprocs_fingerprint(const std::vector<int>& nprocs) {
@@ -38,7 +38,8 @@ std::string nprocs_fingerprint(const std::vector<int>& nprocs) {
 
 ResumeClaim resume_claim_of(const Assignment& a) {
   return ResumeClaim{a.restart_count, a.node_rank,  a.nnodes,      a.rank_offset,
-                     a.world_size,    a.master_addr, a.master_port, nprocs_fingerprint(a.nprocs)};
+                     a.world_size,    a.master_addr, a.master_port, nprocs_fingerprint(a.nprocs),
+                     /*seat_secret=*/{}};  // the client's own, added to its hello
 }
 // ---- end of resume ----
 
@@ -69,9 +70,11 @@ json typed(const char* type) { return json{{"type", type}}; }
 
 // ---- resume after a server restart (issue 19) ----
 json resume_json(const ResumeClaim& c) {
-  return json{{"restart_count", c.restart_count}, {"node_rank", c.node_rank},   {"nnodes", c.nnodes},
-              {"rank_offset", c.rank_offset},     {"world_size", c.world_size}, {"master_addr", c.master_addr},
-              {"master_port", c.master_port},     {"nprocs", c.fingerprint}};
+  json j{{"restart_count", c.restart_count}, {"node_rank", c.node_rank},   {"nnodes", c.nnodes},
+         {"rank_offset", c.rank_offset},     {"world_size", c.world_size}, {"master_addr", c.master_addr},
+         {"master_port", c.master_port},     {"nprocs", c.fingerprint}};
+  if (!c.seat_secret.empty()) j["seat_secret"] = c.seat_secret;
+  return j;
 }
 // ---- end of resume ----
 
@@ -91,6 +94,7 @@ json to_json_value(const ClientMessage& message) {
           j["master_port"] = m.master_port;
           if (!m.munge_credential.empty()) j["munge"] = m.munge_credential;
           if (m.hosts_server) j["hosts_server"] = true;
+          if (!m.seat.empty()) j["seat"] = m.seat;
           if (!m.cannot_join.empty()) j["cannot_join"] = m.cannot_join;
           if (m.resume) j["resume"] = resume_json(*m.resume);
           if (m.after_round) j["after_round"] = *m.after_round;

@@ -61,6 +61,7 @@ struct ResumeClaim {
   std::string master_addr;
   int master_port = 0;
   std::string fingerprint;  // nprocs_fingerprint of the round's nprocs by node rank: every node's must agree
+  std::string seat_secret;  // the secret whose commitment this node's hellos carry (auth.hpp); "" from old agents
   friend bool operator==(const ResumeClaim& a, const ResumeClaim& b);
 };
 struct Assignment;
@@ -81,6 +82,7 @@ struct HelloMsg {
   int master_port = 0;            // free port picked on this node; used if it becomes node 0
   std::string munge_credential;   // when the challenge asked for one; "" otherwise
   bool hosts_server = false;      // this node's agent hosts the server (absent on the wire when false)
+  std::string seat;               // seat_commitment of this agent's secret (auth.hpp); "" (absent): none
   // Non-empty: this node cannot take part, and says why instead of joining (munged down here, say). A job
   // of fixed size still gathering its first round ends at once with it as the root cause, instead of waiting
   // --rdzv-timeout for a node that is not coming (state_machine.cpp, on_cannot_join).

@@ -84,6 +84,14 @@ Assignment decode_assignment(const json& j) {
   return a;
 }
 
+// A seat's commitment or secret (auth.hpp): absent, or exactly 64 hex digits.
+std::string get_seat(const json& j, const char* key) {
+  if (!j.contains(key)) return {};
+  std::string hex = get_hex(j, key, 64);
+  if (hex.size() != 64) throw ProtocolError(std::string("field \"") + key + "\" is not 64 hex digits");
+  return hex;
+}
+
 // ---- resume after a server restart (issue 19) ----
 // A node's claim on the round it runs: bounded like an assignment, and consistent in itself (its ranks inside
 // the world); whether it agrees with the other nodes' is the state machine's (state_machine_resume.cpp).
@@ -99,6 +107,7 @@ ResumeClaim decode_resume(const json& j) {
   c.master_port = get_int_in(j, "master_port", 1, 65535);
   c.fingerprint = get_hex(j, "nprocs", 16);
   if (c.fingerprint.size() != 16) throw ProtocolError("field \"nprocs\" is not a 16-digit fingerprint");
+  c.seat_secret = get_seat(j, "seat_secret");
   return c;
 }
 // ---- end of resume ----
@@ -218,6 +227,7 @@ ClientMessage decode_client_message(std::string_view payload) {
     m.master_port = get_int_in(j, "master_port", 0, 65535);  // 0: this node has none (it cannot be node 0)
     m.munge_credential = get_optional_string(j, "munge", kMaxMungeCredentialBytes);
     m.hosts_server = get_bool(j, "hosts_server", false);
+    m.seat = get_seat(j, "seat");
     m.cannot_join = get_optional_string(j, "cannot_join", kMaxMessageBytes);
     if (j.contains("resume")) m.resume = decode_resume(required(j, "resume"));
     m.after_round = get_optional_int_in(j, "after_round", 0, kMaxRank);

@@ -176,12 +176,13 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
 // node's own abandoned connection (it gave this server up on a lossy link and connected again, and its reset was
 // lost): its place goes to the new hello instead of a "duplicate node rank" refusal (static ranks) or a ghost
 // node that the round would count (dynamic). A live agent beats every interval: two agents of one host that both
-// beat are never taken for one.
+// beat are never taken for one. Its seat commitment must be the old connection's: another agent of the job that
+// names the same host (an insider can name any) has its own, and joins beside it instead (issue 33).
 void replace_silent_self(RendezvousState& state, const Hello& event, const Now& now, Actions& out) {
   if (state.phase != Phase::kJoining) return;
   const auto silent_since = now.steady - state.config.heartbeat_timeout / 2;
   auto is_self = [&](const NodeEntry& node) {
-    return node.host == event.hello.host && node.last_seen <= silent_since;
+    return node.host == event.hello.host && node.seat_commit == event.hello.seat && node.last_seen <= silent_since;
   };
   ConnId stale = 0;
   if (state.config.static_node_ranks) {  // the holder of the rank it claims
@@ -219,6 +220,7 @@ NodeEntry new_node(RendezvousState& state, const Hello& event) {
   node.address = hello.address.empty() ? event.peer_address : hello.address;
   node.master_port = hello.master_port;
   node.hosts_server = hello.hosts_server;
+  node.seat_commit = hello.seat;
   node.join_seq = state.next_join_seq++;
   if (!is_loopback(event.local_address) && !event.local_address.empty()) state.server_address = event.local_address;
   return node;

@@ -63,6 +63,9 @@ struct NodeEntry {
   std::string address;         // as the other nodes reach it
   bool loopback = false;       // reached the server over loopback, so it runs on the server's machine
   bool hosts_server = false;   // its agent hosts this server: the job cannot go on without it
+  // Its agent's seat commitment (auth.hpp): a resume hello takes this place back only with the secret behind it;
+  // a new hello takes over a silent place of the same host only with the same commitment. "": an old agent.
+  std::string seat_commit;
   int master_port = 0;
   std::uint64_t join_seq = 0;  // join order, the last tie-breaker for dynamic node ranks
   Clock::time_point last_seen;

@@ -17,6 +17,7 @@
 #include <algorithm>
 
 #include "common/counted.hpp"
+#include "rendezvous/auth.hpp"
 #include "rendezvous/state_machine_rules.hpp"
 #include "rendezvous/text.hpp"
 
@@ -195,6 +196,10 @@ bool reconnect_into_running(RendezvousState& state, const Hello& event, const No
   if (now.steady - old.last_seen < common_silence(state.config) && now.steady >= old.reclaimable_until) return false;
   if (old.rank_offset != claim.rank_offset || old.nproc != event.hello.nproc || old.host != event.hello.host)
     return false;
+  // Only the agent that held the place: it alone knows the secret behind the place's seat commitment (issue 33:
+  // a token holder naming the silent node's host and ranks was given its place). An old agent's place (no
+  // commitment) is taken as before.
+  if (!old.seat_commit.empty() && !seat_secret_matches(old.seat_commit, claim.seat_secret)) return false;
   NodeEntry node = std::move(it->second);
   state.nodes.erase(it);
   const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now.steady - node.last_seen);

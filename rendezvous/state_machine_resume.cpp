@@ -26,6 +26,7 @@
 #include <algorithm>
 
 #include "common/counted.hpp"
+#include "rendezvous/auth.hpp"
 #include "rendezvous/state_machine_rules.hpp"
 #include "rendezvous/text.hpp"
 
@@ -55,6 +56,8 @@ std::string check_claim(const RendezvousState& state, const HelloMsg& hello) {
     return "its --node-rank is not the node rank " + std::to_string(c.node_rank) + " it claims";
   if (!config.static_node_ranks && hello.node_rank)
     return "this job assigns node ranks dynamically (--rdzv-endpoint); do not pass --node-rank";
+  if (!c.seat_secret.empty() && !seat_secret_matches(hello.seat, c.seat_secret))
+    return "its seat secret is not the one behind its seat commitment";
   if (hello.nproc < 1 || static_cast<long long>(c.rank_offset) + hello.nproc > c.world_size)
     return "its " + counted(hello.nproc, "worker") + " from rank " + std::to_string(c.rank_offset) +
            " do not fit world size " + std::to_string(c.world_size);

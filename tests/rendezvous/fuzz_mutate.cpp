@@ -82,8 +82,11 @@ std::vector<std::string> seed_payloads() {
   // The message types added since the fuzzer was written (issue 33): a resume claim and a return after a round,
   // a hang view, a status with paces, a view request; the server's capture, job view, stragglers, deferral,
   // and the stop of a membership change and of a dropped node.
-  hello.resume = ResumeClaim{2, 1, 3, 4, 12, "10.0.0.1", 29500, nprocs_fingerprint({4, 4, 4})};
+  // ... and the seat (issue 33): a commitment in the hello, the secret in the claim.
+  hello.seat = std::string(64, 'c');
+  hello.resume = ResumeClaim{2, 1, 3, 4, 12, "10.0.0.1", 29500, nprocs_fingerprint({4, 4, 4}), std::string(64, '5')};
   out.push_back(encode(ClientMessage{hello}));
+  hello.seat.clear();
   hello.resume.reset();
   hello.after_round = 2;
   out.push_back(encode(ClientMessage{hello}));

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "rendezvous/auth.hpp"
 #include "rendezvous/protocol.hpp"
 #include "tests/rendezvous/sample_messages.hpp"
 
@@ -244,6 +245,47 @@ TEST_CASE("a resume hello carries the round this node runs, bounded and consiste
   auto j = nlohmann::json::parse(payload);
   j["resume"] = 7;
   CHECK_THROWS_AS(decode_client_message(j.dump()), ProtocolError);
+}
+
+TEST_CASE("a hello carries this agent's seat commitment, a resume claim the secret behind it (issue 33)") {
+  const std::string secret = random_hex(32);
+  HelloMsg hello;
+  hello.run_id = "job1";
+  hello.mac = "ab";
+  hello.nproc = 1;
+  hello.host = "h";
+  hello.master_port = 1;
+  CHECK(std::get<HelloMsg>(decode_client_message(encode(ClientMessage{hello}))).seat.empty());  // absent: none
+  hello.seat = seat_commitment(secret);
+  CHECK(hello.seat.size() == 64);
+  CHECK(hello.seat != secret);
+  Assignment a;
+  a.nnodes = 1;
+  a.world_size = 1;
+  a.nprocs = {1};
+  a.master_addr = "10.0.0.1";
+  a.master_port = 29500;
+  hello.resume = resume_claim_of(a);
+  hello.resume->seat_secret = secret;
+  const std::string payload = encode(ClientMessage{hello});
+  const auto back = std::get<HelloMsg>(decode_client_message(payload));
+  CHECK(back.seat == hello.seat);
+  CHECK(back.resume->seat_secret == secret);
+  CHECK(seat_secret_matches(back.seat, back.resume->seat_secret));
+  CHECK_FALSE(seat_secret_matches(back.seat, random_hex(32)));
+  CHECK_FALSE(seat_secret_matches("", ""));  // no commitment: nothing matches it
+  auto with = [&](bool in_resume, const char* key, nlohmann::json value) {
+    auto j = nlohmann::json::parse(payload);
+    (in_resume ? j["resume"] : j)[key] = std::move(value);
+    return j.dump();
+  };
+  for (bool in_resume : {false, true}) {
+    const char* key = in_resume ? "seat_secret" : "seat";
+    CHECK_THROWS_AS(decode_client_message(with(in_resume, key, "abc")), ProtocolError);  // not 64 digits
+    CHECK_THROWS_AS(decode_client_message(with(in_resume, key, std::string(64, 'g'))), ProtocolError);
+    CHECK_THROWS_AS(decode_client_message(with(in_resume, key, std::string(66, 'a'))), ProtocolError);
+    CHECK_THROWS_AS(decode_client_message(with(in_resume, key, 7)), ProtocolError);
+  }
 }
 
 TEST_CASE("a hello back between rounds says the last round; a stop may invite a dropped node back") {

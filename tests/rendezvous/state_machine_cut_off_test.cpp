@@ -142,6 +142,42 @@ TEST_CASE("a live node's place is never taken by a claim, and a wrong claim is a
   CHECK(state.by_rank == std::vector<ConnId>{1, 2});
 }
 
+TEST_CASE("a silent place goes back only to the agent that knows the secret behind its seat (issue 33)") {
+  JobConfig config = job(2, true);
+  config.resumable = true;
+  config.reconnect_grace = 30s;
+  RendezvousState state(config, at(0ms).steady);
+  for (int i = 0; i < 2; ++i) {
+    Joiner j;
+    j.conn = static_cast<ConnId>(i + 1);
+    j.node_rank = i;
+    j.host = "host" + std::to_string(i);
+    j.seat_secret = std::string(64, static_cast<char>('a' + i));
+    step(state, hello(j), at(0ms));
+  }
+  REQUIRE(state.phase == Phase::kRunning);
+  step(state, Heartbeat{1}, at(1'000ms));
+  step(state, Heartbeat{2}, at(1'000ms));
+  step(state, Tick{}, at(6'000ms));
+  // A token holder that names node 0's host, ranks and round, with a seat of its own: refused, the place kept.
+  Hello insider = reconnect(9, 0, 2);
+  insider.hello.seat = seat_commitment(std::string(64, 'f'));
+  insider.hello.resume->seat_secret = std::string(64, 'f');
+  CHECK(refusal(step(state, insider, at(20'000ms)), 9).find("duplicate: node rank 0") == 0);
+  // Nor does it know node 0's secret from its commitment, or get in with none.
+  Hello bare = reconnect(10, 0, 2);
+  bare.hello.seat = seat_commitment(std::string(64, 'a'));  // the commitment alone (not sent to other agents)
+  CHECK(refusal(step(state, bare, at(20'000ms)), 10).find("duplicate: node rank 0") == 0);
+  CHECK(state.by_rank == std::vector<ConnId>{1, 2});
+  // Node 0's own agent, with its secret: its place back.
+  Hello own = reconnect(7, 0, 2);
+  own.hello.seat = seat_commitment(std::string(64, 'a'));
+  own.hello.resume->seat_secret = std::string(64, 'a');
+  CHECK(refusal(step(state, own, at(25'000ms)), 7).empty());
+  CHECK(state.by_rank[0] == 7);
+  CHECK(state.nodes.at(7).seat_commit == seat_commitment(std::string(64, 'a')));  // bound still, for a next time
+}
+
 TEST_CASE("some nodes silent, others beating: the silent ones are judged at the timeout, as before") {
   auto state = standalone(3);
   step(state, Heartbeat{1}, at(1'000ms));

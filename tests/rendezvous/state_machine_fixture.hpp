@@ -40,6 +40,7 @@ struct Joiner {
   std::string token = "tok";
   std::string run_id = "run1";
   int version = kProtocolVersion;
+  std::string seat_secret;  // set: the hello carries its seat commitment (auth.hpp); "": none, as old agents
 };
 
 inline Hello hello(const Joiner& j) {
@@ -54,6 +55,7 @@ inline Hello hello(const Joiner& j) {
   h.hello.host = j.host;
   h.hello.address = j.address;
   h.hello.master_port = j.master_port;
+  if (!j.seat_secret.empty()) h.hello.seat = seat_commitment(j.seat_secret);
   h.peer_address = j.peer;
   h.local_address = "10.0.0.1";
   return h;

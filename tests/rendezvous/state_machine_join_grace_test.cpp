@@ -158,3 +158,29 @@ TEST_CASE("dynamic ranks: a host's new hello replaces its own silent connection,
   // The index keeps to the nodes there are (stale entries dropped when met, or at a rebuild).
   CHECK(state.by_host.size() <= 2 * state.nodes.size() + 64);
 }
+
+TEST_CASE("a silent node is replaced only by a hello with its own seat, not by another agent naming its host") {
+  for (bool static_ranks : {true, false}) {
+    CAPTURE(static_ranks);
+    RendezvousState state(job(3, static_ranks), at(0ms).steady);  // heartbeat timeout 5 s
+    auto join = [&](ConnId conn, const std::string& secret, std::chrono::milliseconds when) {
+      Joiner j;
+      j.conn = conn;
+      if (static_ranks) j.node_rank = 0;
+      j.host = "a";
+      j.seat_secret = secret;
+      return step(state, hello(j), at(when));
+    };
+    join(1, std::string(64, '1'), 0ms);
+    // Silent 3 s (half the timeout). Another agent of the job names host "a" (an insider can name any): it
+    // joins beside it, or is a duplicate of its static rank; node 1 is not replaced.
+    auto other = join(2, std::string(64, '2'), 3'000ms);
+    CHECK_FALSE(closes(other, 1));
+    CHECK(state.nodes.count(1) == 1);
+    if (static_ranks) CHECK(refusal(other, 2).find("duplicate node rank 0") == 0);
+    // Its own agent, connecting again with the same seat: the old connection goes.
+    auto own = join(3, std::string(64, '1'), 3'100ms);
+    CHECK(closes(own, 1));
+    CHECK(state.nodes.count(3) == 1);
+  }
+}

@@ -66,6 +66,19 @@ TEST_CASE("a restarted server takes the round back once every node of it resumed
   CHECK(next.round.restart_count == 3);
 }
 
+TEST_CASE("a claim whose seat secret is not behind its hello's seat commitment is refused") {
+  RendezvousState state(job(2, true), at(0ms).steady);
+  Hello h = resume(1, 0, {2, 3}, 0, true);
+  h.hello.seat = seat_commitment(std::string(64, '1'));
+  h.hello.resume->seat_secret = std::string(64, '2');
+  CHECK(refusal(step(state, h, at(10ms)), 1).find("its seat secret is not the one behind its seat commitment") !=
+        std::string::npos);
+  CHECK_FALSE(state.adopting);
+  h.hello.resume->seat_secret = std::string(64, '1');
+  CHECK(refusal(step(state, h, at(20ms)), 1).empty());
+  CHECK(state.nodes.at(1).seat_commit == h.hello.seat);  // bound from now on
+}
+
 TEST_CASE("a resumed round completes when every node reports done, dynamic ranks in any order") {
   RendezvousState state(job(3, false), at(0ms).steady);
   for (int rank : {2, 0, 1}) step(state, resume(static_cast<ConnId>(rank + 1), rank, {1, 1, 1}, 0, false), at(5ms));
