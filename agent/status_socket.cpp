@@ -2,20 +2,18 @@
 
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "common/fnv1a.hpp"
+#include "common/runtime_dir.hpp"
 
 namespace ddprun::agent {
 namespace asio = boost::asio;
@@ -26,27 +24,7 @@ namespace {
 constexpr std::size_t kMaxRequestBytes = 256;
 }  // namespace
 
-std::string status_directory(std::string& problem) {
-  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  const std::string dir = runtime != nullptr && runtime[0] == '/' ? std::string(runtime) + "/ddprun"
-                                                                  : "/tmp/ddprun-" + std::to_string(::geteuid());
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    problem = "cannot create " + dir + ": " + std::strerror(errno);
-    return {};
-  }
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
-      (st.st_mode & 077) != 0) {
-    problem = dir + " is not a private directory of this user (a directory, owned by uid " +
-              std::to_string(::geteuid()) + ", mode 0700): not used, so other users cannot reach this job" +
-              (runtime != nullptr && runtime[0] == '/'
-                   ? std::string()
-                   : "; set XDG_RUNTIME_DIR to a private directory of yours (a login session's /run/user/" +
-                         std::to_string(::geteuid()) + ") to use that instead");
-    return {};
-  }
-  return dir;
-}
+std::string status_directory(std::string& problem) { return private_runtime_dir(problem); }
 
 std::string status_run_name(const std::string& run_id) {
   char text[17];  // ddprun and ddprun-status must compute the same name

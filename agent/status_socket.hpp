@@ -13,7 +13,8 @@
 
 namespace ddprun::agent {
 
-// The private directory, made when missing; "" with `problem` set when it is unsafe or cannot be made.
+// The private directory (common/runtime_dir.hpp), made when missing; "" with `problem` set when it is unsafe or
+// cannot be made.
 std::string status_directory(std::string& problem);
 
 // The socket's name in `dir`: "<run id>.<pid>.sock", or, where that path would not fit a Unix socket address

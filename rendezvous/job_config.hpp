@@ -3,12 +3,14 @@
 
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
 
 #include "common/timeouts.hpp"
 #include "rendezvous/framing.hpp"
+#include "rendezvous/protocol.hpp"
 #include "rendezvous/straggler_watch.hpp"
 
 namespace ddprun::rendezvous {
@@ -76,6 +78,10 @@ struct JobConfig {
   // the nodes to come back before it judges them (state_machine_cut_off.cpp): the agents' default
   // --rdzv-reconnect-timeout, as long as they keep reconnecting. 0: judged at the heartbeat timeout, as before.
   std::chrono::milliseconds reconnect_grace{60'000};
+  // A resumable server restarted under a running job: the round its previous run remembered (from its file,
+  // remembered_round.hpp). Only a claim of that round, with the secret behind the claimed node rank's seat,
+  // takes a place back; without it, the first claim defines the round (a server restarted elsewhere).
+  std::optional<RememberedRound> remembered;
   // A token equal to run_id_token(run_id) (auth.hpp, the launcher's fallback) is no secret: the server warns
   // loudly when it listens beyond loopback with it.
 };

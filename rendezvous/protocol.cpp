@@ -36,6 +36,11 @@ std::string nprocs_fingerprint(const std::vector<int>& nprocs) {
   return out;
 }
 
+bool same_round(const ResumeClaim& a, const ResumeClaim& b) {
+  return a.restart_count == b.restart_count && a.nnodes == b.nnodes && a.world_size == b.world_size &&
+         a.master_addr == b.master_addr && a.master_port == b.master_port && a.fingerprint == b.fingerprint;
+}
+
 ResumeClaim resume_claim_of(const Assignment& a) {
   return ResumeClaim{a.restart_count, a.node_rank,  a.nnodes,      a.rank_offset,
                      a.world_size,    a.master_addr, a.master_port, nprocs_fingerprint(a.nprocs),

@@ -66,6 +66,16 @@ struct ResumeClaim {
 };
 struct Assignment;
 ResumeClaim resume_claim_of(const Assignment& assignment);
+// What a resumable server remembers of the round it runs, so that its restart takes the round back from the
+// agents that held it and from no one else (issue 33): the round as every claim must state it (its node_rank,
+// rank_offset and seat_secret unused) and each node rank's seat commitment ("" where a node brought none).
+// ddprun-rendezvous keeps it in a private file (remembered_round.hpp) from each round's start to the job's end.
+struct RememberedRound {
+  ResumeClaim round;
+  std::vector<std::string> seats;  // by node rank
+};
+// The round fields two claims of one round share (not the node's own: rank, offset, secret).
+bool same_round(const ResumeClaim& a, const ResumeClaim& b);
 // 16 hex digits (FNV-1a, 64 bits) over the worker counts by node rank: equal rounds give equal fingerprints.
 std::string nprocs_fingerprint(const std::vector<int>& nprocs);
 // ---- end of resume ----

@@ -94,6 +94,8 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     check_job_end();
   }
 
+  void keep_rounds(std::function<void(const RememberedRound&)> keep) { keep_round_ = std::move(keep); }
+
   void on_payload(std::uint64_t id, std::string payload) override {
     auto it = conns_.find(id);
     if (it == conns_.end()) return;
@@ -350,6 +352,8 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
       }
     } else if (auto* log = std::get_if<Log>(&action)) {
       logger_.write(log->level, log->text);
+    } else if (auto* remember = std::get_if<RememberRound>(&action)) {
+      if (keep_round_) keep_round_(remember->round);
     }
   }
 
@@ -431,6 +435,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   ServerLiveView live_view_{state_.config.stragglers};  // after state_, whose config it reads
   std::function<void()> drain_done_;
   std::function<void()> job_end_;
+  std::function<void(const RememberedRound&)> keep_round_;  // keep_rounds
 };
 
 Server::Server(asio::io_context& io, JobConfig config, Logger logger) {
@@ -446,6 +451,7 @@ void Server::async_wait_drained(std::chrono::milliseconds max_wait, std::functio
   impl_->async_wait_drained(max_wait, std::move(done));
 }
 void Server::async_wait_job_end(std::function<void()> done) { impl_->async_wait_job_end(std::move(done)); }
+void Server::keep_rounds(std::function<void(const RememberedRound&)> keep) { impl_->keep_rounds(std::move(keep)); }
 Phase Server::phase() const { return impl_->state().phase; }
 const RendezvousState& Server::state() const { return impl_->state(); }
 std::size_t Server::connection_count() const { return impl_->connection_count(); }

@@ -47,6 +47,10 @@ class Server {
   // Calls `done` (once, on the loop) when the job ends: complete, stopped, or rendezvous timed out.
   void async_wait_job_end(std::function<void()> done);
 
+  // A resumable server's round started or was taken back: `keep` is given what its restart must find
+  // (ddprun-rendezvous writes it to its file: remembered_round.hpp). Called on the loop.
+  void keep_rounds(std::function<void(const RememberedRound&)> keep);
+
   // For tests, logs and benchmarks.
   Phase phase() const;
   const RendezvousState& state() const;

@@ -4,6 +4,7 @@
 // The token comes from --token, DDPRUN_TOKEN or --token-file. Exits when the job has ended and every agent
 // has hung up: 0 when the job completed, 1 when it was stopped or timed out, 130/143 on SIGINT/SIGTERM.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -13,11 +14,13 @@
 #include <iostream>
 
 #include "common/error.hpp"
+#include "common/runtime_dir.hpp"
 #include "common/timeouts.hpp"
 #include "common/version.hpp"
 #include "rendezvous/auth.hpp"
 #include "rendezvous/listener.hpp"
 #include "rendezvous/munge_auth.hpp"
+#include "rendezvous/remembered_round.hpp"
 #include "rendezvous/server.hpp"
 #include "rendezvous/text.hpp"
 
@@ -43,6 +46,21 @@ void parse_nnodes(const std::string& text, JobConfig& config) {
   } catch (const std::exception&) {
     throw UsageError("--nnodes must be N or MIN:MAX, not \"" + text + "\"", kUsageError);
   }
+}
+
+// The round a previous run of this server (same run id, same port, this machine) kept when it was stopped under
+// a running job: its restart takes the round back only from the agents that held it (remembered_round.hpp).
+std::optional<RememberedRound> remembered_round(const std::string& dir, const std::string& run_id, int port,
+                                                Logger& logger) {
+  const std::string path = remembered_round_path(dir, run_id, port);
+  std::string problem;
+  auto round = read_remembered_round(path, run_id, problem);
+  if (!problem.empty()) logger.warning(problem);
+  if (round)
+    logger.info("this server ran round ", round->round.restart_count, " of run \"", run_id, "\" (",
+                round->round.nnodes, " nodes) before it was restarted (", path,
+                "): only the agents that held its places take them back");
+  return round;
 }
 
 int run(int argc, char** argv) {
@@ -144,9 +162,22 @@ int run(int argc, char** argv) {
 
   if (const std::string short_of = raise_open_files_for(config.max_nodes); !short_of.empty())
     logger.warning(short_of, ": raise it (ulimit -n; the hard limit as root)");
+  std::string round_dir_problem;
+  const std::string round_dir = private_runtime_dir(round_dir_problem);
+  if (port != 0 && !round_dir.empty()) config.remembered = remembered_round(round_dir, config.run_id, port, logger);
   boost::asio::io_context io;
   Server server(io, config, logger);
   server.start(host, port);
+  const std::string round_file = round_dir.empty() ? "" : remembered_round_path(round_dir, config.run_id, server.port());
+  if (round_dir.empty())
+    logger.warning(round_dir_problem, "; a restart of this server will take the running round back from whichever "
+                   "agents claim it first");
+  else
+    server.keep_rounds([&](const RememberedRound& round) {
+      if (std::string problem; !write_remembered_round(round_file, config.run_id, round, problem))
+        logger.warning(problem, "; a restart of this server will take the round back from whichever agents claim "
+                       "it first");
+    });
   if (!port_file.empty()) std::ofstream(port_file) << server.port() << "\n";
 
   int exit_code = 1;
@@ -159,6 +190,7 @@ int run(int argc, char** argv) {
     io.stop();
   });
   server.async_wait_job_end([&] {
+    if (!round_file.empty()) ::unlink(round_file.c_str());  // the job is over: nothing to take back
     // Let every agent read its last message before the listener goes away. A node judged lost for its silence
     // may have been cut off, not dead: it reconnects for its --rdzv-reconnect-timeout (the agents' value, which
     // this server's matches) and is told how the job ended, so that every node ends with the same root cause.

@@ -378,7 +378,15 @@ void start_round(RendezvousState& state, Actions& out) {
                                          std::to_string(send.round.world_size) + ", master " + text::host_port(master_addr, node0.master_port) +
                                          ", restart " +
                                          std::to_string(state.restart_count)});
+  ResumeClaim round;  // as its nodes would claim it after a restart of this server
+  round.restart_count = state.restart_count;
+  round.nnodes = send.round.nnodes;
+  round.world_size = send.round.world_size;
+  round.master_addr = master_addr;
+  round.master_port = node0.master_port;
+  round.fingerprint = nprocs_fingerprint(nprocs);
   out.push_back(std::move(send));
+  remember_round(state, round, out);
 }
 
 }  // namespace rules

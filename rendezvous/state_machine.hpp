@@ -197,7 +197,9 @@ struct SendAssignments { Round round; std::vector<Slot> slots; };  // the round 
 struct Broadcast { std::vector<ConnId> conns; ServerMessage message; };  // encoded once
 struct Close { ConnId conn = 0; };  // after the frames queued for it are written
 struct Log { LogLevel level = LogLevel::kInfo; std::string text; };
-using Action = std::variant<Send, SendAssignments, Broadcast, Close, Log>;
+// A resumable server's round started (or was taken back): what its restart must find (remembered_round.hpp).
+struct RememberRound { RememberedRound round; };
+using Action = std::variant<Send, SendAssignments, Broadcast, Close, Log, RememberRound>;
 
 std::vector<Action> step(RendezvousState& state, const Event& event, const Now& now);
 

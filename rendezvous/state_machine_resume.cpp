@@ -38,11 +38,6 @@ std::string round_text(const ResumeClaim& c) {
          std::to_string(c.world_size) + ", master " + text::host_port(c.master_addr, c.master_port) + ")";
 }
 
-bool same_round(const ResumeClaim& a, const ResumeClaim& b) {
-  return a.restart_count == b.restart_count && a.nnodes == b.nnodes && a.world_size == b.world_size &&
-         a.master_addr == b.master_addr && a.master_port == b.master_port && a.fingerprint == b.fingerprint;
-}
-
 // "" when the claim fits this server's job; else why not.
 std::string check_claim(const RendezvousState& state, const HelloMsg& hello) {
   const ResumeClaim& c = *hello.resume;
@@ -81,6 +76,20 @@ std::string check_counts(const RendezvousState::Adoption& a) {
   return {};
 }
 
+// "" when the claim is of the round this server remembers from before its restart, made by the agent that held
+// the claimed place (it knows the secret behind that place's seat); else why not. Nothing remembered: "".
+std::string check_remembered(const RendezvousState& state, const ResumeClaim& claim) {
+  const auto& known = state.config.remembered;
+  if (!known) return {};
+  if (!same_round(claim, known->round))
+    return "cannot take back " + round_text(claim) + ": before its restart this server ran " + round_text(known->round);
+  const auto rank = static_cast<std::size_t>(claim.node_rank);
+  if (rank < known->seats.size() && !known->seats[rank].empty() && !seat_secret_matches(known->seats[rank], claim.seat_secret))
+    return "node rank " + std::to_string(claim.node_rank) + " of " + round_text(claim) + " is another agent's: this "
+           "claim does not hold the secret behind that node's seat";
+  return {};
+}
+
 // The round runs again, with the nodes that are back; the reports held meanwhile are replayed.
 void adopt(RendezvousState& state, const Now& now, Actions& out) {
   RendezvousState::Adoption a = std::move(*state.adopting);
@@ -97,6 +106,7 @@ void adopt(RendezvousState& state, const Now& now, Actions& out) {
     if (state.by_rank[rank] != 0) state.nodes.at(state.by_rank[rank]).rank_offset = a.rank_offsets[rank];
   out.push_back(Log{LogLevel::kInfo, "took back " + round_text(a.claim) + " from " +
                                          counted(state.round_size, "node") + " after this server's restart"});
+  remember_round(state, a.claim, out);
   for (auto& [conn, failure] : a.held) {
     if (state.phase != Phase::kRunning && state.phase != Phase::kRestarting) break;
     if (failure) on_failure(state, FailureReport{conn, std::move(*failure)}, now, out);
@@ -157,6 +167,7 @@ void on_resume_hello(RendezvousState& state, const Hello& event, const Now& now,
                   event, state, out);
   if (std::string why = check_claim(state, hello); !why.empty())
     return refuse(event.conn, "cannot take back " + round_text(claim) + ": " + why, event, state, out);
+  if (std::string why = check_remembered(state, claim); !why.empty()) return refuse(event.conn, why, event, state, out);
   if (!state.adopting) {
     RendezvousState::Adoption a;
     a.claim = claim;
@@ -206,6 +217,20 @@ void on_resume_hello(RendezvousState& state, const Hello& event, const Now& now,
     return stop_job(state, std::move(failure), "the restarted rendezvous server cannot take the round back", out);
   }
   adopt(state, now, out);
+}
+
+void remember_round(const RendezvousState& state, const ResumeClaim& round, Actions& out) {
+  if (!state.config.resumable) return;  // an agent-hosted server dies with its node: nothing to take back
+  RememberRound remember;
+  remember.round.round = round;
+  remember.round.round.node_rank = remember.round.round.rank_offset = 0;
+  remember.round.round.seat_secret.clear();
+  remember.round.seats.reserve(state.by_rank.size());
+  for (ConnId conn : state.by_rank) {
+    const auto it = conn == 0 ? state.nodes.end() : state.nodes.find(conn);
+    remember.round.seats.push_back(it == state.nodes.end() ? std::string() : it->second.seat_commit);
+  }
+  out.push_back(std::move(remember));
 }
 
 bool hold_while_adopting(RendezvousState& state, ConnId conn, const std::optional<Failure>& failure,

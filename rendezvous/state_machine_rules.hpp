@@ -35,6 +35,8 @@ std::string closed_message(const RendezvousState& state);
 void on_resume_hello(RendezvousState& state, const Hello& event, const Now& now, Actions& out);
 bool hold_while_adopting(RendezvousState& state, ConnId conn, const std::optional<Failure>& failure, const Now& now);
 void check_adoption_deadline(RendezvousState& state, const Now& now, Actions& out);
+// A resumable server's round started or was taken back: RememberRound, the round and each node's seat.
+void remember_round(const RendezvousState& state, const ResumeClaim& round, Actions& out);
 // A resumable server cut off from every node (state_machine_cut_off.cpp): a node's deadline that passes while
 // every node is silent is not judged (true) until config.reconnect_grace; check_cut_off (on_tick) ends the
 // suspicion once a node is heard again; a resume hello for a silent place of the running round takes it over.

@@ -25,16 +25,29 @@ RUN_ID = "restartjob"
 BOUND = 20  # seconds: every "ends within" of these tests; each takes a few seconds on an idle machine
 
 
+def nprocs_fingerprint(nprocs):
+    """rendezvous/protocol.cpp's: FNV-1a over each worker count's 4 bytes, little end first, as 16 hex digits."""
+    h = 1469598103934665603
+    for n in nprocs:
+        for shift in range(0, 32, 8):
+            h = ((h ^ ((n >> shift) & 0xff)) * 1099511628211) % (1 << 64)
+    return f"{h:016x}"
+
+
 class FakeAgent:
     """Speaks the rendezvous protocol (framing.hpp, auth.hpp) just far enough to make a claim on a round."""
 
-    def __init__(self, port, token, claim, nproc):
+    def __init__(self, port, token, claim, nproc, seat_secret=None, host="fake"):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=BOUND)
         challenge = self.read()
         mac = hmac.new(token.encode(), f"ddprun-rdzv/1\n{challenge['nonce']}\n{RUN_ID}".encode(),
                        hashlib.sha256).hexdigest()
-        self.write({"type": "hello", "v": 1, "run_id": RUN_ID, "mac": mac, "nproc": nproc, "host": "fake",
-                    "master_port": 1, "resume": claim})
+        hello = {"type": "hello", "v": 1, "run_id": RUN_ID, "mac": mac, "nproc": nproc, "host": host,
+                 "master_port": 1, "resume": claim}
+        if seat_secret:  # a seat of its own (auth.hpp: the commitment in the hello, the secret in the claim)
+            hello["seat"] = hmac.new(b"ddprun-rdzv/1 seat", seat_secret.encode(), hashlib.sha256).hexdigest()
+            claim["seat_secret"] = seat_secret
+        self.write(hello)
 
     def write(self, message):
         payload = json.dumps(message).encode()
@@ -410,33 +423,58 @@ class RendezvousRestart(MultiNodeCase):
         self.assertGreaterEqual(elapsed, 3)
         self.assertLess(elapsed, 3 + 5)
 
-    def test_a_restarted_server_refuses_a_claim_that_conflicts(self):
+    def claim_first(self, make_claim, seat_secret=None):
+        """The server is SIGKILLed under two running agents and restarted while they are held still (SIGSTOP), so
+        that a token holder's claim (`make_claim()`, once the round runs) is the first it hears; then the agents go
+        on. Returns the agents, their stderr so far, the restarted server and the claimer's answer."""
         server = self.server()
-        agents = [self.agent(n, *self.steps("hang")) for n in "ab"]
+        agents = [self.agent(n, *self.steps("exit=0")) for n in "ab"]
         self.wait_ready(2)
+        claim = make_claim()
         seen = self.kill_server(server, agents)
-        for a in agents:  # held still, so that the claim below is the first the restarted server hears
+        for a in agents:
             os.kill(a.pid, signal.SIGSTOP)
         restarted = self.server()
-        claim = {"restart_count": 5, "node_rank": 0, "nnodes": 2, "rank_offset": 0, "world_size": 2,
-                 "master_addr": "127.0.0.1", "master_port": 1, "nprocs": "0123456789abcdef"}
-        fake = FakeAgent(self.port, self.env["DDPRUN_TOKEN"], claim, nproc=1)
+        fake = FakeAgent(self.port, self.env["DDPRUN_TOKEN"], claim, nproc=1, seat_secret=seat_secret, host="host-a")
         try:
-            for a in agents:
-                os.kill(a.pid, signal.SIGCONT)
-            results = self.wait_all(agents, timeout=BOUND)
-            for r, s in zip(results, seen):
-                self.assertEqual(r.code, REFUSED, s + r.stderr)
-                self.assertIn(b"the restarted rendezvous server refused this node's return: conflicting report: "
-                              b"this node runs round 0 (2 nodes, world size 2", s + r.stderr)
-                self.assertIn(b"the nodes already back run round 5", r.stderr)
-            # The claim that came first does not get its round back either: node 1 never comes.
-            stop = fake.read()
-            self.assertEqual(stop["type"], "stop", stop)
-            self.assertEqual(stop["root_cause"]["node_rank"], 1, stop)
-            self.assertIn("did not come back to the restarted rendezvous server within 2.0 s",
-                          stop["root_cause"]["message"])
+            answer = fake.read()
         finally:
             fake.close()
-        restarted.communicate(timeout=BOUND)
-        self.assertEqual(restarted.returncode, 1)
+        for a in agents:
+            os.kill(a.pid, signal.SIGCONT)
+        return agents, seen, restarted, answer
+
+    def finish_resumed(self, agents, seen, restarted):
+        seen = [self.stderr_until(a, b"this node resumed round 0", BOUND, s, "never resumed") for a, s in zip(agents, seen)]
+        self.release()
+        for r, s in zip(self.wait_all(agents, timeout=BOUND), seen):
+            self.assertEqual(r.code, 0, s + r.stderr)
+        _, err = restarted.communicate(timeout=BOUND)
+        self.assertEqual(restarted.returncode, 0, err)
+
+    def test_a_restarted_server_refuses_a_claim_that_conflicts(self):
+        """The restarted server remembers the round it ran (remembered_round.hpp): a claim of another round that
+        comes first is refused, not the agents that held the real one (which a server with no memory refused)."""
+        claim = {"restart_count": 5, "node_rank": 0, "nnodes": 2, "rank_offset": 0, "world_size": 2,
+                 "master_addr": "127.0.0.1", "master_port": 1, "nprocs": "0123456789abcdef"}
+        agents, seen, restarted, answer = self.claim_first(lambda: claim)
+        self.assertEqual(answer["type"], "error", answer)
+        self.assertIn("cannot take back round 5 (2 nodes, world size 2, master 127.0.0.1:1): before its restart this "
+                      "server ran round 0 (2 nodes, world size 2", answer["message"])
+        self.finish_resumed(agents, seen, restarted)
+
+    def test_an_insider_cannot_claim_another_nodes_place_after_a_restart(self):
+        """Issue 33: a token holder that knows the round (its own assignment says it) claims node 0's place first,
+        with a seat of its own. The restarted server gave it the place and refused node 0 as a duplicate (exit 77);
+        now the place is node 0's agent's alone (the secret behind its seat), and the job completes."""
+        def node0s_place():
+            round0 = self.first_assignment("a")
+            return {"restart_count": 0, "node_rank": 0, "nnodes": 2, "rank_offset": 0, "world_size": 2,
+                    "master_addr": round0["master_addr"], "master_port": round0["master_port"],
+                    "nprocs": nprocs_fingerprint([1, 1])}
+        agents, seen, restarted, answer = self.claim_first(node0s_place, seat_secret="f" * 64)
+        self.assertEqual(answer["type"], "error", answer)
+        self.assertIn("node rank 0 of round 0 (2 nodes, world size 2, master", answer["message"])
+        self.assertIn("is another agent's: this claim does not hold the secret behind that node's seat",
+                      answer["message"])
+        self.finish_resumed(agents, seen, restarted)

@@ -79,6 +79,73 @@ TEST_CASE("a claim whose seat secret is not behind its hello's seat commitment i
   CHECK(state.nodes.at(1).seat_commit == h.hello.seat);  // bound from now on
 }
 
+TEST_CASE("a server that remembers its round takes it back only from the agents that held its places") {
+  // Issue 33: an insider that claimed node 0's place first was given it, and node 0 was refused as a duplicate.
+  const std::string secret0(64, 'a'), secret1(64, 'b'), insider(64, 'f');
+  auto claim = [&](ConnId conn, int node_rank, const std::string& secret, int round = 0) {
+    Hello h = resume(conn, node_rank, {2, 3}, round, true);
+    h.hello.seat = seat_commitment(secret);
+    h.hello.resume->seat_secret = secret;
+    return h;
+  };
+  JobConfig config = job(2, true);
+  config.resumable = true;
+  RememberedRound known;
+  known.round = *claim(1, 0, secret0).hello.resume;
+  known.seats = {seat_commitment(secret0), seat_commitment(secret1)};
+  config.remembered = known;
+  RendezvousState state(config, at(0ms).steady);
+  // The insider first, with the round right and a seat of its own; then with a round of its making.
+  CHECK(refusal(step(state, claim(9, 0, insider), at(10ms)), 9).find("node rank 0 of round 0 (2 nodes, world size 5, "
+                                                                     "master 10.0.0.1:29500) is another agent's") == 0);
+  CHECK(refusal(step(state, claim(8, 0, insider, 5), at(10ms)), 8).find("cannot take back round 5 (2 nodes, world "
+                                                                        "size 5, master 10.0.0.1:29500): before its "
+                                                                        "restart this server ran round 0") == 0);
+  CHECK_FALSE(state.adopting);
+  CHECK(state.nodes.empty());
+  // The agents that held the places: the round runs again, and is remembered again.
+  CHECK(refusal(step(state, claim(1, 0, secret0), at(20ms)), 1).empty());
+  auto back = step(state, claim(2, 1, secret1), at(30ms));
+  CHECK(state.phase == Phase::kRunning);
+  CHECK(state.by_rank == std::vector<ConnId>{1, 2});
+  const auto remembered = find_one<RememberRound>(back);
+  CHECK(remembered.round.seats == known.seats);
+  CHECK(same_round(remembered.round.round, known.round));
+}
+
+TEST_CASE("a resumable server remembers each round it starts, with every node's seat; a hosted one does not") {
+  for (bool resumable : {true, false}) {
+    CAPTURE(resumable);
+    JobConfig config = job(2, true);
+    config.resumable = resumable;
+    RendezvousState state(config, at(0ms).steady);
+    std::vector<Action> last;
+    for (int i = 0; i < 2; ++i) {
+      Joiner j;
+      j.conn = static_cast<ConnId>(i + 1);
+      j.node_rank = i;
+      j.host = "host" + std::to_string(i);
+      if (i == 0) j.seat_secret = std::string(64, 'a');  // node 1 is an agent older than seats
+      last = step(state, hello(j), at(0ms));
+    }
+    const auto remembered = find_all<RememberRound>(last);
+    if (!resumable) {
+      CHECK(remembered.empty());
+      continue;
+    }
+    REQUIRE(remembered.size() == 1);
+    const RememberedRound& r = remembered[0].round;
+    const auto sent = find_one<SendAssignments>(last);
+    CHECK(r.round.restart_count == 0);
+    CHECK(r.round.nnodes == 2);
+    CHECK(r.round.world_size == 4);
+    CHECK(r.round.master_addr == sent.round.master_addr);
+    CHECK(r.round.master_port == sent.round.master_port);
+    CHECK(r.round.fingerprint == nprocs_fingerprint({2, 2}));
+    CHECK(r.seats == std::vector<std::string>{seat_commitment(std::string(64, 'a')), ""});
+  }
+}
+
 TEST_CASE("a resumed round completes when every node reports done, dynamic ranks in any order") {
   RendezvousState state(job(3, false), at(0ms).steady);
   for (int rank : {2, 0, 1}) step(state, resume(static_cast<ConnId>(rank + 1), rank, {1, 1, 1}, 0, false), at(5ms));

@@ -150,6 +150,11 @@ class DdprunTestCase(unittest.TestCase):
         self.env.pop("DDPRUN_LOG_LEVEL", None)
         # ddprun's temporary run directories land here, so a test that SIGKILLs ddprun leaves nothing in /tmp.
         self.env["TMPDIR"] = self.tmp
+        # The private runtime directory (common/runtime_dir.hpp): the agents' live-view sockets and the round a
+        # ddprun-rendezvous keeps for its restart, per test, so that a SIGKILLed server leaves no file behind.
+        runtime = os.path.join(self.tmp, "xdg-runtime")
+        os.mkdir(runtime, 0o700)
+        self.env["XDG_RUNTIME_DIR"] = runtime
 
     def tearDown(self):
         reap_zombies()
