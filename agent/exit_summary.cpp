@@ -1,5 +1,6 @@
 #include "agent/exit_summary.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -258,7 +259,8 @@ std::string label_lines(const std::string& text, const std::string& node) {
 std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& ctx) {
   std::ostringstream out;
   const WorkerRecord* root = policy.root_cause();
-  const double secs = static_cast<double>(ctx.end_ms - ctx.start_ms) / 1000.0;
+  const std::int64_t elapsed_ms = ctx.elapsed_ms >= 0 ? ctx.elapsed_ms : ctx.end_ms - ctx.start_ms;
+  const double secs = static_cast<double>(elapsed_ms) / 1000.0;
   char elapsed[32];
   std::snprintf(elapsed, sizeof elapsed, "%.3f s", secs);
   const auto& cause = policy.job_cause();
@@ -301,7 +303,8 @@ std::string summary_text(const SupervisionPolicy& policy, const SummaryContext& 
   }
   for (const auto& w : policy.workers()) {
     char line[512];
-    const double at = static_cast<double>(w.end_ms - ctx.start_ms) / 1000.0;
+    // Each end is a wall-clock time: within the job's monotonic length, whatever a clock step did meanwhile.
+    const double at = static_cast<double>(std::clamp<std::int64_t>(w.end_ms - ctx.start_ms, 0, elapsed_ms)) / 1000.0;
     // A worker that could not be started has no pid: "-", and its status says so (the reason is above).
     const bool never_ran = w.pid == 0 && w.state != WorkerState::kRunning;
     const std::string pid = never_ran ? "-" : std::to_string(w.pid);

@@ -28,6 +28,9 @@ struct SummaryContext {
   int node_rank = 0;
   std::int64_t start_ms = 0;
   std::int64_t end_ms = 0;
+  // The job's length by the monotonic clock (issue 33: "succeeded in -3578 s" after an NTP step moved the wall
+  // clock back). -1: not measured, end_ms - start_ms is used.
+  std::int64_t elapsed_ms = -1;
   std::string log_root;  // kept log directory, empty if none
   // The last attempt's files of a local rank, to show the root cause's traceback (from its error file) and
   // where the full text is. Unset: no files to read.

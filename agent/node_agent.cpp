@@ -89,6 +89,7 @@ int NodeAgent::run() {
   // Workers start when the rendezvous assigns this node its place (on_assignment): for one node that is
   // an in-process server and client on loopback, about a millisecond.
   start_ms_ = unix_ms();
+  started_ = std::chrono::steady_clock::now();
   if (!config_.cannot_start.empty()) return end_before_start(config_.cannot_start, config_.cannot_start_code);
   try {
     link_.start();

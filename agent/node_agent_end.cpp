@@ -10,6 +10,8 @@ SummaryContext NodeAgent::summary_context() const {
   ctx.node_rank = world_.node_rank;
   ctx.start_ms = start_ms_;
   ctx.end_ms = unix_ms();
+  ctx.elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                         started_).count();
   ctx.log_root = layout_.temporary() ? std::string() : layout_.root();
   ctx.error_file_of = [this](int lr) { return layout_.error_file(workers_attempt_, lr); };
   ctx.shown_path = [this](const std::string& p) { return layout_.published(p); };

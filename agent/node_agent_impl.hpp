@@ -113,7 +113,8 @@ class NodeAgent {
   InPlaceReform reform_;  // keeps this node's workers through a re-form (agent/in_place_reform.hpp)
   WorkerLauncher launcher_;  // forks a round's workers (agent/worker_launcher.hpp)
   FailureReports reports_;  // what this node tells the rendezvous of its failures (agent/failure_reports.hpp)
-  std::int64_t start_ms_ = 0;
+  std::int64_t start_ms_ = 0;  // Unix ms: the live view's and the summary's clock times
+  std::chrono::steady_clock::time_point started_;  // the summary's durations
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary
 };
 

@@ -186,3 +186,23 @@ TEST_CASE("under a SLURM step each line of the summary names its node; elsewhere
   CHECK(label_lines("no newline", "n1") == "[n1] no newline");
   CHECK(label_lines("", "n1").empty());
 }
+
+TEST_CASE("durations come from the monotonic clock: a wall-clock step back during the job changes nothing") {
+  // Issue 33: an NTP step back of an hour during the job made the summary say "succeeded in -3578 s".
+  SupervisionPolicy policy;
+  policy.add_worker(0, 0, 100, 5'000'000);
+  policy.on_exit(0, exited(0), 1'400'000);  // the wall clock went back an hour meanwhile
+  SummaryContext ctx;
+  ctx.start_ms = 5'000'000;
+  ctx.end_ms = 1'412'000;
+  ctx.elapsed_ms = 22'000;
+  CHECK(summary_text(policy, ctx).find("the worker succeeded in 22.000 s") != std::string::npos);
+  ddprun::process::ExitStatus failed = exited(3);
+  SupervisionPolicy failing;
+  failing.add_worker(0, 0, 100, 5'000'000);
+  failing.on_exit(0, failed, 1'400'000);
+  const std::string text = summary_text(failing, ctx);
+  CHECK(text.find("after 22.000 s") != std::string::npos);
+  CHECK(text.find("+0.000s") != std::string::npos);  // its end within the job, not 3600 s before its start
+  CHECK(text.find("-3") == std::string::npos);
+}
