@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
@@ -22,6 +23,7 @@ using boost::system::error_code;
 
 namespace {
 constexpr std::size_t kMaxRequestBytes = 256;
+constexpr std::chrono::milliseconds kAcceptRetry{100};  // after a failed accept (out of descriptors)
 }  // namespace
 
 std::string status_directory(std::string& problem) { return private_runtime_dir(problem); }
@@ -71,6 +73,7 @@ class StatusSocket::Impl : public std::enable_shared_from_this<Impl> {
     closed_ = true;
     error_code ignored;
     acceptor_.close(ignored);
+    retry_timer_.cancel();
     if (!path_.empty()) ::unlink(path_.c_str());
   }
 
@@ -89,7 +92,13 @@ class StatusSocket::Impl : public std::enable_shared_from_this<Impl> {
     acceptor_.async_accept(peer->socket, [self = shared_from_this(), peer](error_code ec) {
       if (ec == asio::error::operation_aborted || self->closed_) return;
       if (!ec && self->same_user(*peer)) self->read_request(peer);
-      self->accept();
+      if (!ec) return self->accept();
+      // Out of descriptors (EMFILE, ENFILE), or memory: the connection stays queued and accept would fail again
+      // at once, a busy loop that takes the agent's loop (issue 33). Try again a little later.
+      self->retry_timer_.expires_after(kAcceptRetry);
+      self->retry_timer_.async_wait([self](error_code wait_ec) {
+        if (!wait_ec && !self->closed_) self->accept();
+      });
     });
   }
 
@@ -115,6 +124,7 @@ class StatusSocket::Impl : public std::enable_shared_from_this<Impl> {
 
   asio::io_context& io_;
   local::acceptor acceptor_;
+  asio::steady_timer retry_timer_{io_};  // after a failed accept
   Answer answer_;
   std::string path_;
   bool closed_ = false;

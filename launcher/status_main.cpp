@@ -57,8 +57,10 @@ std::vector<JobSocket> job_sockets(const std::string& dir) {
 }
 
 // The agent's document, or nullopt when nobody answers (a socket left by a process that is gone is removed).
+// Non-blocking: a socket whose queue is full (its process stopped or wedged) fails the connect with EAGAIN at once
+// instead of holding ddprun-status for good (issue 33); the answer is waited for at most 5 s.
 std::optional<json> ask(const JobSocket& s) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return std::nullopt;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;

@@ -6,6 +6,7 @@ import os
 import pwd
 import re
 import signal
+import socket
 import subprocess
 import time
 
@@ -111,6 +112,31 @@ class LiveView(LiveViewCase):
         out, _ = watch.communicate(timeout=10)
         self.assertGreaterEqual(out.count("RANK  NODE"), 3, out)
         self.assertEqual(proc.wait(timeout=30), 0)
+
+    def test_a_socket_whose_backlog_is_full_does_not_hold_ddprun_status(self):
+        """Issue 33: a job socket nobody accepts on, its queue full (a stopped or wedged process), held ddprun-status
+        in connect() for good. Now it is passed by (its process lives: nothing is removed) and the view ends."""
+        directory = os.path.join(self.runtime, "ddprun")
+        os.mkdir(directory, 0o700)
+        path = os.path.join(directory, f"wedged.{os.getpid()}.sock")  # a live pid: this test's own
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(path)
+        listener.listen(0)
+        queued = []
+        self.addCleanup(lambda: [s.close() for s in queued + [listener]])
+        while True:  # fill the queue: a further connect would wait for an accept that never comes
+            s = socket.socket(socket.AF_UNIX)
+            s.setblocking(False)
+            try:
+                s.connect(path)
+            except BlockingIOError:
+                s.close()
+                break
+            queued.append(s)
+        t0 = time.monotonic()
+        self.assertEqual(self.jobs(), [])
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertTrue(os.path.exists(path), "a live process's socket was removed")
 
     def test_other_users_cannot_reach_it(self):
         if os.geteuid() != 0:
