@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,6 +61,31 @@ std::string make_private_dir(const std::string& base, const std::string& name) {
 // With --log-dir, at the end: the work tree's directories (attempt_N/<local_rank>, as torchrun makes them)
 // and files (error files, stacks) go where torchrun's layout has them. Best effort: the log tree's file
 // system may be full; what could not be copied stays unnamed.
+// One regular file, following no link on either side: a link a worker planted where the copy goes is replaced, not
+// written through (issue 33: a root ddprun overwrote the link's target), and one planted in the work tree is not
+// read. Its mode is the source's.
+void copy_regular_file(const fs::path& from, const fs::path& to) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (in < 0) return;
+  struct stat st {};
+  if (::fstat(in, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(in);
+    return;
+  }
+  ::unlink(to.c_str());  // whatever is there: a link goes itself, its target stays untouched
+  const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, st.st_mode & 0777);
+  char buffer[65536];
+  for (ssize_t n; out >= 0 && (n = ::read(in, buffer, sizeof buffer)) > 0;)
+    for (ssize_t done = 0; done < n;) {
+      const ssize_t w = ::write(out, buffer + done, static_cast<std::size_t>(n - done));
+      if (w <= 0 && errno != EINTR) break;
+      if (w > 0) done += w;
+    }
+  if (out >= 0) ::close(out);
+  ::close(in);
+}
+
+// The work tree into the log tree, top down; links on either side are never followed (copy_regular_file).
 void copy_tree(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::recursive_directory_iterator();
@@ -67,8 +93,13 @@ void copy_tree(const fs::path& from, const fs::path& to) {
     std::error_code one;
     const fs::path target = to / fs::relative(it->path(), from, one);
     if (it->path().filename() == kOwnerFileName) continue;  // the work tree's, not the user's
-    if (it->is_directory(one)) fs::create_directories(target, one);
-    else if (it->is_regular_file(one)) fs::copy_file(it->path(), target, fs::copy_options::overwrite_existing, one);
+    const fs::file_type type = it->symlink_status(one).type();
+    if (type == fs::file_type::directory) {
+      if (fs::is_symlink(fs::symlink_status(target, one))) fs::remove(target, one);  // the link, not where it goes
+      fs::create_directory(target, one);
+    } else if (type == fs::file_type::regular) {
+      copy_regular_file(it->path(), target);
+    }
   }
 }
 }  // namespace

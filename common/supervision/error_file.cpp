@@ -202,7 +202,9 @@ ErrorFileContents parse_error_file(std::string text) {
 }
 
 ErrorFileContents read_error_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  // O_NOFOLLOW: a link a worker planted there (issue 33) would put its target's start in the failure report and the
+  // summary; torch's @record writes a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) return {};
   std::string text(kMaxBytes, '\0');
   std::size_t got = 0;

@@ -42,6 +42,18 @@ TEST_CASE("a plain string message and a non-JSON file are both shown") {
   std::remove(b.c_str());
 }
 
+TEST_CASE("an error file that is a link is not read: its target stays out of the report") {
+  // Issue 33: a worker that made error.json a link put the target's first line in the summary.
+  const auto secret = write_temp("root:x:0:0:secret\n");
+  const std::string link = secret + ".json";
+  REQUIRE(::symlink(secret.c_str(), link.c_str()) == 0);
+  const auto e = read_error_file(link);
+  std::remove(link.c_str());
+  std::remove(secret.c_str());
+  CHECK_FALSE(e.present);
+  CHECK(e.message.find("secret") == std::string::npos);
+}
+
 TEST_CASE("the one reader decodes JSON's escapes and takes torch's other shapes") {
   using ddprun::supervision::parse_error_file;
   // torch's @record: a Python traceback with escaped newlines and quotes, a number for the time, other

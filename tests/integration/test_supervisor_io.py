@@ -1,6 +1,7 @@
 """ddprun's own files and environment: a disk that fills, an events file that is a FIFO, files in a shared
 directory another user could plant things in, too few file descriptors, signals ignored by nohup. Each
 case checks the exit code, that the loss or refusal is said in one line, and (harness) that nothing is left."""
+import glob
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.pat
 from exit_codes import CANT_CREATE, HUNG, OS_ERROR
 from harness import DDPRUN, DdprunTestCase, WORKER, pid_alive
 from stalled_console import line_numbers, without_cut_last_line
+from wait import wait_until
 
 
 class SmallDisk(DdprunTestCase):
@@ -90,6 +92,30 @@ class Files(DdprunTestCase):
         self.assertEqual(stat.S_IMODE(os.stat(stacks).st_mode), 0o600)
         self.assertIn(stacks, res.stderr.decode())
         self.assertEqual(sorted(os.listdir(os.path.join(run_dir, "attempt_0"))), ["hang_stacks.txt"])
+
+
+class LogDirLinks(DdprunTestCase):
+    def test_the_log_dir_copy_replaces_a_planted_link_and_leaves_its_target_alone(self):
+        """Issue 33: at the end ddprun copies its work tree (the error files) into --log-dir. A link a worker (or
+        anyone of the same uid) planted where error.json goes was written through: a root ddprun overwrote the
+        link's target. Now the link is replaced by the copy, and its target is untouched."""
+        logs, victim, go = self.path("logs"), self.path("victim"), self.path("go")
+        with open(victim, "w") as f:
+            f.write("precious\n")
+        proc = self.start("--nproc-per-node", 1, "--log-dir", logs, WORKER, f"waitfile={go}", "errorfile=boom", "exit=1")
+        root = wait_until(lambda: glob.glob(os.path.join(logs, "*")), "the log tree", 20)[0]
+        rank_dir = os.path.join(root, "attempt_0", "0")  # made by the copy at the end, unless it is there already
+        os.makedirs(rank_dir, exist_ok=True)
+        planted = os.path.join(rank_dir, "error.json")
+        os.symlink(victim, planted)
+        open(go, "w").close()
+        _, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 1, err)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious\n")
+        self.assertFalse(os.path.islink(planted))
+        with open(planted) as f:
+            self.assertIn("boom", f.read())
 
 
 class Environment(DdprunTestCase):
