@@ -1,12 +1,14 @@
 // The node's live view (agent/live_view.hpp): samples, the rendezvous' status reports, --metrics-textfile,
 // ddprun-status requests and the stragglers the rendezvous names.
-#include "agent/event_kinds.hpp"
 #include "agent/live_view.hpp"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "agent/event_kinds.hpp"
 #include "common/time.hpp"
 
 namespace ddprun::agent {
@@ -74,7 +76,9 @@ void LiveView::write_textfile(const NodeStatus& status) {
   // The writer's failure, if any, is from an earlier period: said once per failing spell.
   if (const std::string problem = textfile_->take_problem(); !problem.empty())
     log_.warning("--metrics-textfile: ", problem, " (the job goes on; tried again every period)");
-  textfile_->publish(textfile_name(status), prometheus_text(status));
+  NodeStatus named = status;
+  named.run_id = metrics_run_id(status.run_id, ::getpid());
+  textfile_->publish(textfile_name(named), prometheus_text(named));
 }
 
 NodeStatus LiveView::sample(bool remember) {

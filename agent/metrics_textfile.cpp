@@ -3,6 +3,7 @@
 #include "common/background_thread.hpp"
 
 #include "agent/atomic_file.hpp"
+#include "agent/world.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -63,6 +64,10 @@ void header(std::ostringstream& out, const Family& f) {
 }
 
 }  // namespace
+
+std::string metrics_run_id(const std::string& run_id, long pid) {
+  return run_id == World{}.run_id ? run_id + "-" + std::to_string(pid) : run_id;
+}
 
 std::string textfile_name(const NodeStatus& s) {
   return "ddprun_" + s.run_id + "_node" + std::to_string(s.node_rank) + ".prom";

@@ -39,7 +39,11 @@ class TextfileWriter {
   std::shared_ptr<Shared> shared_;
 };
 
-// The file's name for this node: ddprun_<run id>_node<N>.prom.
+// The file's name for this node: ddprun_<run id>_node<N>.prom (the run id as metrics_run_id gives it).
 std::string textfile_name(const NodeStatus& status);
+// The run id the file and its `job` label carry: the job's, except the default "none" (every job started without
+// --run-id, --standalone ones above all), which gets this ddprun's pid, "none-4242": two such jobs on one node
+// would otherwise write one file, and the first to end would remove the other's series (issue 33).
+std::string metrics_run_id(const std::string& run_id, long pid);
 
 }  // namespace ddprun::agent

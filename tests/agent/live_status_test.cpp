@@ -120,3 +120,9 @@ TEST_CASE("the Prometheus text: gauges labelled job, node, host, rank; unknown v
   CHECK(text.find("ddprun_status_timestamp_seconds{" + labels + "} 1.7e+09\n") != std::string::npos);
   CHECK(textfile_name(n) == "ddprun_slurm-7.0_node1.prom");
 }
+
+TEST_CASE("a job without a run id of its own has its pid in the metrics' run id; a named one keeps its name") {
+  CHECK(metrics_run_id("none", 4242) == "none-4242");
+  CHECK(metrics_run_id("slurm-7.0", 4242) == "slurm-7.0");
+  CHECK(metrics_run_id("none-1", 4242) == "none-1");
+}

@@ -160,6 +160,27 @@ class LiveView(LiveViewCase):
 
 
 class MetricsTextfile(LiveViewCase):
+    def test_two_jobs_without_a_run_id_keep_a_textfile_each(self):
+        """Issue 33: two jobs with the default run id on one node wrote one file, and the first to end removed the
+        other's series. Each now has its own ("none-<pid>"), and ends only its own."""
+        textdir = self.path("textfile")
+        os.mkdir(textdir)
+        short, long_ = (self.start("--standalone", "--nproc-per-node", 1, "--metrics-textfile", textdir, WORKER,
+                                   f"waitfile={self.path(go)}") for go in ("go-short", "go-long"))
+        for p in (short, long_):
+            self.addCleanup(lambda p=p: p.poll() is None and os.killpg(p.pid, signal.SIGKILL))
+        names = {p.pid: f"ddprun_none-{p.pid}_node0.prom" for p in (short, long_)}
+        wait_until(lambda: all(os.path.exists(os.path.join(textdir, n)) for n in names.values()),
+                   lambda: f"a textfile of each job, not only {os.listdir(textdir)}", 20)
+        with open(os.path.join(textdir, names[long_.pid])) as f:
+            self.assertIn(f'job="none-{long_.pid}"', f.read())
+        open(self.path("go-short"), "w").close()
+        self.assertEqual(short.wait(timeout=30), 0)
+        self.assertEqual(sorted(os.listdir(textdir)), [names[long_.pid]])  # the other job's series stay
+        open(self.path("go-long"), "w").close()
+        self.assertEqual(long_.wait(timeout=30), 0)
+        self.assertEqual(os.listdir(textdir), [])
+
     def test_a_node_exporter_textfile_is_written_while_the_job_runs_and_removed_at_its_end(self):
         textdir = self.path("textfile")
         os.mkdir(textdir)
