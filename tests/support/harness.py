@@ -152,9 +152,8 @@ class DdprunTestCase(unittest.TestCase):
         self.env["TMPDIR"] = self.tmp
         # The private runtime directory (common/runtime_dir.hpp): the agents' live-view sockets and the round a
         # ddprun-rendezvous keeps for its restart, per test, so that a SIGKILLed server leaves no file behind.
-        runtime = os.path.join(self.tmp, "xdg-runtime")
-        os.mkdir(runtime, 0o700)
-        self.env["XDG_RUNTIME_DIR"] = runtime
+        # Beside self.tmp, not in it: tests check what ddprun leaves there.
+        self.env["XDG_RUNTIME_DIR"] = temp_dir(self, "ddprun_xdg_")
 
     def tearDown(self):
         reap_zombies()
