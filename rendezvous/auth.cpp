@@ -87,6 +87,18 @@ std::string random_hex(std::size_t bytes) {
   return to_hex(bytes_of(raw), bytes);
 }
 
+std::string compute_connection_proof(std::string_view token, std::string_view server_nonce,
+                                     std::string_view agent_nonce, std::string_view run_id) {
+  std::string nonces(server_nonce);
+  nonces.append("\n").append(agent_nonce);
+  return labelled_mac("ddprun-rdzv/1 connection", token, nonces, run_id);
+}
+
+bool verify_connection_proof(std::string_view token, std::string_view server_nonce, std::string_view agent_nonce,
+                             std::string_view run_id, std::string_view proof) {
+  return same_mac(compute_connection_proof(token, server_nonce, agent_nonce, run_id), proof);
+}
+
 std::string seat_commitment(std::string_view secret) {
   const Sha256Digest digest = hmac_sha256("ddprun-rdzv/1 seat", secret);
   return to_hex(digest.data(), digest.size());

@@ -97,6 +97,7 @@ void Client::Impl::read_some() {
 
 void Client::Impl::handle(ServerMessage message) {
   if (auto* challenge = std::get_if<ChallengeMsg>(&message)) return on_challenge(*challenge);
+  if (auto* proof = std::get_if<ProofMsg>(&message)) return on_proof(*proof);
   if (!hello_sent_) throw ProtocolError("expected a challenge first");
   if (auto* error = std::get_if<ErrorMsg>(&message)) {
     if (leaving_) return fail(ErrorKind::kUnavailable, cannot_join_);
@@ -146,7 +147,7 @@ void Client::Impl::note_heartbeat_sent() {
 }
 
 void Client::Impl::on_challenge(const ChallengeMsg& challenge) {
-  if (hello_sent_) throw ProtocolError("a second challenge");
+  if (hello_sent_ || awaiting_proof_) throw ProtocolError("a second challenge");
   challenged_ = true;
   if (challenge.protocol != kProtocolName || challenge.version != kProtocolVersion)
     return fail(ErrorKind::kProtocol, "the rendezvous server at " + where() + " speaks " + challenge.protocol +
@@ -159,23 +160,45 @@ void Client::Impl::on_challenge(const ChallengeMsg& challenge) {
   // restart) would otherwise hand the workers its own MASTER_ADDR, and collect this node's MAC over a nonce of
   // its choosing, its resume claim and its status. This node keeps looking for the real server until its
   // timeout. Candidate ports (a SLURM step): another job's server is passed by the same way.
-  if (!verify_server_proof(config_.token, challenge.nonce, config_.run_id, challenge.proof)) {
-    const std::string why = candidates() ? "the server at " + where() + " belongs to another job"
-                                         : "the program at " + where() +
-                                               " did not prove it knows this job's token and run id: another "
-                                               "job's server, one given another token (check --rdzv-id and "
-                                               "--rdzv-token-file / DDPRUN_TOKEN / --rdzv-token on every node and "
-                                               "the server), or another user's program";
-    if (!candidates() && !said_unproven_) {
-      said_unproven_ = true;
-      logger_.warning(why, ": not trusted; looking for the real rendezvous server until the rendezvous timeout");
-    }
-    unproven_ = why;
-    return abandon_connection(why);
-  }
-  reconnect_.on_challenge(challenge.resumable, milliseconds(challenge.heartbeat_timeout_ms));
+  if (!verify_server_proof(config_.token, challenge.nonce, config_.run_id, challenge.proof)) return distrust();
+  // The challenge's proof screens other jobs' servers, but a stranger may replay one it recorded: the server
+  // proves this very connection too, over a nonce of ours, before anything is sent (issue 33, docs/SECURITY.md).
+  prove_nonce_ = generate_nonce();
+  awaiting_proof_ = challenge;
+  // Its heartbeat settings bound the wait for the proof (a real server answers at once); nothing else of the
+  // challenge is acted on before the proof.
   heartbeat_interval_ = milliseconds(challenge.heartbeat_interval_ms);
   heartbeat_timeout_ = milliseconds(challenge.heartbeat_timeout_ms);
+  outbox_.push_back(encode_frame(encode(ClientMessage{ProveMsg{prove_nonce_}}), config_.max_frame_bytes));
+  if (!writing_) write_next();
+}
+
+void Client::Impl::distrust() {
+  const std::string why = candidates() ? "the server at " + where() + " belongs to another job"
+                                       : "the program at " + where() +
+                                             " did not prove it knows this job's token and run id: another "
+                                             "job's server, one given another token (check --rdzv-id and "
+                                             "--rdzv-token-file / DDPRUN_TOKEN / --rdzv-token on every node and "
+                                             "the server), or another user's program";
+  if (!candidates() && !said_unproven_) {
+    said_unproven_ = true;
+    logger_.warning(why, ": not trusted; looking for the real rendezvous server until the rendezvous timeout");
+  }
+  unproven_ = why;
+  abandon_connection(why);
+}
+
+void Client::Impl::on_proof(const ProofMsg& proof) {
+  if (!awaiting_proof_ || hello_sent_) throw ProtocolError("a proof nobody asked for");
+  const ChallengeMsg challenge = std::move(*awaiting_proof_);
+  awaiting_proof_.reset();
+  if (!verify_connection_proof(config_.token, challenge.nonce, prove_nonce_, config_.run_id, proof.proof))
+    return distrust();
+  send_hello(challenge);
+}
+
+void Client::Impl::send_hello(const ChallengeMsg& challenge) {
+  reconnect_.on_challenge(challenge.resumable, milliseconds(challenge.heartbeat_timeout_ms));
   HelloMsg hello;
   hello.run_id = config_.run_id;
   hello.mac = compute_mac(config_.token, challenge.nonce, config_.run_id);

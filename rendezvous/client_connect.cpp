@@ -25,6 +25,7 @@ void Client::Impl::drop_connection() {
   if (socket_.is_open()) socket_.set_option(asio::socket_base::linger(true, 0), ignored);
   socket_.close(ignored);
   connected_ = challenged_ = false;
+  awaiting_proof_.reset();
   heartbeat_timer_.cancel();
   decoder_ = FrameDecoder(config_.max_frame_bytes);  // drop a challenge cut short
   heartbeats_sent_.clear();  // their answers would come on this connection
@@ -184,7 +185,7 @@ void Client::Impl::schedule_heartbeat() {
       self->logger_.info("this process did not run for ",
                          text::seconds(std::chrono::duration_cast<milliseconds>(stall)),
                          " (stopped or frozen): that time is not counted as the server's silence");
-    milliseconds timeout = self->hello_sent_ ? self->heartbeat_timeout_ : kHandshakeTimeout;
+    milliseconds timeout = self->hello_sent_ || self->awaiting_proof_ ? self->heartbeat_timeout_ : kHandshakeTimeout;
     if (StallClock::now() - self->last_heard_ > timeout) return self->lost("nothing heard for " + text::seconds(timeout), /*silent=*/true);
     if (self->hello_sent_) {
       self->send(HeartbeatMsg{});

@@ -6,6 +6,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
+#include <optional>
 
 #include "common/error.hpp"
 #include "common/timeouts.hpp"
@@ -116,6 +117,9 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   void read_some();
   void handle(ServerMessage message);
   void on_challenge(const ChallengeMsg& challenge);
+  void on_proof(const ProofMsg& proof);
+  void send_hello(const ChallengeMsg& challenge);  // the server proved this connection: who we are
+  void distrust();  // the program at the endpoint did not prove it knows the token: keep looking
   void write_next();
 
   // One timer: sends heartbeats and notices a silent server.
@@ -167,6 +171,8 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   bool said_unproven_ = false;  // the warning about a server without the proof, once
   std::string unproven_;        // the last such server, for the final message
   bool hello_sent_ = false;
+  std::optional<ChallengeMsg> awaiting_proof_;  // the challenge whose connection proof (ProofMsg) is awaited
+  std::string prove_nonce_;                     // our nonce in it (ProveMsg)
   bool writing_ = false;
   bool done_ = false;
 };

@@ -141,6 +141,10 @@ json to_json_value(const ClientMessage& message) {
           return j;
         } else if constexpr (std::is_same_v<T, ViewRequestMsg>) {
           return typed("view_request");
+        } else if constexpr (std::is_same_v<T, ProveMsg>) {
+          json j = typed("prove");
+          j["nonce"] = m.nonce;
+          return j;
         } else {
           static_assert(std::is_same_v<T, StoppedMsg>);
           json j = typed("stopped");
@@ -217,6 +221,10 @@ std::string encode(const ServerMessage& message) {
           json j = typed("hang_deferred");
           j["quiet_ranks"] = m.quiet_ranks;
           j["wait_ms"] = m.wait_ms;
+          return dump(j);
+        } else if constexpr (std::is_same_v<T, ProofMsg>) {
+          json j = typed("proof");
+          j["proof"] = m.proof;
           return dump(j);
         } else {
           static_assert(std::is_same_v<T, CaptureMsg>);

@@ -156,8 +156,12 @@ struct NodeStatusMsg {
   std::vector<RankPace> paces;  // at most kMaxNproc
 };
 struct ViewRequestMsg {};
+// Before the hello: the agent's nonce, for the server's proof of this very connection (auth.hpp).
+struct ProveMsg {
+  std::string nonce;
+};
 using ClientMessage = std::variant<HelloMsg, HeartbeatMsg, FailureMsg, NodeDoneMsg, StoppedMsg, HangViewMsg,
-                                   NodeStatusMsg, ViewRequestMsg>;
+                                   NodeStatusMsg, ViewRequestMsg, ProveMsg>;
 
 // ---- server → client ----
 struct ChallengeMsg {
@@ -254,8 +258,12 @@ struct Straggler {
 struct StragglersMsg {
   std::vector<Straggler> named;
 };
+// The answer to ProveMsg: compute_connection_proof over both nonces (auth.hpp).
+struct ProofMsg {
+  std::string proof;
+};
 using ServerMessage = std::variant<ChallengeMsg, ErrorMsg, Assignment, HeartbeatAckMsg, StopMsg, CompleteMsg,
-                                   CaptureMsg, JobViewMsg, StragglersMsg, HangDeferredMsg>;
+                                   CaptureMsg, JobViewMsg, StragglersMsg, HangDeferredMsg, ProofMsg>;
 
 // ---- encoding: payloads (JSON text), not frames ----
 std::string encode(const ClientMessage& message);

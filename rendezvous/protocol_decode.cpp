@@ -239,6 +239,7 @@ ClientMessage decode_client_message(std::string_view payload) {
   if (type == "hang_view") return decode_hang_view(j);
   if (type == "node_status") return decode_node_status(j);
   if (type == "view_request") return ViewRequestMsg{};
+  if (type == "prove") return ProveMsg{get_hex(j, "nonce", kMaxHexBytes)};
   throw ProtocolError("unknown message type");  // not echoed: the peer's text does not go into our log
 }
 
@@ -247,6 +248,7 @@ ServerMessage decode_server_message(std::string_view payload) {
   std::string type = get_string(j, "type", kMaxTypeBytes);
   if (type == "heartbeat") return HeartbeatAckMsg{};
   if (type == "assignment") return decode_assignment(j);
+  if (type == "proof") return ProofMsg{get_hex(j, "proof", kMaxHexBytes)};
   if (type == "challenge") {
     ChallengeMsg m;
     m.protocol = get_string(j, "proto", kMaxTypeBytes);

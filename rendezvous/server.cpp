@@ -103,6 +103,13 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     ClientMessage message;
     try {
       message = decode_client_message(payload);
+      if (auto* prove = std::get_if<ProveMsg>(&message)) {  // before the hello, once: this connection's proof
+        if (conn->greeted || conn->proved) throw ProtocolError("a second or late request for proof");
+        conn->proved = true;
+        ProofMsg proof{compute_connection_proof(state_.config.token, conn->nonce, prove->nonce, state_.config.run_id)};
+        conn->send(std::make_shared<const std::string>(encode_frame(encode(ServerMessage{proof}))));
+        return;
+      }
       if (!conn->greeted && !std::holds_alternative<HelloMsg>(message))
         throw ProtocolError("expected a hello first");
     } catch (const ProtocolError& e) {
@@ -144,6 +151,8 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
             }
           } else if constexpr (std::is_same_v<T, ViewRequestMsg>) {
             if (state_.nodes.count(id)) conn->send(frame_of(live_view_.job_view(state_.config.max_frame_bytes, Clock::now())));
+          } else if constexpr (std::is_same_v<T, ProveMsg>) {
+            // answered before the hello, above
           } else {
             static_assert(std::is_same_v<T, StoppedMsg>);
             run(NodeStopped{id, m.master_port});

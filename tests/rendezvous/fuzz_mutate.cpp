@@ -106,6 +106,8 @@ std::vector<std::string> seed_payloads() {
   out.push_back(encode(ClientMessage{NodeStatusMsg{R"({"host":"gpu7","ranks":[{"rank":5,"step":88}]})",
                                                    {RankPace{4, 80'000, 60'000}, RankPace{5, 81'000, -1}}}}));
   out.push_back(encode(ClientMessage{ViewRequestMsg{}}));
+  out.push_back(encode(ClientMessage{ProveMsg{std::string(32, 'a')}}));  // the connection's proof, asked and given
+  out.push_back(encode(ServerMessage{ProofMsg{std::string(64, 'b')}}));
   out.push_back(encode(ServerMessage{CaptureMsg{}}));
   out.push_back(encode(ServerMessage{JobViewMsg{{R"({"host":"gpu7"})", "{}"}, {12, 4000}}}));
   out.push_back(encode(ServerMessage{StragglersMsg{{Straggler{5, 1, "gpu7", 120'000, 80'000, true}}}}));

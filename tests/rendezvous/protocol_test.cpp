@@ -247,6 +247,22 @@ TEST_CASE("a resume hello carries the round this node runs, bounded and consiste
   CHECK_THROWS_AS(decode_client_message(j.dump()), ProtocolError);
 }
 
+TEST_CASE("an agent's request for the connection's proof, and the proof: round trip, hex only") {
+  CHECK(std::get<ProveMsg>(decode_client_message(encode(ClientMessage{ProveMsg{"0a1b"}}))).nonce == "0a1b");
+  CHECK(std::get<ProofMsg>(decode_server_message(encode(ServerMessage{ProofMsg{"c0ffee"}}))).proof == "c0ffee");
+  CHECK_THROWS_AS(decode_client_message(R"({"type":"prove","nonce":"xyz"})"), ProtocolError);
+  CHECK_THROWS_AS(decode_client_message(R"({"type":"prove"})"), ProtocolError);
+  CHECK_THROWS_AS(decode_server_message(R"({"type":"proof","proof":7})"), ProtocolError);
+  // Over both nonces: another agent nonce, another server nonce, another token or run id gives another proof.
+  const std::string p = compute_connection_proof("tok", "aa", "bb", "run");
+  CHECK(verify_connection_proof("tok", "aa", "bb", "run", p));
+  CHECK_FALSE(verify_connection_proof("tok", "aa", "bc", "run", p));
+  CHECK_FALSE(verify_connection_proof("tok", "ab", "bb", "run", p));
+  CHECK_FALSE(verify_connection_proof("tok2", "aa", "bb", "run", p));
+  CHECK_FALSE(verify_connection_proof("tok", "aa", "bb", "run2", p));
+  CHECK(p != compute_server_proof("tok", "aa\nbb", "run"));  // not the challenge's proof of a crafted nonce
+}
+
 TEST_CASE("a hello carries this agent's seat commitment, a resume claim the secret behind it (issue 33)") {
   const std::string secret = random_hex(32);
   HelloMsg hello;

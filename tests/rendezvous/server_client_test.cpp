@@ -183,6 +183,55 @@ TEST_CASE("a client says nothing to a server that cannot prove the job's token, 
   CHECK(heard.empty());  // no hello, no MAC over the impostor's nonce
 }
 
+TEST_CASE("a replayed challenge is not enough: the client asks for a proof of its own, and says nothing more") {
+  // Found writing docs/SECURITY.md: the challenge's proof covers only the server's nonce, so a stranger that once
+  // connected to the real server could replay its challenge from the port and be believed. Here the replayed
+  // challenge is a real one (the job's token, the job's run id); the stranger cannot answer the agent's nonce.
+  for (bool answers : {false, true}) {
+    CAPTURE(answers);
+    asio::io_context io;
+    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    std::string heard;
+    std::vector<std::shared_ptr<tcp::socket>> sockets;
+    std::function<void(std::shared_ptr<tcp::socket>)> read_more = [&](std::shared_ptr<tcp::socket> s) {
+      auto buffer = std::make_shared<std::array<char, 4096>>();  // one per read: connections overlap
+      s->async_read_some(asio::buffer(*buffer), [&, s, buffer](boost::system::error_code e, std::size_t n) {
+        heard.append(buffer->data(), n);
+        if (!e) read_more(s);
+      });
+    };
+    std::function<void()> accept_next = [&] {
+      auto s = std::make_shared<tcp::socket>(io);
+      sockets.push_back(s);
+      acceptor.async_accept(*s, [&, s](boost::system::error_code ec) {
+        if (ec) return;
+        ChallengeMsg replayed{kProtocolName, kProtocolVersion, "0f", 50, 300, false, ""};
+        replayed.proof = compute_server_proof("s3cret", "0f", "job42");  // recorded from the real server
+        asio::write(*s, asio::buffer(encode_frame(encode(ServerMessage{replayed}))));
+        if (answers) {  // a proof it cannot make: over another agent nonce
+          ProofMsg guess{compute_connection_proof("s3cret", "0f", "0123456789abcdef", "job42")};
+          asio::write(*s, asio::buffer(encode_frame(encode(ServerMessage{guess}))));
+        }
+        read_more(s);
+        accept_next();
+      });
+    };
+    accept_next();
+    auto config = client_config(acceptor.local_endpoint().port(), 0, 1);
+    config.connect_timeout = 1500ms;
+    auto agent = start_agent(io, config);
+    REQUIRE(run_until(io, [&] { return agent->events.error.has_value(); }, 10'000ms));
+    // A wrong proof is distrust; no proof at all is a silent server (the challenge's 0.3 s): either way it kept
+    // looking until its deadline.
+    CHECK(agent->events.error->message.find(answers ? "did not prove it knows this job's token and run id"
+                                                    : "nothing heard for 0.3 s") != std::string::npos);
+    io.run_for(50ms);
+    CHECK(heard.find("\"prove\"") != std::string::npos);  // it asked
+    CHECK(heard.find("hello") == std::string::npos);        // and said nothing else: no MAC, no claim, no status
+    CHECK(agent->events.assignments.empty());
+  }
+}
+
 TEST_CASE("a client refuses a server that speaks another protocol version") {
   asio::io_context io;
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
