@@ -88,6 +88,8 @@ void Client::Impl::read_some() {
         if (self->done_ || attempt != self->attempt_) return;  // ended, or abandoned (another job's server)
       }
     } catch (const ProtocolError& e) {
+      // Before the server proved this connection it is a program on the port, not our server misbehaving.
+      if (!self->hello_sent_) return self->distrust("does not speak the rendezvous protocol (" + std::string(e.what()) + ")");
       return self->fail(ErrorKind::kProtocol, "bad message from the rendezvous server at " + self->where() +
                                                   ": " + e.what());
     }
@@ -149,12 +151,14 @@ void Client::Impl::note_heartbeat_sent() {
 void Client::Impl::on_challenge(const ChallengeMsg& challenge) {
   if (hello_sent_ || awaiting_proof_) throw ProtocolError("a second challenge");
   challenged_ = true;
+  // Whatever a program that has not proved itself says, it is passed by, not believed: another user's program on
+  // the port must not end this node (issue 33). What it said is in the warning and in the final error, so a real
+  // server of another ddprun version is still named as such.
   if (challenge.protocol != kProtocolName || challenge.version != kProtocolVersion)
-    return fail(ErrorKind::kProtocol, "the rendezvous server at " + where() + " speaks " + challenge.protocol +
-                                          " v" + std::to_string(challenge.version) + "; this ddprun speaks " +
-                                          kProtocolName + " v" + std::to_string(kProtocolVersion));
+    return distrust("speaks " + challenge.protocol + " v" + std::to_string(challenge.version) + "; this ddprun speaks " +
+                    kProtocolName + " v" + std::to_string(kProtocolVersion));
   if (challenge.heartbeat_interval_ms <= 0 || challenge.heartbeat_timeout_ms <= challenge.heartbeat_interval_ms)
-    throw ProtocolError("nonsensical heartbeat settings in the challenge");
+    return distrust("sent nonsensical heartbeat settings in its challenge");
   // Nothing is believed or sent before the server proves it knows the job's token and run id (issue 33): a
   // program of another user that took the port first (before node 0 listens, or in the window of a server
   // restart) would otherwise hand the workers its own MASTER_ADDR, and collect this node's MAC over a nonce of
@@ -173,13 +177,14 @@ void Client::Impl::on_challenge(const ChallengeMsg& challenge) {
   if (!writing_) write_next();
 }
 
-void Client::Impl::distrust() {
-  const std::string why = candidates() ? "the server at " + where() + " belongs to another job"
-                                       : "the program at " + where() +
-                                             " did not prove it knows this job's token and run id: another "
-                                             "job's server, one given another token (check --rdzv-id and "
-                                             "--rdzv-token-file / DDPRUN_TOKEN / --rdzv-token on every node and "
-                                             "the server), or another user's program";
+void Client::Impl::distrust(const std::string& said) {
+  const std::string why = !said.empty()  ? "the program at " + where() + " " + said
+                          : candidates() ? "the server at " + where() + " belongs to another job"
+                                         : "the program at " + where() +
+                                               " did not prove it knows this job's token and run id: another "
+                                               "job's server, one given another token (check --rdzv-id and "
+                                               "--rdzv-token-file / DDPRUN_TOKEN / --rdzv-token on every node and "
+                                               "the server), or another user's program";
   if (!candidates() && !said_unproven_) {
     said_unproven_ = true;
     logger_.warning(why, ": not trusted; looking for the real rendezvous server until the rendezvous timeout");

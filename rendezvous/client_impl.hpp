@@ -119,7 +119,9 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   void on_challenge(const ChallengeMsg& challenge);
   void on_proof(const ProofMsg& proof);
   void send_hello(const ChallengeMsg& challenge);  // the server proved this connection: who we are
-  void distrust();  // the program at the endpoint did not prove it knows the token: keep looking
+  // The program at the endpoint did not prove it knows the token, or `said` what no server of ours would (another
+  // protocol, garbage): it is passed by, and the search goes on until the deadline.
+  void distrust(const std::string& said = {});
   void write_next();
 
   // One timer: sends heartbeats and notices a silent server.

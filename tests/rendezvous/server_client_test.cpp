@@ -232,19 +232,41 @@ TEST_CASE("a replayed challenge is not enough: the client asks for a proof of it
   }
 }
 
-TEST_CASE("a client refuses a server that speaks another protocol version") {
-  asio::io_context io;
-  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-  tcp::socket future(io);
-  acceptor.async_accept(future, [&](boost::system::error_code) {
-    ChallengeMsg challenge{kProtocolName, kProtocolVersion + 1, "0f", 50, 300, false, ""};
-    asio::write(future, asio::buffer(encode_frame(encode(ServerMessage{challenge}))));
-  });
-  auto agent = start_agent(io, client_config(acceptor.local_endpoint().port(), 0, 1));
-  REQUIRE(run_until(io, [&] { return agent->events.error.has_value(); }));
-  CHECK(agent->events.error->kind == ErrorKind::kProtocol);
-  CHECK(agent->events.error->message.find("speaks ddprun-rdzv v2; this ddprun speaks ddprun-rdzv v1") !=
-        std::string::npos);
+TEST_CASE("a program that speaks another protocol, or none, is passed by and named; the client keeps looking") {
+  // Issue 33: another protocol version, garbage or a message before the challenge ended the agent at once (exit
+  // 76): another user's program on the port could end every node that met it. Now each is passed by, the
+  // search goes on until the connect deadline, and the final error names what the program said (so a real
+  // server of another ddprun version is still named as such).
+  const std::vector<std::pair<std::string, std::string>> programs = {
+      {encode_frame(encode(ServerMessage{ChallengeMsg{kProtocolName, kProtocolVersion + 1, "0f", 50, 300, false, ""}})),
+       "speaks ddprun-rdzv v2; this ddprun speaks ddprun-rdzv v1"},
+      {std::string("\x00\x00\x00\x05hello", 9), "does not speak the rendezvous protocol"},  // not JSON
+      {encode_frame(encode(ServerMessage{HeartbeatAckMsg{}})), "does not speak the rendezvous protocol"}};
+  for (const auto& [bytes, named] : programs) {
+    CAPTURE(named);
+    asio::io_context io;
+    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    int connections = 0;
+    std::vector<std::shared_ptr<tcp::socket>> sockets;
+    std::function<void()> accept_next = [&] {
+      auto s = std::make_shared<tcp::socket>(io);
+      sockets.push_back(s);
+      acceptor.async_accept(*s, [&, s](boost::system::error_code ec) {
+        if (ec) return;
+        ++connections;
+        asio::write(*s, asio::buffer(bytes));
+        accept_next();
+      });
+    };
+    accept_next();
+    auto config = client_config(acceptor.local_endpoint().port(), 0, 1);
+    config.connect_timeout = 1000ms;
+    auto agent = start_agent(io, config);
+    REQUIRE(run_until(io, [&] { return agent->events.error.has_value(); }, 5000ms));
+    CHECK(agent->events.error->kind == ErrorKind::kTimeout);
+    CHECK_MESSAGE(agent->events.error->message.find(named) != std::string::npos, agent->events.error->message);
+    CHECK(connections >= 2);  // it kept looking
+  }
 }
 
 TEST_CASE("a client retries until the server is up") {
