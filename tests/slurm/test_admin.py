@@ -69,10 +69,13 @@ class Admin(JobCase):
         # The test cluster's nodes n1..n3 all run on this machine: its hostname is none of them.
         machine = socket.gethostname()
         self.assertNotIn(machine, ("n1", "n2", "n3"))
-        events = self.path("events")
+        events, printed = self.path("events"), self.path("printed")
+        os.mkdir(printed)
+        # Rank 3 fails once rank 0 has printed: the teardown must not race rank 0's line (it did once, loaded).
         res = self.cluster.srun("-N2", "--ntasks-per-node=1", "bash", "-c",
                                 f'exec {DDPRUN} --nproc-per-node 2 --prefix "[{{host}} {{rank}}]: " '
-                                f'--events-file {events}.$SLURMD_NODENAME {WORKER} print=hello @3:exit=7')
+                                f'--events-file {events}.$SLURMD_NODENAME {WORKER} print=hello ready={printed} '
+                                f'@3:waitfile={printed}/ready.0 @3:exit=7')
         self.assertEqual(res.code, 7, res)
         causes = [line for line in res.err.splitlines() if "ddprun: root cause: " in line]
         self.assertEqual(len(causes), 2, res)
