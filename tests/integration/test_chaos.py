@@ -555,8 +555,10 @@ class Chaos(DdprunTestCase):
         twice = []
         for i in range(15):
             record = self.path(f"signals.{i}")
-            r = self.worker(f"@0:sigrecord={record}", "@0:fork=setsid:40", "@0:hang", "@1:sleep=0.005", "@1:exit=1",
-                            extra=("-q", "--term-timeout", "0.5"))
+            # Rank 1 fails once rank 0 records (its file exists): loaded, rank 1 could fail before rank 0 ran at all,
+            # and there was no record to read (seen once beside a full ctest -j2).
+            r = self.worker(f"@0:sigrecord={record}", "@0:fork=setsid:40", "@0:hang", f"@1:waitfile={record}",
+                            "@1:sleep=0.005", "@1:exit=1", extra=("-q", "--term-timeout", "0.5"))
             self.assertEqual(r.code, 1, r)
             counts = {}
             with open(record) as f:
