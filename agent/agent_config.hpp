@@ -42,6 +42,14 @@ enum class Hosting {
   kNo,       // connect only (static node rank > 0, or a separate ddprun-rendezvous)
   kYes,      // host the server here, failing if its port cannot be bound
   kIfLocal,  // dynamic mode: host when the endpoint is one of this machine's addresses and the port is free
+  kElected,  // --rdzv-backend etcd: host when this agent wins the job's election in etcd (RendezvousLink)
+};
+
+// --rdzv-backend etcd: where the job meets (etcd/coordinator_election.hpp).
+struct EtcdConfig {
+  std::string endpoints;               // "host:port,host:port" as given (checked by the launcher)
+  std::string key_prefix = "/ddprun";  // --rdzv-conf key_prefix
+  std::chrono::milliseconds read_timeout{60'000};  // --rdzv-conf read_timeout: etcd unanswered this long: exit 69
 };
 
 // --rdzv-auth: whether a hosted server also asks every node for a MUNGE credential of its own user
@@ -72,6 +80,7 @@ struct RendezvousConfig {
   // --rdzv-reconnect-timeout: a resumable server (ddprun-rendezvous) lost while this node's workers run a round
   // is reconnected to this long; the workers keep training meanwhile (rendezvous/client_reconnect.hpp).
   std::chrono::milliseconds reconnect_timeout{60'000};
+  EtcdConfig etcd;  // Hosting::kElected only
 };
 
 struct AgentConfig {

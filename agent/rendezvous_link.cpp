@@ -1,6 +1,9 @@
 #include "agent/rendezvous_link.hpp"
 
+#include <unistd.h>
+
 #include <boost/asio/ip/tcp.hpp>
+#include <nlohmann/json.hpp>
 
 #include "common/time.hpp"
 #include "rendezvous/errors.hpp"
@@ -58,7 +61,7 @@ RendezvousLink::~RendezvousLink() {
 }
 
 std::uint16_t RendezvousLink::server_port() const {
-  return server_ ? server_->port() : static_cast<std::uint16_t>(config_.rdzv.server_port);
+  return server_ ? server_->port() : static_cast<std::uint16_t>(server_port_);
 }
 
 // Whether the server hosted here asks every node for a MUNGE credential. Asked for (--rdzv-auth munge) and
@@ -78,6 +81,9 @@ bool RendezvousLink::wants_munge(const RendezvousConfig& r) {
 
 void RendezvousLink::start() {
   const RendezvousConfig& r = config_.rdzv;
+  server_host_ = r.server_host;
+  server_port_ = r.server_port;
+  if (r.hosting == Hosting::kElected) return start_elected(r.job);
   if (r.hosting != Hosting::kNo) {
     rdzv::JobConfig job = r.job;  // validated by the launcher (rendezvous/job_config.cpp)
     // Dynamic mode hosts on every interface once the endpoint is known to be this machine: a host name
@@ -103,8 +109,59 @@ void RendezvousLink::start() {
       log_.debug("not hosting the rendezvous here: ", e.what());
     }
   }
+  start_client();
+}
+
+void RendezvousLink::start_client() {
   client_ = std::make_unique<rdzv::Client>(io_, client_config(), handlers_, log_);
   client_->start();
+}
+
+// Every agent listens first (a free port on every address, or --local-addr's), so that the value it offers names
+// a server that already exists; the election's winner keeps it, the others close it before anyone connected.
+void RendezvousLink::start_elected(rdzv::JobConfig job) {
+  const RendezvousConfig& r = config_.rdzv;
+  job.require_munge = wants_munge(r);
+  auto server = std::make_unique<rdzv::Server>(io_, job, log_);
+  server->start(r.local_addr.empty() ? rdzv::kEveryAddress : r.local_addr, 0, /*announce=*/false);
+  server_ = std::move(server);
+  // Where the others reach it: --local-addr, else this machine's name (the address the other nodes use for it).
+  const std::string host = r.local_addr.empty() ? config_.host : r.local_addr;
+  const nlohmann::json offer = {{"host", host}, {"port", server_->port()}, {"node", config_.host},
+                                {"pid", static_cast<long>(::getpid())}};
+  etcd::ElectionConfig ec;
+  ec.key_prefix = r.etcd.key_prefix;
+  ec.run_id = r.job.run_id;
+  ec.give_up_after = r.etcd.read_timeout;
+  etcd::CoordinatorElection::Handlers h;
+  h.on_won = [this, host] {
+    server_->announce();
+    log_.info("this node hosts the rendezvous (elected in etcd at ", etcd::describe(election_->endpoints()),
+              "): port ", server_->port());
+    server_host_ = host;
+    start_client();
+  };
+  h.on_lost = [this](const std::string& value) {
+    server_->stop();
+    server_.reset();
+    const auto held = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    if (!held.is_object() || !held.contains("host") || !held["host"].is_string() || !held.contains("port") ||
+        !held["port"].is_number_integer())
+      return handlers_.on_error({rdzv::ErrorKind::kProtocol, "etcd: the job's coordinator key holds '" + value +
+                                                                 "', not a ddprun rendezvous address: is the key "
+                                                                 "prefix shared with another program?"});
+    server_host_ = held["host"].get<std::string>();
+    server_port_ = held["port"].get<int>();
+    log_.info("the rendezvous is hosted by ", held.value("node", server_host_), " at ", server_host_, ":",
+              server_port_, " (elected in etcd)");
+    start_client();
+  };
+  h.on_error = [this](const std::string& why) {
+    handlers_.on_error({rdzv::ErrorKind::kUnavailable, why});
+  };
+  election_ = std::make_unique<etcd::CoordinatorElection>(io_, etcd::parse_endpoints(r.etcd.endpoints), ec,
+                                                          std::move(h), log_);
+  election_->run(offer.dump());
 }
 
 void RendezvousLink::listen_on_a_candidate(rdzv::Server& server, const std::string& bind_address) {
@@ -131,7 +188,7 @@ void RendezvousLink::listen_on_a_candidate(rdzv::Server& server, const std::stri
 rdzv::ClientConfig RendezvousLink::client_config() const {
   const RendezvousConfig& r = config_.rdzv;
   rdzv::ClientConfig c;
-  c.server_host = r.server_host;
+  c.server_host = server_host_;
   c.server_port = server_port();
   // Our own server's port is known; elsewhere node 0 took the first free candidate, which is looked for.
   if (!server_) c.more_ports.assign(r.more_server_ports.begin(), r.more_server_ports.end());
@@ -158,7 +215,7 @@ rdzv::ClientConfig RendezvousLink::client_config() const {
 
 bool RendezvousLink::announce_start_failure(const std::string& why, std::function<void()> done) {
   const RendezvousConfig& r = config_.rdzv;
-  if (r.job.max_nodes <= 1 || r.hosting == Hosting::kIfLocal) return false;
+  if (r.job.max_nodes <= 1 || r.hosting == Hosting::kIfLocal || r.hosting == Hosting::kElected) return false;
   if (r.hosting == Hosting::kNo) {  // a joiner: say it to node 0's server
     rdzv::ClientConfig c = client_config();
     c.cannot_join = why;
@@ -204,6 +261,8 @@ void RendezvousLink::rejoin() {
 
 void RendezvousLink::finish(std::function<void()> done) {
   if (client_) client_->close();
+  // The elected host revokes its etcd lease once the others have heard the end (the job's keys go with it).
+  if (election_) done = [this, done = std::move(done)] { election_->finish(done); };
   if (!server_) {
     done();
     return;

@@ -1,5 +1,6 @@
 // This node's tie to the job: the rendezvous client, and the server too when this node hosts it (standalone,
-// single node, static node 0, or the dynamic endpoint's own machine). Both share the agent's Asio loop.
+// single node, static node 0, the dynamic endpoint's own machine, or the winner of the job's election in etcd).
+// All share the agent's Asio loop.
 #pragma once
 
 #include <functional>
@@ -10,6 +11,7 @@
 
 #include "agent/agent_config.hpp"
 #include "common/exit_codes.hpp"
+#include "etcd/coordinator_election.hpp"
 #include "rendezvous/client.hpp"
 #include "rendezvous/server.hpp"
 
@@ -52,6 +54,10 @@ class RendezvousLink {
   // Listens on the first of the candidate ports that is free; throws ConnectionError naming them all.
   void listen_on_a_candidate(rendezvous::Server& server, const std::string& bind_address);
   rendezvous::ClientConfig client_config() const;
+  // --rdzv-backend etcd: listens on a free port, then asks etcd who hosts; the loser stops listening and joins
+  // the winner. An etcd that never answers is the client's kUnavailable error (exit 69).
+  void start_elected(rendezvous::JobConfig job);
+  void start_client();
 
   boost::asio::io_context& io_;
   const AgentConfig& config_;
@@ -59,6 +65,9 @@ class RendezvousLink {
   Logger log_;
   std::unique_ptr<rendezvous::Server> server_;
   std::unique_ptr<rendezvous::Client> client_;
+  std::unique_ptr<etcd::CoordinatorElection> election_;
+  std::string server_host_;  // where the client connects: the configured endpoint, or the elected coordinator
+  int server_port_ = 0;
   std::function<void()> finish_done_;  // finish()'s `done` while the server drains
 };
 

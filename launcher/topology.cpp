@@ -3,6 +3,8 @@
 #include "agent/env_contract.hpp"
 #include "common/contract/worker_contract.hpp"
 #include "common/error.hpp"
+#include "common/host_port.hpp"
+#include "etcd/gateway_client.hpp"
 #include "launcher/exit_codes.hpp"
 #include "launcher/option_values.hpp"
 #include "launcher/ports.hpp"
@@ -71,20 +73,9 @@ int master_port_here(const TopologyOptions& o) {
 
 void parse_endpoint(const std::string& text, std::string& host, int& port) {
   port = kDefaultRdzvPort;
-  host = text;
   std::string port_text;
-  if (!text.empty() && text.front() == '[') {
-    const auto close = text.find(']');
-    if (close == std::string::npos) throw UsageError("--rdzv-endpoint '" + text + "': missing ']'", kExitUsage);
-    host = text.substr(1, close - 1);
-    if (close + 1 < text.size()) {
-      if (text[close + 1] != ':') throw UsageError("--rdzv-endpoint '" + text + "' is not HOST:PORT", kExitUsage);
-      port_text = text.substr(close + 2);
-    }
-  } else if (const auto colon = text.rfind(':'); colon != std::string::npos && text.find(':') == colon) {
-    host = text.substr(0, colon);
-    port_text = text.substr(colon + 1);
-  }
+  const std::string wrong = split_host_port(text, host, port_text);
+  if (!wrong.empty()) throw UsageError("--rdzv-endpoint '" + text + "': " + wrong, kExitUsage);
   if (!valid_host(host)) throw UsageError("--rdzv-endpoint '" + text + "': the host is not valid", kExitUsage);
   if (!port_text.empty()) port = parse_int_in("--rdzv-endpoint port", port_text, 0, 65535);  // 0: one node
 }
@@ -97,7 +88,21 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
   // torchrun's one-node recipe `--rdzv-endpoint localhost:0 --nnodes 1`: port 0 is a free port on this machine,
   // which no other node could find, so it is a one-node job on loopback (as --standalone) and needs no --rdzv-id.
   bool free_port_endpoint = false;
-  if (!o.rdzv_endpoint.empty()) {
+  const bool etcd = is_etcd_backend(o.rdzv_backend);
+  if (etcd) {
+    // The endpoint is etcd's (a list, for failover), never a rendezvous server's: the agents elect the host.
+    if (o.rdzv_endpoint.empty())
+      throw UsageError("--rdzv-backend " + o.rdzv_backend + " needs --rdzv-endpoint HOST:PORT[,HOST:PORT...]: "
+                       "etcd's client URLs", kExitUsage);
+    try {
+      etcd::parse_endpoints(o.rdzv_endpoint);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--rdzv-endpoint: ") + e.what(), kExitUsage);
+    }
+    if (o.is_host)
+      throw UsageError("--rdzv-conf is_host has no meaning with --rdzv-backend " + o.rdzv_backend +
+                       ": the agents elect the one that hosts the rendezvous", kExitUsage);
+  } else if (!o.rdzv_endpoint.empty()) {
     std::string host;
     int port = 0;
     parse_endpoint(o.rdzv_endpoint, host, port);
@@ -114,9 +119,9 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
     throw UsageError("--standalone hosts its own rendezvous; it cannot be combined with --rdzv-endpoint",
                      kExitUsage);
   if (!o.rdzv_backend.empty() && o.rdzv_backend != "c10d" && o.rdzv_backend != "static" &&
-      o.rdzv_backend != "ddprun")
-    throw UsageError("--rdzv-backend '" + o.rdzv_backend + "': ddprun has its own rendezvous; use c10d, static "
-                     "or leave it out", kExitUsage);
+      o.rdzv_backend != "ddprun" && !etcd)
+    throw UsageError("--rdzv-backend '" + o.rdzv_backend + "': ddprun knows c10d, static and etcd (etcd-v2); "
+                     "use one of them or leave it out", kExitUsage);
   if (range.elastic() && !dynamic)
     throw UsageError("--nnodes " + o.nnodes + ": an elastic node count needs --rdzv-endpoint HOST:PORT and "
                      "--rdzv-id ID on every node (the server then assigns node ranks); a static job "
@@ -190,6 +195,16 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
     r.node_rank = 0;
     if (r.local_addr.empty()) r.local_addr = w.master_addr;  // MASTER_ADDR as given (default 127.0.0.1)
     w.master_port = r.master_port = master_port_here(o);
+    return;
+  }
+  if (dynamic && etcd) {
+    r.hosting = agent::Hosting::kElected;  // rendezvous_link.cpp: the first agent to claim the key in etcd
+    r.etcd.endpoints = o.rdzv_endpoint;
+    r.etcd.key_prefix = o.etcd_key_prefix;
+    r.etcd.read_timeout = parse_duration("--rdzv-conf read_timeout", o.etcd_read_timeout);
+    job.static_node_ranks = false;
+    w.master_port = r.master_port =
+        o.master_port.empty() ? 0 : parse_int_in("--master-port", o.master_port, 0, 65535);
     return;
   }
   if (dynamic) {

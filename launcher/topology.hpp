@@ -43,13 +43,19 @@ struct TopologyOptions {
   std::string join_policy = "now";     // --rdzv-conf join_policy: elastic jobs, when a late joiner is placed
   std::string join_min_interval = "0";  // --rdzv-conf join_min_interval: with join_policy now, seconds
   std::string last_call = "30";  // --rdzv-conf last_call_timeout: elastic jobs, seconds to wait after MIN joined
-  std::optional<bool> is_host;  // --rdzv-conf is_host: dynamic mode hosts the server here (true) or joins (false)
+  std::optional<bool> is_host;
+  // --rdzv-backend etcd (etcd-v2 the same): --rdzv-conf key_prefix, read_timeout (seconds etcd may stay silent)
+  std::string etcd_key_prefix = "/ddprun";
+  std::string etcd_read_timeout = "60";  // --rdzv-conf is_host: dynamic mode hosts the server here (true) or joins (false)
 };
 
 // Fills cfg.world (what is known before the rendezvous) and cfg.rdzv; cfg.world.local_world_size must be
 // set. Only checks, except that MASTER_PORT is picked here when this node is node 0. Throws UsageError.
 void resolve_topology(const TopologyOptions& o, const std::vector<std::string>& env, agent::AgentConfig& cfg,
                       std::vector<std::string>& notes);
+
+// --rdzv-backend etcd or etcd-v2 (torchrun's two etcd back-ends; one meeting place in ddprun).
+inline bool is_etcd_backend(const std::string& backend) { return backend == "etcd" || backend == "etcd-v2"; }
 
 // "host:port", "[v6]:port" or "host" (port 29400). Throws UsageError naming --rdzv-endpoint.
 void parse_endpoint(const std::string& text, std::string& host, int& port);

@@ -40,22 +40,27 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   Impl& operator=(const Impl&) = delete;
   virtual ~Impl() = default;
 
-  void start(const std::string& bind_address, std::uint16_t port) {
+  void start(const std::string& bind_address, std::uint16_t port, bool announce) {
     acceptor_ = open_listener(io_, bind_address, port);
     acceptor_.non_blocking(true);  // accept_waiting()
     state_.started = StallClock::now();  // the join timeout counts from here
+    bind_address_ = bind_address;
+    if (announce) this->announce();
+    accept();
+    tick();
+  }
+
+  void announce() {
     logger_.info("rendezvous server for run \"", state_.config.run_id, "\" listening on ",
-                 listening_on(acceptor_, bind_address), ", expecting ", expected_nodes(), " nodes",
+                 listening_on(acceptor_, bind_address_), ", expecting ", expected_nodes(), " nodes",
                  state_.config.require_munge ? ", each with a MUNGE credential of uid " + std::to_string(::geteuid())
                                              : std::string());
     // Without a secret token anyone who reaches the port can join: say so where the operator looks. MUNGE keeps
     // other users out, which is what the warning is about; the same user was never kept out.
     const JobConfig& c = state_.config;
     if ((c.public_token || is_run_id_token(c.token, c.run_id)) && !c.require_munge)
-      if (std::string warning = open_without_token_warning(acceptor_, bind_address, c.run_id); !warning.empty())
+      if (std::string warning = open_without_token_warning(acceptor_, bind_address_, c.run_id); !warning.empty())
         logger_.warning(warning);
-    accept();
-    tick();
   }
 
   std::uint16_t port() const {
@@ -423,6 +428,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   Logger logger_;
   RendezvousState state_;
   tcp::acceptor acceptor_;
+  std::string bind_address_;  // as given to start(), for announce()
   asio::steady_timer tick_timer_;
   asio::steady_timer accept_retry_timer_;
   std::uint64_t accept_failures_ = 0;  // in a row: a starved accept is said once, then every 10 s
@@ -452,7 +458,10 @@ Server::Server(asio::io_context& io, JobConfig config, Logger logger) {
   impl_ = std::make_shared<Impl>(io, std::move(config), std::move(logger));
 }
 Server::~Server() { impl_->stop(); }
-void Server::start(const std::string& bind_address, std::uint16_t port) { impl_->start(bind_address, port); }
+void Server::start(const std::string& bind_address, std::uint16_t port, bool announce) {
+  impl_->start(bind_address, port, announce);
+}
+void Server::announce() { impl_->announce(); }
 std::uint16_t Server::port() const { return impl_->port(); }
 void Server::stop() { impl_->stop(); }
 void Server::cannot_start(Failure failure) { impl_->cannot_start(std::move(failure)); }

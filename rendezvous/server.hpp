@@ -28,8 +28,11 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   // Listens on bind_address ("127.0.0.1", "0.0.0.0", "::", a host name) and port (0 = a free one), and
-  // starts the join timeout. Throws ConnectionError naming the address if it cannot listen.
-  void start(const std::string& bind_address, std::uint16_t port);
+  // starts the join timeout. Throws ConnectionError naming the address if it cannot listen. Logs where it listens
+  // (and a warning when it accepts any node that knows the run id) unless `announce` is false: a candidate of an
+  // election in etcd, which says it with announce() once it won.
+  void start(const std::string& bind_address, std::uint16_t port, bool announce = true);
+  void announce();
   std::uint16_t port() const;
 
   // This server's own node cannot take part (state_machine_start.cpp): the job ends before its first round,

@@ -1,0 +1,172 @@
+#include "etcd/coordinator_election.hpp"
+
+#include <cstdio>
+#include <memory>
+
+namespace ddprun::etcd {
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+namespace {
+constexpr milliseconds kFinishLimit{2000};
+
+std::string seconds_text(milliseconds d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(d.count()) / 1000.0);
+  return text;
+}
+}  // namespace
+
+std::string job_prefix(const ElectionConfig& config) {
+  std::string prefix = config.key_prefix;
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  return prefix + "/" + config.run_id + "/";
+}
+
+std::string coordinator_key(const ElectionConfig& config) { return job_prefix(config) + "coordinator"; }
+
+CoordinatorElection::CoordinatorElection(boost::asio::io_context& io, std::vector<Endpoint> endpoints,
+                                         ElectionConfig config, Handlers handlers, Logger log)
+    : client_(io, std::move(endpoints)), config_(std::move(config)), handlers_(std::move(handlers)),
+      log_(std::move(log)), timer_(io) {}
+
+CoordinatorElection::~CoordinatorElection() { cancel(); }
+
+void CoordinatorElection::cancel() {
+  over_ = true;
+  timer_.cancel();
+  client_.cancel();
+}
+
+void CoordinatorElection::run(std::string value) {
+  value_ = std::move(value);
+  first_try_ = std::chrono::steady_clock::now();
+  grant();
+}
+
+// etcd out of reach: again after retry_interval, until give_up_after from the first try (then on_error).
+void CoordinatorElection::retry_or_fail(const std::string& step, const std::string& error,
+                                        void (CoordinatorElection::*again)()) {
+  const auto waited = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - first_try_);
+  if (waited >= config_.give_up_after) {
+    over_ = true;
+    return handlers_.on_error("etcd did not answer (" + step + ") for " + seconds_text(waited) + " at " +
+                              describe(client_.endpoints()) + ": " + error +
+                              " (is etcd running there? --rdzv-conf read_timeout sets how long to wait)");
+  }
+  log_.debug("etcd: ", step, ": ", error, "; again in ", config_.retry_interval.count(), " ms");
+  timer_.expires_after(config_.retry_interval);
+  timer_.async_wait([this, again](const boost::system::error_code& ec) {
+    if (!ec && !over_) (this->*again)();
+  });
+}
+
+void CoordinatorElection::grant() {
+  client_.post("/v3/lease/grant", json{{"TTL", config_.lease_ttl.count()}},
+               [this](const std::string& error, const json& reply) {
+                 if (!error.empty()) return retry_or_fail("granting a lease", error, &CoordinatorElection::grant);
+                 lease_ = int_field(reply, "ID");
+                 if (lease_ == 0) {
+                   over_ = true;
+                   return handlers_.on_error("etcd granted no lease: " + reply.dump());
+                 }
+                 claim();
+               });
+}
+
+// One transaction: the key is ours if nobody created it, else whoever did is read in the same revision.
+void CoordinatorElection::claim() {
+  const std::string key = to_base64(coordinator_key(config_));
+  const json txn = {
+      {"compare", json::array({{{"key", key}, {"result", "EQUAL"}, {"target", "CREATE"}, {"create_revision", "0"}}})},
+      {"success", json::array({{{"request_put", {{"key", key}, {"value", to_base64(value_)},
+                                                 {"lease", std::to_string(lease_)}}}}})},
+      {"failure", json::array({{{"request_range", {{"key", key}}}}})}};
+  client_.post("/v3/kv/txn", txn, [this](const std::string& error, const json& reply) {
+    if (!error.empty()) return retry_or_fail("claiming the coordinator's key", error, &CoordinatorElection::claim);
+    if (reply.value("succeeded", false)) {
+      const bool again = reclaiming_;
+      won_ = true;
+      reclaiming_ = false;
+      last_kept_ = std::chrono::steady_clock::now();
+      keep_alive();
+      if (again) return log_.warning("etcd: this node holds the coordinator's key again");
+      return handlers_.on_won();
+    }
+    std::string holder;
+    for (const json& r : reply.value("responses", json::array()))
+      for (const json& kv : r.value("response_range", json::object()).value("kvs", json::array()))
+        holder = from_base64(kv.value("value", std::string()));
+    // The key went between compare and read cannot happen in one transaction; an empty value is not ours.
+    if (holder.empty()) return retry_or_fail("reading the coordinator's key", "empty", &CoordinatorElection::claim);
+    over_ = true;
+    if (reclaiming_)
+      return handlers_.on_error("this node's etcd lease ran out while etcd was out of reach and another agent "
+                                "now holds the coordinator's key (" + holder + "): the job cannot have two");
+    handlers_.on_lost(holder);
+  });
+}
+
+// Every third of the TTL. etcd out of reach meanwhile: the job does not need etcd to train, so it goes on and
+// the keep-alive keeps trying; a lease that ran out is claimed again (fresh lease) when etcd answers.
+void CoordinatorElection::keep_alive() {
+  timer_.expires_after(std::chrono::duration_cast<milliseconds>(config_.lease_ttl) / 3);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || over_) return;
+    client_.post("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}},
+                 [this](const std::string& error, const json& reply) {
+                   const auto now = std::chrono::steady_clock::now();
+                   if (!error.empty()) {
+                     if (now - last_kept_ > config_.lease_ttl)
+                       log_.warning("etcd: no answer for ", seconds_text(std::chrono::duration_cast<milliseconds>(
+                                                               now - last_kept_)),
+                                    ", longer than the coordinator's lease; the job goes on: ", error);
+                     return keep_alive();
+                   }
+                   if (int_field(reply.value("result", json::object()), "TTL") <= 0) return on_lease_lost();
+                   last_kept_ = now;
+                   keep_alive();
+                 });
+  });
+}
+
+void CoordinatorElection::on_lease_lost() {
+  log_.warning("etcd: the coordinator's lease ran out (etcd was out of reach for longer than ",
+               config_.lease_ttl.count(), " s); claiming the key again");
+  reclaiming_ = true;
+  won_ = false;
+  first_try_ = std::chrono::steady_clock::now();
+  grant();
+}
+
+void CoordinatorElection::finish(std::function<void()> done) {
+  if (!won_ || over_) {
+    cancel();
+    return done();
+  }
+  over_ = true;
+  timer_.cancel();
+  auto shared_done = std::make_shared<std::function<void()>>(std::move(done));
+  auto once = [shared_done] {
+    if (!*shared_done) return;
+    auto d = std::move(*shared_done);
+    *shared_done = nullptr;
+    d();
+  };
+  timer_.expires_after(kFinishLimit);
+  timer_.async_wait([this, once](const boost::system::error_code& ec) {
+    if (ec) return;
+    log_.debug("etcd: the lease was not revoked in time; it runs out by itself");
+    client_.cancel();
+    once();
+  });
+  // The lease's keys go with it: the job leaves nothing in etcd.
+  client_.post("/v3/lease/revoke", json{{"ID", std::to_string(lease_)}},
+               [this, once](const std::string& error, const json&) {
+                 if (!error.empty()) log_.debug("etcd: revoking the lease: ", error);
+                 timer_.cancel();
+                 once();
+               });
+}
+
+}  // namespace ddprun::etcd

@@ -1,0 +1,82 @@
+// Which agent hosts a job's rendezvous when the job meets in etcd (--rdzv-backend etcd): the first agent whose
+// transaction "create <prefix>/<run id>/coordinator unless it exists" succeeds, under an etcd lease that it keeps
+// alive while it lives. The key's value says where that agent's rendezvous server listens; every other agent gets
+// it from the same transaction (its failure branch reads the key) and joins there as it would join a
+// ddprun-rendezvous. From then on nothing of the job goes through etcd but the coordinator's lease keep-alive:
+// heartbeats, statuses and verdicts go to the coordinator, so etcd's write rate does not grow with the job.
+//
+// What etcd guarantees and what it does not: the transaction is linearizable, so two agents can never both win
+// one key revision; the lease ends the key by itself when the coordinator is gone (its TTL), so a crashed job's
+// keys expire. It does not stop a partitioned coordinator from acting: the rendezvous' own proofs and
+// heartbeats do (an agent trusts only the server that proves the job's token, rendezvous/auth.hpp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <boost/asio/steady_timer.hpp>
+
+#include "common/log.hpp"
+#include "etcd/gateway_client.hpp"
+
+namespace ddprun::etcd {
+
+struct ElectionConfig {
+  std::string key_prefix = "/ddprun";  // --rdzv-conf key_prefix: many jobs, one etcd, one folder each
+  std::string run_id;
+  std::chrono::seconds lease_ttl{10};  // a coordinator gone this long frees its key
+  // etcd unanswered this long from the first try: an error naming every endpoint (--rdzv-conf read_timeout)
+  std::chrono::milliseconds give_up_after{60'000};
+  std::chrono::milliseconds retry_interval{500};
+};
+
+// "<prefix>/<run id>/": every key of the job is under it.
+std::string job_prefix(const ElectionConfig& config);
+std::string coordinator_key(const ElectionConfig& config);
+
+class CoordinatorElection {
+ public:
+  struct Handlers {
+    std::function<void()> on_won;                           // this agent coordinates; its lease is kept alive
+    std::function<void(const std::string& value)> on_lost;  // another agent does: the value it published
+    // etcd unanswered past give_up_after, refused the request, or another agent holds the key this agent
+    // held (its lease ran out while etcd was out of reach). The text names the endpoints.
+    std::function<void(const std::string& why)> on_error;
+  };
+
+  CoordinatorElection(boost::asio::io_context& io, std::vector<Endpoint> endpoints, ElectionConfig config,
+                      Handlers handlers, Logger log);
+  ~CoordinatorElection();
+
+  void run(std::string value);
+  bool won() const { return won_; }
+  const std::vector<Endpoint>& endpoints() const { return client_.endpoints(); }
+  // The job is over. A coordinator revokes its lease, which removes the job's keys with it; at most 2 s (etcd
+  // unreachable: the lease runs out by itself). Then `done`. Another agent: `done` at once.
+  void finish(std::function<void()> done);
+  void cancel();  // timers and requests stop; no handler runs after it
+
+ private:
+  void grant();
+  void claim();
+  void keep_alive();
+  void retry_or_fail(const std::string& step, const std::string& error, void (CoordinatorElection::*again)());
+  void on_lease_lost();
+
+  GatewayClient client_;
+  ElectionConfig config_;
+  Handlers handlers_;
+  Logger log_;
+  boost::asio::steady_timer timer_;
+  std::string value_;
+  std::int64_t lease_ = 0;
+  bool won_ = false;
+  bool reclaiming_ = false;
+  bool over_ = false;
+  std::chrono::steady_clock::time_point first_try_{};
+  std::chrono::steady_clock::time_point last_kept_{};
+};
+
+}  // namespace ddprun::etcd

@@ -1,0 +1,260 @@
+#include "etcd/gateway_client.hpp"
+
+#include <sodium.h>
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+#include "common/host_port.hpp"
+
+namespace ddprun::etcd {
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using nlohmann::json;
+
+namespace {
+// An answer larger than this is not one of ours (a range of a few small keys): refused, not buffered.
+constexpr std::uint64_t kMaxReplyBytes = 4 << 20;
+
+std::string ec_text(const boost::system::error_code& ec) { return ec.message(); }
+}  // namespace
+
+std::string Endpoint::text() const {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
+}
+
+std::vector<Endpoint> parse_endpoints(const std::string& text) {
+  std::vector<Endpoint> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? text.size() + 1 : comma + 1;
+    if (item.rfind("https://", 0) == 0)
+      throw std::invalid_argument("etcd endpoint '" + item + "': TLS to etcd is not supported yet; use its "
+                                  "plain-HTTP client URL on a trusted network, or --rdzv-backend c10d");
+    if (item.rfind("http://", 0) == 0) item = item.substr(7);
+    while (!item.empty() && item.back() == '/') item.pop_back();
+    if (item.empty()) throw std::invalid_argument("etcd endpoints '" + text + "': an empty item");
+    Endpoint e;
+    e.port = "2379";  // etcd's client port
+    const std::string wrong = split_host_port(item, e.host, e.port);
+    if (!wrong.empty()) throw std::invalid_argument("etcd endpoint '" + item + "': " + wrong);
+    int port = 0;
+    try {
+      std::size_t used = 0;
+      port = std::stoi(e.port, &used);
+      if (used != e.port.size()) port = 0;
+    } catch (const std::exception&) {
+      port = 0;
+    }
+    if (e.host.empty() || port < 1 || port > 65535)
+      throw std::invalid_argument("etcd endpoint '" + item + "' is not HOST:PORT with a port of 1-65535");
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::string describe(const std::vector<Endpoint>& endpoints) {
+  std::string out;
+  for (const Endpoint& e : endpoints) out += (out.empty() ? "" : ", ") + e.text();
+  return out;
+}
+
+std::string to_base64(const std::string& bytes) {
+  const int variant = sodium_base64_VARIANT_ORIGINAL;
+  std::string out(sodium_base64_encoded_len(bytes.size(), variant), '\0');
+  sodium_bin2base64(out.data(), out.size(), reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+                    variant);
+  out.resize(out.find('\0'));
+  return out;
+}
+
+std::string from_base64(const std::string& text) {
+  std::string out(text.size(), '\0');
+  std::size_t len = 0;
+  if (sodium_base642bin(reinterpret_cast<unsigned char*>(out.data()), out.size(), text.data(), text.size(), nullptr,
+                        &len, nullptr, sodium_base64_VARIANT_ORIGINAL) != 0)
+    return "";
+  out.resize(len);
+  return out;
+}
+
+std::int64_t int_field(const json& object, const char* name) {
+  const auto it = object.find(name);
+  if (it == object.end()) return 0;
+  if (it->is_number_integer()) return it->get<std::int64_t>();
+  if (!it->is_string()) return 0;
+  try {
+    return std::stoll(it->get<std::string>());
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// One POST, tried at each endpoint in turn from the preferred one. Owns itself through the async chain.
+class GatewayClient::Request : public std::enable_shared_from_this<Request> {
+ public:
+  Request(asio::io_context& io, const std::vector<Endpoint>& endpoints, std::size_t first,
+          std::chrono::milliseconds timeout, std::function<void(std::size_t)> answered, std::string path,
+          const json& body, Handler done)
+      : endpoints_(endpoints), next_(first), timeout_(timeout), answered_(std::move(answered)),
+        resolver_(io), stream_(io), timer_(io), done_(std::move(done)) {
+    request_.method(http::verb::post);
+    request_.target(path);
+    request_.version(11);
+    request_.set(http::field::content_type, "application/json");
+    request_.set(http::field::connection, "close");
+    request_.body() = body.dump();
+    request_.prepare_payload();
+  }
+
+  void start() { try_endpoint(); }
+
+  void cancel() {
+    cancelled_ = true;
+    stop_attempt();
+  }
+
+ private:
+  void try_endpoint() {
+    if (tried_ == endpoints_.size()) return finish(errors_, json());
+    const Endpoint& e = endpoints_[next_ % endpoints_.size()];
+    at_ = next_ % endpoints_.size();
+    ++tried_;
+    ++next_;
+    request_.set(http::field::host, e.text());
+    response_.emplace();
+    response_->body_limit(kMaxReplyBytes);
+    buffer_.clear();
+    auto self = shared_from_this();
+    const unsigned attempt = ++attempt_;
+    timer_.expires_after(timeout_);
+    timer_.async_wait([self, attempt](const boost::system::error_code& ec) {
+      if (ec || self->attempt_ != attempt || self->cancelled_) return;
+      self->timed_out_ = true;
+      self->stop_attempt();
+    });
+    resolver_.async_resolve(e.host, e.port, [self, attempt](const boost::system::error_code& ec,
+                                                            const asio::ip::tcp::resolver::results_type& found) {
+      if (!self->current(attempt)) return;
+      if (ec) return self->failed("cannot resolve: " + ec_text(ec));
+      self->stream_.async_connect(found, [self, attempt](const boost::system::error_code& ec2,
+                                                         const asio::ip::tcp::endpoint&) {
+        if (!self->current(attempt)) return;
+        if (ec2) return self->failed(ec2);
+        http::async_write(self->stream_, self->request_, [self, attempt](const boost::system::error_code& ec3,
+                                                                         std::size_t) {
+          if (!self->current(attempt)) return;
+          if (ec3) return self->failed(ec3);
+          http::async_read(self->stream_, self->buffer_, *self->response_,
+                           [self, attempt](const boost::system::error_code& ec4, std::size_t) {
+                             if (!self->current(attempt)) return;
+                             if (ec4) return self->failed(ec4);
+                             self->on_response();
+                           });
+        });
+      });
+    });
+  }
+
+  bool current(unsigned attempt) const { return !cancelled_ && attempt == attempt_; }
+
+  void failed(const boost::system::error_code& ec) {
+    failed(timed_out_ ? "no answer in " + std::to_string(timeout_.count()) + " ms" : ec_text(ec));
+  }
+
+  void failed(const std::string& why) {
+    errors_ += (errors_.empty() ? "" : "; ") + endpoints_[at_].text() + ": " + why;
+    stop_attempt();
+    ++attempt_;  // the stopped attempt's handlers, still queued, see they are stale
+    try_endpoint();
+  }
+
+  void on_response() {
+    const auto& res = response_->get();
+    const unsigned status = res.result_int();
+    json reply = json::parse(res.body(), nullptr, /*allow_exceptions=*/false);
+    if (status >= 500 || reply.is_discarded() || !reply.is_object()) {
+      const std::string said = reply.is_object() ? reply.value("message", std::string()) : std::string();
+      return failed("HTTP " + std::to_string(status) + (said.empty() ? "" : " (" + said + ")"));
+    }
+    stop_attempt();
+    answered_(at_);
+    if (status >= 400) {  // the request is wrong: every endpoint would say so
+      const std::string said = reply.value("message", reply.value("error", std::string()));
+      return finish(endpoints_[at_].text() + ": HTTP " + std::to_string(status) + (said.empty() ? "" : ": " + said),
+                    reply);
+    }
+    finish("", reply);
+  }
+
+  void stop_attempt() {
+    boost::system::error_code ignored;
+    timer_.cancel();
+    resolver_.cancel();
+    stream_.socket().close(ignored);
+  }
+
+  void finish(const std::string& error, const json& reply) {
+    if (cancelled_) return;
+    cancelled_ = true;  // once
+    Handler done = std::move(done_);
+    done(error, reply);
+  }
+
+  const std::vector<Endpoint>& endpoints_;
+  std::size_t next_;
+  std::size_t tried_ = 0;
+  std::size_t at_ = 0;
+  std::chrono::milliseconds timeout_;
+  std::function<void(std::size_t)> answered_;
+  asio::ip::tcp::resolver resolver_;
+  boost::beast::tcp_stream stream_;
+  asio::steady_timer timer_;
+  http::request<http::string_body> request_;
+  std::optional<http::response_parser<http::string_body>> response_;
+  boost::beast::flat_buffer buffer_;
+  Handler done_;
+  std::string errors_;
+  unsigned attempt_ = 0;
+  bool timed_out_ = false;
+  bool cancelled_ = false;
+};
+
+GatewayClient::GatewayClient(asio::io_context& io, std::vector<Endpoint> endpoints,
+                             std::chrono::milliseconds per_endpoint_timeout)
+    : io_(io), endpoints_(std::move(endpoints)), timeout_(per_endpoint_timeout) {
+  if (endpoints_.empty()) throw std::invalid_argument("no etcd endpoint");
+  if (sodium_init() < 0) throw std::runtime_error("libsodium failed to initialise");
+}
+
+GatewayClient::~GatewayClient() { cancel(); }
+
+void GatewayClient::post(const std::string& path, const json& body, Handler done) {
+  // Requests hold a reference to endpoints_: a client outlives its requests' handlers (cancel() in the
+  // destructor stops them before they run).
+  auto request = std::make_shared<Request>(io_, endpoints_, preferred_, timeout_,
+                                           [this](std::size_t at) { preferred_ = at; }, path, body,
+                                           std::move(done));
+  in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(),
+                                  [](const std::weak_ptr<Request>& r) { return r.expired(); }),
+                   in_flight_.end());
+  in_flight_.push_back(request);
+  request->start();
+}
+
+void GatewayClient::cancel() {
+  for (const auto& weak : in_flight_)
+    if (auto r = weak.lock()) r->cancel();
+  in_flight_.clear();
+}
+
+}  // namespace ddprun::etcd

@@ -1,0 +1,67 @@
+// A client of etcd's v3 JSON gateway (etcd 3.4: POST /v3/kv/range, /v3/kv/txn, /v3/kv/deleterange,
+// /v3/lease/grant, /v3/lease/keepalive, /v3/lease/revoke): HTTP/1.1 with Boost.Beast, on the caller's Asio loop,
+// one connection per request. Why the gateway and not gRPC: the rendezvous writes to etcd a handful of times per
+// job (an election, a lease kept alive every few seconds, a clean-up), so a plain HTTP call costs nothing that
+// matters, and it needs no code generator or gRPC runtime (docs/DESIGN-NOTES.md, "Rendezvous on etcd").
+//
+// Failover: a request goes to the endpoint that answered last, then to the others in turn. A refused connection,
+// a timeout (per endpoint) or a 5xx answer moves on (a 3-member cluster whose leader died answers on the other
+// two); a 4xx answer is final (the request itself is wrong). Every endpoint failing is one error naming each.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+namespace ddprun::etcd {
+
+struct Endpoint {
+  std::string host;
+  std::string port;
+  std::string text() const;  // "host:port" ("[v6]:port")
+};
+
+// "host:port[,host:port...]", each optionally "http://host:port" (torchrun's form). Throws std::invalid_argument
+// with a message fit to print: an empty item, a bad port, "https://" (TLS is not supported yet).
+std::vector<Endpoint> parse_endpoints(const std::string& text);
+std::string describe(const std::vector<Endpoint>& endpoints);  // "a:2379, b:2379"
+
+// etcd's keys and values travel base64-encoded in the gateway's JSON.
+std::string to_base64(const std::string& bytes);
+std::string from_base64(const std::string& text);  // "" for text that is not base64
+// The gateway writes int64 fields as JSON strings ("TTL": "10"); absent means 0.
+std::int64_t int_field(const nlohmann::json& object, const char* name);
+
+class GatewayClient {
+ public:
+  // error: "" on success, else what went wrong at each endpoint tried; reply: the answer's JSON object.
+  using Handler = std::function<void(const std::string& error, const nlohmann::json& reply)>;
+
+  GatewayClient(boost::asio::io_context& io, std::vector<Endpoint> endpoints,
+                std::chrono::milliseconds per_endpoint_timeout = std::chrono::milliseconds(2000));
+  ~GatewayClient();
+  GatewayClient(const GatewayClient&) = delete;
+  GatewayClient& operator=(const GatewayClient&) = delete;
+
+  // POSTs `body` to `path` ("/v3/kv/range"); `done` runs on the loop once, unless cancel() came first.
+  void post(const std::string& path, const nlohmann::json& body, Handler done);
+  // Closes every request in flight; their handlers are never called. The loop is free of them at once.
+  void cancel();
+  const std::vector<Endpoint>& endpoints() const { return endpoints_; }
+
+ private:
+  class Request;
+  boost::asio::io_context& io_;
+  std::vector<Endpoint> endpoints_;
+  std::chrono::milliseconds timeout_;
+  std::size_t preferred_ = 0;  // the endpoint that answered last
+  std::vector<std::weak_ptr<Request>> in_flight_;
+};
+
+}  // namespace ddprun::etcd

@@ -1,0 +1,287 @@
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+
+#include "etcd/coordinator_election.hpp"
+#include "etcd/gateway_client.hpp"
+
+using namespace ddprun::etcd;
+using nlohmann::json;
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// A stand-in for etcd's gateway on 127.0.0.1: answers each request with what `answer` says (status and body), or
+// not at all (nullopt: the connection stays open and silent). Every request's path and body are kept.
+class FakeGateway {
+ public:
+  using Answer = std::function<std::optional<std::pair<unsigned, std::string>>(const std::string& path,
+                                                                                const json& body)>;
+  FakeGateway(asio::io_context& io, Answer answer) : acceptor_(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
+                                                     answer_(std::move(answer)) {
+    accept();
+  }
+  Endpoint endpoint() const { return {"127.0.0.1", std::to_string(acceptor_.local_endpoint().port())}; }
+  std::vector<std::pair<std::string, json>> seen;
+
+ private:
+  struct Conn {
+    explicit Conn(tcp::socket s) : socket(std::move(s)) {}
+    tcp::socket socket;
+    boost::beast::flat_buffer buffer;
+    http::request<http::string_body> request;
+    http::response<http::string_body> response;
+  };
+
+  void accept() {
+    acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+      if (ec) return;
+      auto conn = std::make_shared<Conn>(std::move(socket));
+      kept_.push_back(conn);
+      http::async_read(conn->socket, conn->buffer, conn->request, [this, conn](const boost::system::error_code& e,
+                                                                               std::size_t) {
+        if (e) return;
+        const json body = json::parse(conn->request.body(), nullptr, false);
+        seen.emplace_back(std::string(conn->request.target()), body);
+        const auto said = answer_(std::string(conn->request.target()), body);
+        if (!said) return;  // silent
+        conn->response.result(said->first);
+        conn->response.version(11);
+        conn->response.set(http::field::content_type, "application/json");
+        conn->response.body() = said->second;
+        conn->response.prepare_payload();
+        http::async_write(conn->socket, conn->response, [conn](const boost::system::error_code&, std::size_t) {
+          boost::system::error_code ignored;
+          conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
+        });
+      });
+      accept();
+    });
+  }
+
+  tcp::acceptor acceptor_;
+  Answer answer_;
+  std::vector<std::shared_ptr<Conn>> kept_;
+};
+
+// A port nobody listens on (bound, then closed).
+Endpoint closed_endpoint(asio::io_context& io) {
+  tcp::acceptor a(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  return {"127.0.0.1", std::to_string(a.local_endpoint().port())};
+}
+
+FakeGateway::Answer fixed(unsigned status, std::string body) {
+  return [status, body](const std::string&, const json&) { return std::make_optional(std::make_pair(status, body)); };
+}
+
+// Runs the loop until `done` or 10 s.
+void run_until(asio::io_context& io, const bool& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done && std::chrono::steady_clock::now() < deadline) io.run_one_for(std::chrono::milliseconds(50));
+}
+
+}  // namespace
+
+TEST_CASE("etcd endpoints: lists, torchrun's http:// URLs, IPv6, etcd's default port; bad ones said") {
+  const auto e = parse_endpoints("a:1,[::1]:2,http://b:3/,c");
+  REQUIRE(e.size() == 4);
+  CHECK(e[0].text() == "a:1");
+  CHECK(e[1].host == "::1");
+  CHECK(e[1].text() == "[::1]:2");
+  CHECK(e[2].text() == "b:3");
+  CHECK(e[3].text() == "c:2379");
+  CHECK_THROWS_WITH_AS(parse_endpoints("https://a:1"), doctest::Contains("TLS to etcd is not supported yet"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_endpoints("a:1,"), doctest::Contains("an empty item"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_endpoints("a:0"), doctest::Contains("port of 1-65535"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_endpoints("a:x"), doctest::Contains("port of 1-65535"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_endpoints("[::1"), doctest::Contains("missing ']'"), std::invalid_argument);
+}
+
+TEST_CASE("base64 both ways, and int64 fields written as strings") {
+  CHECK(to_base64("/ddprun/j/coordinator") == "L2RkcHJ1bi9qL2Nvb3JkaW5hdG9y");
+  CHECK(from_base64(to_base64(std::string("a\0b", 3))) == std::string("a\0b", 3));
+  CHECK(from_base64("not base64!") == "");
+  CHECK(int_field(json{{"TTL", "10"}}, "TTL") == 10);
+  CHECK(int_field(json{{"TTL", 7}}, "TTL") == 7);
+  CHECK(int_field(json::object(), "TTL") == 0);
+}
+
+TEST_CASE("a request fails over from a refused, a silent and a failing endpoint to one that answers, then prefers it") {
+  asio::io_context io;
+  FakeGateway silent(io, [](const std::string&, const json&) { return std::nullopt; });
+  FakeGateway failing(io, fixed(503, R"({"message":"etcdserver: leader changed"})"));
+  FakeGateway good(io, fixed(200, R"({"header":{},"count":"1"})"));
+  GatewayClient client(io, {closed_endpoint(io), silent.endpoint(), failing.endpoint(), good.endpoint()},
+                       std::chrono::milliseconds(300));
+  bool done = false;
+  std::string error = "unset";
+  json reply;
+  client.post("/v3/kv/range", json{{"key", to_base64("k")}}, [&](const std::string& e, const json& r) {
+    error = e;
+    reply = r;
+    done = true;
+  });
+  run_until(io, done);
+  REQUIRE(done);
+  CHECK(error == "");
+  CHECK(int_field(reply, "count") == 1);
+  REQUIRE(good.seen.size() == 1);
+  CHECK(good.seen[0].first == "/v3/kv/range");
+  CHECK(from_base64(good.seen[0].second["key"]) == "k");
+  CHECK(failing.seen.size() == 1);
+  // The next request goes to the endpoint that answered, first.
+  done = false;
+  client.post("/v3/kv/range", json::object(), [&](const std::string& e, const json&) {
+    error = e;
+    done = true;
+  });
+  run_until(io, done);
+  CHECK(error == "");
+  CHECK(good.seen.size() == 2);
+  CHECK(failing.seen.size() == 1);
+  CHECK(silent.seen.size() == 1);
+}
+
+TEST_CASE("every endpoint failing is one error naming each; a 4xx answer is final") {
+  asio::io_context io;
+  const Endpoint closed = closed_endpoint(io);
+  FakeGateway silent(io, [](const std::string&, const json&) { return std::nullopt; });
+  {
+    GatewayClient client(io, {closed, silent.endpoint()}, std::chrono::milliseconds(200));
+    bool done = false;
+    std::string error;
+    client.post("/v3/lease/grant", json::object(), [&](const std::string& e, const json&) {
+      error = e;
+      done = true;
+    });
+    run_until(io, done);
+    CHECK(error.find(closed.text() + ": ") != std::string::npos);
+    CHECK(error.find(silent.endpoint().text() + ": no answer in 200 ms") != std::string::npos);
+  }
+  FakeGateway wrong(io, fixed(400, R"({"error":"bad","message":"etcdserver: request is malformed"})"));
+  FakeGateway good(io, fixed(200, "{}"));
+  GatewayClient client(io, {wrong.endpoint(), good.endpoint()});
+  bool done = false;
+  std::string error;
+  client.post("/v3/kv/txn", json::object(), [&](const std::string& e, const json&) {
+    error = e;
+    done = true;
+  });
+  run_until(io, done);
+  CHECK(error.find("HTTP 400: etcdserver: request is malformed") != std::string::npos);
+  CHECK(good.seen.empty());
+}
+
+TEST_CASE("cancel() frees the loop at once and no handler runs") {
+  asio::io_context io;
+  FakeGateway silent(io, [](const std::string&, const json&) { return std::nullopt; });
+  bool called = false;
+  {
+    GatewayClient client(io, {silent.endpoint()}, std::chrono::milliseconds(5000));
+    client.post("/v3/kv/range", json::object(), [&](const std::string&, const json&) { called = true; });
+    for (int i = 0; i < 20 && silent.seen.empty(); ++i) io.run_one_for(std::chrono::milliseconds(50));
+    REQUIRE(silent.seen.size() == 1);
+    client.cancel();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  io.poll();  // the cancelled request's handlers, now aborted
+  io.run_for(std::chrono::milliseconds(100));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+  CHECK_FALSE(called);
+}
+
+namespace {
+// A gateway that plays etcd for one election: grants lease 42; the transaction succeeds or returns `holder`.
+FakeGateway::Answer election_etcd(std::optional<std::string> holder) {
+  return [holder](const std::string& path, const json&) -> std::optional<std::pair<unsigned, std::string>> {
+    if (path == "/v3/lease/grant") return std::make_pair(200u, std::string(R"({"ID":"42","TTL":"10"})"));
+    if (path == "/v3/kv/txn") {
+      if (!holder) return std::make_pair(200u, std::string(R"({"succeeded":true})"));
+      const json kv = {{"key", to_base64("k")}, {"value", to_base64(*holder)}};
+      return std::make_pair(200u, json{{"responses", json::array({{{"response_range", {{"kvs", {kv}}}}}})}}.dump());
+    }
+    if (path == "/v3/lease/keepalive") return std::make_pair(200u, std::string(R"({"result":{"ID":"42","TTL":"10"}})"));
+    if (path == "/v3/lease/revoke") return std::make_pair(200u, std::string("{}"));
+    return std::make_pair(404u, std::string("{}"));
+  };
+}
+
+struct Outcome {
+  bool won = false;
+  std::optional<std::string> lost;
+  std::optional<std::string> error;
+  bool any() const { return won || lost || error; }
+};
+
+CoordinatorElection::Handlers record(Outcome& o) {
+  return {[&o] { o.won = true; }, [&o](const std::string& v) { o.lost = v; },
+          [&o](const std::string& why) { o.error = why; }};
+}
+}  // namespace
+
+TEST_CASE("an election: the first claim wins under its lease, a later one learns the holder, the end revokes") {
+  asio::io_context io;
+  FakeGateway free_key(io, election_etcd(std::nullopt));
+  ElectionConfig config;
+  config.run_id = "j";
+  Outcome o;
+  CoordinatorElection won(io, {free_key.endpoint()}, config, record(o), ddprun::Logger());
+  won.run(R"({"host":"n1","port":1})");
+  const bool& any = o.won;
+  run_until(io, any);
+  REQUIRE(o.won);
+  CHECK(won.won());
+  const json txn = free_key.seen.at(1).second;
+  CHECK(free_key.seen.at(1).first == "/v3/kv/txn");
+  CHECK(from_base64(txn["compare"][0]["key"]) == "/ddprun/j/coordinator");
+  CHECK(txn["compare"][0]["create_revision"] == "0");  // only if nobody created it
+  CHECK(txn["success"][0]["request_put"]["lease"] == "42");
+  CHECK(from_base64(txn["success"][0]["request_put"]["value"]) == R"({"host":"n1","port":1})");
+  bool finished = false;
+  won.finish([&] { finished = true; });
+  run_until(io, finished);
+  CHECK(finished);
+  CHECK(free_key.seen.back().first == "/v3/lease/revoke");
+  CHECK(free_key.seen.back().second["ID"] == "42");
+
+  FakeGateway taken(io, election_etcd(std::string(R"({"host":"n0","port":7})")));
+  Outcome o2;
+  CoordinatorElection lost(io, {taken.endpoint()}, config, record(o2), ddprun::Logger());
+  lost.run("mine");
+  for (int i = 0; i < 200 && !o2.any(); ++i) io.run_one_for(std::chrono::milliseconds(50));
+  REQUIRE(o2.lost);
+  CHECK(*o2.lost == R"({"host":"n0","port":7})");
+  CHECK_FALSE(lost.won());
+}
+
+TEST_CASE("an election with etcd out of reach gives up after give_up_after, naming the endpoints") {
+  asio::io_context io;
+  ElectionConfig config;
+  config.run_id = "j";
+  config.give_up_after = std::chrono::milliseconds(400);
+  config.retry_interval = std::chrono::milliseconds(50);
+  const Endpoint nowhere = closed_endpoint(io);
+  Outcome o;
+  CoordinatorElection election(io, {nowhere}, config, record(o), ddprun::Logger());
+  const auto t0 = std::chrono::steady_clock::now();
+  election.run("mine");
+  while (!o.any() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+    io.run_one_for(std::chrono::milliseconds(50));
+  REQUIRE(o.error);
+  CHECK(o.error->find("etcd did not answer (granting a lease)") != std::string::npos);
+  CHECK(o.error->find(nowhere.text()) != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+}

@@ -1,0 +1,206 @@
+"""A job that meets in etcd (--rdzv-backend etcd): real etcd from Debian's etcd-server, one member or three on
+loopback (tests/support/etcd_cluster.py), and real ddprun agents. No node is special on the command line: the agents
+elect the one that hosts the rendezvous (etcd/coordinator_election.hpp), and every promise of ddprun's own
+rendezvous holds: ranks by node order, one failure ends every node with the same root cause and code, a job leaves
+nothing in etcd, two jobs on one etcd stay apart, etcd's failures are clear errors."""
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+
+import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from etcd_cluster import EtcdCluster, skip_unless_etcd
+from exit_codes import UNAVAILABLE, USAGE
+from harness import WORKER, pid_alive
+from multinode import LOST, MultiNodeCase
+from ports import free_port
+
+
+class EtcdCase(MultiNodeCase):
+    MEMBERS = 1
+
+    @classmethod
+    def setUpClass(cls):
+        skip_unless_etcd()
+        cls.etcd_dir = tempfile.mkdtemp(prefix="ddprun_etcd_")
+        cls.etcd = EtcdCluster(cls.etcd_dir, cls.MEMBERS)
+        try:
+            cls.etcd.start()
+        except BaseException:
+            cls.etcd.stop()
+            shutil.rmtree(cls.etcd_dir, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.etcd.stop()
+        shutil.rmtree(cls.etcd_dir, ignore_errors=True)
+
+    def setUp(self):
+        super().setUp()
+        self.run_id = "job-" + self.id().rsplit(".", 1)[-1][:60]
+        self.marker_dir = self.ready
+
+    def etcd_node(self, *steps, nproc=2, nnodes=2, run_id=None, endpoints=None, extra=()):
+        return self.start("--nnodes", nnodes, "--nproc-per-node", nproc, "--rdzv-backend", "etcd",
+                          "--rdzv-endpoint", endpoints or self.etcd.endpoints, "--rdzv-id", run_id or self.run_id,
+                          "--local-addr", "127.0.0.1", "--heartbeat-interval", "0.2", "--heartbeat-timeout", "1",
+                          "--rdzv-timeout", "20", *extra, WORKER, *steps)
+
+    def coordinator(self, run_id=None):
+        """What the elected agent published: {"host", "port", "node", "pid"}, or None."""
+        value = self.etcd.value(f"/ddprun/{run_id or self.run_id}/coordinator")
+        return json.loads(value) if value else None
+
+
+class OneMember(EtcdCase):
+    def test_two_nodes_meet_in_etcd_and_leave_no_key(self):
+        procs = [self.etcd_node("env=RANK", "env=WORLD_SIZE", "env=MASTER_PORT") for _ in range(2)]
+        results = self.wait_all(procs)
+        ranks, ports = [], set()
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+            out = res.stdout.decode()
+            ranks += [int(line.split("=")[1]) for line in out.splitlines() if "RANK=" in line and "WORLD" not in line]
+            ports |= {line.split("=")[1] for line in out.splitlines() if "MASTER_PORT=" in line}
+            self.assertEqual(out.count("WORLD_SIZE=4\n"), 2, res)
+        self.assertEqual(sorted(ranks), [0, 1, 2, 3])
+        self.assertEqual(len(ports), 1, "MASTER_PORT differs between nodes")
+        said = "".join(r.stderr.decode() for r in results)
+        self.assertEqual(said.count("this node hosts the rendezvous (elected in etcd"), 1, said)
+        self.assertEqual(said.count("(elected in etcd)"), 1, said)  # the other node's line
+        # The host revoked its lease at the end: the job's keys went with it.
+        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
+
+    def test_a_worker_failure_on_either_node_ends_both(self):
+        for failing in (0, 3):
+            with self.subTest(failing_rank=failing):
+                go = self.path(f"go{failing}")
+                ready = self.path(f"ready{failing}")
+                os.mkdir(ready)
+                steps = [f"ready={ready}", f"@{failing}:waitfile={go}", f"@{failing}:errorfile=boom",
+                         f"@{failing}:exit=7", "hang"]
+                run_id = f"{self.run_id}-{failing}"
+                procs = [self.etcd_node(*steps, run_id=run_id) for _ in range(2)]
+                self.wait_for_files([os.path.join(ready, f"ready.{r}") for r in range(4)], timeout=20)
+                t0 = time.monotonic()
+                with open(go, "w"):
+                    pass
+                results = self.wait_all(procs)
+                self.assertLess(time.monotonic() - t0, 5)
+                for res in results:
+                    self.assertEqual(res.code, 7, res)
+                    err = res.stderr.decode()
+                    self.assertIn(f"root cause: rank {failing} (local rank {failing % 2}, node {failing // 2}, host",
+                                  err, res)
+                    self.assertIn("root cause error: boom", err, res)
+                self.assertEqual(self.etcd.keys(f"/ddprun/{run_id}/"), [])
+
+    def test_the_hosting_agent_killed_ends_the_other_node(self):
+        procs = [self.etcd_node(f"ready={self.ready}", "hang") for _ in range(2)]
+        self.wait_ready(4)
+        host_pid = self.coordinator()["pid"]
+        self.assertIn(host_pid, [p.pid for p in procs])
+        os.kill(host_pid, signal.SIGKILL)
+        results = self.wait_all(procs, timeout=20)
+        for p, res in zip(procs, results):
+            if p.pid == host_pid:
+                self.assertEqual(res.code, -signal.SIGKILL)
+            else:
+                self.assertEqual(res.code, LOST, res)
+                self.assertIn("lost the rendezvous server", res.stderr.decode(), res)
+
+    def test_two_jobs_on_one_etcd_stay_apart(self):
+        jobs = {"a": f"{self.run_id}-a", "b": f"{self.run_id}-b"}
+        procs = {name: [self.etcd_node("env=RANK", "env=TORCHELASTIC_RUN_ID", run_id=rid) for _ in range(2)]
+                 for name, rid in jobs.items()}
+        for name, rid in jobs.items():
+            results = self.wait_all(procs[name])
+            out = "".join(r.stdout.decode() for r in results)
+            for res in results:
+                self.assertEqual(res.code, 0, res)
+            self.assertEqual(out.count(f"TORCHELASTIC_RUN_ID={rid}\n"), 4, out)
+            self.assertEqual(sorted(int(line.split("=")[1]) for line in out.splitlines() if "]: RANK=" in line),
+                             [0, 1, 2, 3], out)
+
+    def test_torchruns_etcd_command_line_runs_unchanged(self):
+        # torchrun's spelling: underscores, '=' and etcd-v2 (its newer etcd back-end), with an http:// URL.
+        procs = [self.start("--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=etcd-v2",
+                            f"--rdzv_endpoint=http://{self.etcd.endpoints}", f"--rdzv_id={self.run_id}",
+                            "--rdzv_conf=read_timeout=10,key_prefix=/torchelastic/p", "--local_addr=127.0.0.1",
+                            WORKER, "env=RANK") for _ in range(2)]
+        results = self.wait_all(procs)
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+        self.assertEqual(self.etcd.keys("/torchelastic/p/"), [])
+
+    def test_etcd_unreachable_is_one_clear_error(self):
+        nowhere = f"127.0.0.1:{free_port()}"
+        t0 = time.monotonic()
+        res = self.run_ddprun("--nnodes", 2, "--nproc-per-node", 1, "--rdzv-backend", "etcd", "--rdzv-endpoint",
+                              nowhere, "--rdzv-id", self.run_id, "--rdzv-conf", "read_timeout=2", WORKER,
+                              f"ready={self.ready}", timeout=30)
+        self.assertEqual(res.code, UNAVAILABLE, res)
+        err = res.stderr.decode()
+        self.assertIn(f"etcd did not answer (granting a lease) for", err, res)
+        self.assertIn(nowhere, err, res)
+        self.assertLess(time.monotonic() - t0, 15, res)
+        self.assertEqual(os.listdir(self.ready), [], "a worker was started")
+
+    def test_bad_etcd_options_are_refused_before_anything_starts(self):
+        base = ["--nnodes", "2", "--rdzv-id", self.run_id, "--rdzv-backend", "etcd"]
+        cases = [
+            (["--rdzv-endpoint", "https://127.0.0.1:2379"], ["TLS to etcd is not supported yet"]),
+            (["--rdzv-endpoint", self.etcd.endpoints, "--rdzv-conf", "cacert=/ca.pem"], ["TLS", "cacert"]),
+            (["--rdzv-endpoint", self.etcd.endpoints, "--rdzv-conf", "protocol=https"], ["plain HTTP"]),
+            (["--rdzv-endpoint", self.etcd.endpoints, "--rdzv-conf", "is_host=1"], ["elect"]),
+            (["--rdzv-endpoint", "127.0.0.1:2379,"], ["an empty item"]),
+            (["--rdzv-endpoint", "127.0.0.1:99999"], ["port of 1-65535"]),
+            ([], ["needs --rdzv-endpoint"]),
+        ]
+        for extra, words in cases:
+            with self.subTest(extra=extra):
+                self.assert_refused([*base, *extra, WORKER, f"ready={self.ready}"], USAGE, words)
+
+
+class ThreeMembers(EtcdCase):
+    """A 3-member etcd: made afresh for each test, since the tests kill members."""
+
+    @classmethod
+    def setUpClass(cls):
+        skip_unless_etcd()
+
+    @classmethod
+    def tearDownClass(cls):
+        pass
+
+    def setUp(self):
+        super().setUp()
+        self.etcd = EtcdCluster(self.path("etcd"), 3)
+        os.mkdir(self.etcd.base_dir)
+        self.addCleanup(self.etcd.stop)
+        self.etcd.start()
+
+    def test_an_etcd_leader_lost_before_and_during_the_job(self):
+        # The leader dies before the job: its URL first in the list, the agents fail over to the others.
+        dead = self.etcd.leader()
+        self.etcd.kill(dead)
+        urls = self.etcd.endpoints.split(",")
+        endpoints = ",".join([urls[dead]] + [u for i, u in enumerate(urls) if i != dead])
+        procs = [self.etcd_node(f"ready={self.ready}", f"waitfile={self.go}", "env=RANK", endpoints=endpoints)
+                 for _ in range(2)]
+        self.wait_ready(4)
+        self.assertIsNotNone(self.coordinator())
+        # And the new leader during training: one member left, no quorum, etcd answers nobody. The job does not
+        # need etcd to train or to end: it ends as usual, the host's lease revoke given up after its bound.
+        self.etcd.kill(self.etcd.leader())
+        time.sleep(1)
+        t0 = time.monotonic()
+        self.release()
+        results = self.wait_all(procs, timeout=20)
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+        self.assertLess(time.monotonic() - t0, 8, results)
+        self.assertTrue(all(not pid_alive(p.pid) for p in procs))

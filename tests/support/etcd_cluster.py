@@ -1,0 +1,133 @@
+"""Real etcd for the etcd rendezvous tests: Debian's etcd-server (etcd 3.4, installed by scripts/setup), one member
+or a cluster of three on loopback, each member with its own data directory under the test's temp dir and free
+ports. The members are fixture processes (harness.FIXTURE_PIDS): a test's "nothing left behind" check does not count
+them, and stop() ends them. The tests talk to etcd the way ddprun does, over its v3 JSON gateway (stdlib HTTP)."""
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import unittest
+import urllib.request
+
+from harness import FIXTURE_PIDS
+from ports import free_port
+from wait import wait_until
+
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+
+
+def skip_unless_etcd():
+    if not os.access(ETCD, os.X_OK):
+        raise unittest.SkipTest("no etcd binary (Debian's etcd-server; scripts/setup installs it)")
+
+
+def b64(text):
+    return base64.b64encode(text.encode()).decode()
+
+
+class EtcdCluster:
+    def __init__(self, base_dir, members=1):
+        self.base_dir = base_dir
+        self.names = [f"m{i}" for i in range(members)]
+        self.client_ports = [free_port() for _ in self.names]
+        self.peer_ports = [free_port() for _ in self.names]
+        self.procs = [None] * members
+        self.logs = [os.path.join(base_dir, f"etcd-{n}.log") for n in self.names]
+
+    @property
+    def endpoints(self):
+        """The --rdzv-endpoint list: every member's client URL."""
+        return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
+
+    def url(self, i):
+        return f"http://127.0.0.1:{self.client_ports[i]}"
+
+    def start(self, timeout=30):
+        initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports))
+        for i, name in enumerate(self.names):
+            peer = f"http://127.0.0.1:{self.peer_ports[i]}"
+            client = self.url(i)
+            with open(self.logs[i], "ab") as log:
+                self.procs[i] = subprocess.Popen(
+                    [ETCD, "--name", name, "--data-dir", os.path.join(self.base_dir, f"data-{name}"),
+                     "--listen-client-urls", client, "--advertise-client-urls", client,
+                     "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                     "--initial-cluster", initial, "--initial-cluster-state", "new",
+                     "--initial-cluster-token", os.path.basename(self.base_dir),
+                     # a dead leader is replaced in about a second, not etcd's default 5 heartbeats x 100 ms x 10
+                     "--heartbeat-interval", "50", "--election-timeout", "500"],
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            FIXTURE_PIDS.add(self.procs[i].pid)
+        wait_until(lambda: all(self.healthy(i) for i in range(len(self.names))),
+                   lambda: f"etcd healthy on {self.endpoints} ({self.log_tail()})", timeout, interval=0.1)
+
+    def healthy(self, i):
+        try:
+            with urllib.request.urlopen(self.url(i) + "/health", timeout=1) as r:
+                return json.load(r).get("health") == "true"
+        except (OSError, ValueError):
+            return False
+
+    def call(self, path, body, member=None):
+        """POST to the gateway of `member` (default: the first one alive); returns the JSON answer."""
+        order = [member] if member is not None else [i for i, p in enumerate(self.procs) if p and p.poll() is None]
+        last = None
+        for i in order:
+            req = urllib.request.Request(self.url(i) + path, data=json.dumps(body).encode(), method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=3) as r:
+                    return json.load(r)
+            except OSError as e:
+                last = e
+        raise last
+
+    def keys(self, prefix):
+        """Every key under `prefix` now (decoded)."""
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        reply = self.call("/v3/kv/range", {"key": b64(prefix), "range_end": b64(end)})
+        return [base64.b64decode(kv["key"]).decode() for kv in reply.get("kvs", [])]
+
+    def value(self, key):
+        kvs = self.call("/v3/kv/range", {"key": b64(key)}).get("kvs", [])
+        return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+
+    def leader(self):
+        """The index of the member that leads now."""
+        for i, p in enumerate(self.procs):
+            if p and p.poll() is None:
+                status = self.call("/v3/maintenance/status", {}, member=i)
+                if status.get("leader") == status["header"]["member_id"]:
+                    return i
+        raise AssertionError("no etcd member leads")
+
+    def kill(self, i):
+        os.kill(self.procs[i].pid, signal.SIGKILL)
+        self.procs[i].wait()
+        FIXTURE_PIDS.discard(self.procs[i].pid)
+
+    def stop(self):
+        for p in self.procs:
+            if p and p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            if not p:
+                continue
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            FIXTURE_PIDS.discard(p.pid)
+
+    def log_tail(self):
+        out = []
+        for path in self.logs:
+            try:
+                with open(path, "rb") as f:
+                    out.append(f.read()[-800:].decode(errors="replace"))
+            except OSError:
+                pass
+        return "\n".join(out)
