@@ -1,9 +1,6 @@
 #include "agent/rendezvous_link.hpp"
 
-#include <unistd.h>
-
 #include <boost/asio/ip/tcp.hpp>
-#include <nlohmann/json.hpp>
 
 #include "common/time.hpp"
 #include "rendezvous/errors.hpp"
@@ -113,56 +110,10 @@ void RendezvousLink::start() {
 }
 
 void RendezvousLink::start_client() {
-  client_ = std::make_unique<rdzv::Client>(io_, client_config(), handlers_, log_);
+  client_ = std::make_unique<rdzv::Client>(io_, client_config(), client_handlers(), log_);
   client_->start();
 }
 
-// Every agent listens first (a free port on every address, or --local-addr's), so that the value it offers names
-// a server that already exists; the election's winner keeps it, the others close it before anyone connected.
-void RendezvousLink::start_elected(rdzv::JobConfig job) {
-  const RendezvousConfig& r = config_.rdzv;
-  job.require_munge = wants_munge(r);
-  auto server = std::make_unique<rdzv::Server>(io_, job, log_);
-  server->start(r.local_addr.empty() ? rdzv::kEveryAddress : r.local_addr, 0, /*announce=*/false);
-  server_ = std::move(server);
-  // Where the others reach it: --local-addr, else this machine's name (the address the other nodes use for it).
-  const std::string host = r.local_addr.empty() ? config_.host : r.local_addr;
-  const nlohmann::json offer = {{"host", host}, {"port", server_->port()}, {"node", config_.host},
-                                {"pid", static_cast<long>(::getpid())}};
-  etcd::ElectionConfig ec;
-  ec.key_prefix = r.etcd.key_prefix;
-  ec.run_id = r.job.run_id;
-  ec.give_up_after = r.etcd.read_timeout;
-  etcd::CoordinatorElection::Handlers h;
-  h.on_won = [this, host] {
-    server_->announce();
-    log_.info("this node hosts the rendezvous (elected in etcd at ", etcd::describe(election_->endpoints()),
-              "): port ", server_->port());
-    server_host_ = host;
-    start_client();
-  };
-  h.on_lost = [this](const std::string& value) {
-    server_->stop();
-    server_.reset();
-    const auto held = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-    if (!held.is_object() || !held.contains("host") || !held["host"].is_string() || !held.contains("port") ||
-        !held["port"].is_number_integer())
-      return handlers_.on_error({rdzv::ErrorKind::kProtocol, "etcd: the job's coordinator key holds '" + value +
-                                                                 "', not a ddprun rendezvous address: is the key "
-                                                                 "prefix shared with another program?"});
-    server_host_ = held["host"].get<std::string>();
-    server_port_ = held["port"].get<int>();
-    log_.info("the rendezvous is hosted by ", held.value("node", server_host_), " at ", server_host_, ":",
-              server_port_, " (elected in etcd)");
-    start_client();
-  };
-  h.on_error = [this](const std::string& why) {
-    handlers_.on_error({rdzv::ErrorKind::kUnavailable, why});
-  };
-  election_ = std::make_unique<etcd::CoordinatorElection>(io_, etcd::parse_endpoints(r.etcd.endpoints), ec,
-                                                          std::move(h), log_);
-  election_->run(offer.dump());
-}
 
 void RendezvousLink::listen_on_a_candidate(rdzv::Server& server, const std::string& bind_address) {
   const RendezvousConfig& r = config_.rdzv;
@@ -210,6 +161,12 @@ rdzv::ClientConfig RendezvousLink::client_config() const {
   }
   // Only toward a server hosted elsewhere; whether it may be restarted, its challenge says.
   if (!server_) c.reconnect_timeout = r.reconnect_timeout;
+  // A host elected in etcd listened before it offered itself: unreachable for as long as its lease lasts, it is
+  // gone, and another is elected (client_handlers).
+  if (r.hosting == Hosting::kElected && !server_ && etcd::ElectionConfig().lease_ttl < c.connect_timeout) {
+    c.connect_timeout = etcd::ElectionConfig().lease_ttl;
+    c.connect_timeout_option = "the etcd lease of the elected host";
+  }
   return c;
 }
 
@@ -255,8 +212,7 @@ bool RendezvousLink::announce_start_failure(const std::string& why, std::functio
 
 void RendezvousLink::rejoin() {
   if (client_) client_->close();  // closed already by the stop; its pending handlers see it and do nothing
-  client_ = std::make_unique<rdzv::Client>(io_, client_config(), handlers_, log_);
-  client_->start();
+  start_client();
 }
 
 void RendezvousLink::finish(std::function<void()> done) {

@@ -54,9 +54,13 @@ class RendezvousLink {
   // Listens on the first of the candidate ports that is free; throws ConnectionError naming them all.
   void listen_on_a_candidate(rendezvous::Server& server, const std::string& bind_address);
   rendezvous::ClientConfig client_config() const;
-  // --rdzv-backend etcd: listens on a free port, then asks etcd who hosts; the loser stops listening and joins
-  // the winner. An etcd that never answers is the client's kUnavailable error (exit 69).
+  // --rdzv-backend etcd (rendezvous_link_elected.cpp): listens on a free port, then asks etcd who hosts; a loser
+  // stops listening and joins the winner. An etcd that never answers is the client's kUnavailable error (exit 69).
   void start_elected(rendezvous::JobConfig job);
+  void elect();
+  bool may_elect_again(const rendezvous::ClientError& e) const;
+  // handlers_, but with etcd: a host gone before the first round means another election, not the end.
+  rendezvous::ClientHandlers client_handlers();
   void start_client();
 
   boost::asio::io_context& io_;
@@ -66,6 +70,10 @@ class RendezvousLink {
   std::unique_ptr<rendezvous::Server> server_;
   std::unique_ptr<rendezvous::Client> client_;
   std::unique_ptr<etcd::CoordinatorElection> election_;
+  rendezvous::JobConfig elected_job_;                       // what a server elected here is started with
+  std::chrono::steady_clock::time_point elected_since_{};  // re-elections stop after --rdzv-timeout from here
+  std::string host_offer_;  // what the elected host offered in etcd (this node joined it), for a re-election
+  bool placed_ = false;     // an assignment came: the job formed
   std::string server_host_;  // where the client connects: the configured endpoint, or the elected coordinator
   int server_port_ = 0;
   std::function<void()> finish_done_;  // finish()'s `done` while the server drains

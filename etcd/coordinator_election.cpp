@@ -38,10 +38,35 @@ void CoordinatorElection::cancel() {
   client_.cancel();
 }
 
-void CoordinatorElection::run(std::string value) {
+void CoordinatorElection::run(std::string value, std::string stale) {
   value_ = std::move(value);
+  stale_ = std::move(stale);
   first_try_ = std::chrono::steady_clock::now();
-  grant();
+  peek();
+}
+
+// A read first (no Raft proposal): where the key is held, as for every agent of a big job but the first, no lease
+// is granted only to expire (each grant and each expiry is a write to every etcd member).
+void CoordinatorElection::peek() {
+  client_.post("/v3/kv/range", json{{"key", to_base64(coordinator_key(config_))}},
+               [this](const std::string& error, const json& reply) {
+                 if (!error.empty()) return retry_or_fail("reading the coordinator's key", error, &CoordinatorElection::peek);
+                 const std::string holder = held_by(reply);
+                 if (holder.empty()) return grant();
+                 on_held(holder, &CoordinatorElection::peek);
+               });
+}
+
+// The key is held by `holder`: join it, or, when it is the host this agent found gone (stale_), wait for its lease
+// to run out and try again.
+void CoordinatorElection::on_held(const std::string& holder, void (CoordinatorElection::*again)()) {
+  if (!stale_.empty() && holder == stale_)
+    return retry_or_fail("waiting for the lost host's lease to run out", "the key still names it", again);
+  over_ = true;
+  if (reclaiming_)
+    return handlers_.on_error("this node's etcd lease ran out while etcd was out of reach and another agent "
+                              "now holds the coordinator's key (" + holder + "): the job cannot have two");
+  handlers_.on_lost(holder);
 }
 
 // etcd out of reach: again after retry_interval, until give_up_after from the first try (then on_error).
@@ -95,16 +120,19 @@ void CoordinatorElection::claim() {
     }
     std::string holder;
     for (const json& r : reply.value("responses", json::array()))
-      for (const json& kv : r.value("response_range", json::object()).value("kvs", json::array()))
-        holder = from_base64(kv.value("value", std::string()));
+      if (r.contains("response_range")) holder = held_by(r["response_range"]);
     // The key went between compare and read cannot happen in one transaction; an empty value is not ours.
     if (holder.empty()) return retry_or_fail("reading the coordinator's key", "empty", &CoordinatorElection::claim);
-    over_ = true;
-    if (reclaiming_)
-      return handlers_.on_error("this node's etcd lease ran out while etcd was out of reach and another agent "
-                                "now holds the coordinator's key (" + holder + "): the job cannot have two");
-    handlers_.on_lost(holder);
+    // Lost the race: the lease is not needed (revoked now, not left to expire; its answer is not awaited).
+    client_.post("/v3/lease/revoke", json{{"ID", std::to_string(lease_)}}, [](const std::string&, const json&) {});
+    lease_ = 0;
+    on_held(holder, &CoordinatorElection::grant);
   });
+}
+
+std::string CoordinatorElection::held_by(const json& range) {
+  for (const json& kv : range.value("kvs", json::array())) return from_base64(kv.value("value", std::string()));
+  return "";
 }
 
 // Every third of the TTL. etcd out of reach meanwhile: the job does not need etcd to train, so it goes on and

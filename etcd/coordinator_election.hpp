@@ -50,7 +50,9 @@ class CoordinatorElection {
                       Handlers handlers, Logger log);
   ~CoordinatorElection();
 
-  void run(std::string value);
+  // Offers `value` (where this agent's server listens). `stale`: the value of a host this agent found gone; while
+  // the key still holds it (its lease has not run out), the election waits instead of joining it.
+  void run(std::string value, std::string stale = "");
   bool won() const { return won_; }
   const std::vector<Endpoint>& endpoints() const { return client_.endpoints(); }
   // The job is over. A coordinator revokes its lease, which removes the job's keys with it; at most 2 s (etcd
@@ -59,8 +61,11 @@ class CoordinatorElection {
   void cancel();  // timers and requests stop; no handler runs after it
 
  private:
+  void peek();
   void grant();
   void claim();
+  void on_held(const std::string& holder, void (CoordinatorElection::*again)());
+  static std::string held_by(const nlohmann::json& range);  // the value in a range answer, "" when none
   void keep_alive();
   void retry_or_fail(const std::string& step, const std::string& error, void (CoordinatorElection::*again)());
   void on_lease_lost();
@@ -71,6 +76,7 @@ class CoordinatorElection {
   Logger log_;
   boost::asio::steady_timer timer_;
   std::string value_;
+  std::string stale_;
   std::int64_t lease_ = 0;
   bool won_ = false;
   bool reclaiming_ = false;

@@ -204,10 +204,19 @@ TEST_CASE("cancel() frees the loop at once and no handler runs") {
 }
 
 namespace {
-// A gateway that plays etcd for one election: grants lease 42; the transaction succeeds or returns `holder`.
-FakeGateway::Answer election_etcd(std::optional<std::string> holder) {
-  return [holder](const std::string& path, const json&) -> std::optional<std::pair<unsigned, std::string>> {
+// A gateway that plays etcd for one election: grants lease 42; the key is free or held by `holder` (for reads
+// and for the transaction); `range_holder`, when given, is what reads see instead (a race: free when read, taken
+// by the transaction).
+FakeGateway::Answer election_etcd(std::optional<std::string> holder,
+                                  std::function<std::optional<std::string>()> range_holder = nullptr) {
+  return [holder, range_holder](const std::string& path,
+                                const json&) -> std::optional<std::pair<unsigned, std::string>> {
     if (path == "/v3/lease/grant") return std::make_pair(200u, std::string(R"({"ID":"42","TTL":"10"})"));
+    if (path == "/v3/kv/range") {
+      const auto seen = range_holder ? range_holder() : holder;
+      if (!seen) return std::make_pair(200u, std::string("{}"));
+      return std::make_pair(200u, json{{"kvs", {{{"key", to_base64("k")}, {"value", to_base64(*seen)}}}}}.dump());
+    }
     if (path == "/v3/kv/txn") {
       if (!holder) return std::make_pair(200u, std::string(R"({"succeeded":true})"));
       const json kv = {{"key", to_base64("k")}, {"value", to_base64(*holder)}};
@@ -244,8 +253,10 @@ TEST_CASE("an election: the first claim wins under its lease, a later one learns
   run_until(io, any);
   REQUIRE(o.won);
   CHECK(won.won());
-  const json txn = free_key.seen.at(1).second;
-  CHECK(free_key.seen.at(1).first == "/v3/kv/txn");
+  CHECK(free_key.seen.at(0).first == "/v3/kv/range");  // a read first: no lease where the key is held
+  CHECK(free_key.seen.at(1).first == "/v3/lease/grant");
+  const json txn = free_key.seen.at(2).second;
+  CHECK(free_key.seen.at(2).first == "/v3/kv/txn");
   CHECK(from_base64(txn["compare"][0]["key"]) == "/ddprun/j/coordinator");
   CHECK(txn["compare"][0]["create_revision"] == "0");  // only if nobody created it
   CHECK(txn["success"][0]["request_put"]["lease"] == "42");
@@ -265,6 +276,36 @@ TEST_CASE("an election: the first claim wins under its lease, a later one learns
   REQUIRE(o2.lost);
   CHECK(*o2.lost == R"({"host":"n0","port":7})");
   CHECK_FALSE(lost.won());
+  REQUIRE(taken.seen.size() == 1);  // the read alone: no lease granted to expire
+  CHECK(taken.seen[0].first == "/v3/kv/range");
+
+  // A race: free when read, taken by the transaction: the lease granted for it is revoked at once.
+  FakeGateway raced(io, election_etcd(std::string("theirs"), [] { return std::optional<std::string>(); }));
+  Outcome o3;
+  CoordinatorElection late(io, {raced.endpoint()}, config, record(o3), ddprun::Logger());
+  late.run("mine");
+  for (int i = 0; i < 200 && !(o3.any() && raced.seen.size() == 4); ++i) io.run_one_for(std::chrono::milliseconds(50));
+  REQUIRE(o3.lost);
+  CHECK(*o3.lost == "theirs");
+  REQUIRE(raced.seen.size() == 4);
+  CHECK(raced.seen[3].first == "/v3/lease/revoke");
+}
+
+TEST_CASE("an election that found its host gone waits for the host's lease to run out, then wins") {
+  asio::io_context io;
+  int reads = 0;
+  FakeGateway etcd(io, election_etcd(std::nullopt, [&reads]() -> std::optional<std::string> {
+    return ++reads <= 3 ? std::optional<std::string>("dead host") : std::nullopt;
+  }));
+  ElectionConfig config;
+  config.run_id = "j";
+  config.retry_interval = std::chrono::milliseconds(20);
+  Outcome o;
+  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), ddprun::Logger(ddprun::LogLevel::kOff, "", ""));
+  election.run("mine", "dead host");
+  for (int i = 0; i < 200 && !o.any(); ++i) io.run_one_for(std::chrono::milliseconds(50));
+  CHECK(o.won);
+  CHECK(reads == 4);
 }
 
 TEST_CASE("an election with etcd out of reach gives up after give_up_after, naming the endpoints") {
@@ -281,7 +322,7 @@ TEST_CASE("an election with etcd out of reach gives up after give_up_after, nami
   while (!o.any() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
     io.run_one_for(std::chrono::milliseconds(50));
   REQUIRE(o.error);
-  CHECK(o.error->find("etcd did not answer (granting a lease)") != std::string::npos);
+  CHECK(o.error->find("etcd did not answer (reading the coordinator's key)") != std::string::npos);
   CHECK(o.error->find(nowhere.text()) != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
 }

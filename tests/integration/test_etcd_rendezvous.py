@@ -16,6 +16,7 @@ from exit_codes import UNAVAILABLE, USAGE
 from harness import WORKER, pid_alive
 from multinode import LOST, MultiNodeCase
 from ports import free_port
+from wait import wait_until
 
 
 class EtcdCase(MultiNodeCase):
@@ -112,6 +113,30 @@ class OneMember(EtcdCase):
                 self.assertEqual(res.code, LOST, res)
                 self.assertIn("lost the rendezvous server", res.stderr.decode(), res)
 
+    def test_a_host_gone_before_the_job_formed_is_replaced(self):
+        # Two of three nodes are there: the elected one hosts, the other waits in its rendezvous. The host is
+        # SIGKILLed: the waiting agent elects another host once the dead one's lease ran out (itself: nobody else is
+        # there), and the job forms there with two newcomers. No operator, no node named anywhere.
+        first = [self.etcd_node("env=RANK", nnodes=3, nproc=1) for _ in range(2)]
+        wait_until(lambda: self.coordinator() is not None, "a host elected", 10)
+        host_pid = self.coordinator()["pid"]
+        survivor = next(p for p in first if p.pid != host_pid)
+        self.stderr_until(survivor, b"(elected in etcd)", 10, why="the other agent joined the host")
+        os.kill(host_pid, signal.SIGKILL)
+        host = next(p for p in first if p.pid == host_pid)
+        host.communicate()
+        t0 = time.monotonic()
+        seen = self.stderr_until(survivor, b"this node hosts the rendezvous", 20, why="a new host elected")
+        self.assertIn(b"gone before the job formed", seen)
+        self.assertLess(time.monotonic() - t0, 15)  # the lease (10 s) and a retry
+        newcomers = [self.etcd_node("env=RANK", nnodes=3, nproc=1) for _ in range(2)]
+        results = self.wait_all([survivor, *newcomers], timeout=30)
+        out = "".join(r.stdout.decode() for r in results)
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+        self.assertEqual(sorted(int(line.split("=")[1]) for line in out.splitlines() if "RANK=" in line), [0, 1, 2])
+        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
+
     def test_two_jobs_on_one_etcd_stay_apart(self):
         jobs = {"a": f"{self.run_id}-a", "b": f"{self.run_id}-b"}
         procs = {name: [self.etcd_node("env=RANK", "env=TORCHELASTIC_RUN_ID", run_id=rid) for _ in range(2)]
@@ -144,7 +169,7 @@ class OneMember(EtcdCase):
                               f"ready={self.ready}", timeout=30)
         self.assertEqual(res.code, UNAVAILABLE, res)
         err = res.stderr.decode()
-        self.assertIn(f"etcd did not answer (granting a lease) for", err, res)
+        self.assertIn("etcd did not answer (reading the coordinator's key) for", err, res)
         self.assertIn(nowhere, err, res)
         self.assertLess(time.monotonic() - t0, 15, res)
         self.assertEqual(os.listdir(self.ready), [], "a worker was started")

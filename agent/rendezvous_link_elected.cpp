@@ -1,0 +1,95 @@
+// RendezvousLink with --rdzv-backend etcd (Hosting::kElected): which agent hosts the job's rendezvous is decided in
+// etcd (etcd/coordinator_election.hpp), and decided again when the host is gone before the job formed.
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+
+#include "agent/rendezvous_link.hpp"
+#include "rendezvous/listener.hpp"
+
+namespace ddprun::agent {
+namespace rdzv = ddprun::rendezvous;
+
+void RendezvousLink::start_elected(rdzv::JobConfig job) {
+  job.require_munge = wants_munge(config_.rdzv);
+  elected_job_ = std::move(job);
+  elected_since_ = std::chrono::steady_clock::now();
+  elect();
+}
+
+// Every agent listens first (a free port on every address, or --local-addr's), so that the value it offers names
+// a server that already exists; the election's winner keeps it, the others close it before anyone connected.
+void RendezvousLink::elect() {
+  const RendezvousConfig& r = config_.rdzv;
+  auto server = std::make_unique<rdzv::Server>(io_, elected_job_, log_);
+  server->start(r.local_addr.empty() ? rdzv::kEveryAddress : r.local_addr, 0, /*announce=*/false);
+  server_ = std::move(server);
+  // Where the others reach it: --local-addr, else this machine's name (the address the other nodes use for it).
+  const std::string host = r.local_addr.empty() ? config_.host : r.local_addr;
+  const nlohmann::json offer = {{"host", host}, {"port", server_->port()}, {"node", config_.host},
+                                {"pid", static_cast<long>(::getpid())}};
+  etcd::ElectionConfig ec;
+  ec.key_prefix = r.etcd.key_prefix;
+  ec.run_id = r.job.run_id;
+  ec.give_up_after = r.etcd.read_timeout;
+  etcd::CoordinatorElection::Handlers h;
+  h.on_won = [this, host] {
+    server_->announce();
+    log_.info("this node hosts the rendezvous (elected in etcd at ", etcd::describe(election_->endpoints()),
+              "): port ", server_->port());
+    server_host_ = host;
+    start_client();
+  };
+  h.on_lost = [this](const std::string& value) {
+    server_->stop();
+    server_.reset();
+    const auto held = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    if (!held.is_object() || !held.contains("host") || !held["host"].is_string() || !held.contains("port") ||
+        !held["port"].is_number_integer())
+      return handlers_.on_error({rdzv::ErrorKind::kProtocol, "etcd: the job's coordinator key holds '" + value +
+                                                                 "', not a ddprun rendezvous address: is the key "
+                                                                 "prefix shared with another program?"});
+    host_offer_ = value;
+    server_host_ = held["host"].get<std::string>();
+    server_port_ = held["port"].get<int>();
+    log_.info("the rendezvous is hosted by ", held.value("node", server_host_), " at ", server_host_, ":",
+              server_port_, " (elected in etcd)");
+    start_client();
+  };
+  h.on_error = [this](const std::string& why) { handlers_.on_error({rdzv::ErrorKind::kUnavailable, why}); };
+  election_ = std::make_unique<etcd::CoordinatorElection>(io_, etcd::parse_endpoints(r.etcd.endpoints), ec,
+                                                          std::move(h), log_);
+  election_->run(offer.dump(), host_offer_);
+}
+
+// Before the first round nothing of the job is lost with its host: the agents elect another (once the gone host's
+// lease has run out) and gather there. After it, the host's node took its workers with it, and the loss is the
+// job's, as any node's.
+bool RendezvousLink::may_elect_again(const rdzv::ClientError& e) const {
+  const bool gone = e.kind == rdzv::ErrorKind::kLostServer || e.kind == rdzv::ErrorKind::kTimeout;
+  return gone && config_.rdzv.hosting == Hosting::kElected && !placed_ && !server_ && !host_offer_.empty() &&
+         std::chrono::steady_clock::now() - elected_since_ < config_.rdzv.job.join_timeout;
+}
+
+rdzv::ClientHandlers RendezvousLink::client_handlers() {
+  if (config_.rdzv.hosting != Hosting::kElected) return handlers_;
+  rdzv::ClientHandlers h = handlers_;
+  h.on_assignment = [this](const rdzv::Assignment& a) {
+    placed_ = true;
+    handlers_.on_assignment(a);
+  };
+  h.on_error = [this](const rdzv::ClientError& e) {
+    if (!may_elect_again(e)) return handlers_.on_error(e);
+    log_.warning("the rendezvous host elected in etcd is gone before the job formed (", e.message,
+                 "); electing another once its lease runs out");
+    // Not from inside the client's own handler: it is released on the next turn of the loop.
+    boost::asio::post(io_, [this] {
+      client_.reset();
+      elect();
+    });
+  };
+  return h;
+}
+
+}  // namespace ddprun::agent
