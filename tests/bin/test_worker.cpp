@@ -328,6 +328,11 @@ __attribute__((noinline)) void run_step(const std::string& step) {
     const std::string path = arg + "/ready." + std::to_string(g_rank);
     const std::string tmp = path + ".tmp";
     FILE* f = std::fopen(tmp.c_str(), "w");
+    if (f == nullptr) {  // said, not a crash: a test that made DIR too late reads why
+      std::fprintf(stderr, "test_worker: ready=%s: cannot create %s: %s\n", arg.c_str(), tmp.c_str(),
+                   std::strerror(errno));
+      std::exit(99);
+    }
     std::fprintf(f, "%d\n", static_cast<int>(::getpid()));
     std::fclose(f);
     std::rename(tmp.c_str(), path.c_str());

@@ -224,11 +224,13 @@ class Paused(ConsoleCase):
         for paused in (0, 1):
             with self.subTest(paused_node=paused):
                 self.port = free_port()
+                # Before the workers start: a worker that finds no directory cannot say it is ready (the race that
+                # failed this test on a loaded machine, where the workers ran before this line).
+                os.makedirs(f"{self.ready}{paused}", exist_ok=True)
                 procs = [self.start("--nnodes", 2, "--node-rank", r, "--master-addr", "127.0.0.1", "--rdzv-port",
                                     self.port, "--heartbeat-interval", 0.2, "--heartbeat-timeout", 3,
                                     "--nproc-per-node", 1, WORKER, f"ready={self.ready}{paused}", "sleep=4")
                          for r in (0, 1)]
-                os.makedirs(f"{self.ready}{paused}", exist_ok=True)
                 self.wait_for_files([f"{self.ready}{paused}/ready.{r}" for r in (0, 1)], timeout=20)
                 os.kill(procs[paused].pid, signal.SIGSTOP)
                 time.sleep(1.5)
