@@ -229,3 +229,89 @@ class ThreeMembers(EtcdCase):
             self.assertEqual(res.code, 0, res)
         self.assertLess(time.monotonic() - t0, 8, results)
         self.assertTrue(all(not pid_alive(p.pid) for p in procs))
+
+
+class TorchsOwnEtcdLauncherTests(EtcdCase):
+    """The command lines of PyTorch's own launcher tests that use etcd (test/distributed/launcher/run_test.py, the
+    ElasticLaunchTest cases with --rdzv_backend=etcd), run by ddprun against the real etcd. Their scripts (every rank
+    touches a file named after its global rank) are written here: one in bash for --no_python, one in Python."""
+
+    def setUp(self):
+        super().setUp()
+        self.touched = self.path("touched")
+        os.mkdir(self.touched)
+        self.sh = self.path("touch_rank.sh")
+        with open(self.sh, "w") as f:
+            f.write('#!/bin/sh\ntouch "$1/$RANK"\n')
+        os.chmod(self.sh, 0o755)
+        self.py = self.path("touch_rank.py")
+        with open(self.py, "w") as f:
+            f.write("import argparse, os\np = argparse.ArgumentParser()\np.add_argument('--touch_file_dir')\n"
+                    "p.add_argument('--fail', action='store_true')\na = p.parse_args()\n"
+                    "if a.fail:\n    raise RuntimeError('planned failure')\n"
+                    "open(os.path.join(a.touch_file_dir, os.environ['RANK']), 'w').close()\n")
+
+    def etcd_args(self, nnodes="1"):
+        return [f"--nnodes={nnodes}", "--rdzv_backend=etcd", f"--rdzv_endpoint={self.etcd.endpoints}",
+                f"--rdzv_id={self.run_id}", "--monitor_interval=1", "--start_method=spawn"]
+
+    def assert_touched(self, world_size):
+        self.assertEqual(sorted(os.listdir(self.touched)), sorted(str(i) for i in range(world_size)))
+
+    def test_launch_user_script_python(self):
+        r = self.run_ddprun(*self.etcd_args(), "--nproc_per_node=4", self.py, f"--touch_file_dir={self.touched}")
+        self.assertEqual(r.code, 0, r)
+        self.assert_touched(4)
+
+    def test_launch_user_script_bash_and_its_module_refusal(self):
+        args = [*self.etcd_args(), "--nproc_per_node=4", "--no_python"]
+        refused = self.run_ddprun(*args, "--module", self.sh, self.touched)
+        self.assertEqual(refused.code, USAGE, refused)
+        r = self.run_ddprun(*args, self.sh, self.touched)
+        self.assertEqual(r.code, 0, r)
+        self.assert_touched(4)
+
+    def test_launch_user_script_default_nproc(self):
+        r = self.run_ddprun(*self.etcd_args(), "--no_python", self.sh, self.touched)
+        self.assertEqual(r.code, 0, r)
+        self.assert_touched(1)
+
+    def test_launch_with_env_vars(self):
+        self.env.update(PET_NNODES="1", PET_NPROC_PER_NODE="4", PET_RDZV_BACKEND="etcd",
+                        PET_RDZV_ENDPOINT=self.etcd.endpoints, PET_RDZV_ID=self.run_id, PET_MONITOR_INTERVAL="1",
+                        PET_START_METHOD="spawn", PET_NO_PYTHON="1", PET_MODULE="0")
+        r = self.run_ddprun(self.sh, self.touched)
+        self.assertEqual(r.code, 0, r)
+        self.assert_touched(4)
+
+    def test_nproc_launch_configurations(self):
+        for nproc, world_size in (("4", 4), ("auto", len(os.sched_getaffinity(0)))):
+            with self.subTest(nproc=nproc):
+                for name in os.listdir(self.touched):
+                    os.unlink(os.path.join(self.touched, name))
+                r = self.run_ddprun(*self.etcd_args(), f"--nproc_per_node={nproc}", "--no_python", self.sh,
+                                    self.touched)
+                self.assertEqual(r.code, 0, r)
+                self.assert_touched(world_size)
+        r = self.run_ddprun(*self.etcd_args(), "--nproc_per_node=unknown", "--no_python", self.sh, self.touched)
+        self.assertEqual(r.code, USAGE, r)
+
+    def test_launch_elastic_one_node_of_two(self):
+        # --nnodes=1:2 with one node: it starts with MIN after the last call (torch's default 30 s; 1 s here).
+        r = self.run_ddprun(*self.etcd_args("1:2"), "--rdzv_conf=last_call_timeout=1", "--nproc_per_node=4",
+                            self.py, f"--touch_file_dir={self.touched}")
+        self.assertEqual(r.code, 0, r)
+        self.assert_touched(4)
+
+    def test_launch_elastic_worker_raise_exception(self):
+        r = self.run_ddprun(*self.etcd_args("1:2"), "--rdzv_conf=last_call_timeout=1", "--nproc_per_node=4",
+                            "--max_restarts=0", self.py, "--fail")
+        self.assertEqual(r.code, 1, r)
+        self.assertIn("planned failure", r.stderr.decode(), r)
+
+    def test_launch_elastic_multiple_agents(self):
+        procs = [self.start(*self.etcd_args("1:2"), "--nproc_per_node=4", self.py, f"--touch_file_dir={self.touched}")
+                 for _ in range(2)]
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 0, res)
+        self.assert_touched(8)
