@@ -46,7 +46,8 @@ int exit_code_of(const rdzv::ClientError& error) {
 
 RendezvousLink::RendezvousLink(boost::asio::io_context& io, const AgentConfig& config,
                                rdzv::ClientHandlers handlers)
-    : io_(io), config_(config), handlers_(std::move(handlers)), log_(config.log.for_part("rendezvous")) {
+    : io_(io), config_(config), handlers_(std::move(handlers)), log_(config.log.for_part("rendezvous")),
+      server_host_(config.rdzv.server_host), server_port_(config.rdzv.server_port) {
   // One node talking to itself: the rendezvous' lines would only repeat the agent's (--verbose shows them).
   if (config.rdzv.job.max_nodes == 1 && config.rdzv.hosting == Hosting::kYes && !log_.enabled(LogLevel::kDebug))
     log_ = Logger(LogLevel::kOff, "rendezvous", "");
@@ -78,8 +79,6 @@ bool RendezvousLink::wants_munge(const RendezvousConfig& r) {
 
 void RendezvousLink::start() {
   const RendezvousConfig& r = config_.rdzv;
-  server_host_ = r.server_host;
-  server_port_ = r.server_port;
   if (r.hosting == Hosting::kElected) return start_elected(r.job);
   if (r.hosting != Hosting::kNo) {
     rdzv::JobConfig job = r.job;  // validated by the launcher (rendezvous/job_config.cpp)
@@ -219,6 +218,11 @@ void RendezvousLink::finish(std::function<void()> done) {
   if (client_) client_->close();
   // The elected host revokes its etcd lease once the others have heard the end (the job's keys go with it).
   if (election_) done = [this, done = std::move(done)] { election_->finish(done); };
+  // A candidate that never won (etcd out of reach, say): nobody knows its server, there is nothing to drain.
+  if (election_ && !election_->won() && server_) {
+    server_->stop();
+    server_.reset();
+  }
   if (!server_) {
     done();
     return;

@@ -33,6 +33,7 @@ void RendezvousLink::elect() {
   ec.key_prefix = r.etcd.key_prefix;
   ec.run_id = r.job.run_id;
   ec.give_up_after = r.etcd.read_timeout;
+  ec.tls = {r.etcd.https, r.etcd.cacert, r.etcd.cert, r.etcd.key};
   etcd::CoordinatorElection::Handlers h;
   h.on_won = [this, host] {
     server_->announce();

@@ -27,7 +27,7 @@ std::string coordinator_key(const ElectionConfig& config) { return job_prefix(co
 
 CoordinatorElection::CoordinatorElection(boost::asio::io_context& io, std::vector<Endpoint> endpoints,
                                          ElectionConfig config, Handlers handlers, Logger log)
-    : client_(io, std::move(endpoints)), config_(std::move(config)), handlers_(std::move(handlers)),
+    : client_(io, std::move(endpoints), std::chrono::milliseconds(2000), config.tls), config_(std::move(config)), handlers_(std::move(handlers)),
       log_(std::move(log)), timer_(io) {}
 
 CoordinatorElection::~CoordinatorElection() { cancel(); }
@@ -75,9 +75,11 @@ void CoordinatorElection::retry_or_fail(const std::string& step, const std::stri
   const auto waited = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - first_try_);
   if (waited >= config_.give_up_after) {
     over_ = true;
+    const bool tls = error.find("TLS") != std::string::npos;
     return handlers_.on_error("etcd did not answer (" + step + ") for " + seconds_text(waited) + " at " +
                               describe(client_.endpoints()) + ": " + error +
-                              " (is etcd running there? --rdzv-conf read_timeout sets how long to wait)");
+                              (tls ? " (check --rdzv-conf cacert, cert and key against etcd's TLS setup)"
+                                   : " (is etcd running there? --rdzv-conf read_timeout sets how long to wait)"));
   }
   log_.debug("etcd: ", step, ": ", error, "; again in ", config_.retry_interval.count(), " ms");
   timer_.expires_after(config_.retry_interval);

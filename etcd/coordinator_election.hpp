@@ -30,6 +30,7 @@ struct ElectionConfig {
   // etcd unanswered this long from the first try: an error naming every endpoint (--rdzv-conf read_timeout)
   std::chrono::milliseconds give_up_after{60'000};
   std::chrono::milliseconds retry_interval{500};
+  Tls tls;  // https to etcd
 };
 
 // "<prefix>/<run id>/": every key of the job is under it.

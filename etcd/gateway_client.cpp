@@ -10,13 +10,16 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "common/host_port.hpp"
 
 namespace ddprun::etcd {
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
+namespace ssl = boost::asio::ssl;
 using nlohmann::json;
 
 namespace {
@@ -37,10 +40,8 @@ std::vector<Endpoint> parse_endpoints(const std::string& text) {
     const std::size_t comma = text.find(',', start);
     std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     start = comma == std::string::npos ? text.size() + 1 : comma + 1;
-    if (item.rfind("https://", 0) == 0)
-      throw std::invalid_argument("etcd endpoint '" + item + "': TLS to etcd is not supported yet; use its "
-                                  "plain-HTTP client URL on a trusted network, or --rdzv-backend c10d");
-    if (item.rfind("http://", 0) == 0) item = item.substr(7);
+    if (item.rfind("https://", 0) == 0) item = item.substr(8);  // TLS is the client's (Tls), for every endpoint
+    else if (item.rfind("http://", 0) == 0) item = item.substr(7);
     while (!item.empty() && item.back() == '/') item.pop_back();
     if (item.empty()) throw std::invalid_argument("etcd endpoints '" + text + "': an empty item");
     Endpoint e;
@@ -61,6 +62,8 @@ std::vector<Endpoint> parse_endpoints(const std::string& text) {
   }
   return out;
 }
+
+bool names_https(const std::string& text) { return text.find("https://") != std::string::npos; }
 
 std::string describe(const std::vector<Endpoint>& endpoints) {
   std::string out;
@@ -102,11 +105,11 @@ std::int64_t int_field(const json& object, const char* name) {
 // One POST, tried at each endpoint in turn from the preferred one. Owns itself through the async chain.
 class GatewayClient::Request : public std::enable_shared_from_this<Request> {
  public:
-  Request(asio::io_context& io, const std::vector<Endpoint>& endpoints, std::size_t first,
+  Request(asio::io_context& io, ssl::context* tls, const std::vector<Endpoint>& endpoints, std::size_t first,
           std::chrono::milliseconds timeout, std::function<void(std::size_t)> answered, std::string path,
           const json& body, Handler done)
-      : endpoints_(endpoints), next_(first), timeout_(timeout), answered_(std::move(answered)),
-        resolver_(io), stream_(io), timer_(io), done_(std::move(done)) {
+      : io_(io), tls_context_(tls), endpoints_(endpoints), next_(first), timeout_(timeout),
+        answered_(std::move(answered)), resolver_(io), stream_(io), timer_(io), done_(std::move(done)) {
     request_.method(http::verb::post);
     request_.target(path);
     request_.version(11);
@@ -142,33 +145,59 @@ class GatewayClient::Request : public std::enable_shared_from_this<Request> {
       self->timed_out_ = true;
       self->stop_attempt();
     });
+    if (tls_context_) tls_stream_.emplace(io_, *tls_context_);
     resolver_.async_resolve(e.host, e.port, [self, attempt](const boost::system::error_code& ec,
                                                             const asio::ip::tcp::resolver::results_type& found) {
       if (!self->current(attempt)) return;
       if (ec) return self->failed("cannot resolve: " + ec_text(ec));
-      self->stream_.async_connect(found, [self, attempt](const boost::system::error_code& ec2,
-                                                         const asio::ip::tcp::endpoint&) {
+      auto& tcp = self->tls_stream_ ? self->tls_stream_->next_layer() : self->stream_;
+      tcp.async_connect(found, [self, attempt](const boost::system::error_code& ec2, const asio::ip::tcp::endpoint&) {
         if (!self->current(attempt)) return;
         if (ec2) return self->failed(ec2);
-        http::async_write(self->stream_, self->request_, [self, attempt](const boost::system::error_code& ec3,
-                                                                         std::size_t) {
-          if (!self->current(attempt)) return;
-          if (ec3) return self->failed(ec3);
-          http::async_read(self->stream_, self->buffer_, *self->response_,
-                           [self, attempt](const boost::system::error_code& ec4, std::size_t) {
-                             if (!self->current(attempt)) return;
-                             if (ec4) return self->failed(ec4);
-                             self->on_response();
-                           });
-        });
+        if (!self->tls_stream_) return self->exchange(self->stream_, attempt);
+        self->handshake(attempt);
       });
+    });
+  }
+
+  // TLS: the name or address we dialled must be in etcd's certificate (SNI sent for names), signed by the CA given.
+  void handshake(unsigned attempt) {
+    const std::string& host = endpoints_[at_].host;
+    boost::system::error_code not_an_address;
+    asio::ip::make_address(host, not_an_address);
+    if (not_an_address)  // SSL_set_tlsext_host_name, without its macro's C cast
+      SSL_ctrl(tls_stream_->native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+               const_cast<char*>(host.c_str()));
+    tls_stream_->set_verify_callback(ssl::host_name_verification(host));
+    auto self = shared_from_this();
+    tls_stream_->async_handshake(ssl::stream_base::client, [self, attempt](const boost::system::error_code& ec) {
+      if (!self->current(attempt)) return;
+      if (ec) return self->failed("TLS handshake: " + ec_text(ec));  // not failed(ec): a timeout says so
+      self->exchange(*self->tls_stream_, attempt);
+    });
+  }
+
+  template <typename Stream>
+  void exchange(Stream& stream, unsigned attempt) {
+    auto self = shared_from_this();
+    http::async_write(stream, request_, [self, &stream, attempt](const boost::system::error_code& ec, std::size_t) {
+      if (!self->current(attempt)) return;
+      if (ec) return self->failed(ec);
+      http::async_read(stream, self->buffer_, *self->response_,
+                       [self, attempt](const boost::system::error_code& ec2, std::size_t) {
+                         if (!self->current(attempt)) return;
+                         if (ec2) return self->failed(ec2);
+                         self->on_response();
+                       });
     });
   }
 
   bool current(unsigned attempt) const { return !cancelled_ && attempt == attempt_; }
 
   void failed(const boost::system::error_code& ec) {
-    failed(timed_out_ ? "no answer in " + std::to_string(timeout_.count()) + " ms" : ec_text(ec));
+    if (timed_out_) return failed("no answer in " + std::to_string(timeout_.count()) + " ms");
+    // OpenSSL's own words ("certificate verify failed", "sslv3 alert bad certificate"), said to be TLS's
+    failed((ec.category() == asio::error::get_ssl_category() ? "TLS: " : "") + ec_text(ec));
   }
 
   void failed(const std::string& why) {
@@ -201,6 +230,7 @@ class GatewayClient::Request : public std::enable_shared_from_this<Request> {
     timer_.cancel();
     resolver_.cancel();
     stream_.socket().close(ignored);
+    if (tls_stream_) tls_stream_->next_layer().socket().close(ignored);
   }
 
   void finish(const std::string& error, const json& reply) {
@@ -210,6 +240,8 @@ class GatewayClient::Request : public std::enable_shared_from_this<Request> {
     done(error, reply);
   }
 
+  asio::io_context& io_;
+  ssl::context* tls_context_;
   const std::vector<Endpoint>& endpoints_;
   std::size_t next_;
   std::size_t tried_ = 0;
@@ -217,7 +249,8 @@ class GatewayClient::Request : public std::enable_shared_from_this<Request> {
   std::chrono::milliseconds timeout_;
   std::function<void(std::size_t)> answered_;
   asio::ip::tcp::resolver resolver_;
-  boost::beast::tcp_stream stream_;
+  boost::beast::tcp_stream stream_;                                          // plain HTTP
+  std::optional<boost::beast::ssl_stream<boost::beast::tcp_stream>> tls_stream_;  // https: one per attempt
   asio::steady_timer timer_;
   http::request<http::string_body> request_;
   std::optional<http::response_parser<http::string_body>> response_;
@@ -230,10 +263,25 @@ class GatewayClient::Request : public std::enable_shared_from_this<Request> {
 };
 
 GatewayClient::GatewayClient(asio::io_context& io, std::vector<Endpoint> endpoints,
-                             std::chrono::milliseconds per_endpoint_timeout)
+                             std::chrono::milliseconds per_endpoint_timeout, const Tls& tls)
     : io_(io), endpoints_(std::move(endpoints)), timeout_(per_endpoint_timeout) {
   if (endpoints_.empty()) throw std::invalid_argument("no etcd endpoint");
   if (sodium_init() < 0) throw std::runtime_error("libsodium failed to initialise");
+  if (!tls.enabled) return;
+  tls_ = std::make_unique<ssl::context>(ssl::context::tls_client);
+  tls_->set_verify_mode(ssl::verify_peer);
+  auto load = [](const char* what, const std::string& file, const std::function<void()>& use) {
+    try {
+      use();
+    } catch (const boost::system::system_error& e) {
+      throw std::invalid_argument(std::string("etcd TLS: cannot use --rdzv-conf ") + what + " " + file + ": " +
+                                  e.code().message());
+    }
+  };
+  if (tls.cacert.empty()) tls_->set_default_verify_paths();
+  else load("cacert", tls.cacert, [&] { tls_->load_verify_file(tls.cacert); });
+  if (!tls.cert.empty()) load("cert", tls.cert, [&] { tls_->use_certificate_chain_file(tls.cert); });
+  if (!tls.key.empty()) load("key", tls.key, [&] { tls_->use_private_key_file(tls.key, ssl::context::pem); });
 }
 
 GatewayClient::~GatewayClient() { cancel(); }
@@ -241,7 +289,7 @@ GatewayClient::~GatewayClient() { cancel(); }
 void GatewayClient::post(const std::string& path, const json& body, Handler done) {
   // Requests hold a reference to endpoints_: a client outlives its requests' handlers (cancel() in the
   // destructor stops them before they run).
-  auto request = std::make_shared<Request>(io_, endpoints_, preferred_, timeout_,
+  auto request = std::make_shared<Request>(io_, tls_.get(), endpoints_, preferred_, timeout_,
                                            [this](std::size_t at) { preferred_ = at; }, path, body,
                                            std::move(done));
   in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(),

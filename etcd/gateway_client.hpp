@@ -2,7 +2,8 @@
 // /v3/lease/grant, /v3/lease/keepalive, /v3/lease/revoke): HTTP/1.1 with Boost.Beast, on the caller's Asio loop,
 // one connection per request. Why the gateway and not gRPC: the rendezvous writes to etcd a handful of times per
 // job (an election, a lease kept alive every few seconds, a clean-up), so a plain HTTP call costs nothing that
-// matters, and it needs no code generator or gRPC runtime (docs/DESIGN-NOTES.md, "Rendezvous on etcd").
+// matters, and it needs no code generator or gRPC runtime (docs/DESIGN-NOTES.md, "Rendezvous on etcd"). With TLS
+// (OpenSSL through Asio) when etcd's client URLs are https.
 //
 // Failover: a request goes to the endpoint that answered last, then to the others in turn. A refused connection,
 // a timeout (per endpoint) or a 5xx answer moves on (a 3-member cluster whose leader died answers on the other
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <nlohmann/json.hpp>
 
 namespace ddprun::etcd {
@@ -27,9 +29,11 @@ struct Endpoint {
   std::string text() const;  // "host:port" ("[v6]:port")
 };
 
-// "host:port[,host:port...]", each optionally "http://host:port" (torchrun's form). Throws std::invalid_argument
-// with a message fit to print: an empty item, a bad port, "https://" (TLS is not supported yet).
+// "host:port[,host:port...]", each optionally "http://host:port" or "https://host:port" (torchrun's form; whether
+// to use TLS is the client's Tls, see names_https). Throws std::invalid_argument with a message fit to print: an
+// empty item, a bad port.
 std::vector<Endpoint> parse_endpoints(const std::string& text);
+bool names_https(const std::string& text);  // an endpoint given as https://
 std::string describe(const std::vector<Endpoint>& endpoints);  // "a:2379, b:2379"
 
 // etcd's keys and values travel base64-encoded in the gateway's JSON.
@@ -38,13 +42,25 @@ std::string from_base64(const std::string& text);  // "" for text that is not ba
 // The gateway writes int64 fields as JSON strings ("TTL": "10"); absent means 0.
 std::int64_t int_field(const nlohmann::json& object, const char* name);
 
+// https (--rdzv-conf protocol=https, or https:// endpoints): etcd's certificate must name the host dialled (its name,
+// or its address as an IP SAN) and be signed by `cacert` (PEM; empty: the system's CAs); `cert` and `key` (PEM) are
+// this client's, for an etcd started with --client-cert-auth.
+struct Tls {
+  bool enabled = false;
+  std::string cacert;
+  std::string cert;
+  std::string key;
+};
+
 class GatewayClient {
  public:
   // error: "" on success, else what went wrong at each endpoint tried; reply: the answer's JSON object.
   using Handler = std::function<void(const std::string& error, const nlohmann::json& reply)>;
 
+  // Throws std::invalid_argument naming the file when TLS material cannot be loaded.
   GatewayClient(boost::asio::io_context& io, std::vector<Endpoint> endpoints,
-                std::chrono::milliseconds per_endpoint_timeout = std::chrono::milliseconds(2000));
+                std::chrono::milliseconds per_endpoint_timeout = std::chrono::milliseconds(2000),
+                const Tls& tls = Tls());
   ~GatewayClient();
   GatewayClient(const GatewayClient&) = delete;
   GatewayClient& operator=(const GatewayClient&) = delete;
@@ -60,6 +76,7 @@ class GatewayClient {
   boost::asio::io_context& io_;
   std::vector<Endpoint> endpoints_;
   std::chrono::milliseconds timeout_;
+  std::unique_ptr<boost::asio::ssl::context> tls_;  // null: plain HTTP
   std::size_t preferred_ = 0;  // the endpoint that answered last
   std::vector<std::weak_ptr<Request>> in_flight_;
 };

@@ -1,5 +1,10 @@
 #include "launcher/topology.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "agent/env_contract.hpp"
 #include "common/contract/worker_contract.hpp"
 #include "common/error.hpp"
@@ -202,6 +207,22 @@ void resolve_parts(const TopologyOptions& o, const std::vector<std::string>& env
     r.etcd.endpoints = o.rdzv_endpoint;
     r.etcd.key_prefix = o.etcd_key_prefix;
     r.etcd.read_timeout = parse_duration("--rdzv-conf read_timeout", o.etcd_read_timeout);
+    r.etcd.https = o.etcd_protocol == "https" || etcd::names_https(o.rdzv_endpoint);
+    if (r.etcd.https && o.etcd_protocol == "http" && o.rdzv_endpoint.find("http://") != std::string::npos)
+      throw UsageError("--rdzv-endpoint mixes http:// and https:// etcd URLs: give every endpoint the same scheme",
+                       kExitUsage);
+    if (!r.etcd.https && !(o.etcd_cacert + o.etcd_cert + o.etcd_key).empty())
+      throw UsageError("--rdzv-conf cacert, cert and key are for TLS: add protocol=https (or give https:// "
+                       "endpoints)", kExitUsage);
+    if (o.etcd_cert.empty() != o.etcd_key.empty())
+      throw UsageError("--rdzv-conf cert and key go together (this node's certificate and its private key)",
+                       kExitUsage);
+    for (const std::string* file : {&o.etcd_cacert, &o.etcd_cert, &o.etcd_key})
+      if (!file->empty() && ::access(file->c_str(), R_OK) != 0)
+        throw UsageError("--rdzv-conf: cannot read " + *file + ": " + std::strerror(errno), kExitNoInput);
+    r.etcd.cacert = o.etcd_cacert;
+    r.etcd.cert = o.etcd_cert;
+    r.etcd.key = o.etcd_key;
     job.static_node_ranks = false;
     w.master_port = r.master_port =
         o.master_port.empty() ? 0 : parse_int_in("--master-port", o.master_port, 0, 65535);

@@ -46,7 +46,9 @@ struct TopologyOptions {
   std::optional<bool> is_host;
   // --rdzv-backend etcd (etcd-v2 the same): --rdzv-conf key_prefix, read_timeout (seconds etcd may stay silent)
   std::string etcd_key_prefix = "/ddprun";
-  std::string etcd_read_timeout = "60";  // --rdzv-conf is_host: dynamic mode hosts the server here (true) or joins (false)
+  std::string etcd_read_timeout = "60";
+  std::string etcd_protocol = "http";           // --rdzv-conf protocol: http or https
+  std::string etcd_cacert, etcd_cert, etcd_key;  // --rdzv-conf cacert, cert, key  // --rdzv-conf is_host: dynamic mode hosts the server here (true) or joins (false)
 };
 
 // Fills cfg.world (what is known before the rendezvous) and cfg.rdzv; cfg.world.local_world_size must be

@@ -154,16 +154,15 @@ void apply_rdzv_conf(const std::string& text, const std::set<std::string>& given
         usage(option + " '" + value + "': expected an etcd key path beginning with '/', e.g. /ddprun");
       o.etcd_key_prefix = value;
     } else if (key == "protocol" && is_etcd_backend(o.rdzv_backend)) {
-      if (value != "http")
-        usage(option + " '" + value + "': ddprun speaks plain HTTP to etcd (TLS is not supported yet); use "
-              "protocol=http on a trusted network, or --rdzv-backend c10d");
+      if (value != "http" && value != "https") usage(option + " '" + value + "': expected http or https");
+      o.etcd_protocol = value;
     } else if ((key == "cacert" || key == "cert" || key == "key") && is_etcd_backend(o.rdzv_backend)) {
-      usage(option + ": TLS to etcd is not supported yet; use its plain-HTTP client URL on a trusted network, or "
-            "--rdzv-backend c10d");
+      if (value.empty()) usage(option + ": expected a PEM file");
+      (key == "cacert" ? o.etcd_cacert : key == "cert" ? o.etcd_cert : o.etcd_key) = value;
     } else {
       usage("--rdzv-conf key '" + key + "' is not supported by ddprun: it understands timeout, join_timeout, "
             "last_call_timeout, read_timeout, is_host, keep_alive_interval, keep_alive_max_attempt, (with etcd) "
-            "key_prefix and protocol, and (its own) max_departures, join_policy, join_min_interval");
+            "key_prefix, protocol, cacert, cert and key, and (its own) max_departures, join_policy, join_min_interval");
     }
   }
   // torch: a node is lost after keep_alive_max_attempt missed keep-alives (default 3).

@@ -28,8 +28,8 @@ std::vector<std::string> options_from_pet_env(const std::vector<std::string>& en
 // keep_alive_max_attempt → --heartbeat-timeout (interval × attempts), is_host → o.is_host, last_call_timeout →
 // o.last_call (elastic jobs), max_departures, join_policy, join_min_interval (ddprun's own) → o's fields of the
 // same names; read_timeout is checked and
-// ignored (noted at debug level), except with etcd (how long etcd may stay silent), where key_prefix and
-// protocol=http are understood too and TLS's keys are refused. An option given by its ddprun name wins.
+// ignored (noted at debug level), except with etcd (how long etcd may stay silent), where key_prefix, protocol,
+// cacert, cert and key are understood too. An option given by its ddprun name wins.
 // Other keys: UsageError naming the key.
 void apply_rdzv_conf(const std::string& text, const std::set<std::string>& given, TopologyOptions& o,
                      std::vector<std::string>& notes);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ddprun itself on a GPU machine with PyTorch (no apt there): Python workers on NCCL under the launcher.
 #   scripts/gpu_launch_check.sh --pack   # here: ddprun (stripped) and the libraries it needs into build-gpu-deps/launch
+#                                        (libsodium, libmunge, OpenSSL: that machine has no apt)
 #   scripts/gpu_launch_check.sh          # there, carrying build-gpu-deps
 # Checks: --nproc-per-node gpu starts one worker per visible GPU, which trains with NCCL and exits 0; a rank that
 # raises mid-training ends the job with its exception named; two ranks sharing one GPU (NCCL refuses that) end
@@ -13,7 +14,7 @@ dir=build-gpu-deps/launch
 if [[ ${1:-} == --pack ]]; then
   mkdir -p "$dir"
   strip -o "$dir/ddprun" build/launcher/ddprun || exit 1
-  for lib in $(ldd build/launcher/ddprun | awk '/sodium|munge/ {print $3}'); do cp -L "$lib" "$dir/"; done
+  for lib in $(ldd build/launcher/ddprun | awk '/sodium|munge|libssl|libcrypto/ {print $3}'); do cp -L "$lib" "$dir/"; done
   ls -la "$dir"
   exit 0
 fi

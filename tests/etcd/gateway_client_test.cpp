@@ -102,8 +102,9 @@ TEST_CASE("etcd endpoints: lists, torchrun's http:// URLs, IPv6, etcd's default 
   CHECK(e[1].text() == "[::1]:2");
   CHECK(e[2].text() == "b:3");
   CHECK(e[3].text() == "c:2379");
-  CHECK_THROWS_WITH_AS(parse_endpoints("https://a:1"), doctest::Contains("TLS to etcd is not supported yet"),
-                       std::invalid_argument);
+  CHECK(parse_endpoints("https://a:1,https://b")[1].text() == "b:2379");
+  CHECK(names_https("a:1,https://b"));
+  CHECK_FALSE(names_https("http://a:1,b"));
   CHECK_THROWS_WITH_AS(parse_endpoints("a:1,"), doctest::Contains("an empty item"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(parse_endpoints("a:0"), doctest::Contains("port of 1-65535"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(parse_endpoints("a:x"), doctest::Contains("port of 1-65535"), std::invalid_argument);

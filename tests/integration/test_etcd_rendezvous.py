@@ -12,7 +12,7 @@ import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from etcd_cluster import EtcdCluster, skip_unless_etcd
-from exit_codes import UNAVAILABLE, USAGE
+from exit_codes import NO_INPUT, UNAVAILABLE, USAGE
 from harness import WORKER, pid_alive
 from multinode import LOST, MultiNodeCase
 from ports import free_port
@@ -21,12 +21,13 @@ from wait import wait_until
 
 class EtcdCase(MultiNodeCase):
     MEMBERS = 1
+    TLS = False
 
     @classmethod
     def setUpClass(cls):
         skip_unless_etcd()
         cls.etcd_dir = tempfile.mkdtemp(prefix="ddprun_etcd_")
-        cls.etcd = EtcdCluster(cls.etcd_dir, cls.MEMBERS)
+        cls.etcd = EtcdCluster(cls.etcd_dir, cls.MEMBERS, tls=cls.TLS)
         try:
             cls.etcd.start()
         except BaseException:
@@ -177,9 +178,6 @@ class OneMember(EtcdCase):
     def test_bad_etcd_options_are_refused_before_anything_starts(self):
         base = ["--nnodes", "2", "--rdzv-id", self.run_id, "--rdzv-backend", "etcd"]
         cases = [
-            (["--rdzv-endpoint", "https://127.0.0.1:2379"], ["TLS to etcd is not supported yet"]),
-            (["--rdzv-endpoint", self.etcd.endpoints, "--rdzv-conf", "cacert=/ca.pem"], ["TLS", "cacert"]),
-            (["--rdzv-endpoint", self.etcd.endpoints, "--rdzv-conf", "protocol=https"], ["plain HTTP"]),
             (["--rdzv-endpoint", self.etcd.endpoints, "--rdzv-conf", "is_host=1"], ["elect"]),
             (["--rdzv-endpoint", "127.0.0.1:2379,"], ["an empty item"]),
             (["--rdzv-endpoint", "127.0.0.1:99999"], ["port of 1-65535"]),
@@ -188,6 +186,63 @@ class OneMember(EtcdCase):
         for extra, words in cases:
             with self.subTest(extra=extra):
                 self.assert_refused([*base, *extra, WORKER, f"ready={self.ready}"], USAGE, words)
+
+
+class OverTls(EtcdCase):
+    """etcd on https, asking every client for a certificate of its CA (--client-cert-auth)."""
+    TLS = True
+
+    def tls_conf(self, ca="ca.pem", client=True, timeout=10):
+        conf = [f"read_timeout={timeout}", f"cacert={self.etcd.cert(ca)}"]
+        if client:
+            conf += [f"cert={self.etcd.cert('client.pem')}", f"key={self.etcd.cert('client.key')}"]
+        return ("--rdzv-conf", ",".join(conf))
+
+    def test_a_job_meets_over_tls(self):
+        procs = [self.etcd_node("env=RANK", extra=self.tls_conf()) for _ in range(2)]
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 0, res)
+        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
+
+    def test_tls_refusals_are_one_clear_error_each(self):
+        other = self.path("other")
+        os.mkdir(other)
+        from etcd_cluster import make_certificates
+        make_certificates(other, ca_name="stranger")
+        cases = [
+            # etcd's certificate is not signed by the CA given: ddprun refuses etcd
+            (("--rdzv-conf", f"read_timeout=2,cacert={other}/stranger.pem,cert={self.etcd.cert('client.pem')},"
+                             f"key={self.etcd.cert('client.key')}"), "certificate verify failed"),
+            # no client certificate: etcd refuses ddprun
+            (self.tls_conf(client=False, timeout=2), "TLS: sslv3 alert bad certificate"),
+        ]
+        for extra, words in cases:
+            with self.subTest(words=words):
+                res = self.run_ddprun("--nnodes", 2, "--nproc-per-node", 1, "--rdzv-backend", "etcd",
+                                      "--rdzv-endpoint", self.etcd.endpoints, "--rdzv-id", self.run_id, *extra,
+                                      WORKER, f"ready={self.ready}", timeout=30)
+                self.assertEqual(res.code, UNAVAILABLE, res)
+                self.assertIn(words, res.stderr.decode(), res)
+                self.assertIn("check --rdzv-conf cacert, cert and key", res.stderr.decode(), res)
+                self.assertIn(self.etcd.endpoints.replace("https://", ""), res.stderr.decode(), res)
+                self.assertLess(res.elapsed, 10, res)
+        self.assertEqual(os.listdir(self.ready), [], "a worker was started")
+
+    def test_bad_tls_options_are_refused_before_anything_starts(self):
+        base = ["--nnodes", "2", "--rdzv-id", self.run_id, "--rdzv-backend", "etcd", "--rdzv-endpoint"]
+        plain = self.etcd.endpoints.replace("https://", "")
+        cases = [
+            ([*base, plain, "--rdzv-conf", f"cacert={self.etcd.cert('ca.pem')}"], USAGE, ["protocol=https"]),
+            ([*base, plain, "--rdzv-conf", "protocol=https,cacert=/nonexistent/ca.pem"], NO_INPUT,
+             ["cannot read /nonexistent/ca.pem"]),
+            ([*base, plain, "--rdzv-conf", f"protocol=https,cert={self.etcd.cert('client.pem')}"], USAGE,
+             ["cert and key go together"]),
+            ([*base, "http://127.0.0.1:1,https://127.0.0.1:2"], USAGE, ["mixes http:// and https://"]),
+            ([*base, plain, "--rdzv-conf", "protocol=gopher"], USAGE, ["expected http or https"]),
+        ]
+        for args, code, words in cases:
+            with self.subTest(args=args):
+                self.assert_refused([*args, WORKER, f"ready={self.ready}"], code, words)
 
 
 class ThreeMembers(EtcdCase):

@@ -240,7 +240,7 @@ const std::vector<Verdict>& verdicts() {
        "join_min_interval applies to join_policy now", nullptr},
       {"--rdzv-backend zookeeper --rdzv-endpoint h:2181 --rdzv-id j --nnodes 2 train.py", {}, "--rdzv-backend", nullptr},
       {"--rdzv-backend etcd --rdzv-endpoint h:2379 --rdzv-id j --nnodes 2 --rdzv-conf cacert=/ca.pem train.py", {},
-       "TLS to etcd is not supported yet", nullptr},
+       "cacert, cert and key are for TLS: add protocol=https", nullptr},
       {"--nnodes 1:4 --master-addr h train.py", {}, "an elastic node count needs --rdzv-endpoint", nullptr},
       {"--nnodes 2 --rdzv-endpoint localhost:0 --rdzv-id j train.py", {}, "port 0 means a free port", nullptr},
       {"--nproc-per-node gpu train.py", {"CUDA_VISIBLE_DEVICES="}, "--nproc-per-node gpu: no CUDA device visible",

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import time
 import unittest
@@ -28,9 +29,28 @@ def b64(text):
     return base64.b64encode(text.encode()).decode()
 
 
+def make_certificates(directory, ca_name="ca"):
+    """A test CA (`ca_name`.pem) and, signed by it, a server certificate for 127.0.0.1 and localhost (server.pem,
+    server.key) and a client certificate (client.pem, client.key), with openssl's command line (P-256 keys)."""
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+        f"{ca_name}.key", "-out", f"{ca_name}.pem", "-days", "2", "-subj", f"/CN=ddprun test {ca_name}")
+    for name, usage in (("server", "serverAuth,clientAuth"), ("client", "clientAuth")):
+        with open(os.path.join(directory, f"{name}.ext"), "w") as f:
+            f.write(f"subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage={usage}\n")
+        run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", f"{name}.key",
+            "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca_name}.pem", "-CAkey", f"{ca_name}.key",
+            "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
+
+
 class EtcdCluster:
-    def __init__(self, base_dir, members=1):
+    def __init__(self, base_dir, members=1, tls=False):
+        """`tls`: client URLs over https with a CA of the fixture's own (make_certificates), etcd asking every
+        client for a certificate signed by it (--client-cert-auth)."""
         self.base_dir = base_dir
+        self.tls = tls
         self.names = [f"m{i}" for i in range(members)]
         self.client_ports = [free_port() for _ in self.names]
         self.peer_ports = [free_port() for _ in self.names]
@@ -40,19 +60,36 @@ class EtcdCluster:
     @property
     def endpoints(self):
         """The --rdzv-endpoint list: every member's client URL."""
+        if self.tls:
+            return ",".join(self.url(i) for i in range(len(self.names)))
         return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
 
     def url(self, i):
-        return f"http://127.0.0.1:{self.client_ports[i]}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_ports[i]}"
+
+    def cert(self, name):
+        return os.path.join(self.base_dir, name)
+
+    def _ssl_context(self):
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(cafile=self.cert("ca.pem"))
+        context.load_cert_chain(self.cert("client.pem"), self.cert("client.key"))
+        return context
 
     def start(self, timeout=30):
         initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports))
+        tls_args = []
+        if self.tls:
+            make_certificates(self.base_dir)
+            tls_args = ["--cert-file", self.cert("server.pem"), "--key-file", self.cert("server.key"),
+                        "--trusted-ca-file", self.cert("ca.pem"), "--client-cert-auth"]
         for i, name in enumerate(self.names):
             peer = f"http://127.0.0.1:{self.peer_ports[i]}"
             client = self.url(i)
             with open(self.logs[i], "ab") as log:
                 self.procs[i] = subprocess.Popen(
-                    [ETCD, "--name", name, "--data-dir", os.path.join(self.base_dir, f"data-{name}"),
+                    [ETCD, *tls_args, "--name", name, "--data-dir", os.path.join(self.base_dir, f"data-{name}"),
                      "--listen-client-urls", client, "--advertise-client-urls", client,
                      "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                      "--initial-cluster", initial, "--initial-cluster-state", "new",
@@ -66,7 +103,7 @@ class EtcdCluster:
 
     def healthy(self, i):
         try:
-            with urllib.request.urlopen(self.url(i) + "/health", timeout=1) as r:
+            with urllib.request.urlopen(self.url(i) + "/health", timeout=1, context=self._ssl_context()) as r:
                 return json.load(r).get("health") == "true"
         except (OSError, ValueError):
             return False
@@ -78,7 +115,7 @@ class EtcdCluster:
         for i in order:
             req = urllib.request.Request(self.url(i) + path, data=json.dumps(body).encode(), method="POST")
             try:
-                with urllib.request.urlopen(req, timeout=3) as r:
+                with urllib.request.urlopen(req, timeout=3, context=self._ssl_context()) as r:
                     return json.load(r)
             except OSError as e:
                 last = e
