@@ -57,7 +57,8 @@ class RendezvousLink {
   // --rdzv-backend etcd (rendezvous_link_elected.cpp): listens on a free port, then asks etcd who hosts; a loser
   // stops listening and joins the winner. An etcd that never answers is the client's kUnavailable error (exit 69).
   void start_elected(rendezvous::JobConfig job);
-  void elect();
+  void elect(bool taking_over);       // taking_over: the host was lost after the job formed
+  void join_host(bool taking_over);
   bool may_elect_again(const rendezvous::ClientError& e) const;
   // handlers_, but with etcd: a host gone before the first round means another election, not the end.
   rendezvous::ClientHandlers client_handlers();

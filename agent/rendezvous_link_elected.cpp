@@ -13,14 +13,18 @@ namespace rdzv = ddprun::rendezvous;
 
 void RendezvousLink::start_elected(rdzv::JobConfig job) {
   job.require_munge = wants_munge(config_.rdzv);
+  // A host lost while the job runs is replaced (client_handlers): its server is one the nodes come back to, as to
+  // a restarted ddprun-rendezvous, only at the new host's address.
+  job.resumable = true;
+  job.reconnect_grace = config_.rdzv.reconnect_timeout;
   elected_job_ = std::move(job);
   elected_since_ = std::chrono::steady_clock::now();
-  elect();
+  elect(/*taking_over=*/false);
 }
 
 // Every agent listens first (a free port on every address, or --local-addr's), so that the value it offers names
 // a server that already exists; the election's winner keeps it, the others close it before anyone connected.
-void RendezvousLink::elect() {
+void RendezvousLink::elect(bool taking_over) {
   const RendezvousConfig& r = config_.rdzv;
   auto server = std::make_unique<rdzv::Server>(io_, elected_job_, log_);
   server->start(r.local_addr.empty() ? rdzv::kEveryAddress : r.local_addr, 0, /*announce=*/false);
@@ -35,14 +39,15 @@ void RendezvousLink::elect() {
   ec.give_up_after = r.etcd.read_timeout;
   ec.tls = {r.etcd.https, r.etcd.cacert, r.etcd.cert, r.etcd.key};
   etcd::CoordinatorElection::Handlers h;
-  h.on_won = [this, host] {
+  h.on_won = [this, host, taking_over] {
     server_->announce();
     log_.info("this node hosts the rendezvous (elected in etcd at ", etcd::describe(election_->endpoints()),
-              "): port ", server_->port());
+              "): port ", server_->port(), taking_over ? "; the job's nodes come back to it" : "");
     server_host_ = host;
-    start_client();
+    host_offer_.clear();
+    join_host(taking_over);
   };
-  h.on_lost = [this](const std::string& value) {
+  h.on_lost = [this, taking_over](const std::string& value) {
     server_->stop();
     server_.reset();
     const auto held = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
@@ -56,7 +61,7 @@ void RendezvousLink::elect() {
     server_port_ = held["port"].get<int>();
     log_.info("the rendezvous is hosted by ", held.value("node", server_host_), " at ", server_host_, ":",
               server_port_, " (elected in etcd)");
-    start_client();
+    join_host(taking_over);
   };
   h.on_error = [this](const std::string& why) { handlers_.on_error({rdzv::ErrorKind::kUnavailable, why}); };
   election_ = std::make_unique<etcd::CoordinatorElection>(io_, etcd::parse_endpoints(r.etcd.endpoints), ec,
@@ -73,9 +78,26 @@ bool RendezvousLink::may_elect_again(const rdzv::ClientError& e) const {
          std::chrono::steady_clock::now() - elected_since_ < config_.rdzv.job.join_timeout;
 }
 
+// A first election starts the client; a takeover points the reconnecting one at the new host, where its hello
+// claims this node's place in the round (rendezvous/client_reconnect.hpp).
+void RendezvousLink::join_host(bool taking_over) {
+  if (!taking_over || !client_) return start_client();
+  client_->retarget(server_host_, server_port());
+}
+
 rdzv::ClientHandlers RendezvousLink::client_handlers() {
   if (config_.rdzv.hosting != Hosting::kElected) return handlers_;
   rdzv::ClientHandlers h = handlers_;
+  // The host lost while the job runs: this client reconnects (the workers keep running) while another host is
+  // elected, once the lost one's lease ran out; it then goes to the new host, which takes the round back from the
+  // nodes' claims and judges the nodes that do not come (the lost host's own, at least).
+  h.on_reconnect = [this](bool back, const std::string& text) {
+    if (handlers_.on_reconnect) handlers_.on_reconnect(back, text);
+    if (back || server_) return;
+    log_.warning("the rendezvous host elected in etcd is lost while the job runs (", text,
+                 "); electing another once its lease runs out, the workers keep running");
+    boost::asio::post(io_, [this] { elect(/*taking_over=*/true); });
+  };
   h.on_assignment = [this](const rdzv::Assignment& a) {
     placed_ = true;
     handlers_.on_assignment(a);
@@ -87,7 +109,7 @@ rdzv::ClientHandlers RendezvousLink::client_handlers() {
     // Not from inside the client's own handler: it is released on the next turn of the loop.
     boost::asio::post(io_, [this] {
       client_.reset();
-      elect();
+      elect(/*taking_over=*/false);
     });
   };
   return h;

@@ -289,5 +289,6 @@ void Client::report_status(std::string status_json, std::vector<RankPace> paces)
 void Client::request_view() { impl_->send(ViewRequestMsg{}); }
 void Client::close() { impl_->close(); }
 bool Client::reconnecting() const { return impl_->reconnecting(); }
+void Client::retarget(const std::string& host, std::uint16_t port) { impl_->retarget(host, port); }
 
 }  // namespace ddprun::rendezvous

@@ -114,6 +114,10 @@ class Client {
   void close();              // no more handlers; idempotent
   // The server was lost and the client is reconnecting (ClientConfig::reconnect_timeout): nobody answers now.
   bool reconnecting() const;
+  // Where the server is now, while reconnecting (a host elected anew in etcd, agent/rendezvous_link_elected.cpp):
+  // the next attempt, at once, goes there, and every later one. Outside a reconnection it only changes where a
+  // later one would go.
+  void retarget(const std::string& host, std::uint16_t port);
 
   class Impl;
 

@@ -62,6 +62,24 @@ void Client::Impl::lost(const std::string& why, bool silent) {
   if (first && handlers_.on_reconnect) handlers_.on_reconnect(false, why);  // last: the handler may close us
 }
 
+void Client::Impl::retarget(const std::string& host, std::uint16_t port) {
+  config_.server_host = host;
+  ports_.assign(1, port);
+  port_index_ = 0;
+  name_problem_.clear();
+  if (done_ || connected_ || !reconnect_.active() || reconnect_.waiting_for_workers()) return;
+  // What is pending (a look-up, a connect, a back-off) is for the old address: stale now, and the next try is now.
+  ++attempt_;
+  error_code ignored;
+  socket_.close(ignored);
+  lookup_.cancel();
+  race_.cancel();
+  retry_timer_.cancel();
+  attempt_timer_.cancel();
+  retry_delay_ = kFirstRetry;
+  connect();
+}
+
 void Client::Impl::connect() {
   const unsigned attempt = ++attempt_;
   if (reconnect_.active()) reconnect_.on_attempt();

@@ -78,6 +78,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   void send(const ClientMessage& message);
   void close();
   bool reconnecting() const { return reconnect_.active() && !done_; }
+  void retarget(const std::string& host, std::uint16_t port);
 
  private:
   using Clock = std::chrono::steady_clock;

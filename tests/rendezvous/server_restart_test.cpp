@@ -96,3 +96,20 @@ TEST_CASE("a restarted server with other settings refuses the claims: the client
   CHECK(job.of(0).error->message.find("the restarted rendezvous server refused this node's return: cannot take "
                                       "back round 0 (2 nodes") == 0);
 }
+
+TEST_CASE("retarget: reconnecting clients told of a server elsewhere go there at once and resume the round") {
+  Restart job(5s);
+  job.kill_server();
+  // A new host at another port (etcd elected another agent): the old port stays closed.
+  job.server = std::make_unique<Server>(job.io, resumable_job(), quiet_logger());
+  job.server->start("127.0.0.1", 0);
+  REQUIRE(job.server->port() != job.port);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& agent : job.agents) agent->client->retarget("127.0.0.1", job.server->port());
+  REQUIRE(run_until(job.io, [&] { return job.of(0).reconnects.size() == 2 && job.of(1).reconnects.size() == 2; }));
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);  // at once, not after the back-off toward the old port
+  CHECK(job.server->phase() == Phase::kRunning);
+  for (auto& agent : job.agents) agent->client->report_node_done();
+  REQUIRE(run_until(job.io, [&] { return job.of(0).complete && job.of(1).complete; }));
+  CHECK_FALSE(job.of(0).error);
+}
