@@ -59,6 +59,7 @@ class RendezvousLink {
   void start_elected(rendezvous::JobConfig job);
   void elect(bool taking_over);       // taking_over: the host was lost after the job formed
   void join_host(bool taking_over);
+  void take_round_back_from(const std::string& kept, bool taking_over);
   bool may_elect_again(const rendezvous::ClientError& e) const;
   // handlers_, but with etcd: a host gone before the first round means another election, not the end.
   rendezvous::ClientHandlers client_handlers();

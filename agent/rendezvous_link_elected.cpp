@@ -7,6 +7,7 @@
 
 #include "agent/rendezvous_link.hpp"
 #include "rendezvous/listener.hpp"
+#include "rendezvous/remembered_round.hpp"
 
 namespace ddprun::agent {
 namespace rdzv = ddprun::rendezvous;
@@ -39,7 +40,8 @@ void RendezvousLink::elect(bool taking_over) {
   ec.give_up_after = r.etcd.read_timeout;
   ec.tls = {r.etcd.https, r.etcd.cacert, r.etcd.cert, r.etcd.key};
   etcd::CoordinatorElection::Handlers h;
-  h.on_won = [this, host, taking_over] {
+  h.on_won = [this, host, taking_over](const std::string& round) {
+    take_round_back_from(round, taking_over);
     server_->announce();
     log_.info("this node hosts the rendezvous (elected in etcd at ", etcd::describe(election_->endpoints()),
               "): port ", server_->port(), taking_over ? "; the job's nodes come back to it" : "");
@@ -76,6 +78,23 @@ bool RendezvousLink::may_elect_again(const rdzv::ClientError& e) const {
   const bool gone = e.kind == rdzv::ErrorKind::kLostServer || e.kind == rdzv::ErrorKind::kTimeout;
   return gone && config_.rdzv.hosting == Hosting::kElected && !placed_ && !server_ && !host_offer_.empty() &&
          std::chrono::steady_clock::now() - elected_since_ < config_.rdzv.job.join_timeout;
+}
+
+// The round this node's server runs is kept in etcd at each round's start; a host taking over checks the nodes'
+// claims against the one its predecessor kept (only the agent that held a place knows the secret behind its
+// seat: rendezvous/auth.hpp), as a restarted ddprun-rendezvous checks its file.
+void RendezvousLink::take_round_back_from(const std::string& kept, bool taking_over) {
+  const std::string run_id = config_.rdzv.job.run_id;
+  server_->keep_rounds([this, run_id](const rdzv::RememberedRound& round) {
+    if (election_) election_->keep_round(rdzv::encode_remembered_round(run_id, round));
+  });
+  if (!taking_over) return;
+  std::string problem;
+  auto round = kept.empty() ? std::nullopt : rdzv::decode_remembered_round(kept, run_id, "the round kept in etcd",
+                                                                             problem);
+  if (round) return server_->remember(std::move(*round));
+  log_.warning(problem.empty() ? "no round kept in etcd" : problem,
+               ": the first claims define the round this server takes back");
 }
 
 // A first election starts the client; a takeover points the reconnecting one at the new host, where its hello

@@ -9,6 +9,8 @@ using std::chrono::milliseconds;
 
 namespace {
 constexpr milliseconds kFinishLimit{2000};
+// The round outlives its host this long: the next host is elected once the host's own lease (10 s) ran out.
+constexpr std::chrono::seconds kRoundLeaseTtl{60};
 
 std::string seconds_text(milliseconds d) {
   char text[32];
@@ -24,6 +26,7 @@ std::string job_prefix(const ElectionConfig& config) {
 }
 
 std::string coordinator_key(const ElectionConfig& config) { return job_prefix(config) + "coordinator"; }
+std::string round_key(const ElectionConfig& config) { return job_prefix(config) + "round"; }
 
 CoordinatorElection::CoordinatorElection(boost::asio::io_context& io, std::vector<Endpoint> endpoints,
                                          ElectionConfig config, Handlers handlers, Logger log)
@@ -107,7 +110,8 @@ void CoordinatorElection::claim() {
   const json txn = {
       {"compare", json::array({{{"key", key}, {"result", "EQUAL"}, {"target", "CREATE"}, {"create_revision", "0"}}})},
       {"success", json::array({{{"request_put", {{"key", key}, {"value", to_base64(value_)},
-                                                 {"lease", std::to_string(lease_)}}}}})},
+                                                 {"lease", std::to_string(lease_)}}}},
+                               {{"request_range", {{"key", to_base64(round_key(config_))}}}}})},
       {"failure", json::array({{{"request_range", {{"key", key}}}}})}};
   client_.post("/v3/kv/txn", txn, [this](const std::string& error, const json& reply) {
     if (!error.empty()) return retry_or_fail("claiming the coordinator's key", error, &CoordinatorElection::claim);
@@ -118,7 +122,10 @@ void CoordinatorElection::claim() {
       last_kept_ = std::chrono::steady_clock::now();
       keep_alive();
       if (again) return log_.warning("etcd: this node holds the coordinator's key again");
-      return handlers_.on_won();
+      std::string round;  // what the last host kept (keep_round), read in the same revision as the win
+      for (const json& r : reply.value("responses", json::array()))
+        if (r.contains("response_range")) round = held_by(r["response_range"]);
+      return handlers_.on_won(round);
     }
     std::string holder;
     for (const json& r : reply.value("responses", json::array()))
@@ -137,12 +144,40 @@ std::string CoordinatorElection::held_by(const json& range) {
   return "";
 }
 
+// Best effort: a round not kept (etcd out of reach) leaves the next host to trust the nodes' first claims.
+void CoordinatorElection::keep_round(std::string value) {
+  if (!won_ || over_) return;
+  round_value_ = std::move(value);
+  if (round_lease_ != 0) return put_round();
+  client_.post("/v3/lease/grant", json{{"TTL", kRoundLeaseTtl.count()}},
+               [this](const std::string& error, const json& reply) {
+                 if (!error.empty()) return log_.debug("etcd: a lease for the round: ", error);
+                 round_lease_ = int_field(reply, "ID");
+                 if (round_lease_ != 0) put_round();
+               });
+}
+
+void CoordinatorElection::put_round() {
+  client_.post("/v3/kv/put",
+               json{{"key", to_base64(round_key(config_))}, {"value", to_base64(round_value_)},
+                    {"lease", std::to_string(round_lease_)}},
+               [this](const std::string& error, const json&) {
+                 if (!error.empty()) log_.debug("etcd: keeping the round: ", error);
+               });
+}
+
 // Every third of the TTL. etcd out of reach meanwhile: the job does not need etcd to train, so it goes on and
 // the keep-alive keeps trying; a lease that ran out is claimed again (fresh lease) when etcd answers.
 void CoordinatorElection::keep_alive() {
   timer_.expires_after(std::chrono::duration_cast<milliseconds>(config_.lease_ttl) / 3);
   timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || over_) return;
+    if (round_lease_ != 0)
+      client_.post("/v3/lease/keepalive", json{{"ID", std::to_string(round_lease_)}},
+                   [this](const std::string& error, const json& reply) {
+                     // Ran out (etcd away for a minute): the round key went with it; the next round keeps anew.
+                     if (error.empty() && int_field(reply.value("result", json::object()), "TTL") <= 0) round_lease_ = 0;
+                   });
     client_.post("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}},
                  [this](const std::string& error, const json& reply) {
                    const auto now = std::chrono::steady_clock::now();
@@ -190,13 +225,25 @@ void CoordinatorElection::finish(std::function<void()> done) {
     client_.cancel();
     once();
   });
-  // The lease's keys go with it: the job leaves nothing in etcd.
-  client_.post("/v3/lease/revoke", json{{"ID", std::to_string(lease_)}},
-               [this, once](const std::string& error, const json&) {
-                 if (!error.empty()) log_.debug("etcd: revoking the lease: ", error);
-                 timer_.cancel();
-                 once();
-               });
+  // The job leaves nothing in etcd: its keys, then its leases (the round's, then the coordinator's).
+  auto revoke_main = [this, once] {
+    client_.post("/v3/lease/revoke", json{{"ID", std::to_string(lease_)}},
+                 [this, once](const std::string& error, const json&) {
+                   if (!error.empty()) log_.debug("etcd: revoking the lease: ", error);
+                   timer_.cancel();
+                   once();
+                 });
+  };
+  auto revoke_leases = [this, revoke_main] {
+    if (round_lease_ == 0) return revoke_main();
+    client_.post("/v3/lease/revoke", json{{"ID", std::to_string(round_lease_)}},
+                 [revoke_main](const std::string&, const json&) { revoke_main(); });
+  };
+  // A host that took over also removes what its predecessor's leases still hold (the round, up to a minute).
+  std::string end = job_prefix(config_);
+  end.back() = static_cast<char>(end.back() + 1);  // the range's end: every key under the prefix
+  client_.post("/v3/kv/deleterange", json{{"key", to_base64(job_prefix(config_))}, {"range_end", to_base64(end)}},
+               [revoke_leases](const std::string&, const json&) { revoke_leases(); });
 }
 
 }  // namespace ddprun::etcd

@@ -36,11 +36,14 @@ struct ElectionConfig {
 // "<prefix>/<run id>/": every key of the job is under it.
 std::string job_prefix(const ElectionConfig& config);
 std::string coordinator_key(const ElectionConfig& config);
+std::string round_key(const ElectionConfig& config);  // the round the host runs (keep_round)
 
 class CoordinatorElection {
  public:
   struct Handlers {
-    std::function<void()> on_won;                           // this agent coordinates; its lease is kept alive
+    // This agent coordinates; its lease is kept alive. `round`: what the last host kept with keep_round (read in
+    // the winning transaction; "" when none), for a host taking over a running job.
+    std::function<void(const std::string& round)> on_won;
     std::function<void(const std::string& value)> on_lost;  // another agent does: the value it published
     // etcd unanswered past give_up_after, refused the request, or another agent holds the key this agent
     // held (its lease ran out while etcd was out of reach). The text names the endpoints.
@@ -55,6 +58,9 @@ class CoordinatorElection {
   // the key still holds it (its lease has not run out), the election waits instead of joining it.
   void run(std::string value, std::string stale = "");
   bool won() const { return won_; }
+  // The host keeps the round it runs in etcd, under a lease of its own (60 s) that outlives the host long enough
+  // for the next one to read it. Best effort; nothing before the win.
+  void keep_round(std::string value);
   const std::vector<Endpoint>& endpoints() const { return client_.endpoints(); }
   // The job is over. A coordinator revokes its lease, which removes the job's keys with it; at most 2 s (etcd
   // unreachable: the lease runs out by itself). Then `done`. Another agent: `done` at once.
@@ -70,6 +76,7 @@ class CoordinatorElection {
   void keep_alive();
   void retry_or_fail(const std::string& step, const std::string& error, void (CoordinatorElection::*again)());
   void on_lease_lost();
+  void put_round();
 
   GatewayClient client_;
   ElectionConfig config_;
@@ -79,6 +86,8 @@ class CoordinatorElection {
   std::string value_;
   std::string stale_;
   std::int64_t lease_ = 0;
+  std::int64_t round_lease_ = 0;  // keep_round's
+  std::string round_value_;
   bool won_ = false;
   bool reclaiming_ = false;
   bool over_ = false;

@@ -28,23 +28,13 @@ std::string remembered_round_path(const std::string& dir, const std::string& run
   return dir + "/rdzv-" + hash + "-" + std::to_string(port) + ".round";
 }
 
-std::optional<RememberedRound> read_remembered_round(const std::string& path, const std::string& run_id,
-                                                     std::string& problem) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno != ENOENT) problem = "cannot read " + path + ": " + std::strerror(errno);
-    return std::nullopt;
-  }
-  std::string text;
-  char buffer[65536];
-  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0 && text.size() < kMaxFileBytes;)
-    text.append(buffer, static_cast<std::size_t>(n));
-  ::close(fd);
+std::optional<RememberedRound> decode_remembered_round(const std::string& text, const std::string& run_id,
+                                                       const std::string& where, std::string& problem) {
   try {
     const json j = json::parse(text);
     if (j.at("format").get<std::string>() != kFormat) throw std::runtime_error("not a remembered round");
     if (j.at("run_id").get<std::string>() != run_id) {
-      problem = path + " is of another run id";
+      problem = where + " is of another run id";
       return std::nullopt;
     }
     RememberedRound r;
@@ -62,20 +52,39 @@ std::optional<RememberedRound> read_remembered_round(const std::string& path, co
       if (!is_seat(seat)) throw std::runtime_error("a seat is not 64 hex digits");
     return r;
   } catch (const std::exception& e) {
-    problem = path + " is not a round this server wrote (" + e.what() + "): ignored";
+    problem = where + " is not a round a rendezvous server wrote (" + e.what() + "): ignored";
     return std::nullopt;
   }
 }
 
+std::string encode_remembered_round(const std::string& run_id, const RememberedRound& round) {
+  const ResumeClaim& c = round.round;
+  return json{{"format", kFormat},           {"run_id", run_id},
+              {"restart_count", c.restart_count}, {"nnodes", c.nnodes},
+              {"world_size", c.world_size},       {"master_addr", c.master_addr},
+              {"master_port", c.master_port},     {"nprocs", c.fingerprint},
+              {"seats", round.seats}}
+             .dump() + "\n";
+}
+
+std::optional<RememberedRound> read_remembered_round(const std::string& path, const std::string& run_id,
+                                                     std::string& problem) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT) problem = "cannot read " + path + ": " + std::strerror(errno);
+    return std::nullopt;
+  }
+  std::string text;
+  char buffer[65536];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0 && text.size() < kMaxFileBytes;)
+    text.append(buffer, static_cast<std::size_t>(n));
+  ::close(fd);
+  return decode_remembered_round(text, run_id, path, problem);
+}
+
 bool write_remembered_round(const std::string& path, const std::string& run_id, const RememberedRound& round,
                             std::string& problem) {
-  const ResumeClaim& c = round.round;
-  const std::string text = json{{"format", kFormat},           {"run_id", run_id},
-                                {"restart_count", c.restart_count}, {"nnodes", c.nnodes},
-                                {"world_size", c.world_size},       {"master_addr", c.master_addr},
-                                {"master_port", c.master_port},     {"nprocs", c.fingerprint},
-                                {"seats", round.seats}}
-                               .dump() + "\n";
+  const std::string text = encode_remembered_round(run_id, round);
   const std::string temporary = path + ".new";
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   bool ok = fd >= 0;

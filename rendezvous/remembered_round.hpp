@@ -13,6 +13,13 @@
 
 namespace ddprun::rendezvous {
 
+// The round as text (JSON), and back: what a file holds, and what a host elected in etcd keeps there (the next host
+// takes the round back from it, agent/rendezvous_link_elected.cpp). decode: nullopt with `problem` naming `where`
+// when the text is not a round of `run_id`.
+std::string encode_remembered_round(const std::string& run_id, const RememberedRound& round);
+std::optional<RememberedRound> decode_remembered_round(const std::string& text, const std::string& run_id,
+                                                       const std::string& where, std::string& problem);
+
 // "<dir>/rdzv-<16 hex digits of the run id's hash>-<port>.round".
 std::string remembered_round_path(const std::string& dir, const std::string& run_id, int port);
 

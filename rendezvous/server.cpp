@@ -63,6 +63,8 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
         logger_.warning(warning);
   }
 
+  void remember(RememberedRound round) { state_.config.remembered = std::move(round); }
+
   std::uint16_t port() const {
     error_code ec;
     auto endpoint = acceptor_.local_endpoint(ec);
@@ -462,6 +464,7 @@ void Server::start(const std::string& bind_address, std::uint16_t port, bool ann
   impl_->start(bind_address, port, announce);
 }
 void Server::announce() { impl_->announce(); }
+void Server::remember(RememberedRound round) { impl_->remember(std::move(round)); }
 std::uint16_t Server::port() const { return impl_->port(); }
 void Server::stop() { impl_->stop(); }
 void Server::cannot_start(Failure failure) { impl_->cannot_start(std::move(failure)); }

@@ -33,6 +33,9 @@ class Server {
   // election in etcd, which says it with announce() once it won.
   void start(const std::string& bind_address, std::uint16_t port, bool announce = true);
   void announce();
+  // The round this server takes back from its nodes' claims (JobConfig::remembered), learned after start: a host
+  // elected in etcd reads it in the transaction that elects it. Before any node is admitted.
+  void remember(RememberedRound round);
   std::uint16_t port() const;
 
   // This server's own node cannot take part (state_machine_start.cpp): the job ends before its first round,

@@ -219,25 +219,36 @@ FakeGateway::Answer election_etcd(std::optional<std::string> holder,
       return std::make_pair(200u, json{{"kvs", {{{"key", to_base64("k")}, {"value", to_base64(*seen)}}}}}.dump());
     }
     if (path == "/v3/kv/txn") {
-      if (!holder) return std::make_pair(200u, std::string(R"({"succeeded":true})"));
+      if (!holder) {  // won: the put's answer, and the range of the round key (a round kept by a former host)
+        const json kept = {{"kvs", {{{"key", to_base64("r")}, {"value", to_base64("round 3")}}}}};
+        return std::make_pair(200u, json{{"succeeded", true},
+                                         {"responses", {{{"response_put", json::object()}},
+                                                        {{"response_range", kept}}}}}.dump());
+      }
       const json kv = {{"key", to_base64("k")}, {"value", to_base64(*holder)}};
       return std::make_pair(200u, json{{"responses", json::array({{{"response_range", {{"kvs", {kv}}}}}})}}.dump());
     }
     if (path == "/v3/lease/keepalive") return std::make_pair(200u, std::string(R"({"result":{"ID":"42","TTL":"10"}})"));
-    if (path == "/v3/lease/revoke") return std::make_pair(200u, std::string("{}"));
+    if (path == "/v3/lease/revoke" || path == "/v3/kv/put" || path == "/v3/kv/deleterange")
+      return std::make_pair(200u, std::string("{}"));
     return std::make_pair(404u, std::string("{}"));
   };
 }
 
 struct Outcome {
   bool won = false;
+  std::string round;
   std::optional<std::string> lost;
   std::optional<std::string> error;
   bool any() const { return won || lost || error; }
 };
 
 CoordinatorElection::Handlers record(Outcome& o) {
-  return {[&o] { o.won = true; }, [&o](const std::string& v) { o.lost = v; },
+  return {[&o](const std::string& round) {
+            o.won = true;
+            o.round = round;
+          },
+          [&o](const std::string& v) { o.lost = v; },
           [&o](const std::string& why) { o.error = why; }};
 }
 }  // namespace
@@ -262,11 +273,25 @@ TEST_CASE("an election: the first claim wins under its lease, a later one learns
   CHECK(txn["compare"][0]["create_revision"] == "0");  // only if nobody created it
   CHECK(txn["success"][0]["request_put"]["lease"] == "42");
   CHECK(from_base64(txn["success"][0]["request_put"]["value"]) == R"({"host":"n1","port":1})");
+  CHECK(from_base64(txn["success"][1]["request_range"]["key"]) == "/ddprun/j/round");  // read with the win
+  CHECK(o.round == "round 3");
+  // The host keeps its round under a lease of its own (granted once, here 42 again), put at each round's start.
+  won.keep_round("round 4");
+  for (int i = 0; i < 100 && free_key.seen.back().first != "/v3/kv/put"; ++i) io.run_one_for(std::chrono::milliseconds(20));
+  REQUIRE(free_key.seen.back().first == "/v3/kv/put");
+  CHECK(free_key.seen.end()[-2].first == "/v3/lease/grant");
+  CHECK(from_base64(free_key.seen.back().second["key"]) == "/ddprun/j/round");
+  CHECK(from_base64(free_key.seen.back().second["value"]) == "round 4");
+  CHECK(free_key.seen.back().second["lease"] == "42");
   bool finished = false;
   won.finish([&] { finished = true; });
   run_until(io, finished);
   CHECK(finished);
-  CHECK(free_key.seen.back().first == "/v3/lease/revoke");
+  CHECK(free_key.seen.back().first == "/v3/lease/revoke");  // the keys, the round's lease, the coordinator's
+  CHECK(free_key.seen.end()[-2].first == "/v3/lease/revoke");
+  CHECK(free_key.seen.end()[-3].first == "/v3/kv/deleterange");
+  CHECK(from_base64(free_key.seen.end()[-3].second["key"]) == "/ddprun/j/");
+  CHECK(from_base64(free_key.seen.end()[-3].second["range_end"]) == "/ddprun/j0");
   CHECK(free_key.seen.back().second["ID"] == "42");
 
   FakeGateway taken(io, election_etcd(std::string(R"({"host":"n0","port":7})")));

@@ -144,6 +144,10 @@ class OneMember(EtcdCase):
         self.assertEqual(len(causes), 1, causes)  # the same root cause on both
         self.assertIn("did not come back to the restarted rendezvous server", causes.pop())
         self.assertLess(time.monotonic() - t0, 30)
+        # The new host took the round back as its predecessor kept it in etcd (seats checked), and removed it.
+        for res in survivors:
+            self.assertNotIn("no round kept in etcd", res.stderr.decode(), res)
+        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
 
     def test_an_elastic_job_goes_on_without_its_lost_host(self):
         # No single point of failure: --nnodes 2:3, the host's node lost while training; the other two elect a new

@@ -59,7 +59,7 @@ TEST_CASE("a file that is not one of ours is no round, and a failed write leaves
     std::ofstream(path) << text;
     std::string problem;
     CHECK_FALSE(read_remembered_round(path, "j", problem));
-    CHECK(problem.find("is not a round this server wrote") != std::string::npos);
+    CHECK(problem.find("is not a round a rendezvous server wrote") != std::string::npos);
   }
   std::string problem;
   REQUIRE(write_remembered_round(path, "j", sample(), problem));
