@@ -60,6 +60,7 @@ class RendezvousLink {
   void elect(bool taking_over);       // taking_over: the host was lost after the job formed
   void join_host(bool taking_over);
   void take_round_back_from(const std::string& kept, bool taking_over);
+  void abandon_takeover();
   bool may_elect_again(const rendezvous::ClientError& e) const;
   // handlers_, but with etcd: a host gone before the first round means another election, not the end.
   rendezvous::ClientHandlers client_handlers();

@@ -97,6 +97,16 @@ void RendezvousLink::take_round_back_from(const std::string& kept, bool taking_o
                ": the first claims define the round this server takes back");
 }
 
+// The host was not gone after all (a cut link healed, and this client is back with it): the election waiting for
+// its lease to run out would wait in vain, and end the job when read_timeout passed.
+void RendezvousLink::abandon_takeover() {
+  if (!election_ || election_->won() || !server_) return;
+  log_.info("back with the rendezvous host: no other is elected");
+  election_->cancel();
+  server_->stop();
+  server_.reset();
+}
+
 // A first election starts the client; a takeover points the reconnecting one at the new host, where its hello
 // claims this node's place in the round (rendezvous/client_reconnect.hpp).
 void RendezvousLink::join_host(bool taking_over) {
@@ -112,7 +122,8 @@ rdzv::ClientHandlers RendezvousLink::client_handlers() {
   // nodes' claims and judges the nodes that do not come (the lost host's own, at least).
   h.on_reconnect = [this](bool back, const std::string& text) {
     if (handlers_.on_reconnect) handlers_.on_reconnect(back, text);
-    if (back || server_) return;
+    if (back) return abandon_takeover();
+    if (server_) return;
     log_.warning("the rendezvous host elected in etcd is lost while the job runs (", text,
                  "); electing another once its lease runs out, the workers keep running");
     boost::asio::post(io_, [this] { elect(/*taking_over=*/true); });

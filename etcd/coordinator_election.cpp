@@ -63,7 +63,8 @@ void CoordinatorElection::peek() {
 // The key is held by `holder`: join it, or, when it is the host this agent found gone (stale_), wait for its lease
 // to run out and try again.
 void CoordinatorElection::on_held(const std::string& holder, void (CoordinatorElection::*again)()) {
-  if (!stale_.empty() && holder == stale_)
+  again_waits_for_stale_ = !stale_.empty() && holder == stale_;
+  if (again_waits_for_stale_)
     return retry_or_fail("waiting for the lost host's lease to run out", "the key still names it", again);
   over_ = true;
   if (reclaiming_)
@@ -76,6 +77,12 @@ void CoordinatorElection::on_held(const std::string& holder, void (CoordinatorEl
 void CoordinatorElection::retry_or_fail(const std::string& step, const std::string& error,
                                         void (CoordinatorElection::*again)()) {
   const auto waited = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - first_try_);
+  if (waited >= config_.give_up_after && again_waits_for_stale_) {
+    over_ = true;
+    return handlers_.on_error("the rendezvous host this node lost still holds its etcd lease after " +
+                              seconds_text(waited) + " (" + stale_ + "): it runs, but this node cannot reach it "
+                              "(a network partition?)");
+  }
   if (waited >= config_.give_up_after) {
     over_ = true;
     const bool tls = error.find("TLS") != std::string::npos;

@@ -85,6 +85,7 @@ class CoordinatorElection {
   boost::asio::steady_timer timer_;
   std::string value_;
   std::string stale_;
+  bool again_waits_for_stale_ = false;  // the last retry waits for stale_'s lease, not for etcd
   std::int64_t lease_ = 0;
   std::int64_t round_lease_ = 0;  // keep_round's
   std::string round_value_;

@@ -149,6 +149,27 @@ class OneMember(EtcdCase):
             self.assertNotIn("no round kept in etcd", res.stderr.decode(), res)
         self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
 
+    def test_a_host_silent_for_a_while_is_not_replaced_once_it_answers_again(self):
+        # The host stopped (SIGSTOP) past the heartbeat timeout: the other node reconnects and starts a takeover
+        # election, which waits for the host's lease (still kept: 10 s). The host answers again first: the node is
+        # back with it and the election is dropped; without that, it would end the job when read_timeout passed.
+        procs = [self.etcd_node(f"ready={self.ready}", f"waitfile={self.go}", nproc=1,
+                                extra=("--rdzv-conf", "read_timeout=5")) for _ in range(2)]
+        self.wait_ready(2)
+        host_proc = next(p for p in procs if p.pid == self.coordinator()["pid"])
+        other = next(p for p in procs if p is not host_proc)
+        os.kill(host_proc.pid, signal.SIGSTOP)
+        try:
+            seen = self.stderr_until(other, b"electing another once its lease runs out", 10, why="a takeover began")
+        finally:
+            os.kill(host_proc.pid, signal.SIGCONT)
+        self.stderr_until(other, b"back with the rendezvous host: no other is elected", 10, seen=seen,
+                          why="the takeover was dropped")
+        time.sleep(6)  # past read_timeout: a takeover still waiting would have ended the job by now
+        self.release()
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 0, res)
+
     def test_an_elastic_job_goes_on_without_its_lost_host(self):
         # No single point of failure: --nnodes 2:3, the host's node lost while training; the other two elect a new
         # host, which takes the round back and re-forms the job with them; it then ends 0.

@@ -46,11 +46,13 @@ def make_certificates(directory, ca_name="ca"):
 
 
 class EtcdCluster:
-    def __init__(self, base_dir, members=1, tls=False):
+    def __init__(self, base_dir, members=1, tls=False, v2=False):
         """`tls`: client URLs over https with a CA of the fixture's own (make_certificates), etcd asking every
-        client for a certificate signed by it (--client-cert-auth)."""
+        client for a certificate signed by it (--client-cert-auth). `v2`: etcd's v2 API too (--enable-v2), which
+        torch's etcd back-ends speak through python3-etcd (the benchmark's peer)."""
         self.base_dir = base_dir
         self.tls = tls
+        self.v2 = v2
         self.names = [f"m{i}" for i in range(members)]
         self.client_ports = [free_port() for _ in self.names]
         self.peer_ports = [free_port() for _ in self.names]
@@ -89,7 +91,7 @@ class EtcdCluster:
             client = self.url(i)
             with open(self.logs[i], "ab") as log:
                 self.procs[i] = subprocess.Popen(
-                    [ETCD, *tls_args, "--name", name, "--data-dir", os.path.join(self.base_dir, f"data-{name}"),
+                    [ETCD, *tls_args, *(["--enable-v2"] if self.v2 else []), "--name", name, "--data-dir", os.path.join(self.base_dir, f"data-{name}"),
                      "--listen-client-urls", client, "--advertise-client-urls", client,
                      "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                      "--initial-cluster", initial, "--initial-cluster-state", "new",
