@@ -4,11 +4,16 @@
 built-in server (--rdzv-endpoint 127.0.0.1:PORT, the first agent to bind it hosts). Measured: from the first agent
 started to the last agent exited, every exit 0 checked; median and range over RUNS, alternating etcd and built-in.
 Then etcd's write rate while a 2-node job trains (workers sleep STEADY s), on a fresh member: etcd's own counter of
-committed Raft proposals (its /metrics, etcd_server_proposals_committed_total) before and after, per second.
+committed Raft proposals (its /metrics, etcd_server_proposals_committed_total) before and after, per second. Last,
+the takeover: 3 agents (--nnodes 2:3), the elected host SIGKILLed once every worker runs: time until both other
+agents run their workers again in the re-formed round. The peer, where torch 1.13 and python3-etcd are there: its
+torchrun on the same member (etcd's v2 API enabled for it), the same jobs, and the same node loss.
 
 usage: etcd_rendezvous.py BUILD_DIR [RUNS] [SIZES] [STEADY]     e.g. etcd_rendezvous.py build 5 2,16,64 20
 """
+import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -44,6 +49,103 @@ def job(n, rdzv_args, program=("/bin/true",), env=None):
         bad = codes.index(next(c for c in codes if c))
         raise RuntimeError(f"exit codes {codes}; agent {bad}: {errs[bad][-1500:].decode(errors='replace')}")
     return ms, codes
+
+
+TORCHRUN = ["/usr/bin/python3",
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared/peers/torchrun311.py")]
+TORCHRUN_RUNS = int(os.environ.get("TORCHRUN_RUNS", "3"))
+
+
+def torchrun_available():
+    return os.path.exists(TORCHRUN[0]) and os.path.exists(TORCHRUN[1]) and subprocess.run(
+        [TORCHRUN[0], "-c", "import torch.distributed.elastic.rendezvous.etcd_rendezvous, etcd"],
+        capture_output=True).returncode == 0
+
+
+def torchrun_job(n, cluster, run_id):
+    """torch 1.13's torchrun, n agents on etcd (its v2 API, python3-etcd): ms from the first start to the last exit."""
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([*TORCHRUN, f"--nnodes={n}", "--nproc_per_node=1", "--rdzv_backend=etcd",
+                               f"--rdzv_endpoint={cluster.endpoints}", f"--rdzv_id={run_id}",
+                               "--monitor_interval=0.1", "--no_python", "/bin/true"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+             for _ in range(n)]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"torchrun exit codes {[p.returncode for p in procs]}: {errs[0][-1500:]!r}")
+    return (time.monotonic() - t0) * 1000
+
+
+class Agents:
+    """Launcher processes whose stderr is read as it comes; ended (the given signal to each group) on leaving."""
+
+    def __init__(self, argv, count, env=None, end_signal=signal.SIGKILL):
+        self.procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                                       start_new_session=True) for _ in range(count)]
+        self.seen = {p.pid: b"" for p in self.procs}
+        self.end_signal = end_signal
+
+    def said(self, p, needle):
+        """How often `p` has said `needle` so far."""
+        os.set_blocking(p.stderr.fileno(), False)
+        self.seen[p.pid] += p.stderr.read() or b""
+        return self.seen[p.pid].count(needle)
+
+    def wait(self, procs, needle, times, limit):
+        """Until each of `procs` said `needle` `times` times: True, or False after `limit` s."""
+        deadline = time.monotonic() + limit
+        while not all(self.said(p, needle) >= times for p in procs):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        return True
+
+    def tails(self):
+        return " | ".join(v[-600:].decode(errors="replace") for v in self.seen.values())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, self.end_signal)
+            except ProcessLookupError:
+                pass
+        for p in self.procs:
+            p.wait()
+
+
+def torchrun_after_a_node_loss(cluster, run_id, wait_s=30):
+    """3 torchrun agents (--nnodes 2:3, --max_restarts 3) with sleeping workers; one agent SIGKILLed once all run:
+    whether the other two re-form (complete a second rendezvous round) within wait_s, and when."""
+    done = b"is complete. Final state"  # torch 1.13 logs each rendezvous round it completes
+    with Agents([*TORCHRUN, "--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=etcd",
+                 f"--rdzv_endpoint={cluster.endpoints}", f"--rdzv_id={run_id}", "--max_restarts=3",
+                 "--monitor_interval=0.1", "--no_python", "sleep", "120"], 3) as agents:
+        if not agents.wait(agents.procs, done, 1, 120):
+            raise RuntimeError("torchrun never started: " + agents.tails())
+        time.sleep(1)  # every worker up
+        t0 = time.monotonic()
+        os.killpg(agents.procs[0].pid, signal.SIGKILL)
+        return (time.monotonic() - t0) * 1000 if agents.wait(agents.procs[1:], done, 2, wait_s) else None
+
+
+def takeover_ms(cluster, env, run_id):
+    """3 agents, --nnodes 2:3, 1 worker each (sleep); the elected host SIGKILLed once all run: ms until both others
+    have started their workers again in the re-formed round."""
+    started = b"started 1 worker"
+    with Agents([DDPRUN, "--nnodes", "2:3", "--nproc-per-node", "1", "--local-addr", "127.0.0.1", "--rdzv-backend",
+                 "etcd", "--rdzv-endpoint", cluster.endpoints, "--rdzv-id", run_id, "--heartbeat-interval", "0.2",
+                 "--heartbeat-timeout", "1", "sleep", "120"], 3, env=env, end_signal=signal.SIGTERM) as agents:
+        if not agents.wait(agents.procs, started, 1, 30):
+            raise RuntimeError("takeover: never started: " + agents.tails())
+        host = json.loads(cluster.value(f"/ddprun/{run_id}/coordinator"))["pid"]
+        t0 = time.monotonic()
+        os.kill(host, signal.SIGKILL)
+        if not agents.wait([p for p in agents.procs if p.pid != host], started, 2, 60):
+            raise RuntimeError("takeover: timed out: " + agents.tails())
+        return (time.monotonic() - t0) * 1000
 
 
 def committed(cluster):
@@ -100,11 +202,38 @@ def main():
             job(2, ["--rdzv-backend", "etcd", "--rdzv-endpoint", cluster.endpoints, "--rdzv-id", "steady"],
                 program=("sleep", str(STEADY)), env=env)
             after, secs = committed(cluster), time.monotonic() - t0
+            takeovers = [takeover_ms(cluster, env, f"takeover-{r}") for r in range(RUNS)]
+        finally:
+            cluster.stop()
+        # The peer, torch 1.13's torchrun: its etcd back-end speaks etcd's v2 API, enabled on a member of its own
+        # (v2 adds etcd's own writes, a SYNC proposal every 500 ms, which the count above must not see).
+        cluster = EtcdCluster(os.path.join(tmp, "peer"), 1, v2=True)
+        os.mkdir(cluster.base_dir)
+        peer = []
+        peer_loss = "not measured: torch 1.13 with python3-etcd not found"
+        try:
+            cluster.start()
+            if torchrun_available():
+                for n in [n for n in SIZES if n <= 16]:
+                    ours = [job(n, ["--rdzv-backend", "etcd", "--rdzv-endpoint", cluster.endpoints, "--rdzv-id",
+                                    f"peer-ddprun-{n}-{r}"], env=env)[0] for r in range(TORCHRUN_RUNS)]
+                    theirs = [torchrun_job(n, cluster, f"peer-torchrun-{n}-{r}") for r in range(TORCHRUN_RUNS)]
+                    peer.append(f"| {n} | {fmt(ours)} | {fmt(theirs)} | "
+                                f"{statistics.median(theirs) / statistics.median(ours):.1f}x |")
+                lost = torchrun_after_a_node_loss(cluster, "peer-torchrun-loss")
+                peer_loss = f"re-formed in {lost:.0f} ms" if lost else "not re-formed 30 s after the kill"
         finally:
             cluster.stop()
     print(f"\netcd writes while a 2-node job ran {secs:.1f} s (1 member, fresh): {after - before:.0f} committed "
-          f"proposals in all, {(after - before) / secs:.2f} per s (the host's lease and claim, the revoke; a "
-          f"keep-alive is not a proposal)")
+          f"proposals in all, {(after - before) / secs:.2f} per s (the election, the round kept, the end's "
+          f"clean-up: a number per job, not per step; a keep-alive is not a proposal)")
+    print(f"the elected host SIGKILLed while a 2:3 job runs -> both other nodes running the re-formed round: "
+          f"{fmt(takeovers)} over {RUNS} runs (the lease is 10 s)")
+    if peer:
+        print(f"\nthe peer on the same etcd member (v2 API), {TORCHRUN_RUNS} runs each, in blocks:")
+        print("| nodes | ddprun | torchrun 1.13 (--monitor_interval 0.1) | torchrun / ddprun |\n|---|---|---|---|")
+        print("\n".join(peer))
+    print(f"torchrun 1.13, 3 agents --nnodes 2:3 --max_restarts 3, one SIGKILLed: {peer_loss}")
     return 0
 
 
