@@ -73,6 +73,7 @@ ResumeClaim resume_claim_of(const Assignment& assignment);
 struct RememberedRound {
   ResumeClaim round;
   std::vector<std::string> seats;  // by node rank
+  std::vector<std::string> hosts;  // by node rank: who held each place, for the verdict on one that does not come
 };
 // The round fields two claims of one round share (not the node's own: rank, offset, secret).
 bool same_round(const ResumeClaim& a, const ResumeClaim& b);

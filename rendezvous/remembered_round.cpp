@@ -50,6 +50,12 @@ std::optional<RememberedRound> decode_remembered_round(const std::string& text, 
       throw std::runtime_error("its seats are not one per node");
     for (const std::string& seat : r.seats)
       if (!is_seat(seat)) throw std::runtime_error("a seat is not 64 hex digits");
+    if (j.contains("hosts")) {  // absent in rounds kept before the hosts were
+      r.hosts = j.at("hosts").get<std::vector<std::string>>();
+      if (r.hosts.size() != r.seats.size()) throw std::runtime_error("its hosts are not one per node");
+      for (std::string& host : r.hosts)
+        if (host.size() > 255) host.resize(255);
+    }
     return r;
   } catch (const std::exception& e) {
     problem = where + " is not a round a rendezvous server wrote (" + e.what() + "): ignored";
@@ -63,7 +69,7 @@ std::string encode_remembered_round(const std::string& run_id, const RememberedR
               {"restart_count", c.restart_count}, {"nnodes", c.nnodes},
               {"world_size", c.world_size},       {"master_addr", c.master_addr},
               {"master_port", c.master_port},     {"nprocs", c.fingerprint},
-              {"seats", round.seats}}
+              {"seats", round.seats},             {"hosts", round.hosts}}
              .dump() + "\n";
 }
 

@@ -229,6 +229,7 @@ void remember_round(const RendezvousState& state, const ResumeClaim& round, Acti
   for (ConnId conn : state.by_rank) {
     const auto it = conn == 0 ? state.nodes.end() : state.nodes.find(conn);
     remember.round.seats.push_back(it == state.nodes.end() ? std::string() : it->second.seat_commit);
+    remember.round.hosts.push_back(it == state.nodes.end() ? std::string() : it->second.host);
   }
   out.push_back(std::move(remember));
 }
@@ -253,6 +254,9 @@ void check_adoption_deadline(RendezvousState& state, const Now& now, Actions& ou
   Failure failure;
   failure.kind = FailureKind::kNodeLost;
   failure.node_rank = missing.front();
+  // Its host, where the round was remembered (the claims of the others cannot say it).
+  if (const auto& known = state.config.remembered; known && failure.node_rank < static_cast<int>(known->hosts.size()))
+    failure.host = known->hosts[static_cast<std::size_t>(failure.node_rank)];
   failure.time_unix_ms = now.unix_ms;
   failure.message = "it did not come back to the restarted rendezvous server within " +
                     text::seconds(state.config.heartbeat_timeout) +

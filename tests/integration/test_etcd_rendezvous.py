@@ -142,7 +142,9 @@ class OneMember(EtcdCase):
             self.assertIn("electing another once its lease runs out, the workers keep running", err, res)
             causes |= {line for line in err.splitlines() if line.startswith("ddprun: root cause:")}
         self.assertEqual(len(causes), 1, causes)  # the same root cause on both
-        self.assertIn("did not come back to the restarted rendezvous server", causes.pop())
+        cause = causes.pop()
+        self.assertIn("did not come back to the restarted rendezvous server", cause)
+        self.assertIn(f"(host {host['node']})", cause)  # named from the round the lost host kept in etcd
         self.assertLess(time.monotonic() - t0, 30)
         # The new host took the round back as its predecessor kept it in etcd (seats checked), and removed it.
         for res in survivors:
@@ -186,6 +188,30 @@ class OneMember(EtcdCase):
         for res in self.wait_all(survivors, timeout=30):
             self.assertEqual(res.code, 0, res)
             self.assertIn("WORLD_SIZE=2", res.stdout.decode(), res)
+
+    def test_a_failed_attempt_is_restarted_on_every_node(self):
+        # --max-restarts through the host elected in etcd: rank 3 fails in the first attempt only (its ready file did
+        # not exist when it started), the job restarts on both nodes and ends 0.
+        procs = [self.etcd_node(f"ready={self.ready}", f"@3:?{self.ready}/ready.3:exit=1", extra=("--max-restarts", 1))
+                 for _ in range(2)]
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 0, res)
+            self.assertIn("restart 1 of 1", res.stderr.decode(), res)
+
+    def test_a_node_joining_an_elastic_job_is_placed(self):
+        # --nnodes 2:3: two nodes start (the last call, 1 s here), a third joins the running job through the same
+        # etcd: the job re-forms with three, and everyone ends 0 in that round.
+        extra = ("--rdzv-conf", "last_call_timeout=1")
+        steps = [f"ready={self.ready}", f"waitfile={self.go}", "env=WORLD_SIZE"]
+        first = [self.etcd_node(*steps, nnodes="2:3", nproc=1, extra=extra) for _ in range(2)]
+        self.wait_ready(2)
+        third = self.etcd_node(*steps, nnodes="2:3", nproc=1, extra=extra)
+        for p in (*first, third):  # every node runs the round of three before the workers may end
+            self.stderr_until(p, b" of 3 (node ", 30, why="the job re-formed with the third node")
+        self.release()
+        for res in self.wait_all([*first, third]):
+            self.assertEqual(res.code, 0, res)
+            self.assertIn("WORLD_SIZE=3", res.stdout.decode(), res)
 
     def test_two_jobs_on_one_etcd_stay_apart(self):
         jobs = {"a": f"{self.run_id}-a", "b": f"{self.run_id}-b"}

@@ -23,6 +23,7 @@ RememberedRound sample() {
   r.round.master_port = 29500;
   r.round.fingerprint = nprocs_fingerprint({4, 4, 4});
   r.seats = {seat_commitment("a"), "", seat_commitment("c")};
+  r.hosts = {"n1", "", "n3"};
   return r;
 }
 }  // namespace
@@ -46,6 +47,7 @@ TEST_CASE("a remembered round is read back as written, from a private file named
   CHECK(problem.empty());
   CHECK(same_round(back->round, sample().round));
   CHECK(back->seats == sample().seats);
+  CHECK(back->hosts == sample().hosts);
   CHECK_FALSE(read_remembered_round(path, "job8", problem));  // another run's
   CHECK(problem.find("is of another run id") != std::string::npos);
 }
@@ -72,4 +74,18 @@ TEST_CASE("a file that is not one of ours is no round, and a failed write leaves
   CHECK_FALSE(write_remembered_round(path, "j", sample(), problem));
   CHECK(::access(path.c_str(), F_OK) != 0);
   ::rmdir((path + ".new").c_str());
+}
+
+TEST_CASE("a round as text, as etcd keeps it; one kept before the hosts were is read without them") {
+  std::string problem;
+  const auto back = decode_remembered_round(encode_remembered_round("job7", sample()), "job7", "etcd", problem);
+  REQUIRE(back);
+  CHECK(back->hosts == sample().hosts);
+  const std::string older = R"({"format":"ddprun-rdzv/1 remembered round","run_id":"j","restart_count":0,"nnodes":1,)"
+                            R"("world_size":1,"master_addr":"a","master_port":1,"nprocs":"0","seats":[""]})";
+  const auto old = decode_remembered_round(older, "j", "etcd", problem);
+  REQUIRE(old);
+  CHECK(old->hosts.empty());
+  CHECK_FALSE(decode_remembered_round(older, "k", "the round kept in etcd", problem));
+  CHECK(problem == "the round kept in etcd is of another run id");
 }

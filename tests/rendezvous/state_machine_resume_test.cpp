@@ -143,6 +143,7 @@ TEST_CASE("a resumable server remembers each round it starts, with every node's 
     CHECK(r.round.master_port == sent.round.master_port);
     CHECK(r.round.fingerprint == nprocs_fingerprint({2, 2}));
     CHECK(r.seats == std::vector<std::string>{seat_commitment(std::string(64, 'a')), ""});
+    CHECK(r.hosts == std::vector<std::string>{"host0", "host1"});
   }
 }
 
@@ -263,7 +264,24 @@ TEST_CASE("a node not back by the deadline is lost: a job of fixed size stops") 
   CHECK(stop.conns == std::vector<ConnId>{1});
   CHECK(order.root_cause.node_rank == 1);
   CHECK(order.root_cause.message == "it did not come back to the restarted rendezvous server within 5.0 s");
+  CHECK(order.root_cause.host.empty());  // nothing remembered: the claims cannot name it
   CHECK(state.phase == Phase::kStopped);
+}
+
+TEST_CASE("a node not back by the deadline is named by the host the remembered round holds for it") {
+  JobConfig config = job(2, true);
+  config.resumable = true;
+  RememberedRound known;
+  known.round = *resume(1, 0, {2, 2}, 0, true).hello.resume;
+  known.seats = {"", ""};
+  known.hosts = {"n1", "n2"};
+  config.remembered = known;
+  RendezvousState state(config, at(0ms).steady);
+  step(state, resume(1, 0, {2, 2}, 0, true), at(1'000ms));
+  auto stop = find_one<Broadcast>(step(state, Tick{}, at(6'000ms)));
+  const auto& order = std::get<StopMsg>(stop.message);
+  CHECK(order.root_cause.node_rank == 1);
+  CHECK(order.root_cause.host == "n2");
 }
 
 TEST_CASE("an elastic job with MIN nodes back by the deadline re-forms without the others") {
