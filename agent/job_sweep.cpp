@@ -6,7 +6,9 @@
 #include <csignal>
 #include <vector>
 
+#include "agent/event_kinds.hpp"
 #include "common/process/process_tree.hpp"
+#include "common/time.hpp"
 
 namespace ddprun::agent {
 namespace {
@@ -24,6 +26,19 @@ void JobSweep::signal_job(int signal, bool include_descendants) {
   for (const WorkerRecord& w : policy_.workers())
     if (w.state == WorkerState::kRunning && w.pid > 0) running.push_back(w.pid);
   process::signal_groups_and_strays(running, signal, include_descendants, is_stop_signal(signal));
+}
+
+void JobSweep::suspend_job(EventLog& events) {
+  log_.info("received SIGTSTP: stopping the workers and ddprun (fg or SIGCONT resumes them)");
+  events.write(event::suspended(unix_ms()));
+  signal_worker_groups(SIGTSTP);
+  ::raise(SIGSTOP);
+}
+
+void JobSweep::resume_job(EventLog& events) {
+  log_.info(any_worker_running() ? "continued: waking the workers" : "continued");  // none yet: in the rendezvous, say (issue 34)
+  events.write(event::resumed(unix_ms()));
+  signal_worker_groups(SIGCONT);
 }
 
 void JobSweep::signal_worker_groups(int signal) {

@@ -19,6 +19,7 @@
 #include <functional>
 
 #include "agent/agent_lifecycle.hpp"
+#include "agent/event_log.hpp"
 #include "agent/supervision_policy.hpp"
 #include "common/log.hpp"
 
@@ -34,6 +35,15 @@ class JobSweep {
   // A stop signal or a notice to every running worker's group; with `include_descendants` (a stop) to every
   // process the job started too. A stop is followed by SIGCONT.
   void signal_job(int signal, bool include_descendants);
+  // Ctrl-Z (SIGTSTP to ddprun): the job pauses as a shell job would. The workers have their own process
+  // groups, so the terminal's SIGTSTP reached only ddprun: it passes it to every running worker's group (a
+  // worker that handles it, like an editor, stops its own way), says so in the events file, then stops itself.
+  // Returns once continued; the SIGCONT stays pending, for resume_job.
+  void suspend_job(EventLog& events);
+  // fg or SIGCONT woke ddprun: it wakes the workers. Time stopped is not counted as anyone's silence
+  // (common/stall_clock.hpp); other nodes, which go on, see this node silent and end or re-form the job after
+  // --heartbeat-timeout.
+  void resume_job(EventLog& events);
   // Job control: `signal` (SIGTSTP, SIGCONT) to each running worker's group, nothing else.
   void signal_worker_groups(int signal);
   bool any_worker_running() const;

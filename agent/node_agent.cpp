@@ -32,6 +32,17 @@ sigset_t job_signals() {
     if (!process::ignored_at_start(sig)) sigaddset(&set, sig);
   return set;
 }
+
+// A worker's end in the log: an error for a failure; one that raised was said when its error file came
+// (on_raiser_still_exiting), so now only its end.
+void log_worker_end(const Logger& log, const WorkerRecord& w, pid_t pid, const process::ExitStatus& status) {
+  if (w.raised)
+    log.debug("rank ", w.rank, " (pid ", pid, ") ended (", status.describe(), ") after its error file");
+  else if (w.state == WorkerState::kFailed)
+    log.error("rank ", w.rank, " (pid ", pid, ") failed: ", status.describe(), w.reason.empty() ? "" : ": ", w.reason);
+  else
+    log.debug("rank ", w.rank, " (pid ", pid, ") ", to_string(w.state), ": ", status.describe());
+}
 }  // namespace
 
 NodeAgent::NodeAgent(const AgentConfig& config)
@@ -147,8 +158,11 @@ void NodeAgent::on_signal(const ReceivedSignal& received) {
     log_.info("received ", process::signal_name(signal), ": not waiting any longer to tell the other nodes");
     return;
   }
-  if (signal == SIGTSTP) return suspend_job();
-  if (signal == SIGCONT) return resume_job();
+  if (signal == SIGTSTP) return sweep_.suspend_job(events_);  // Ctrl-Z: the job pauses (JobSweep)
+  if (signal == SIGCONT) {
+    sweep_.resume_job(events_);
+    return hang_.on_job_resumed();
+  }
   // Every process is gone and only a stalled console holds the end back: a stop signal means "stop
   // waiting for it" (the job's outcome stands; what was not shown is counted in the summary).
   if (lifecycle_.processes_gone() && is_stop_signal(signal) && output_.stalled()) output_.abandon_stalled(signal);
@@ -164,26 +178,6 @@ void NodeAgent::on_signal(const ReceivedSignal& received) {
   if (workers_have_it && d.signal_all == signal) d.signal_all = 0;
   apply(d, "signal");
   if (d.teardown_began) reports_.signal_received(signal);
-}
-
-// Ctrl-Z (SIGTSTP): the job pauses as a shell job would. The workers have their own process groups, so the
-// terminal's SIGTSTP reached only ddprun: it passes it to every worker's group (a worker that handles it,
-// like an editor, stops its own way), then stops itself. fg or SIGCONT wakes ddprun, which wakes the
-// workers. Time stopped is not counted as anyone's silence (common/stall_clock.hpp); other nodes, which
-// go on, see this node silent and end or re-form the job after --heartbeat-timeout.
-void NodeAgent::suspend_job() {
-  log_.info("received SIGTSTP: stopping the workers and ddprun (fg or SIGCONT resumes them)");
-  events_.write(event::suspended(unix_ms()));
-  sweep_.signal_worker_groups(SIGTSTP);
-  ::raise(SIGSTOP);  // returns once continued; the SIGCONT stays pending for resume_job
-}
-
-void NodeAgent::resume_job() {
-  const bool any = sweep_.any_worker_running();
-  log_.info(any ? "continued: waking the workers" : "continued");  // none yet: in the rendezvous, say (issue 34)
-  events_.write(event::resumed(unix_ms()));
-  sweep_.signal_worker_groups(SIGCONT);
-  hang_.on_job_resumed();
 }
 
 void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
@@ -210,12 +204,7 @@ void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
   const Decision d = policy_.on_exit(lr, status, now);
   const WorkerRecord& w = policy_.worker(lr);
   events_.write(event::exited(w, world_.node_rank));
-  if (w.raised)  // said when its error file came (on_error_file): now only its end
-    log_.debug("rank ", w.rank, " (pid ", pid, ") ended (", status.describe(), ") after its error file");
-  else if (w.state == WorkerState::kFailed)
-    log_.error("rank ", w.rank, " (pid ", pid, ") failed: ", status.describe(), w.reason.empty() ? "" : ": ", w.reason);
-  else
-    log_.debug("rank ", w.rank, " (pid ", pid, ") ", to_string(w.state), ": ", status.describe());
+  log_worker_end(log_, w, pid, status);
   // The report first: its frame leaves at once (Asio writes speculatively), so the other nodes start stopping
   // while this one scans /proc and signals its own workers (~2 ms saved on every cross-node teardown).
   // While the job re-forms in place the report waits for the new round (InPlaceReform): the rendezvous

@@ -78,8 +78,6 @@ class NodeAgent {
   WorkerLauncher::Host launcher_host();
   // node_agent.cpp
   void on_signal(const ReceivedSignal& received);
-  void suspend_job();
-  void resume_job();
   void on_child_exit(pid_t pid, const process::ExitStatus& status);
   void after_reap(bool has_children);
   void apply(const Decision& d, const char* reason);

@@ -40,6 +40,17 @@ JobCause cause_of(const rdzv::ClientError& e, bool workers_succeeded) {
   c.time_ms = unix_ms();
   return c;
 }
+
+// The stop order in the log, said only when the news is from elsewhere (`ours`: this node's own failure or
+// signal, already logged). The server's reason goes with it: which rule ended the job ("1 node left, fewer than
+// the 2 that --nnodes 2:3 needs"), or, to a node that left an elastic job, that the others go on without it.
+// Another node's ddprun told to stop (scancel, preemption) is a warning, as here; a failure is an error.
+void say_job_stopped(const Logger& log, const rdzv::StopOrder& order, const JobCause& cause, bool ours, bool elastic) {
+  const std::string said = order.reason.empty() ? "" : " (" + order.reason + ")";
+  if (!ours && rdzv::is_agent_stopped(order.root_cause)) log.warning("job stopped: ", cause.text, said);
+  else if (!ours) log.error("job stopped: ", cause.text, said);
+  else if (!order.reason.empty() && elastic) log.warning("the rendezvous says: ", order.reason);  // does it go on?
+}
 }  // namespace
 
 rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
@@ -124,17 +135,8 @@ void NodeAgent::on_stop(const rdzv::StopOrder& order) {
     maybe_finish();
     return;
   }
-  // Said only when the news is from elsewhere: this node's own failure or signal was already logged. The
-  // server's reason goes with it: which rule ended the job ("1 node left, fewer than the 2 that --nnodes 2:3
-  // needs"), or, to a node that left an elastic job, that the others go on without it.
   const bool ours = order.root_cause.node_rank == world_.node_rank && (policy_.root_cause() || policy_.stop_signal());
-  // Another node's ddprun was told to stop (scancel, preemption): a warning, as here; a failure is an error.
-  const bool stopped = rdzv::is_agent_stopped(order.root_cause);
-  const std::string said = order.reason.empty() ? "" : " (" + order.reason + ")";
-  if (!ours && stopped) log_.warning("job stopped: ", cause.text, said);
-  else if (!ours) log_.error("job stopped: ", cause.text, said);
-  else if (!order.reason.empty() && config_.rdzv.job.min_nodes < config_.rdzv.job.max_nodes)  // elastic: does the job go on?
-    log_.warning("the rendezvous says: ", order.reason);
+  say_job_stopped(log_, order, cause, ours, config_.rdzv.job.min_nodes < config_.rdzv.job.max_nodes);
   // Another node's ddprun got a signal inside a SLURM step: this node's copy is on its way (on_signal).
   if (PeerSignalWait::applies(config_.step_signals_reach_workers, ours, order.root_cause,
                               lifecycle_.workers_started() && policy_.phase() == Phase::kRunning))

@@ -14,6 +14,19 @@
 namespace ddprun::agent {
 using nlohmann::json;
 
+namespace {
+// "started 4 workers: ranks 0-3 of 8 (node 0 of 2), master …, run id …, attempt 0"; "3 of 4" when one failed.
+std::string started_line(const World& w, std::size_t started) {
+  const std::string how_many = started == static_cast<std::size_t>(w.local_world_size)
+                                   ? std::to_string(started)
+                                   : std::to_string(started) + " of " + std::to_string(w.local_world_size);
+  return "started " + how_many + (w.local_world_size == 1 ? " worker" : " workers") + ": " + ranks_text(w) +
+         " of " + std::to_string(w.world_size) + " (node " + std::to_string(w.node_rank) + " of " +
+         std::to_string(w.nnodes) + "), master " + rendezvous::text::host_port(w.master_addr, w.master_port) +
+         ", run id " + w.run_id + ", attempt " + std::to_string(w.restart_count);
+}
+}  // namespace
+
 void NodeAgent::start_workers() {
   const World& w = world_;
   // Logged when workers start, not while the command line is read: a refused command line stays one line.
@@ -30,13 +43,7 @@ void NodeAgent::start_workers() {
   // The first worker that could not be started is handled once the line saying what started is out, so the log
   // reads in order: started, why one did not, tearing down.
   const std::size_t started = round.started();
-  const std::string how_many = started == static_cast<std::size_t>(w.local_world_size)
-                                   ? std::to_string(started)
-                                   : std::to_string(started) + " of " + std::to_string(w.local_world_size);
-  log_.info("started ", how_many, w.local_world_size == 1 ? " worker" : " workers", ": ", ranks_text(w), " of ",
-            w.world_size, " (node ", w.node_rank, " of ", w.nnodes, "), master ",
-            rendezvous::text::host_port(w.master_addr, w.master_port), ", run id ", w.run_id, ", attempt ",
-            w.restart_count);
+  log_.info(started_line(w, started));
   if (const auto& failed = round.failed) {
     WorkerRecord& r = policy_.worker(failed->local_rank);
     log_.error("rank ", r.rank, " could not be started: ", failed->reason);
