@@ -29,9 +29,7 @@ constexpr std::chrono::milliseconds kAcceptRetry{100};  // after a failed accept
 std::string status_directory(std::string& problem) { return private_runtime_dir(problem); }
 
 std::string status_run_name(const std::string& run_id) {
-  char text[17];  // ddprun and ddprun-status must compute the same name
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(fnv1a(run_id)));
-  return std::string("~") + text;
+  return "~" + fnv1a_hex(run_id);  // ddprun and ddprun-status must compute the same name
 }
 
 std::string status_socket_path(const std::string& dir, const std::string& run_id, long pid) {

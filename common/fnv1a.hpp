@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace ddprun {
@@ -14,6 +15,14 @@ inline std::uint64_t fnv1a(std::string_view text) {
     h *= 1099511628211ULL;
   }
   return h;
+}
+
+// The hash as 16 lower-case hex digits: a file or socket name's part, a fingerprint on the wire.
+inline std::string fnv1a_hex(std::string_view text) {
+  std::uint64_t h = fnv1a(text);
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<std::size_t>(i)] = "0123456789abcdef"[h & 0xf];
+  return out;
 }
 
 }  // namespace ddprun

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "common/fnv1a.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -24,16 +25,11 @@ bool operator==(const ResumeClaim& a, const ResumeClaim& b) {
 }
 
 std::string nprocs_fingerprint(const std::vector<int>& nprocs) {
-  std::uint64_t h = 1469598103934665603ULL;
+  std::string bytes;  // each count's 4 bytes, little end first: alike on every node
   for (int n : nprocs)
-    for (int shift = 0; shift < 32; shift += 8) {
-      h ^= static_cast<std::uint8_t>(static_cast<std::uint32_t>(n) >> shift);
-      h *= 1099511628211ULL;
-    }
-  static const char* digits = "0123456789abcdef";
-  std::string out(16, '0');
-  for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<std::size_t>(i)] = digits[h & 0xf];
-  return out;
+    for (int shift = 0; shift < 32; shift += 8)
+      bytes += static_cast<char>(static_cast<std::uint8_t>(static_cast<std::uint32_t>(n) >> shift));
+  return fnv1a_hex(bytes);
 }
 
 bool same_round(const ResumeClaim& a, const ResumeClaim& b) {

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -23,9 +22,7 @@ bool is_seat(const std::string& s) {
 }  // namespace
 
 std::string remembered_round_path(const std::string& dir, const std::string& run_id, int port) {
-  char hash[17];
-  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a(run_id)));
-  return dir + "/rdzv-" + hash + "-" + std::to_string(port) + ".round";
+  return dir + "/rdzv-" + fnv1a_hex(run_id) + "-" + std::to_string(port) + ".round";
 }
 
 std::optional<RememberedRound> decode_remembered_round(const std::string& text, const std::string& run_id,

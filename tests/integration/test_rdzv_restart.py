@@ -27,7 +27,7 @@ BOUND = 20  # seconds: every "ends within" of these tests; each takes a few seco
 
 def nprocs_fingerprint(nprocs):
     """rendezvous/protocol.cpp's: FNV-1a over each worker count's 4 bytes, little end first, as 16 hex digits."""
-    h = 1469598103934665603
+    h = 14695981039346656037
     for n in nprocs:
         for shift in range(0, 32, 8):
             h = ((h ^ ((n >> shift) & 0xff)) * 1099511628211) % (1 << 64)
