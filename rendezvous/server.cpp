@@ -157,7 +157,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
               live_view_.on_status(id, n.node_rank, n.host, std::move(m), Clock::now());
             }
           } else if constexpr (std::is_same_v<T, ViewRequestMsg>) {
-            if (state_.nodes.count(id)) conn->send(frame_of(live_view_.job_view(state_.config.max_frame_bytes, Clock::now())));
+            if (state_.nodes.count(id)) answer_view(*conn);
           } else if constexpr (std::is_same_v<T, ProveMsg>) {
             // answered before the hello, above
           } else {
@@ -329,6 +329,18 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     job_end_ = nullptr;
   }
 
+  // ServerLiveView::kViewEvery: one answer per node per period, one view built per period for every node.
+  void answer_view(ServerConnection& conn) {
+    const auto now = Clock::now();
+    if (conn.viewed_at != Clock::time_point{} && now - conn.viewed_at < ServerLiveView::kViewEvery) return;
+    conn.viewed_at = now;
+    if (!view_frame_ || now - view_built_at_ >= ServerLiveView::kViewEvery) {
+      view_frame_ = frame_of(live_view_.job_view(state_.config.max_frame_bytes, now));
+      view_built_at_ = now;
+    }
+    conn.send(view_frame_);
+  }
+
   Frame frame_of(const ServerMessage& message) const {
     return std::make_shared<const std::string>(encode_frame(encode(message), state_.config.max_frame_bytes));
   }
@@ -441,6 +453,8 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   bool first_round_timed_ = false;
   std::optional<Clock::time_point> woke_at_;  // the last stop of this process seen ended then (woke_lately)
   std::unordered_map<ConnId, std::shared_ptr<ServerConnection>> conns_;
+  Frame view_frame_;  // the last job view built (answer_view), shared by every answer within its period
+  Clock::time_point view_built_at_{};
   std::deque<std::pair<Clock::time_point, ConnId>> handshakes_;  // pre-hello deadlines, in accept order
   std::deque<std::pair<Clock::time_point, ConnId>> lingering_;   // closing, waiting for the peer's EOF
   std::size_t greeted_open_ = 0;

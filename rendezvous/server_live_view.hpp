@@ -35,6 +35,11 @@ class ServerLiveView {
   // large for one frame gets the nodes that fit (the asking agent says the view is incomplete), never an
   // oversized frame, which would end the server.
   JobViewMsg job_view(std::size_t max_frame_bytes, Clock::time_point now) const;
+  // A node's view_request is answered at most once per kViewEvery (an agent coalesces its ddprun-status
+  // requests, so only a flood is dropped; the asker's view then says the others' part is missing), and the
+  // view itself is built at most once per kViewEvery for everyone (each answer shares that frame): at 10 000
+  // nodes a view is up to a MiB, and no message handler does work that grows with the job (issue 33).
+  static constexpr std::chrono::milliseconds kViewEvery{250};
 
  private:
   struct Entry {

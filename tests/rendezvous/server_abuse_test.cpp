@@ -1,6 +1,8 @@
 // Hostile or mistaken peers against the real server: each is refused or cut off, and the job goes on.
 #include "tests/rendezvous/socket_fixture.hpp"
 
+#include "rendezvous/server_live_view.hpp"
+
 using namespace ddprun::rendezvous;
 using namespace ddprun::rendezvous::testing;
 
@@ -210,4 +212,25 @@ TEST_CASE("an insider's paces of other nodes' ranks are ignored; a node's own sl
   job.status(1, {RankPace{1, 1000, 5000}});  // rank 1's own node: ten times the others' work
   REQUIRE(run_until(job.io, [&] { return !job.named().empty(); }, 3000ms));
   CHECK(job.named() == std::vector<int>{1});
+}
+
+// Issue 33: every view_request made the server copy every node's status (up to a MiB at 10 000 nodes), so one
+// node asking in a loop cost the server work that grows with the job. Now a node's requests are answered at
+// most once per kViewEvery, and the view is built once per period for every asker.
+TEST_CASE("a flood of view requests is answered once per period, and every node still gets its view") {
+  ThreeRanks job;
+  job.status(0, {RankPace{0, 1000, 500}});
+  job.status(1, {RankPace{1, 1000, 500}});
+  job.status(2, {RankPace{2, 1000, 500}});
+  run_for(job.io, 50ms);
+  for (int i = 0; i < 200; ++i) job.nodes[2]->client->request_view();
+  job.nodes[1]->client->request_view();
+  REQUIRE(run_until(job.io, [&] { return !job.nodes[1]->events.views.empty(); }, 3000ms));
+  run_for(job.io, 100ms);  // within the period: the rest of node 2's flood is not answered
+  CHECK(job.nodes[2]->events.views.size() == 1);
+  CHECK(job.nodes[1]->events.views.size() == 1);
+  CHECK(job.nodes[2]->events.views[0].nodes.size() == 3);  // every connected node's latest status
+  run_for(job.io, ServerLiveView::kViewEvery);
+  job.nodes[2]->client->request_view();  // a period later: answered again
+  CHECK(run_until(job.io, [&] { return job.nodes[2]->events.views.size() == 2; }, 3000ms));
 }
