@@ -41,6 +41,9 @@ std::string resolve_token(const TopologyOptions& o, const std::vector<std::strin
   } catch (const Error& e) {
     throw UsageError(std::string("--rdzv-token-file: ") + e.what(), kExitNoInput);
   }
+  if (!o.rdzv_token_file.empty())
+    if (std::string warning = rendezvous::token_file_warning(o.rdzv_token_file); !warning.empty())
+      notes.push_back(std::move(warning));
   if (!given.empty()) return given;
   // One node: nobody else needs to know the token, so it is a fresh random one.
   if (local_only) return rendezvous::generate_token();

@@ -1,7 +1,9 @@
 #include "rendezvous/auth.hpp"
 
 #include <sodium.h>
+#include <sys/stat.h>
 
+#include <cstdio>
 #include <fstream>
 
 #include "common/error.hpp"
@@ -121,6 +123,18 @@ std::string given_token(const std::string& option, const std::string& file, cons
   if (!option.empty()) return option;
   if (!file.empty()) return read_token_file(file);
   return environment;
+}
+
+std::string token_file_warning(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || (st.st_mode & (S_IRWXG | S_IRWXO)) == 0) return "";
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  const char* who = (st.st_mode & S_IROTH)   ? "every user of this machine"
+                    : (st.st_mode & S_IRGRP) ? "its group"
+                                             : "writes by users other than its owner";
+  return "warning: token file " + path + " is open to " + who + " (mode " + mode + "): whoever reads it can join " +
+         "this job or answer as its rendezvous server; chmod 600 " + path;
 }
 
 std::string read_token_file(const std::string& path) {

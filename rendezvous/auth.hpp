@@ -67,6 +67,12 @@ std::string scoped_token(std::string_view token, std::string_view scope);
 // when it cannot be read or is empty.
 std::string read_token_file(const std::string& path);
 
+// "" when the token file is open to nobody but its owner; else the warning to give, naming the file, its mode
+// and the fix ("chmod 600 FILE"): any user who can read it can join the job as a node, or stand in for its
+// server. A warning, not a refusal (ssh refuses a private key that others can read): a token file in a shared
+// home directory of a cluster whose nodes all run as one account is common, and the job must still start.
+std::string token_file_warning(const std::string& path);
+
 // The job token a user gave, as ddprun and ddprun-rendezvous both take it (they once read it in opposite
 // orders, so one setting meant two tokens): the option's value, else the token file's first line, else the
 // environment's DDPRUN_TOKEN; "" when none is given. Throws ddprun::Error when the file cannot be read.

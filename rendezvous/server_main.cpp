@@ -135,6 +135,9 @@ int run(int argc, char** argv) {
   const char* from_env = std::getenv("DDPRUN_TOKEN");
   token = given_token(token, token_file, from_env ? from_env : "");  // the order ddprun's agents use
   if (token.empty()) throw UsageError("no job token: pass --token-file, set DDPRUN_TOKEN, or --token", kUsageError);
+  if (!token_file.empty())
+    if (const std::string warning = token_file_warning(token_file); !warning.empty())
+      logger.warning(warning.substr(9));  // "warning: " is the logger's
   config.token = token;
   if (config.require_munge) {
     if (const char* socket = std::getenv("DDPRUN_MUNGE_SOCKET")) config.munge_socket = socket;

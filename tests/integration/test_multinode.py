@@ -193,14 +193,19 @@ class StaticJobs(MultiNodeCase):
         token = self.path("token")
         with open(token, "w") as f:
             f.write("  from-a-file \n")
+        os.chmod(token, 0o644)  # open to every user: each node warns (issue 33), and the job runs
         del self.env["DDPRUN_TOKEN"]
         procs = [self.node(r, 2, "exit=0", extra=("--rdzv-token-file", token)) for r in range(2)]
         for res in self.wait_all(procs):
             self.assertEqual(res.code, 0, res)
+            self.assertIn(f"WARNING: token file {token} is open to every user of this machine (mode 0644)",
+                          res.stderr.decode(), res)
+        os.chmod(token, 0o600)
         self.env["DDPRUN_TOKEN"] = "from-a-file"  # the same token, another way in
         procs = [self.node(0, 2, "exit=0", extra=("--rdzv-token-file", token)), self.node(1, 2, "exit=0")]
         for res in self.wait_all(procs):
             self.assertEqual(res.code, 0, res)
+            self.assertNotIn("token file", res.stderr.decode(), res)  # 0600: nothing to say
 
     def test_server_never_there(self):
         res = self.wait_all([self.node(1, 2, "exit=0", rdzv_timeout=1)])[0]

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/error.hpp"
@@ -40,6 +41,28 @@ TEST_CASE("a token file's first line is the token, whitespace stripped") {
   CHECK_THROWS_AS(read_token_file(path), ddprun::Error);
   std::remove(path.c_str());
   CHECK_THROWS_AS(read_token_file(path), ddprun::Error);
+}
+
+// Issue 33: nothing checked the token file's mode; a token others can read lets them join the job or stand in
+// for its server. Both programs warn (launcher/topology.cpp, rendezvous/server_main.cpp).
+TEST_CASE("a token file open to others gets a warning naming the file, its mode and the fix") {
+  std::string path = "/tmp/ddprun_rdzv_token_mode_test_" + std::to_string(::getpid());
+  { std::ofstream(path) << "s3cret\n"; }
+  ::chmod(path.c_str(), 0600);
+  CHECK(token_file_warning(path).empty());
+  ::chmod(path.c_str(), 0400);
+  CHECK(token_file_warning(path).empty());
+  ::chmod(path.c_str(), 0644);
+  CHECK(token_file_warning(path) == "warning: token file " + path + " is open to every user of this machine (mode "
+                                    "0644): whoever reads it can join this job or answer as its rendezvous server; "
+                                    "chmod 600 " + path);
+  ::chmod(path.c_str(), 0640);
+  CHECK(token_file_warning(path).find("is open to its group (mode 0640)") != std::string::npos);
+  ::chmod(path.c_str(), 0620);
+  CHECK(token_file_warning(path).find("writes by users other than its owner (mode 0620)") != std::string::npos);
+  CHECK(read_token_file(path) == "s3cret");  // a warning, not a refusal
+  std::remove(path.c_str());
+  CHECK(token_file_warning(path).empty());  // no file: read_token_file says so
 }
 
 // Issue 31: ddprun took flag > file > environment, ddprun-rendezvous flag > environment > file; DDPRUN_TOKEN=A
