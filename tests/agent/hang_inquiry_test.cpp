@@ -10,6 +10,7 @@
 
 #include "agent/hang_inquiry.hpp"
 #include "agent/heartbeat_channel.hpp"
+#include "rendezvous/hang_verdict.hpp"
 
 using namespace ddprun::agent;
 namespace rdzv = ddprun::rendezvous;
@@ -97,6 +98,32 @@ TEST_CASE("a verdict naming a rank of this node kills that worker, and only when
   f.runs = false;  // the round does not run any more
   f.inquiry->on_stop_order(hang_of(2, 1, 4001));
   CHECK(f.killed.size() == 1);
+}
+
+// Issue 33: one insider's hang view could get another node's healthy rank named, and that node SIGKILLed a rank
+// that beat 0.0 s ago. A node carries out a verdict on its own rank only when its own measurement supports it:
+// silent for half of its --hang-timeout (at least rdzv::kMinConfirmedSilenceMs), or 10 s without one.
+TEST_CASE("a verdict naming a rank that beat just now here is not carried out: this node's beats decide") {
+  Fixture f;
+  f.beat(1, 9, monotonic_ns());  // alive: it beat this instant
+  f.inquiry->on_stop_order(hang_of(2, 1, 4001));
+  CHECK(f.killed.empty());
+  f.beat(1, 9, monotonic_ns() - 1'200'000'000);  // silent 1.2 s here: over half of --hang-timeout 2
+  f.inquiry->on_stop_order(hang_of(2, 1, 4001));
+  REQUIRE(f.killed.size() == 1);
+  CHECK(f.killed[0] == std::vector<int>{1});
+}
+
+TEST_CASE("without --hang-timeout here, a rank named hung must have been silent 10 s on this node") {
+  Fixture f;
+  f.config.hang_timeout = std::chrono::milliseconds(0);
+  f.beat(0, 3, monotonic_ns() - 5 * kSec);
+  f.inquiry->on_stop_order(hang_of(2, 0, 4000));
+  CHECK(f.killed.empty());
+  f.beat(0, 3, monotonic_ns() - rdzv::kUnconfirmedWithoutTimeoutMs * 1'000'000 - kSec);
+  f.inquiry->on_stop_order(hang_of(2, 0, 4000));
+  REQUIRE(f.killed.size() == 1);
+  CHECK(f.killed[0] == std::vector<int>{0});
 }
 
 TEST_CASE("a verdict that could not tell kills every worker here silent for the timeout, on every node") {

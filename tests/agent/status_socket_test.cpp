@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,4 +71,58 @@ TEST_CASE("out of descriptors, the live view waits for one instead of spinning o
   ::close(client);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+// Issue 33: another user who makes the private directory first (/tmp/ddprun-<uid>, or $XDG_RUNTIME_DIR/ddprun)
+// must not get this job's sockets: a directory that is not this user's own, 0700 and real, is refused with a
+// sentence saying why, and never taken over (its mode and owner stay as they were).
+TEST_CASE("a private directory made by someone else, open to others or a link is refused, never taken over") {
+  TempDir base;
+  struct RestoreRuntimeDir {  // however the case ends
+    const char* before = std::getenv("XDG_RUNTIME_DIR");
+    std::string saved = before ? before : "";
+    ~RestoreRuntimeDir() {
+      if (before) ::setenv("XDG_RUNTIME_DIR", saved.c_str(), 1);
+      else ::unsetenv("XDG_RUNTIME_DIR");
+    }
+  } restore;
+  ::setenv("XDG_RUNTIME_DIR", base.path.c_str(), 1);
+  const std::string dir = base.path + "/ddprun";
+  std::string problem;
+  struct stat st {};
+
+  SUBCASE("missing: made, 0700") {
+    CHECK(status_directory(problem) == dir);
+    CHECK(problem.empty());
+    REQUIRE(::lstat(dir.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0700);
+  }
+  SUBCASE("open to others: refused, left as it is") {
+    REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+    ::chmod(dir.c_str(), 0755);  // whatever the umask
+    CHECK(status_directory(problem).empty());
+    CHECK(problem == dir + " is not a private directory of this user (a directory, owned by uid " +
+                         std::to_string(::geteuid()) + ", mode 0700): not used, so other users cannot reach this job");
+    REQUIRE(::lstat(dir.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0755);
+  }
+  SUBCASE("a link to a private directory: refused") {
+    const std::string target = base.path + "/elsewhere";
+    REQUIRE(::mkdir(target.c_str(), 0700) == 0);
+    REQUIRE(::symlink(target.c_str(), dir.c_str()) == 0);
+    CHECK(status_directory(problem).empty());
+    CHECK(problem.find("is not a private directory of this user") != std::string::npos);
+  }
+  SUBCASE("another user's, 0700: refused, still theirs") {
+    if (::geteuid() != 0) {
+      MESSAGE("skipped: making a directory another user owns needs root");
+      return;
+    }
+    REQUIRE(::mkdir(dir.c_str(), 0700) == 0);
+    REQUIRE(::chown(dir.c_str(), 65534, 65534) == 0);
+    CHECK(status_directory(problem).empty());
+    CHECK(problem.find("is not a private directory of this user") != std::string::npos);
+    REQUIRE(::lstat(dir.c_str(), &st) == 0);
+    CHECK(st.st_uid == 65534u);
+  }
 }
