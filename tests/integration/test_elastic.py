@@ -314,10 +314,7 @@ class ElasticEdges(ElasticCase):
         self.wait_ready(range(4))
         self.clear_ready()
         os.kill(self.worker_pids([0])[0], signal.SIGKILL)
-        deadline = time.monotonic() + BOUND
-        while not self.of_event("a", "restarting"):
-            self.assertLess(time.monotonic(), deadline, "no re-form")
-            time.sleep(0.01)
+        wait_until(lambda: self.of_event("a", "restarting"), "a's restarting event (a re-form)", BOUND)
         c = self.agent("1:3", f"ready={self.ready}", f"waitfile={self.go}", "exit=0", name="c", max_restarts=1)
         self.wait_ready(range(6))
         self.release_all_ok([a, b, c])
@@ -332,10 +329,7 @@ class ElasticEdges(ElasticCase):
         a = self.host_agent("1:3", f"ready={self.ready}", "exit=0", name="a", last_call=LAST_CALL, log_file=True)
         b = self.agent("1:3", *self.waiting(), name="b", last_call=LAST_CALL)
         self.wait_ready(range(4))
-        deadline = time.monotonic() + BOUND
-        while len(self.of_event("a", "exited")) < 2:
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.01)
+        wait_until(lambda: len(self.of_event("a", "exited")) >= 2, "a's two exited events", BOUND)
         time.sleep(1)  # a's "done" reaches the server (loopback, milliseconds)
         c = self.agent("1:3", "exit=5", name="c")
         finishing = "; it waits for the next round (the job is finishing)"
@@ -472,10 +466,8 @@ class ElasticEdges(ElasticCase):
         self.wait_ready(range(2))
         c = self.agent("1:4", *self.waiting(), name="c", nproc=1)
         d = self.agent("1:4", *self.waiting(), name="d", nproc=1)
-        deadline = time.monotonic() + BOUND
-        while not all(self.rounds(n) and self.rounds(n)[-1].nnodes == 4 for n in "abcd"):
-            self.assertLess(time.monotonic(), deadline, [self.rounds(n) for n in "abcd"])
-            time.sleep(0.01)
+        wait_until(lambda: all(self.rounds(n) and self.rounds(n)[-1].nnodes == 4 for n in "abcd"),
+                   lambda: f"a last round of four nodes everywhere: {[self.rounds(n) for n in 'abcd']}", BOUND)
         self.release()
         results = dict(zip("abcd", self.wait_all([a, b, c, d])))
         last = {n: self.rounds(n)[-1] for n in "abcd"}
@@ -503,10 +495,7 @@ class ElasticEdges(ElasticCase):
         lost = self.rounds("c")[0].node_rank
         self.clear_ready()
         os.kill(self.worker_pids([0])[0], signal.SIGKILL)
-        deadline = time.monotonic() + BOUND
-        while not self.of_event("c", "restarting"):
-            self.assertLess(time.monotonic(), deadline, "no re-form")
-            time.sleep(0.01)
+        wait_until(lambda: self.of_event("c", "restarting"), "c's restarting event (a re-form)", BOUND)
         os.kill(c.pid, signal.SIGKILL)
         self.wait_all([c])
         self.wait_ready(range(4))
@@ -563,10 +552,7 @@ class ElasticEdges(ElasticCase):
         first = {n: self.rounds(n)[0] for n in "abc"}
         done = min("abc", key=lambda n: first[n].node_rank)
         victim = "c" if done != "c" else "b"  # not the host, not the node that finished
-        deadline = time.monotonic() + BOUND
-        while len(self.of_event(done, "exited")) < 2:
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.01)
+        wait_until(lambda: len(self.of_event(done, "exited")) >= 2, f"{done}'s two exited events", BOUND)
         time.sleep(1)  # its "done" reaches the server (loopback, milliseconds)
         self.clear_ready()
         os.kill(agents[victim].pid, signal.SIGKILL)
@@ -626,10 +612,7 @@ class ElasticEdges(ElasticCase):
         a = self.host_agent("1:2", f"ready={self.ready}", "exit=0", name="a")
         b = self.agent("1:2", *self.waiting(), name="b")
         self.wait_ready(range(4))
-        deadline = time.monotonic() + BOUND
-        while len(self.of_event("a", "exited")) < 2:
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.01)
+        wait_until(lambda: len(self.of_event("a", "exited")) >= 2, "a's two exited events", BOUND)
         time.sleep(3)  # past the agent's 2 s drain limit
         self.release()
         res_a, res_b = self.wait_all([a, b])
@@ -647,11 +630,12 @@ class ElasticEdges(ElasticCase):
         server.name = "ddprun-rendezvous"
         server.log_file = None
         self.agents.append(server)
-        deadline = time.monotonic() + BOUND
-        while not listening(self.port):
+        def server_listens():
+            if listening(self.port):
+                return True
             self.assertIsNone(server.poll(), "ddprun-rendezvous exited")
-            self.assertLess(time.monotonic(), deadline, "ddprun-rendezvous never listened")
-            time.sleep(0.01)
+            return False
+        wait_until(server_listens, "ddprun-rendezvous to listen", BOUND)
         agents = {n: self.agent("1:3", *self.waiting(), name=n, max_restarts=1) for n in "abc"}
         self.wait_ready(range(6))
         first = {n: self.rounds(n)[0] for n in "abc"}
@@ -687,10 +671,7 @@ class ElasticEdges(ElasticCase):
         leaving = "c" if first["c"].node_rank != 0 else "b"  # not node 0, whose rank 0 is killed
         self.clear_ready()
         os.kill(self.worker_pids([0])[0], signal.SIGKILL)
-        deadline = time.monotonic() + BOUND
-        while not self.of_event(leaving, "restarting"):
-            self.assertLess(time.monotonic(), deadline, "no re-form")
-            time.sleep(0.01)
+        wait_until(lambda: self.of_event(leaving, "restarting"), f"{leaving}'s restarting event (a re-form)", BOUND)
         os.kill(agents[leaving].pid, signal.SIGTERM)
         res = self.wait_all([agents[leaving]])[0]
         self.assertEqual(res.code, 128 + signal.SIGTERM, res)

@@ -15,6 +15,7 @@ from exit_codes import UNAVAILABLE, USAGE
 from harness import DDPRUN, RENDEZVOUS, WORKER
 from multinode import MultiNodeCase, REFUSED
 from munged import PrivateMunged
+from wait import wait_until
 
 MUNGE_LINE = "each with a MUNGE credential of uid"
 
@@ -161,10 +162,8 @@ class MungeJobs(MungeCase):
         self.addCleanup(self.kill_if_running, server)
         # Listening before any agent starts: else an agent could bind the endpoint first and host it itself.
         self.wait_for_files([port_file])
-        deadline = time.monotonic() + 10
-        while not read_text(port_file).endswith("\n"):  # written by the server, maybe not yet whole
-            self.assertLess(time.monotonic(), deadline, "the server wrote no port")
-            time.sleep(0.01)
+        # Written by the server, maybe not yet whole.
+        wait_until(lambda: read_text(port_file).endswith("\n"), "the server to write its port", 10)
         port = int(read_text(port_file))
         agents = [self.start("--nnodes", 2, "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "dynjob",
                              "--nproc-per-node", 1, "--rdzv-timeout", 20, WORKER, "exit=0") for _ in range(2)]

@@ -20,6 +20,7 @@ import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.pat
 from exit_codes import HUNG, RDZV_TIMEOUT
 from harness import DDPRUN, RENDEZVOUS, WORKER
 from multinode import MultiNodeCase, LOST, REFUSED
+from wait import wait_until
 
 RUN_ID = "restartjob"
 BOUND = 20  # seconds: every "ends within" of these tests; each takes a few seconds on an idle machine
@@ -166,16 +167,12 @@ class RendezvousRestart(MultiNodeCase):
     def first_assignment(self, name):
         """Node `name`'s first rendezvous event, once its events file holds it: the agent's writer thread writes
         the file, so a worker's ready file may come before the line does (seen once in CI under load)."""
-        deadline = time.monotonic() + 10
-        while True:
+        def events():
             try:
-                events = self.rendezvous_events(name)
+                return self.rendezvous_events(name)
             except (FileNotFoundError, ValueError):  # not there yet, or its last line half written
-                events = []
-            if events:
-                return events[0]
-            self.assertLess(time.monotonic(), deadline, f"no rendezvous event in {name}'s events file")
-            time.sleep(0.02)
+                return []
+        return wait_until(events, f"a rendezvous event in {name}'s events file", 10, interval=0.02)[0]
 
     def restart_under_the_job(self, *steps, down=0.0):
         """Two agents run `steps` after the usual ready/go; the server is SIGKILLed once they are ready and started
@@ -210,10 +207,7 @@ class RendezvousRestart(MultiNodeCase):
         self.assertIn(b"took back round 0 (2 nodes, world size 2", restarted.seen + err)
 
     def wait_for_connection(self, impostor):
-        deadline = time.monotonic() + BOUND
-        while impostor.connections == 0:
-            self.assertLess(time.monotonic(), deadline, "no agent connected to the impostor")
-            time.sleep(0.02)
+        wait_until(lambda: impostor.connections != 0, "an agent to connect to the impostor", BOUND, interval=0.02)
 
     def test_a_joiner_trusts_no_program_on_the_port_and_finds_the_real_server(self):
         """Issue 33: another user's program holds the port before the server listens. The agent (a secret token)
@@ -321,10 +315,8 @@ class RendezvousRestart(MultiNodeCase):
             shutil.rmtree(self.ready)
             os.mkdir(self.ready)
             restarted = self.server(nnodes="1:2")
-            deadline = time.monotonic() + BOUND
-            while [e["restart_count"] for e in self.rendezvous_events("a")] != [0, 1]:
-                self.assertLess(time.monotonic(), deadline, "a never re-formed without b")
-                time.sleep(0.05)
+            wait_until(lambda: [e["restart_count"] for e in self.rendezvous_events("a")] == [0, 1],
+                       "a to re-form without b", BOUND, interval=0.05)
             self.wait_ready(1)
             shutil.rmtree(self.ready)
             os.mkdir(self.ready)

@@ -9,13 +9,13 @@ import os
 import signal
 import socket
 import subprocess
-import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from elastic_fixture import BOUND, ElasticCase
 from exit_codes import HUNG
 from harness import DDPRUN
 from ports import listening
+from wait import wait_until
 
 REFORM_WORKER = os.path.join(os.path.dirname(__file__), "py", "reform_worker.py")
 
@@ -43,11 +43,7 @@ class ReformInPlace(ElasticCase):
         return p
 
     def wait_for(self, ready, what):
-        deadline = time.monotonic() + BOUND
-        while not ready():
-            if time.monotonic() > deadline:
-                self.fail(f"{what}: not within {BOUND} s")
-            time.sleep(0.02)
+        wait_until(ready, what, BOUND, interval=0.02)
 
     def rounds_run(self, ranks, restart):
         """{rank: (pid, world, node rank, master port)} of the workers of `ranks` in round `restart`, once all wrote."""

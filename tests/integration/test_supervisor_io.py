@@ -144,8 +144,7 @@ class Environment(DdprunTestCase):
                                 stderr=subprocess.PIPE, env=self.env, start_new_session=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
         self.wait_for_files([pidfile])
-        while len(self.read_pids(pidfile)) < 2:
-            pass
+        wait_until(lambda: len(self.read_pids(pidfile)) >= 2, "both workers' pids", 10)
         for pid, _ in self.read_pids(pidfile).values():
             with open(f"/proc/{pid}/status") as f:
                 ignored = int(next(l for l in f if l.startswith("SigIgn:")).split()[1], 16)
@@ -171,7 +170,7 @@ class HungFileSystem(DdprunTestCase):
         self.fs = subprocess.Popen(["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "../support/slow_fs.py"),
                                     self.mnt, self.back, self.gate], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 10  # not wait_until: at the bound (or the server's exit) this skips, not fails
         while not os.path.ismount(self.mnt):
             if self.fs.poll() is not None or time.monotonic() > deadline:
                 err = self.fs.stderr.read().decode() if self.fs.poll() is not None else "no mount after 10 s"
@@ -209,10 +208,9 @@ class HungFileSystem(DdprunTestCase):
         time.sleep(0.3)
         with open(go, "w"):
             pass
-        deadline = time.monotonic() + 5
-        while any(pid_alive(p) for p in pids):
-            self.assertLess(time.monotonic(), deadline, "the teardown waited for the hung file system")
-            time.sleep(0.01)
+        wait_until(lambda: not any(pid_alive(p) for p in pids),
+                   lambda: f"the workers to be gone while the log disk hangs (the teardown waited for the hung file "
+                           f"system): {[p for p in pids if pid_alive(p)]} alive", 5)
         return proc
 
     def test_a_failure_is_torn_down_while_the_log_disk_hangs_and_the_logs_are_whole_after(self):

@@ -23,6 +23,7 @@ import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.pat
 from exit_codes import OS_ERROR, RDZV_TIMEOUT
 from harness import DDPRUN, WORKER, pid_alive
 from stalled_console import PROMPT, ConsoleCase, StalledConsole, line_numbers, without_cut_last_line
+from wait import wait_until
 
 PAUSE = 8.0
 LINES = 300000  # ~7 MB: more than the pipe and ddprun's console queue hold, so rank 0 is back-pressured
@@ -78,19 +79,14 @@ class Matrix(ConsoleCase):
 
     # --- the job -------------------------------------------------------------------------------------
     def wait_stderr(self, text, timeout=20):
-        deadline = time.monotonic() + timeout
-        while text not in self.stderr_of():
-            if time.monotonic() > deadline:
-                self.fail(f"ddprun never said {text!r}:\n{self.stderr_of()[-3000:]}")
-            time.sleep(0.01)
+        wait_until(lambda: text in self.stderr_of(),
+                   lambda: f"ddprun to say {text!r}; its stderr:\n{self.stderr_of()[-3000:]}", timeout)
 
     def wait_gone(self, pids, timeout=PROMPT):
-        deadline = time.monotonic() + timeout
-        while any(pid_alive(p) for p in pids):
-            if time.monotonic() > deadline:
-                self.fail(f"workers {[p for p in pids if pid_alive(p)]} alive {timeout} s after the failure\n"
-                          f"{self.stderr_of()[-3000:]}")
-            time.sleep(0.01)  # (no reaping here: a ddprun that ended is the test's child, whose code Popen reads)
+        # (no reaping here: a ddprun that ended is the test's child, whose code Popen reads)
+        wait_until(lambda: not any(pid_alive(p) for p in pids),
+                   lambda: f"the workers to be gone after the failure: {[p for p in pids if pid_alive(p)]} still "
+                           f"alive\n{self.stderr_of()[-3000:]}", timeout)
 
     def run_cell(self, resource_name, phase, nodes):
         if resource_name == "fd_limit" and "ASAN_OPTIONS" in os.environ:  # scripts/test --sanitize

@@ -6,11 +6,11 @@ import hmac
 import os
 import pwd
 import subprocess
-import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from cluster import SlurmClusterCase, slurm_rdzv_ports
 from exit_codes import RDZV_REFUSED
+from wait import wait_until
 
 DDPRUN = os.environ.get("DDPRUN", os.path.join(os.path.dirname(__file__), "../../build/launcher/ddprun"))
 WORKER = os.environ.get("TEST_WORKER", os.path.join(os.path.dirname(__file__), "../../build/tests/bin/test_worker"))
@@ -35,11 +35,12 @@ class MungeInSteps(SlurmClusterCase):
                                  "--nproc-per-node", 1, WORKER, f"ready={ready}", f"waitfile={go}",
                                  env=self.munge_env())
         try:
-            deadline = time.monotonic() + 30
-            while not all(os.path.exists(os.path.join(ready, f"ready.{r}")) for r in range(2)):
+            def workers_ready():
+                if all(os.path.exists(os.path.join(ready, f"ready.{r}")) for r in range(2)):
+                    return True
                 self.assertIsNone(job.poll(), "the job ended before its workers were ready")
-                self.assertLess(time.monotonic(), deadline, "workers not ready within 30 s")
-                time.sleep(0.05)
+                return False
+            wait_until(workers_ready, "both workers to be ready", 30, interval=0.05)
             job_id = int(self.cluster.run("squeue", "-h", "-o", "%i").out.split()[0])
             nobody = pwd.getpwnam("nobody")
             nobody_tmp = self.path("nobody-tmp")
