@@ -41,6 +41,12 @@ void validate(const JobConfig& config) {
     fail("the outbox bound must hold the largest frame, which must hold a hello");
 }
 
+std::chrono::milliseconds heartbeat_interval_for(const JobConfig& config) {
+  const std::chrono::milliseconds by_rate{1000LL * config.max_nodes / kMaxHeartbeatsPerSecond};
+  const std::chrono::milliseconds longest = config.heartbeat_timeout / 3;
+  return std::max(config.heartbeat_interval, std::min(by_rate, longest));
+}
+
 const char* to_string(JoinPolicy policy) {
   return policy == JoinPolicy::kAtFailure ? "at_failure" : "now";
 }

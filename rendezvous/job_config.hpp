@@ -94,6 +94,16 @@ inline bool is_elastic(const JobConfig& config) {
 // max_pending_connections with the default applied.
 std::size_t pending_connection_limit(const JobConfig& config);
 
+// The interval the server tells its agents to beat at: --heartbeat-interval, or longer for a large job, so that
+// the server receives at most kMaxHeartbeatsPerSecond (issue 33: at 10 000 nodes a beat a second from each was
+// half the server's CPU, and a network's share of it grows the same way), but never longer than a third of
+// --heartbeat-timeout, so that a node still beats three times within the silence that loses it (torchrun's
+// keep-alive: 5 s, 3 attempts). 10 000 nodes beat every 5 s, 4 000 every 2 s, up to 2 000 every second; an
+// interval given longer than that stands. The server applies it to its own copy of the config (Server), so its
+// challenge, its tick and its cut-off rules all use the interval the agents use.
+inline constexpr int kMaxHeartbeatsPerSecond = 2000;
+std::chrono::milliseconds heartbeat_interval_for(const JobConfig& config);
+
 // Throws ddprun::rendezvous::RendezvousError with a message fit for a user if the config is inconsistent.
 void validate(const JobConfig& config);
 

@@ -29,7 +29,7 @@ constexpr int kAcceptBurst = 1024;  // connections taken per turn of the loop at
 class Server::Impl final : public ConnectionOwner, public std::enable_shared_from_this<Impl> {
  public:
   Impl(asio::io_context& io, JobConfig config, Logger logger)
-      : io_(io), logger_(logger.for_part("rendezvous")), state_(std::move(config), StallClock::now()),
+      : io_(io), logger_(logger.for_part("rendezvous")), state_(sized(std::move(config)), StallClock::now()),
         acceptor_(io), tick_timer_(io), accept_retry_timer_(io), drain_timer_(io) {
     tick_period_ = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
                                   state_.config.heartbeat_interval / 4),
@@ -39,6 +39,18 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
   virtual ~Impl() = default;
+
+  // The job's heartbeat interval for its size (heartbeat_interval_for), said when it is not the one given. Called
+  // in the constructor's list, after logger_ (declared before state_).
+  JobConfig sized(JobConfig config) const {
+    const std::chrono::milliseconds given = config.heartbeat_interval;
+    config.heartbeat_interval = heartbeat_interval_for(config);
+    if (config.heartbeat_interval != given)
+      logger_.info("up to ", config.max_nodes, " nodes: agents beat every ", config.heartbeat_interval.count(),
+                   " ms, not every ", given.count(), " ms (--heartbeat-interval), so that the server receives at most ",
+                   kMaxHeartbeatsPerSecond, " heartbeats a second");
+    return config;
+  }
 
   void start(const std::string& bind_address, std::uint16_t port, bool announce) {
     acceptor_ = open_listener(io_, bind_address, port);

@@ -377,3 +377,42 @@ TEST_CASE("a node that cannot take part says so to its server, then ends with it
   CHECK(describe(host->events.stops.front().root_cause) ==
         "node 1 (host testhost) could not start: the program is missing on this node");
 }
+
+// Issue 33: at 10 000 nodes a heartbeat a second from each was half the server's CPU. The interval grows with the
+// job so that the server receives at most kMaxHeartbeatsPerSecond, up to a third of the heartbeat timeout.
+TEST_CASE("the heartbeat interval grows with the job, to a third of the timeout at most; a longer one given stands") {
+  JobConfig c = test_job(2, false);
+  c.heartbeat_interval = 1000ms;  // the defaults (the fixture's are short)
+  c.heartbeat_timeout = 15000ms;
+  CHECK(heartbeat_interval_for(c) == 1000ms);
+  c.max_nodes = 2000;
+  CHECK(heartbeat_interval_for(c) == 1000ms);
+  c.max_nodes = 4000;
+  CHECK(heartbeat_interval_for(c) == 2000ms);
+  c.max_nodes = 10000;
+  CHECK(heartbeat_interval_for(c) == 5000ms);  // 15 s / 3: a node still beats three times before it is lost
+  c.max_nodes = 100000;
+  CHECK(heartbeat_interval_for(c) == 5000ms);
+  c.heartbeat_timeout = 60000ms;
+  CHECK(heartbeat_interval_for(c) == 20000ms);
+  c.max_nodes = 3;
+  c.heartbeat_interval = 3000ms;
+  CHECK(heartbeat_interval_for(c) == 3000ms);
+}
+
+TEST_CASE("the server tells a large job's agents the longer interval in its challenge, and a small job's the given one") {
+  for (const auto& [nodes, expected] : {std::pair{2, 1000}, std::pair{10000, 5000}}) {
+    asio::io_context io;
+    JobConfig config = test_job(nodes, false);
+    config.heartbeat_interval = 1000ms;
+    config.heartbeat_timeout = 15000ms;
+    Server server(io, config, quiet_logger());
+    server.start("127.0.0.1", 0);
+    RawPeer peer(io, server.port());
+    auto payload = peer.read_frame();
+    REQUIRE(payload);
+    const auto challenge = std::get<ChallengeMsg>(decode_server_message(*payload));
+    CHECK(challenge.heartbeat_interval_ms == expected);
+    CHECK(server.state().config.heartbeat_interval == std::chrono::milliseconds(expected));  // its own rules too
+  }
+}
