@@ -97,7 +97,8 @@ void define_options(CLI::App& app, RawOptions& o) {
                  "left ends it, and a node that finds no server within twice it gives up (exit 75): the nodes "
                  "start together and none can be replaced (default 5 in a SLURM step, else 0 = off)");
   app.add_option("--heartbeat-interval,--heartbeat_interval", t.heartbeat_interval,
-                 "Seconds between heartbeats (set on the node hosting the rendezvous; default 1)");
+                 "Seconds between heartbeats (set on the node hosting the rendezvous; default 1, longer for jobs of "
+                 "over 2 000 nodes, up to a third of --heartbeat-timeout)");
   app.add_option("--heartbeat-timeout,--heartbeat_timeout", t.heartbeat_timeout,
                  "Seconds of silence after which a node, or the server, is lost (host's setting; default 15)");
   app.add_option("--rdzv-reconnect-timeout", t.rdzv_reconnect_timeout,
