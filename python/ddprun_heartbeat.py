@@ -234,9 +234,10 @@ _group = None           # the same for the connections of the round's group, onc
 _watcher = None         # the pid whose thread watches for a lost node (a forked child has none)
 
 
-def _tcp_sockets(connected_only=False, skip_port=None):
+def _tcp_sockets(connected_only=False, skip_port=None, to_port=None):
     """{fd: "socket:[inode]"} of this process's TCP sockets (the link names an open file: an fd closed and
-    reused names another); if asked, connected ones only, and none with `skip_port` at either end."""
+    reused names another); if asked, connected ones only, and none with `skip_port` at either end, or only those
+    whose peer is at `to_port` (not the accepted side of a server at that port)."""
     found = {}
     for name in os.listdir("/proc/self/fd"):
         try:
@@ -250,6 +251,8 @@ def _tcp_sockets(connected_only=False, skip_port=None):
                     if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
                         continue
                     if skip_port in (s.getsockname()[1], s.getpeername()[1]):  # OSError when not connected
+                        continue
+                    if to_port is not None and (s.getpeername()[1] != to_port or s.getsockname()[1] == to_port):
                         continue
         except OSError:
             continue
@@ -265,12 +268,25 @@ def _group_connections():
             if _sockets_before.get(fd) != link}
 
 
+def _store_client_connections():
+    """This rank's connections to the round's store (MASTER_PORT) opened since _sockets_before: the client side
+    only, never the side of a store this rank hosts."""
+    store = int(os.environ.get("MASTER_PORT", "0") or 0)
+    return {fd: link for fd, link in _tcp_sockets(connected_only=True, to_port=store).items()
+            if _sockets_before.get(fd) != link}
+
+
 def _leave_group():
     """Shuts the round's group connections down (the fds stay open: the group closes them), after saying so:
     the waiting collective fails at once, and the line must come before whatever that failure makes the program
-    print (or its exit)."""
+    print (or its exit). Before the round's first beat the group may not be up yet: init_process_group waits in the
+    store for a peer that will never come (a joiner lost while it started, issue 32: the survivors sat there until
+    --term-timeout replaced them, ~37 s); then this rank's client connections to the store go too, so that wait
+    fails and the program takes the next round up. A store this rank hosts keeps its own side: its server is
+    destroyed with the failed init."""
     live = []
-    for fd, link in (_group if _group is not None else _group_connections()).items():
+    connections = _group if _group is not None else {**_group_connections(), **_store_client_connections()}
+    for fd, link in connections.items():
         try:
             if os.readlink(f"/proc/self/fd/{fd}") == link:  # not closed since (the fd would be another file)
                 live.append(fd)
@@ -360,6 +376,27 @@ def take_reform(timeout=None, stop=stop_requested, poll=0.01, wait_for_master=Tr
             not _wait_until(_master_listens, stop, deadline, min(poll, 0.005)):
         return None
     return values
+
+
+def init_round_group(backend="gloo", timeout=None):
+    """init_process_group for the round take_reform() put in os.environ, in a way a lost node can end. torch's own
+    env:// set-up waits for every rank inside the store's constructor on rank 0, holding the GIL (torch 1.13):
+    this helper's thread cannot run there, and a joiner lost while it starts leaves the survivors in that wait
+    until --term-timeout replaces them (issue 32). Here rank 0's store is made without that wait, so the ranks
+    meet in the group's own set-up, where other threads run and a lost node's announcement ends the wait: a
+    RuntimeError, after which the caller takes the next round up (take_reform(), then this again). The ranks of a
+    joining node, which start with a plain init_process_group("gloo") (env://), meet these ones. `timeout`: a
+    datetime.timedelta for the store and the group (torch's default, 30 minutes, when None)."""
+    import datetime
+    import torch.distributed as dist
+    env = os.environ
+    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    timeout = timeout or datetime.timedelta(minutes=30)
+    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), world, rank == 0, timeout,
+                          wait_for_workers=False)
+    # The keys env:// would use ("default_pg/..."): a joiner's first init_process_group("gloo") meets this rank.
+    dist.init_process_group(backend, store=dist.PrefixStore("default_pg", store), rank=rank, world_size=world,
+                            timeout=timeout)
 
 
 def _wait_until(ready, stop, deadline, poll):

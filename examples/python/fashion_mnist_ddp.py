@@ -356,9 +356,18 @@ def main():
         # fails and comes to the new round too. DDP sits in reference cycles (its hooks): collect them first.
         gc.collect()
         dist.destroy_process_group()  # the vote's tensor is still referenced (last_vote): no deadlock here
-        if ddprun_heartbeat.take_reform(stop=lambda: bool(stop_signal)) is None:
-            return False
-        dist.init_process_group("gloo")  # the new round's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+        while True:
+            if ddprun_heartbeat.take_reform(stop=lambda: bool(stop_signal)) is None:
+                return False
+            try:
+                ddprun_heartbeat.init_round_group("gloo")  # the new round's MASTER_*, RANK, WORLD_SIZE
+                break
+            except RuntimeError as e:
+                # A peer of the new round was lost before its group was up (a joiner that died while starting):
+                # ddprun's helper ended the wait in the store, and the next round is on its way.
+                print(f"rank {rank}: the new round's group did not form ({e}); waiting for the next round",
+                      flush=True)
+            gc.collect()  # out of the handler: the failure's traceback no longer holds the half-made store
         rank, world = dist.get_rank(), dist.get_world_size()
         return True
 

@@ -153,6 +153,56 @@ class Contract(DdprunTestCase):
         finally:
             os.close(fd)
 
+    def test_a_node_lost_before_the_rounds_first_beat_ends_the_wait_in_the_store(self):
+        """Issue 32, goodput: a joiner lost while it started left the survivors waiting in init_process_group (in the
+        store, for a peer that never came) until --term-timeout replaced them. Before the round's first beat, the
+        helper also shuts this rank's client connections to the round's store (MASTER_PORT), so that wait fails;
+        a store this rank hosts keeps its side: a connection it accepted still works both ways."""
+        hb = self.c["heartbeat"]
+        fd = os.memfd_create("contract-test")
+        listener = socket.create_server(("127.0.0.1", 0))
+        self.addCleanup(listener.close)
+        try:
+            os.ftruncate(fd, 4096)
+            slot = hb["slot_bytes"]
+            page = mmap.mmap(fd, 4096)
+            code = (f"import os, socket, sys; sys.path.insert(0, {os.path.dirname(HELPER)!r}); import ddprun_heartbeat as h\n"
+                    "srv = socket.create_server(('127.0.0.1', 0)); os.environ['MASTER_PORT'] = str(srv.getsockname()[1])\n"
+                    "client = socket.create_connection(srv.getsockname()); own_side, _ = srv.accept()\n"
+                    f"peer = socket.create_connection(('127.0.0.1', {listener.getsockname()[1]}))\n"
+                    "print(h.offer_reforms(), os.environ['MASTER_PORT'], flush=True)\n"  # no beat: the group is not up
+                    "hosted, _ = srv.accept()\n"  # the test's connection to the store this rank hosts
+                    "sys.stdin.readline()\n"
+                    "print(repr(client.recv(10)), repr(peer.recv(10)), hosted.recv(10).decode(), flush=True)\n"
+                    "hosted.sendall(b'ok')\n")
+            env = dict(os.environ, DDPRUN_HEARTBEAT_FD=str(fd), DDPRUN_HEARTBEAT_OFFSET=str(slot),
+                       DDPRUN_REFORM_FILE=self.path("reform.env"))
+            p = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(fd,), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.addCleanup(lambda: p.poll() is None and p.kill())
+            offered, store_port = p.stdout.readline().split()
+            self.assertEqual(offered, "True")
+            outside = socket.create_connection(("127.0.0.1", int(store_port)))
+            self.addCleanup(outside.close)
+            peer_side = listener.accept()[0]
+            self.addCleanup(peer_side.close)
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            lost = slot + hb["group_lost_offset"]
+            page[lost:lost + 8] = (1).to_bytes(8, sys.byteorder, signed=True)  # the round just taken lost a node
+            peer_side.settimeout(30)
+            self.assertEqual(peer_side.recv(10), b"", "the group's connection was not shut down")
+            outside.sendall(b"store")
+            outside.settimeout(30)
+            self.assertEqual(outside.recv(10), b"ok", "the hosted store's side was shut down")
+            out, err = p.communicate(timeout=30)
+            self.assertEqual(p.returncode, 0, err)
+            self.assertEqual(out, "b'' b'' store\n")  # the store's client side shut, the group's too
+            self.assertIn("ddprun_heartbeat: a node of this round was lost: shutting down the 2 connections", err)
+            page.close()
+        finally:
+            os.close(fd)
+
     def test_the_python_helpers_error_file_has_the_contract_keys(self):
         keys = self.c["error_file"]
         path = os.path.join(self.tmp, "error.json")

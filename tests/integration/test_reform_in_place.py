@@ -18,6 +18,7 @@ from ports import listening
 from wait import wait_until
 
 REFORM_WORKER = os.path.join(os.path.dirname(__file__), "py", "reform_worker.py")
+REFORM_TORCH = os.path.join(os.path.dirname(__file__), "py", "reform_torch.py")
 
 
 class ReformInPlace(ElasticCase):
@@ -27,11 +28,12 @@ class ReformInPlace(ElasticCase):
         self.out = self.path("rounds")
         os.mkdir(self.out)
 
-    def node(self, name, *flags, nnodes="1:3", nproc=2, max_restarts=0, term_timeout=1, extra=(), host=False):
+    def node(self, name, *flags, nnodes="1:3", nproc=2, max_restarts=0, term_timeout=1, extra=(), host=False,
+             worker=REFORM_WORKER):
         args = [DDPRUN, "--nnodes", nnodes, "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-id", "reform",
                 "--rdzv-conf", "last_call_timeout=0.2", "--nproc-per-node", nproc, "--max-restarts", max_restarts,
                 "--heartbeat-interval", "0.2", "--heartbeat-timeout", "1", "--rdzv-timeout", BOUND,
-                "--term-timeout", term_timeout, "--events-file", self.path(f"ev_{name}.jsonl"), *extra, REFORM_WORKER,
+                "--term-timeout", term_timeout, "--events-file", self.path(f"ev_{name}.jsonl"), *extra, worker,
                 self.out, *flags]
         with open(self.path(f"err_{name}.log"), "wb") as err:  # readable while the node runs
             p = subprocess.Popen(list(map(str, args)), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
@@ -100,6 +102,27 @@ class ReformInPlace(ElasticCase):
         self.assertEqual([e["event"] for e in self.events_of("a")].count("started"), 2, "a started only its first workers")
         # Their output carries the new rank's prefix: the final lines were written in round 2 (ranks 0-1).
         self.assertIn(f"[rank1]: rank 1 pid {first[1][0]} done", res_a.stdout.decode())
+
+    def test_a_joiner_lost_while_it_starts_does_not_cost_the_survivors_a_restart(self):
+        """Issue 32, goodput: a node joins, the survivors take the new round up and wait in init_process_group for
+        its worker, which is still starting (start-delay); the node is lost meanwhile. The survivors' wait in the
+        store ended only when --term-timeout replaced them (37 s of a 600-s goodput run, one restart from the
+        checkpoint). Now the helper ends that wait as the loss is announced, and the same workers take the round
+        after it up: real torch, gloo, the store hosted by a's rank 0."""
+        a = self.node("a", nproc=1, term_timeout=BOUND, host=True, worker=REFORM_TORCH)
+        first = self.rounds_run([0], 0)
+        b = self.node("b", "start-delay=600", nproc=1, term_timeout=BOUND, worker=REFORM_TORCH)
+        self.wait_for_files([os.path.join(self.out, "taken.0.1")], timeout=BOUND)  # a's worker: in its init, waiting
+        os.kill(b.pid, signal.SIGKILL)  # its worker, still asleep before its init, dies with it (parent-death signal)
+        third = self.rounds_run([0], 2)  # within BOUND: far less than --term-timeout (BOUND) plus a new worker's start
+        self.assertEqual(third[0], (first[0][0], 1), "a's worker was replaced, or is not alone in round 2")
+        res_a, res_b = self.finish([a, b])
+        self.assertEqual(res_a.code, 0, res_a)
+        log = self.read(self.path("err_a.log"))
+        self.assertNotIn("did not take the re-formed round up", log)
+        self.assertIn("a node of this round was lost: shutting down the", log)
+        self.assertIn("round 1 did not form", res_a.stdout.decode())
+        self.assertEqual([e["event"] for e in self.events_of("a")].count("started"), 1, "a started only its first worker")
 
     def test_a_worker_that_does_not_offer_is_restarted(self):
         a = self.node("a", "no-offer", host=True)
