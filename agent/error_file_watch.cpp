@@ -4,6 +4,7 @@
 #include "common/timeouts.hpp"
 
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,13 @@ std::string base_name(const std::string& path) {
 std::string dir_name(const std::string& path) {
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+
+// When the file was last written (ns since the epoch; 0 when it cannot be read).
+std::int64_t written_ns(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
 // The time `pid` has spent runnable but waiting for a CPU, in ns (/proc/PID/schedstat's second field); -1 when
@@ -61,7 +69,11 @@ void ErrorFileWatch::watch(const std::vector<std::string>& error_files, std::chr
   start_timer_.expires_after(after);
   start_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || !start_watching()) return;
-    for (std::size_t lr = 0; lr < files_.size(); ++lr) check(static_cast<int>(lr));  // written before the watch
+    // Written before the watch: read in the order they were written, so the first raiser's grace is the first.
+    std::vector<std::pair<std::int64_t, int>> order;
+    for (std::size_t lr = 0; lr < files_.size(); ++lr) order.emplace_back(written_ns(files_[lr]), static_cast<int>(lr));
+    std::sort(order.begin(), order.end());
+    for (const auto& [when, lr] : order) check(lr);
   });
 }
 
@@ -125,6 +137,7 @@ void ErrorFileWatch::check(int local_rank) {
   grace->pid = pid;
   grace->since = std::chrono::steady_clock::now();
   grace->run_delay_at_start = run_delay_ns(pid);
+  grace->written_ns = written_ns(files_[i]);
   grace->contents = std::move(contents);
   graces_[local_rank] = std::move(grace);
   arm(local_rank, timeouts::kRaisedExitGrace);
@@ -157,9 +170,21 @@ void ErrorFileWatch::on_timer(int local_rank) {
     const std::chrono::nanoseconds left = timeouts::kRaisedExitGrace - own;
     return arm(local_rank, std::min<std::chrono::nanoseconds>(left, timeouts::kRaisedExitGraceLimit - wall));
   }
-  const supervision::ErrorFileContents contents = std::move(g.contents);
-  graces_.erase(it);
-  host_.on_grace_over(local_rank, contents);
+  // A raiser whose file came earlier failed first, whatever its grace's timer says (it waited for a CPU longer, or
+  // its file was read in the same turn): it is handed over first, so the job's root cause is the first failure,
+  // not a peer that raised because of it (issue 32: "root cause: rank 0 ... Connection closed by peer").
+  std::vector<std::pair<std::int64_t, int>> earlier;
+  for (const auto& [lr, other] : graces_)
+    if (lr != local_rank && other->written_ns < g.written_ns) earlier.emplace_back(other->written_ns, lr);
+  std::sort(earlier.begin(), earlier.end());
+  earlier.emplace_back(g.written_ns, local_rank);
+  for (const auto& [when, lr] : earlier) {
+    const auto found = graces_.find(lr);
+    if (found == graces_.end()) continue;  // ended by an earlier one's hand-over (its exit was reaped meanwhile)
+    const supervision::ErrorFileContents contents = std::move(found->second->contents);
+    graces_.erase(found);
+    host_.on_grace_over(lr, contents);
+  }
 }
 
 void ErrorFileWatch::on_exit(int local_rank) {

@@ -70,6 +70,7 @@ class ErrorFileWatch {
     pid_t pid = 0;
     std::chrono::steady_clock::time_point since;
     std::int64_t run_delay_at_start = -1;  // ns, /proc/PID/schedstat; -1: not known (wall time only)
+    std::int64_t written_ns = 0;  // the file's modification time: which raiser failed first
     supervision::ErrorFileContents contents;
   };
   void close_descriptor();

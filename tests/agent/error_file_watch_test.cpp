@@ -144,3 +144,18 @@ TEST_CASE("a grace counts the raiser's own time: time it waited for a CPU is add
   CHECK(ErrorFileWatch::own_time(100ms, 150ms) == 0ms);
   CHECK(ErrorFileWatch::own_time(100ms, -5ms) == 100ms);  // a counter that cannot be read
 }
+
+// Issue 32 (a judgement): rank 1 raised; its exit closed its connections, so rank 0's collective failed and rank 0
+// raised too. Both files were read when the watch began, in local-rank order, and rank 0's grace ran out first:
+// the root cause named rank 0 ("Connection closed by peer") and rank 1 a victim. The first file written is handed
+// over first, however the two are read or their timers run.
+TEST_CASE("two raisers: the one whose file was written first is handed over first") {
+  Fixture f;
+  f.watch->watch(f.files, 30ms);
+  Fixture::write(f.files[1], kWhole);  // the first failure
+  Fixture::write(f.files[0], kWhole);  // its consequence
+  const timespec older[2] = {{0, UTIME_OMIT}, {1000, 0}};  // file 1 written long before file 0 (same-tick writes)
+  REQUIRE(::utimensat(AT_FDCWD, f.files[1].c_str(), older, 0) == 0);
+  for (int i = 0; i < 400 && f.over.size() < 2; ++i) f.run_for(5ms);
+  CHECK(f.over == std::vector<int>{1, 0});
+}
