@@ -341,11 +341,9 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     job_end_ = nullptr;
   }
 
-  // ServerLiveView::kViewEvery: one answer per node per period, one view built per period for every node.
+  // ServerLiveView::kViewEvery: one view built per period, its frame shared by every answer in it.
   void answer_view(ServerConnection& conn) {
     const auto now = Clock::now();
-    if (conn.viewed_at != Clock::time_point{} && now - conn.viewed_at < ServerLiveView::kViewEvery) return;
-    conn.viewed_at = now;
     if (!view_frame_ || now - view_built_at_ >= ServerLiveView::kViewEvery) {
       view_frame_ = frame_of(live_view_.job_view(state_.config.max_frame_bytes, now));
       view_built_at_ = now;

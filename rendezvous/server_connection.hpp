@@ -5,7 +5,6 @@
 #pragma once
 
 #include <array>
-#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -53,7 +52,6 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   bool proved = false;   // it asked for this connection's proof (ProveMsg), answered once
   bool joined = false;   // ... and was accepted: a node of the job, not a stranger
   bool said_foreign_paces = false;  // the warning about paces of ranks not its own, once
-  std::chrono::steady_clock::time_point viewed_at{};  // its last view_request answered (ServerLiveView::kViewEvery)
 
  private:
   void read_some();

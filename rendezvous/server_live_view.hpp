@@ -35,10 +35,10 @@ class ServerLiveView {
   // large for one frame gets the nodes that fit (the asking agent says the view is incomplete), never an
   // oversized frame, which would end the server.
   JobViewMsg job_view(std::size_t max_frame_bytes, Clock::time_point now) const;
-  // A node's view_request is answered at most once per kViewEvery (an agent coalesces its ddprun-status
-  // requests, so only a flood is dropped; the asker's view then says the others' part is missing), and the
-  // view itself is built at most once per kViewEvery for everyone (each answer shares that frame): at 10 000
-  // nodes a view is up to a MiB, and no message handler does work that grows with the job (issue 33).
+  // The view is built at most once per kViewEvery for everyone, and each view_request in that period is
+  // answered with the same frame (no copy): at 10 000 nodes a view is up to a MiB, and no message handler does
+  // work that grows with the job (issue 33). Every request is answered (ddprun-status polled faster than the
+  // period still sees every node); a node that asks and never reads is closed at its outbox bound.
   static constexpr std::chrono::milliseconds kViewEvery{250};
 
  private:
