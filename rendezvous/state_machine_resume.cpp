@@ -226,10 +226,19 @@ void remember_round(const RendezvousState& state, const ResumeClaim& round, Acti
   remember.round.round.node_rank = remember.round.round.rank_offset = 0;
   remember.round.round.seat_secret.clear();
   remember.round.seats.reserve(state.by_rank.size());
-  for (ConnId conn : state.by_rank) {
+  // A place nobody has claimed again yet (its node lost with the last host) keeps what the round kept before:
+  // its seat, which only its own agent can claim, and its host, which the verdict names if it never comes.
+  const auto& known = state.config.remembered;
+  for (std::size_t rank = 0; rank < state.by_rank.size(); ++rank) {
+    const ConnId conn = state.by_rank[rank];
     const auto it = conn == 0 ? state.nodes.end() : state.nodes.find(conn);
-    remember.round.seats.push_back(it == state.nodes.end() ? std::string() : it->second.seat_commit);
-    remember.round.hosts.push_back(it == state.nodes.end() ? std::string() : it->second.host);
+    const bool kept = it == state.nodes.end() && known && rank < known->seats.size();
+    remember.round.seats.push_back(it != state.nodes.end() ? it->second.seat_commit
+                                   : kept                  ? known->seats[rank]
+                                                           : std::string());
+    remember.round.hosts.push_back(it != state.nodes.end()               ? it->second.host
+                                   : kept && rank < known->hosts.size() ? known->hosts[rank]
+                                                                        : std::string());
   }
   out.push_back(std::move(remember));
 }
