@@ -69,11 +69,8 @@ void ErrorFileWatch::watch(const std::vector<std::string>& error_files, std::chr
   start_timer_.expires_after(after);
   start_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || !start_watching()) return;
-    // Written before the watch: read in the order they were written, so the first raiser's grace is the first.
-    std::vector<std::pair<std::int64_t, int>> order;
-    for (std::size_t lr = 0; lr < files_.size(); ++lr) order.emplace_back(written_ns(files_[lr]), static_cast<int>(lr));
-    std::sort(order.begin(), order.end());
-    for (const auto& [when, lr] : order) check(lr);
+    // Written before the watch (read here in local-rank order; on_timer hands them over in the order written).
+    for (std::size_t lr = 0; lr < files_.size(); ++lr) check(static_cast<int>(lr));
   });
 }
 

@@ -260,20 +260,27 @@ def _tcp_sockets(connected_only=False, skip_port=None, to_port=None):
     return found
 
 
-def _group_connections():
-    """The connections of the round's process group: opened since _sockets_before, none of the store's (its
-    server thread aborts the process on a socket shut under it)."""
-    store = int(os.environ.get("MASTER_PORT", "0") or 0)
-    return {fd: link for fd, link in _tcp_sockets(connected_only=True, skip_port=store).items()
+def _store_port():
+    """The round's store port (MASTER_PORT; 0 when not set)."""
+    return int(os.environ.get("MASTER_PORT", "0") or 0)
+
+
+def _opened_for_round(**filters):
+    """This process's connected TCP sockets opened since _sockets_before, filtered as _tcp_sockets(**filters)."""
+    return {fd: link for fd, link in _tcp_sockets(connected_only=True, **filters).items()
             if _sockets_before.get(fd) != link}
+
+
+def _group_connections():
+    """The connections of the round's process group: none of the store's (its server thread aborts the process
+    on a socket shut under it)."""
+    return _opened_for_round(skip_port=_store_port())
 
 
 def _store_client_connections():
-    """This rank's connections to the round's store (MASTER_PORT) opened since _sockets_before: the client side
-    only, never the side of a store this rank hosts."""
-    store = int(os.environ.get("MASTER_PORT", "0") or 0)
-    return {fd: link for fd, link in _tcp_sockets(connected_only=True, to_port=store).items()
-            if _sockets_before.get(fd) != link}
+    """This rank's connections to the round's store: the client side only, never the side of a store this rank
+    hosts."""
+    return _opened_for_round(to_port=_store_port())
 
 
 def _leave_group():
