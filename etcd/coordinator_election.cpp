@@ -159,7 +159,16 @@ void CoordinatorElection::keep_round(std::string value) {
   client_.post("/v3/lease/grant", json{{"TTL", kRoundLeaseTtl.count()}},
                [this](const std::string& error, const json& reply) {
                  if (!error.empty()) return log_.debug("etcd: a lease for the round: ", error);
-                 round_lease_ = int_field(reply, "ID");
+                 const std::int64_t granted = int_field(reply, "ID");
+                 // The job finished while this grant was on its way: finish() has already cleared the job's keys,
+                 // so the round is not put and the fresh lease goes at once (else it would hold the round 60 s).
+                 if (over_) {
+                   if (granted != 0)
+                     client_.post("/v3/lease/revoke", json{{"ID", std::to_string(granted)}},
+                                  [](const std::string&, const json&) {});
+                   return;
+                 }
+                 round_lease_ = granted;
                  if (round_lease_ != 0) put_round();
                });
 }

@@ -35,6 +35,11 @@ class FakeGateway {
   }
   Endpoint endpoint() const { return {"127.0.0.1", std::to_string(acceptor_.local_endpoint().port())}; }
   std::vector<std::pair<std::string, json>> seen;
+  // An answer with status 0 is held back (a slow etcd) until release_held() sends it with status 200.
+  void release_held() {
+    for (auto& conn : held_) send(conn, 200, conn->response.body());
+    held_.clear();
+  }
 
  private:
   struct Conn {
@@ -57,23 +62,32 @@ class FakeGateway {
         seen.emplace_back(std::string(conn->request.target()), body);
         const auto said = answer_(std::string(conn->request.target()), body);
         if (!said) return;  // silent
-        conn->response.result(said->first);
-        conn->response.version(11);
-        conn->response.set(http::field::content_type, "application/json");
-        conn->response.body() = said->second;
-        conn->response.prepare_payload();
-        http::async_write(conn->socket, conn->response, [conn](const boost::system::error_code&, std::size_t) {
-          boost::system::error_code ignored;
-          conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
-        });
+        if (said->first == 0) {
+          conn->response.body() = said->second;
+          return held_.push_back(conn);
+        }
+        send(conn, said->first, said->second);
       });
       accept();
+    });
+  }
+
+  static void send(const std::shared_ptr<Conn>& conn, unsigned status, std::string body) {
+    conn->response.result(status);
+    conn->response.version(11);
+    conn->response.set(http::field::content_type, "application/json");
+    conn->response.body() = std::move(body);
+    conn->response.prepare_payload();
+    http::async_write(conn->socket, conn->response, [conn](const boost::system::error_code&, std::size_t) {
+      boost::system::error_code ignored;
+      conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
     });
   }
 
   tcp::acceptor acceptor_;
   Answer answer_;
   std::vector<std::shared_ptr<Conn>> kept_;
+  std::vector<std::shared_ptr<Conn>> held_;
 };
 
 // A port nobody listens on (bound, then closed).
@@ -315,6 +329,39 @@ TEST_CASE("an election: the first claim wins under its lease, a later one learns
   CHECK(*o3.lost == "theirs");
   REQUIRE(raced.seen.size() == 4);
   CHECK(raced.seen[3].first == "/v3/lease/revoke");
+}
+
+TEST_CASE("a round's lease granted after the job finished is revoked; the round is not put") {
+  // Seen under load on real etcd: a job whose workers end at once finishes while the round's lease is still being
+  // granted; the late grant then put the round under a fresh 60 s lease that nobody revoked.
+  asio::io_context io;
+  int grants = 0;
+  const auto plain = election_etcd(std::nullopt);
+  FakeGateway etcd(io, [&](const std::string& path, const json& body) -> std::optional<std::pair<unsigned, std::string>> {
+    if (path == "/v3/lease/grant" && ++grants == 2) return std::make_pair(0u, std::string(R"({"ID":"77","TTL":"60"})"));
+    return plain(path, body);
+  });
+  ElectionConfig config;
+  config.run_id = "j";
+  Outcome o;
+  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), ddprun::Logger(ddprun::LogLevel::kOff, "", ""));
+  election.run("mine");
+  run_until(io, o.won);
+  REQUIRE(o.won);
+  election.keep_round("round 1");
+  for (int i = 0; i < 100 && grants < 2; ++i) io.run_one_for(std::chrono::milliseconds(20));
+  REQUIRE(grants == 2);
+  bool finished = false;
+  election.finish([&] { finished = true; });
+  run_until(io, finished);
+  REQUIRE(finished);
+  const std::size_t at_finish = etcd.seen.size();
+  etcd.release_held();
+  for (int i = 0; i < 100 && etcd.seen.size() == at_finish; ++i) io.run_one_for(std::chrono::milliseconds(20));
+  io.run_for(std::chrono::milliseconds(100));
+  REQUIRE(etcd.seen.size() == at_finish + 1);
+  CHECK(etcd.seen.back().first == "/v3/lease/revoke");
+  CHECK(etcd.seen.back().second["ID"] == "77");
 }
 
 TEST_CASE("an election that found its host gone waits for the host's lease to run out, then wins") {
