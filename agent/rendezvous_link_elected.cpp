@@ -65,7 +65,9 @@ void RendezvousLink::elect(bool taking_over) {
               server_port_, " (elected in etcd)");
     join_host(taking_over);
   };
-  h.on_error = [this](const std::string& why) { handlers_.on_error({rdzv::ErrorKind::kUnavailable, why}); };
+  h.on_error = [this](const std::string& why, bool refused) {
+    handlers_.on_error({refused ? rdzv::ErrorKind::kRefused : rdzv::ErrorKind::kUnavailable, why});
+  };
   election_ = std::make_unique<etcd::CoordinatorElection>(io_, etcd::parse_endpoints(r.etcd.endpoints), ec,
                                                           std::move(h), log_);
   election_->run(offer.dump(), host_offer_);

@@ -19,7 +19,8 @@ inline constexpr int kExitRdzvUnavailable = kExitUnavailable;  // 69: the rendez
 inline constexpr int kExitRdzvLost = 74;      // lost the rendezvous server (connection closed, silent)
 inline constexpr int kExitRdzvTimeout = 75;   // not every node joined in time, or the server was never reached
 inline constexpr int kExitRdzvProtocol = 76;  // the server broke the protocol
-inline constexpr int kExitRdzvRefused = 77;   // refused: wrong token or run id, duplicate or out-of-range node rank
+// 77: refused: wrong token or run id, duplicate or out-of-range node rank; or etcd refused the request (auth)
+inline constexpr int kExitRdzvRefused = 77;
 // Preempted and stopped cleanly (agent/supervision_policy.hpp decides it): a notice (SIGUSR1/SIGUSR2) or
 // SIGTERM reached ddprun and every worker then exited 0. A batch script requeues on it (examples/slurm/).
 inline constexpr int kExitPreempted = 79;

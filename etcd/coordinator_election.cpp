@@ -53,7 +53,7 @@ void CoordinatorElection::run(std::string value, std::string stale) {
 void CoordinatorElection::peek() {
   client_.post("/v3/kv/range", json{{"key", to_base64(coordinator_key(config_))}},
                [this](const std::string& error, const json& reply) {
-                 if (!error.empty()) return retry_or_fail("reading the coordinator's key", error, &CoordinatorElection::peek);
+                 if (!error.empty()) return retry_or_fail("reading the coordinator's key", error, &CoordinatorElection::peek, reply);
                  const std::string holder = held_by(reply);
                  if (holder.empty()) return grant();
                  on_held(holder, &CoordinatorElection::peek);
@@ -69,19 +69,32 @@ void CoordinatorElection::on_held(const std::string& holder, void (CoordinatorEl
   over_ = true;
   if (reclaiming_)
     return handlers_.on_error("this node's etcd lease ran out while etcd was out of reach and another agent "
-                              "now holds the coordinator's key (" + holder + "): the job cannot have two");
+                              "now holds the coordinator's key (" + holder + "): the job cannot have two",
+                              false);
   handlers_.on_lost(holder);
 }
 
 // etcd out of reach: again after retry_interval, until give_up_after from the first try (then on_error).
 void CoordinatorElection::retry_or_fail(const std::string& step, const std::string& error,
-                                        void (CoordinatorElection::*again)()) {
+                                        void (CoordinatorElection::*again)(), const json& reply) {
+  if (refused_for_good(reply)) {  // waiting would not change the answer
+    over_ = true;
+    const bool auth = error.find("user name is empty") != std::string::npos ||
+                      error.find("invalid auth token") != std::string::npos;
+    return handlers_.on_error("etcd refused the request (" + step + "): " + error +
+                                  (auth ? " (etcd's authentication is on: ddprun does not log in with a user name "
+                                          "and password; see docs/MULTINODE.md, \"Meeting in etcd\")"
+                                        : " (check that this node may read and write the key prefix, "
+                                          "--rdzv-conf key_prefix)"),
+                              true);
+  }
   const auto waited = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - first_try_);
   if (waited >= config_.give_up_after && again_waits_for_stale_) {
     over_ = true;
     return handlers_.on_error("the rendezvous host this node lost still holds its etcd lease after " +
                               seconds_text(waited) + " (" + stale_ + "): it runs, but this node cannot reach it "
-                              "(a network partition?)");
+                              "(a network partition?)",
+                              false);
   }
   if (waited >= config_.give_up_after) {
     over_ = true;
@@ -89,7 +102,8 @@ void CoordinatorElection::retry_or_fail(const std::string& step, const std::stri
     return handlers_.on_error("etcd did not answer (" + step + ") for " + seconds_text(waited) + " at " +
                               describe(client_.endpoints()) + ": " + error +
                               (tls ? " (check --rdzv-conf cacert, cert and key against etcd's TLS setup)"
-                                   : " (is etcd running there? --rdzv-conf read_timeout sets how long to wait)"));
+                                   : " (is etcd running there? --rdzv-conf read_timeout sets how long to wait)"),
+                              false);
   }
   log_.debug("etcd: ", step, ": ", error, "; again in ", config_.retry_interval.count(), " ms");
   timer_.expires_after(config_.retry_interval);
@@ -101,11 +115,11 @@ void CoordinatorElection::retry_or_fail(const std::string& step, const std::stri
 void CoordinatorElection::grant() {
   client_.post("/v3/lease/grant", json{{"TTL", config_.lease_ttl.count()}},
                [this](const std::string& error, const json& reply) {
-                 if (!error.empty()) return retry_or_fail("granting a lease", error, &CoordinatorElection::grant);
+                 if (!error.empty()) return retry_or_fail("granting a lease", error, &CoordinatorElection::grant, reply);
                  lease_ = int_field(reply, "ID");
                  if (lease_ == 0) {
                    over_ = true;
-                   return handlers_.on_error("etcd granted no lease: " + reply.dump());
+                   return handlers_.on_error("etcd granted no lease: " + reply.dump(), false);
                  }
                  claim();
                });
@@ -121,7 +135,7 @@ void CoordinatorElection::claim() {
                                {{"request_range", {{"key", to_base64(round_key(config_))}}}}})},
       {"failure", json::array({{{"request_range", {{"key", key}}}}})}};
   client_.post("/v3/kv/txn", txn, [this](const std::string& error, const json& reply) {
-    if (!error.empty()) return retry_or_fail("claiming the coordinator's key", error, &CoordinatorElection::claim);
+    if (!error.empty()) return retry_or_fail("claiming the coordinator's key", error, &CoordinatorElection::claim, reply);
     if (reply.value("succeeded", false)) {
       const bool again = reclaiming_;
       won_ = true;

@@ -45,9 +45,10 @@ class CoordinatorElection {
     // the winning transaction; "" when none), for a host taking over a running job.
     std::function<void(const std::string& round)> on_won;
     std::function<void(const std::string& value)> on_lost;  // another agent does: the value it published
-    // etcd unanswered past give_up_after, refused the request, or another agent holds the key this agent
-    // held (its lease ran out while etcd was out of reach). The text names the endpoints.
-    std::function<void(const std::string& why)> on_error;
+    // etcd unanswered past give_up_after, refused the request for good (`refused`: at once, no retry), or
+    // another agent holds the key this agent held (its lease ran out while etcd was out of reach). The text
+    // names the endpoints.
+    std::function<void(const std::string& why, bool refused)> on_error;
   };
 
   CoordinatorElection(boost::asio::io_context& io, std::vector<Endpoint> endpoints, ElectionConfig config,
@@ -74,7 +75,8 @@ class CoordinatorElection {
   void on_held(const std::string& holder, void (CoordinatorElection::*again)());
   static std::string held_by(const nlohmann::json& range);  // the value in a range answer, "" when none
   void keep_alive();
-  void retry_or_fail(const std::string& step, const std::string& error, void (CoordinatorElection::*again)());
+  void retry_or_fail(const std::string& step, const std::string& error, void (CoordinatorElection::*again)(),
+                     const nlohmann::json& reply = nlohmann::json());
   void on_lease_lost();
   void put_round();
 

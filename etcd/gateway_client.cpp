@@ -90,6 +90,12 @@ std::string from_base64(const std::string& text) {
   return out;
 }
 
+bool refused_for_good(const nlohmann::json& reply) {
+  if (!reply.is_object() || !reply.contains("code") || !reply["code"].is_number_integer()) return false;
+  const int code = reply["code"].get<int>();
+  return code == 3 || code == 7 || code == 16;  // InvalidArgument, PermissionDenied, Unauthenticated
+}
+
 std::int64_t int_field(const json& object, const char* name) {
   const auto it = object.find(name);
   if (it == object.end()) return 0;

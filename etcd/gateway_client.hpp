@@ -41,6 +41,9 @@ std::string to_base64(const std::string& bytes);
 std::string from_base64(const std::string& text);  // "" for text that is not base64
 // The gateway writes int64 fields as JSON strings ("TTL": "10"); absent means 0.
 std::int64_t int_field(const nlohmann::json& object, const char* name);
+// An answer that says no for good (gRPC's InvalidArgument, PermissionDenied, Unauthenticated: etcd's
+// authentication is on, a role lacks the key prefix, a malformed request): asking again gets the same answer.
+bool refused_for_good(const nlohmann::json& reply);
 
 // https (--rdzv-conf protocol=https, or https:// endpoints): etcd's certificate must name the host dialled (its name,
 // or its address as an IP SAN) and be signed by `cacert` (PEM; empty: the system's CAs); `cert` and `key` (PEM) are

@@ -254,6 +254,7 @@ struct Outcome {
   std::string round;
   std::optional<std::string> lost;
   std::optional<std::string> error;
+  bool refused = false;
   bool any() const { return won || lost || error; }
 };
 
@@ -263,7 +264,10 @@ CoordinatorElection::Handlers record(Outcome& o) {
             o.round = round;
           },
           [&o](const std::string& v) { o.lost = v; },
-          [&o](const std::string& why) { o.error = why; }};
+          [&o](const std::string& why, bool refused) {
+            o.error = why;
+            o.refused = refused;
+          }};
 }
 }  // namespace
 
@@ -381,6 +385,32 @@ TEST_CASE("an election that found its host gone waits for the host's lease to ru
   CHECK(reads == 4);
 }
 
+TEST_CASE("an etcd that refuses the request for good (authentication on) ends the election at once") {
+  // etcd 3.4 with `auth enable` answers a request without a user: HTTP 400, gRPC code 3. Waiting read_timeout
+  // (60 s) for it to change, then saying "did not answer", was the wrong error after the wrong wait.
+  asio::io_context io;
+  FakeGateway etcd(io, fixed(400, R"({"error":"etcdserver: user name is empty","code":3,)"
+                                  R"("message":"etcdserver: user name is empty"})"));
+  ElectionConfig config;
+  config.run_id = "j";
+  config.retry_interval = std::chrono::milliseconds(20);
+  Outcome o;
+  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), ddprun::Logger(ddprun::LogLevel::kOff, "", ""));
+  const auto t0 = std::chrono::steady_clock::now();
+  election.run("mine");
+  for (int i = 0; i < 200 && !o.any(); ++i) io.run_one_for(std::chrono::milliseconds(50));
+  REQUIRE(o.error);
+  CHECK(o.refused);
+  CHECK(o.error->find("etcd refused the request (reading the coordinator's key)") != std::string::npos);
+  CHECK(o.error->find("user name is empty") != std::string::npos);
+  CHECK(o.error->find("authentication is on") != std::string::npos);
+  CHECK(etcd.seen.size() == 1);  // asked once
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  // A 429 (too many requests, gRPC 8) is not for good: it is asked again.
+  CHECK_FALSE(refused_for_good(json{{"code", 8}, {"message", "etcdserver: too many requests"}}));
+  CHECK_FALSE(refused_for_good(json()));
+}
+
 TEST_CASE("an election with etcd out of reach gives up after give_up_after, naming the endpoints") {
   asio::io_context io;
   ElectionConfig config;
@@ -395,6 +425,7 @@ TEST_CASE("an election with etcd out of reach gives up after give_up_after, nami
   while (!o.any() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
     io.run_one_for(std::chrono::milliseconds(50));
   REQUIRE(o.error);
+  CHECK_FALSE(o.refused);
   CHECK(o.error->find("etcd did not answer (reading the coordinator's key)") != std::string::npos);
   CHECK(o.error->find(nowhere.text()) != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
