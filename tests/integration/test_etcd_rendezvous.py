@@ -7,13 +7,14 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from etcd_cluster import EtcdCluster, skip_unless_etcd
-from exit_codes import NO_INPUT, UNAVAILABLE, USAGE
-from harness import WORKER, pid_alive
+from exit_codes import HUNG, NO_INPUT, RDZV_REFUSED, UNAVAILABLE, USAGE
+from harness import DDPRUN, WORKER, pid_alive
 from multinode import MultiNodeCase
 from ports import free_port
 from wait import wait_until
@@ -248,6 +249,62 @@ class OneMember(EtcdCase):
         self.assertIn("etcd did not answer (reading the coordinator's key) for", err, res)
         self.assertIn(nowhere, err, res)
         self.assertLess(time.monotonic() - t0, 15, res)
+        self.assertEqual(os.listdir(self.ready), [], "a worker was started")
+
+    def test_a_hang_on_one_node_is_judged_by_every_node(self):
+        # The elected host runs the rendezvous' own core, hang verdicts included: 78 on both nodes, the silent
+        # rank the root cause everywhere, as with the built-in server.
+        steps = [f"ready={self.ready}", f"waitfile={self.go}", "@1:beat=0", "@1:hang", "beatfor=120:100", "exit=0"]
+        procs = [self.etcd_node(*steps, nproc=1, extra=("--hang-timeout", 2)) for _ in range(2)]
+        self.wait_ready(2)
+        self.release()
+        for res in self.wait_all(procs, timeout=40):
+            self.assertEqual(res.code, HUNG, res)
+            self.assertIn(b"root cause: rank 1 (local rank 0, node 1", res.stderr, res)
+        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
+
+    def test_the_live_view_shows_the_whole_job_from_either_node(self):
+        runtime = self.path("runtime")
+        os.mkdir(runtime, 0o700)
+        self.env.update(XDG_RUNTIME_DIR=runtime, DDPRUN_STATUS_PERIOD_MS="300")
+        status = os.path.join(os.path.dirname(os.path.abspath(DDPRUN)), "ddprun-status")
+        procs = [self.etcd_node("beatfor=8:100", extra=("--hang-timeout", 30)) for _ in range(2)]
+        for p in procs:
+            self.addCleanup(lambda p=p: p.poll() is None and os.killpg(p.pid, signal.SIGKILL))
+
+        def whole():
+            r = subprocess.run([status, "--json", "--run-id", self.run_id], env=self.env, capture_output=True,
+                               text=True, timeout=20)
+            jobs = json.loads(r.stdout) if r.returncode == 0 else []
+            return jobs if len(jobs) == 2 and all(len(j["nodes"]) == 2 and j["complete"] for j in jobs) else None
+        jobs = wait_until(whole, "both nodes' views to show the whole job", 20, interval=0.2)
+        for job in jobs:
+            self.assertEqual(sorted(r["rank"] for n in job["nodes"] for r in n["ranks"]), [0, 1, 2, 3], job)
+            self.assertEqual(sorted(n["node_rank"] for n in job["nodes"]), [0, 1], job)
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 0, res)
+
+    def test_an_etcd_with_authentication_on_is_refused_at_once(self):
+        # etcd's JSON gateway takes no certificate user (etcd 3.4): with `auth enable`, a request without a
+        # user's token is refused (HTTP 400, "user name is empty"). That is an answer, not an outage: one line
+        # at once, exit 77, not 60 s of "did not answer".
+        base = self.path("auth-etcd")
+        os.mkdir(base)
+        locked = EtcdCluster(base, 1)
+        self.addCleanup(locked.stop)
+        locked.start()
+        locked.call("/v3/auth/role/add", {"name": "root"})
+        locked.call("/v3/auth/user/add", {"name": "root", "password": "pw"})
+        locked.call("/v3/auth/user/grant", {"user": "root", "role": "root"})
+        locked.call("/v3/auth/enable", {})
+        res = self.run_ddprun("--nnodes", 2, "--nproc-per-node", 1, "--rdzv-backend", "etcd", "--rdzv-endpoint",
+                              locked.endpoints, "--rdzv-id", self.run_id, WORKER, f"ready={self.ready}", timeout=30)
+        self.assertEqual(res.code, RDZV_REFUSED, res)
+        err = res.stderr.decode()
+        self.assertIn("etcd refused the request (reading the coordinator's key)", err, res)
+        self.assertIn("user name is empty", err, res)
+        self.assertIn(locked.endpoints, err, res)
+        self.assertLess(res.elapsed, 5, res)
         self.assertEqual(os.listdir(self.ready), [], "a worker was started")
 
     def test_bad_etcd_options_are_refused_before_anything_starts(self):
