@@ -418,6 +418,28 @@ class ThreeMembers(EtcdCase):
         self.assertTrue(all(not pid_alive(p.pid) for p in procs))
 
 
+    def test_a_frozen_member_first_in_the_list_is_passed_by(self):
+        # A member that answers nothing (SIGSTOPped: a machine hung or cut off from its clients), named first:
+        # each agent's first request waits its 2 s for it, then the agent asks the next member and keeps to the
+        # one that answered. The job meets and ends as usual, and leaves nothing in etcd.
+        frozen = self.etcd.leader()
+        os.kill(self.etcd.procs[frozen].pid, signal.SIGSTOP)
+        self.addCleanup(lambda: self.etcd.procs[frozen].poll() is None and
+                        os.kill(self.etcd.procs[frozen].pid, signal.SIGCONT))
+        urls = self.etcd.endpoints.split(",")
+        endpoints = ",".join([urls[frozen]] + [u for i, u in enumerate(urls) if i != frozen])
+        t0 = time.monotonic()
+        procs = [self.etcd_node("env=RANK", endpoints=endpoints) for _ in range(2)]
+        results = self.wait_all(procs, timeout=40)
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+        # The other two members elect a leader (500 ms here), then each agent pays one 2 s wait for the frozen
+        # member, not one per request.
+        self.assertLess(time.monotonic() - t0, 20, results)
+        os.kill(self.etcd.procs[frozen].pid, signal.SIGCONT)
+        wait_until(lambda: self.etcd.healthy(frozen), "the thawed member healthy again", 20, interval=0.2)
+        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
+
 class TorchsOwnEtcdLauncherTests(EtcdCase):
     """The command lines of PyTorch's own launcher tests that use etcd (test/distributed/launcher/run_test.py, the
     ElasticLaunchTest cases with --rdzv_backend=etcd), run by ddprun against the real etcd. Their scripts (every rank
