@@ -24,6 +24,7 @@ WorkerFacts worker_facts(const FactSources& from, int local_rank, const OutputRo
   facts.job_tag = from.containment.guard().tag();
   facts.cgroup_procs_fd = from.containment.cgroup().procs_fd();
   facts.cgroup_dir_fd = from.containment.cgroup().dir_fd();
+  facts.guard_fd = from.containment.guard().command_fd();
   facts.stdin_is_foreground_terminal = from.world.rank_offset + local_rank == from.config.stdin_rank &&
                                        ::isatty(STDIN_FILENO) == 1 && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
   // Only when stdout goes to the terminal alone: a bar's '\r' redraws have no place in a --tee file.

@@ -30,6 +30,7 @@ process::SpawnOptions plan_worker(const AgentConfig& config, const World& world,
   env_in.console_tty = facts.stdout_to_terminal_only;
   opts.cgroup_procs_fd = facts.cgroup_procs_fd;
   opts.cgroup_dir_fd = facts.cgroup_dir_fd;
+  opts.guard_fd = facts.guard_fd;
   if (facts.heartbeat_fd >= 0) {
     env_in.heartbeat_fd = facts.heartbeat_fd;
     env_in.heartbeat_offset = HeartbeatChannel::offset_of(local_rank);

@@ -20,6 +20,7 @@ struct WorkerFacts {
   std::string job_tag;      // the job guard's ("" = no guard)
   int cgroup_procs_fd = -1;  // the job's cgroup, -1: none
   int cgroup_dir_fd = -1;    // its directory: the worker is created in it (spawn.hpp), -1: it moves in
+  int guard_fd = -1;         // the job guard's pipe: the worker tells it its group before exec (spawn.hpp)
   // ddprun's stdin is a terminal whose foreground group is ddprun's own (the worker that reads it takes it over).
   bool stdin_is_foreground_terminal = false;
   // The worker's stdout goes to ddprun's terminal alone (not also to a --tee file): it may draw progress bars.

@@ -51,6 +51,8 @@ class JobGuard {
   static JobGuard start();
 
   bool active() const { return command_fd_ >= 0; }
+  // Where a worker, between fork and exec, tells the guard its own group (spawn.hpp's guard_fd); -1: no guard.
+  int command_fd() const { return command_fd_; }
   const std::string& tag() const { return tag_; }
   // "DDPRUN_JOB_TAG=<tag>", for a worker's environment.
   std::string tag_assignment() const;

@@ -58,12 +58,29 @@ std::vector<std::string> path_candidates(const std::string& name, const std::str
 sigset_t g_ignored_at_start;  // empty until remember_inherited_ignores()
 bool g_ignores_known = false;
 
+// "G <pid>\n" to the job guard, formatted by hand (no allocation, no stdio: async-signal-safe). One write of a
+// few bytes to a pipe is atomic, so it never interleaves with ddprun's own lines. A guard that is gone gives
+// EPIPE: ddprun ignores SIGPIPE, and so does the child until its dispositions are reset below.
+void tell_guard_own_group(int guard_fd) {
+  char line[32] = {'G', ' '};
+  char digits[16];
+  int n = 0;
+  for (unsigned long v = static_cast<unsigned long>(::getpid()); v != 0 || n == 0; v /= 10)
+    digits[n++] = static_cast<char>('0' + v % 10);
+  std::size_t len = 2;
+  while (n > 0) line[len++] = digits[--n];
+  line[len++] = '\n';
+  const ssize_t ignored = ::write(guard_fd, line, len);
+  (void)ignored;
+}
+
 [[noreturn]] void run_child(const SpawnOptions& o, ChildPlan& plan, int report_fd, pid_t parent, bool in_cgroup) {
   if (o.cgroup_procs_fd >= 0 && !in_cgroup) {
     const ssize_t ignored = ::write(o.cgroup_procs_fd, "0", 1);  // "0": the writing process itself
     (void)ignored;
   }
   if (o.new_process_group && ::setpgid(0, 0) != 0) child_fail(report_fd, errno);
+  if (o.new_process_group && o.guard_fd >= 0) tell_guard_own_group(o.guard_fd);
   if (o.parent_death_signal != 0) {
     if (::prctl(PR_SET_PDEATHSIG, o.parent_death_signal) != 0) child_fail(report_fd, errno);
     // The parent may have died before prctl took effect; then no signal will ever come.

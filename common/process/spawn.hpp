@@ -46,6 +46,11 @@ struct SpawnOptions {
   // an RCU grace period (~20 ms for a job's first worker on the project's VM; issue 35's launch profile). Where
   // the kernel refuses that, the child is forked and moves itself in through cgroup_procs_fd, as before.
   int cgroup_dir_fd = -1;
+  // The job guard's command pipe (job_guard.hpp), -1: none. With new_process_group, the child writes
+  // "G <its pid>" there before exec: the guard watches the worker's group before any of the program runs, so a
+  // helper that drops its environment at once still dies with a SIGKILLed ddprun. (The parent tells the guard
+  // too, but only once every worker of the round has started: a SIGKILL in between left such a helper behind.)
+  int guard_fd = -1;
 };
 
 // exec failed in the child (the child has already exited; it is reaped before this is thrown).

@@ -98,6 +98,45 @@ TEST_CASE("the child leads its own process group, with default signal dispositio
   CHECK(decode_wait_status(status).signal == SIGUSR1);
 }
 
+TEST_CASE("a child given the guard's pipe tells it its own group before exec") {
+  // The parent watches each worker's group only once the round's workers all started; a SIGKILL of ddprun in
+  // between left a helper that dropped its environment behind (integration.guard_escapes under load).
+  int guard[2], out[2];
+  REQUIRE(::pipe(guard) == 0);
+  REQUIRE(::pipe(out) == 0);
+  SpawnOptions o;
+  o.program = "sh";
+  o.argv = {"sh", "-c", "echo ran"};
+  o.env = {"PATH=/usr/bin:/bin"};
+  o.stdout_fd = out[1];
+  o.guard_fd = guard[1];
+  const pid_t pid = spawn(o);
+  ::close(guard[1]);
+  ::close(out[1]);
+  std::string told;
+  char buf[64];
+  for (ssize_t n; (n = ::read(guard[0], buf, sizeof buf)) > 0;) told.append(buf, static_cast<size_t>(n));
+  ::close(guard[0]);
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) {}
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  CHECK(told == "G " + std::to_string(pid) + "\n");  // its pid is its group's id: it leads the group
+  CHECK(decode_wait_status(status).code == 0);
+
+  // Without a group of its own there is no group to tell about.
+  REQUIRE(::pipe(guard) == 0);
+  o.new_process_group = false;
+  o.guard_fd = guard[1];
+  o.stdout_fd = -1;
+  o.argv = {"sh", "-c", "exit 0"};
+  const pid_t same_group = spawn(o);
+  ::close(guard[1]);
+  CHECK(::read(guard[0], buf, sizeof buf) == 0);
+  ::close(guard[0]);
+  ::waitpid(same_group, &status, 0);
+}
+
 TEST_CASE("PATH resolution reports not found, directory and not executable") {
   CHECK(resolve_program("sh", "/usr/bin:/bin").check == ProgramCheck::kOk);
   CHECK(resolve_program("no-such-program-xyz", "/usr/bin:/bin").check == ProgramCheck::kNotFound);
