@@ -66,9 +66,13 @@ void ErrorFileWatch::watch(const std::vector<std::string>& error_files, std::chr
   graces_.clear();
   files_ = error_files;
   handed_.assign(error_files.size(), false);
+  ++round_;
   start_timer_.expires_after(after);
-  start_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec || !start_watching()) return;
+  // A timer that has expired cannot be cancelled: its handler may already be queued when cancel() comes (the
+  // job's end in the same turn of the loop), and would open a descriptor nobody closes, keeping the loop alive
+  // for good. The handler checks that its round is still the one being watched.
+  start_timer_.async_wait([this, round = round_](const boost::system::error_code& ec) {
+    if (ec || round != round_ || !start_watching()) return;
     // Written before the watch (read here in local-rank order; on_timer hands them over in the order written).
     for (std::size_t lr = 0; lr < files_.size(); ++lr) check(static_cast<int>(lr));
   });
@@ -196,6 +200,7 @@ void ErrorFileWatch::on_exit(int local_rank) {
 }
 
 void ErrorFileWatch::cancel() {
+  ++round_;  // a start already queued does nothing
   start_timer_.cancel();
   close_descriptor();
   graces_.clear();  // each timer's destructor cancels its wait

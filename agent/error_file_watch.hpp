@@ -86,6 +86,7 @@ class ErrorFileWatch {
   Host host_;
   boost::asio::posix::stream_descriptor inotify_;
   boost::asio::steady_timer start_timer_;
+  std::uint64_t round_ = 0;  // each watch() and cancel(): a start queued before it is stale
   std::vector<std::string> files_;
   std::unordered_map<int, int> local_rank_of_watch_;
   std::vector<bool> handed_;  // a whole file was read for this local rank (each at most once a round)

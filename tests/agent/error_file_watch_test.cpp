@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -117,6 +118,26 @@ TEST_CASE("a new round's watch and cancel() end every grace of the last one") {
   Fixture::write(f.files[0], kWhole);
   for (int i = 0; i < 400 && f.over.empty(); ++i) f.run_for(5ms);
   CHECK(f.over == std::vector<int>{0});
+}
+
+TEST_CASE("cancel() after the start's delay expired, before its handler ran: nothing is left on the loop") {
+  // Found with 1 000 agents on a loaded machine: a worker that ended at once, the job's end cancelled the watch
+  // in the same turn of the loop in which the start's timer had expired. Its handler, already queued, opened a
+  // new inotify descriptor and waited on it for good: io_context::run() never returned, ddprun never exited.
+  boost::asio::io_context io;
+  TempDir dir;
+  ErrorFileWatch::Host h;
+  h.raiser_pid = [](int) { return ::getpid(); };
+  h.on_grace_over = [](int, const ddprun::supervision::ErrorFileContents&) {};
+  ErrorFileWatch watch(io, h);
+  boost::asio::steady_timer end(io);  // the job's end, due before the watch's start
+  end.expires_after(0ms);
+  end.async_wait([&](const boost::system::error_code&) { watch.cancel(); });
+  watch.watch({dir.path + "/error.json"}, 1ms);
+  ::usleep(20'000);  // both timers expired: the loop's first turn queues both handlers, the end's first
+  io.run_for(500ms);
+  CHECK(io.stopped());  // no work left: run() returned by itself
+  CHECK_FALSE(watch.watching());
 }
 
 TEST_CASE("a file written before the watch begins is read when it does; a worker gone by then is not judged") {
