@@ -9,9 +9,12 @@
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "common/fnv1a.hpp"
 #include "common/runtime_dir.hpp"
@@ -73,6 +76,11 @@ class StatusSocket::Impl : public std::enable_shared_from_this<Impl> {
     acceptor_.close(ignored);
     retry_timer_.cancel();
     if (!path_.empty()) ::unlink(path_.c_str());
+    // A client still connected (silent, stopped, or not reading a long answer) must not hold the agent's loop,
+    // and with it ddprun's exit: its reads and writes end now.
+    for (const auto& weak : peers_)
+      if (const auto peer = weak.lock()) peer->socket.close(ignored);
+    peers_.clear();
   }
 
   const std::string& path() const { return path_; }
@@ -89,7 +97,12 @@ class StatusSocket::Impl : public std::enable_shared_from_this<Impl> {
     auto peer = std::make_shared<Peer>(io_);
     acceptor_.async_accept(peer->socket, [self = shared_from_this(), peer](error_code ec) {
       if (ec == asio::error::operation_aborted || self->closed_) return;
-      if (!ec && self->same_user(*peer)) self->read_request(peer);
+      if (!ec && self->same_user(*peer)) {
+        auto& peers = self->peers_;
+        peers.erase(std::remove_if(peers.begin(), peers.end(), [](const auto& p) { return p.expired(); }), peers.end());
+        self->peers_.push_back(peer);
+        self->read_request(peer);
+      }
       if (!ec) return self->accept();
       // Out of descriptors (EMFILE, ENFILE), or memory: the connection stays queued and accept would fail again
       // at once, a busy loop that takes the agent's loop (issue 33). Try again a little later.
@@ -126,6 +139,7 @@ class StatusSocket::Impl : public std::enable_shared_from_this<Impl> {
   Answer answer_;
   std::string path_;
   bool closed_ = false;
+  std::vector<std::weak_ptr<Peer>> peers_;  // connected clients: close() ends them
 };
 
 StatusSocket::StatusSocket(asio::io_context& io, Answer answer)

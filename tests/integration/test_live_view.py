@@ -138,6 +138,23 @@ class LiveView(LiveViewCase):
         self.assertLess(time.monotonic() - t0, 5)
         self.assertTrue(os.path.exists(path), "a live process's socket was removed")
 
+    def test_a_client_that_says_nothing_does_not_hold_ddprun_at_its_end(self):
+        """A ddprun-status (or any program of the same user) connected and silent, or stopped, when the job ends:
+        its pending read kept the agent's loop alive and ddprun never exited."""
+        proc = self.start("--standalone", "--nproc-per-node", 1, "--run-id", "held", WORKER,
+                          f"ready={self.ready}", f"waitfile={self.go}")
+        self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        self.wait_ready(1)
+        name = wait_until(lambda: self.sockets() or None, "the job's socket", 20)[0]
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(silent.close)
+        silent.connect(os.path.join(self.runtime, "ddprun", name))
+        # Accepted (the agent answers a request on the same loop): a second client's full round trip says so.
+        self.assertEqual(len(self.jobs("--run-id", "held")), 1)
+        self.release()
+        res = self.wait_all([proc], timeout=20)[0]
+        self.assertEqual(res.code, 0, res)
+
     def test_other_users_cannot_reach_it(self):
         if os.geteuid() != 0:
             self.skipTest("needs root to run a process as another user")
