@@ -215,6 +215,7 @@ void RendezvousLink::rejoin() {
 }
 
 void RendezvousLink::finish(std::function<void()> done) {
+  finishing_ = true;
   if (client_) client_->close();
   // The elected host revokes its etcd lease once the others have heard the end (the job's keys go with it).
   if (election_) done = [this, done = std::move(done)] { election_->finish(done); };

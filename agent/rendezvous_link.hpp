@@ -73,6 +73,7 @@ class RendezvousLink {
   std::unique_ptr<rendezvous::Server> server_;
   std::unique_ptr<rendezvous::Client> client_;
   std::unique_ptr<etcd::CoordinatorElection> election_;
+  bool finishing_ = false;  // finish() came: an election posted before it does not begin
   rendezvous::JobConfig elected_job_;                       // what a server elected here is started with
   std::chrono::steady_clock::time_point elected_since_{};  // re-elections stop after --rdzv-timeout from here
   std::string host_offer_;  // what the elected host offered in etcd (this node joined it), for a re-election

@@ -128,7 +128,11 @@ rdzv::ClientHandlers RendezvousLink::client_handlers() {
     if (server_) return;
     log_.warning("the rendezvous host elected in etcd is lost while the job runs (", text,
                  "); electing another once its lease runs out, the workers keep running");
-    boost::asio::post(io_, [this] { elect(/*taking_over=*/true); });
+    // A job's end in the same turn (finish()) must not be followed by a new server and election: the loop would
+    // never run out of work.
+    boost::asio::post(io_, [this] {
+      if (!finishing_) elect(/*taking_over=*/true);
+    });
   };
   h.on_assignment = [this](const rdzv::Assignment& a) {
     placed_ = true;
@@ -140,6 +144,7 @@ rdzv::ClientHandlers RendezvousLink::client_handlers() {
                  "); electing another once its lease runs out");
     // Not from inside the client's own handler: it is released on the next turn of the loop.
     boost::asio::post(io_, [this] {
+      if (finishing_) return;
       client_.reset();
       elect(/*taking_over=*/false);
     });

@@ -37,7 +37,9 @@ void SignalReader::read_next() {
   // A signalfd yields whole signalfd_siginfo records, one signal each.
   boost::asio::async_read(fd_, boost::asio::buffer(&info_, sizeof info_),
                           [this](const boost::system::error_code& ec, std::size_t) {
-                            if (ec) return;  // cancelled: the agent is finishing
+                            // Cancelled, or read in the turn in which cancel() came (the job has ended: a
+                            // signal now would start a teardown of nothing and change the exit code).
+                            if (ec || stopped_) return;
                             ReceivedSignal r;
                             r.signal = static_cast<int>(info_.ssi_signo);
                             r.sender = static_cast<int>(info_.ssi_code) == SI_USER ||

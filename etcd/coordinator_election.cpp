@@ -210,6 +210,9 @@ void CoordinatorElection::keep_alive() {
                    });
     client_.post("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}},
                  [this](const std::string& error, const json& reply) {
+                   // finish() came while this was on its way: its timer and the revokes are the end now (a
+                   // keep-alive here would reset that timer; a lost lease would claim the key back).
+                   if (over_) return;
                    const auto now = std::chrono::steady_clock::now();
                    if (!error.empty()) {
                      if (now - last_kept_ > config_.lease_ttl)
