@@ -64,8 +64,10 @@ void HangInquiry::watch() {
   if (!check.next_check_ns) return;
   // steady_clock is CLOCK_MONOTONIC, the clock the workers write.
   watch_timer_.expires_at(std::chrono::steady_clock::time_point(std::chrono::nanoseconds(*check.next_check_ns)));
-  watch_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec || !judging()) return;
+  // An expired timer's handler may already be queued when pause_watch() or start_round() cancels it: the watch
+  // it belongs to is over (an in-place re-form's workers must not be judged meanwhile), so it checks its number.
+  watch_timer_.async_wait([this, number = watch_number_](const boost::system::error_code& ec) {
+    if (ec || number != watch_number_ || !judging()) return;
     // Late by more than a loaded loop ever is: this process did not run, and the workers may not have
     // either (a frozen machine); each gets a full timeout from now before it is judged.
     if (std::chrono::steady_clock::now() - watch_timer_.expiry() > StallClock::kStallThreshold)
@@ -88,10 +90,14 @@ void HangInquiry::start_round() {
   verdict_pending_ = false;
   exempt_until_ns_.clear();
   hung_.clear();  // the last round's hung ranks: the live view must not show this round's as hung
+  ++watch_number_;
   watch_timer_.cancel();
 }
 
-void HangInquiry::pause_watch() { watch_timer_.cancel(); }
+void HangInquiry::pause_watch() {
+  ++watch_number_;
+  watch_timer_.cancel();
+}
 
 void HangInquiry::on_job_resumed() {
   pause_end_ns_ = monotonic_ns();

@@ -123,6 +123,7 @@ class HangInquiry {
   EventLog& events_;
   Host host_;
   boost::asio::steady_timer watch_timer_;
+  std::uint64_t watch_number_ = 0;  // pause_watch() and start_round() make a queued check stale
   boost::asio::steady_timer verdict_timer_;  // bounds the wait for the rendezvous' verdict
   StackCapture capture_;
   std::int64_t round_started_ns_ = 0;  // CLOCK_MONOTONIC when this round's workers started (initial timeout)
