@@ -12,8 +12,8 @@ import tempfile
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
-from etcd_cluster import EtcdCluster, skip_unless_etcd
-from exit_codes import HUNG, NO_INPUT, RDZV_REFUSED, UNAVAILABLE, USAGE
+from etcd_cluster import EtcdCluster, b64, skip_unless_etcd
+from exit_codes import HUNG, NO_INPUT, RDZV_PROTOCOL, RDZV_REFUSED, UNAVAILABLE, USAGE
 from harness import DDPRUN, WORKER, pid_alive
 from multinode import MultiNodeCase
 from ports import free_port
@@ -306,6 +306,22 @@ class OneMember(EtcdCase):
         self.assertIn(locked.endpoints, err, res)
         self.assertLess(res.elapsed, 5, res)
         self.assertEqual(os.listdir(self.ready), [], "a worker was started")
+
+    def test_a_key_prefix_holding_another_programs_data_is_refused(self):
+        # Not a ddprun host's address where the job's coordinator key is: another program shares the prefix (or
+        # the run id). Joining whatever that names, or overwriting it, would be wrong: one line, exit 76.
+        key = b64(f"/ddprun/{self.run_id}/coordinator")
+        self.etcd.call("/v3/kv/put", {"key": key, "value": b64("leader=db-3")})
+        self.addCleanup(lambda: self.etcd.call("/v3/kv/deleterange", {"key": key}))
+        res = self.run_ddprun("--nnodes", 2, "--nproc-per-node", 1, "--rdzv-backend", "etcd", "--rdzv-endpoint",
+                              self.etcd.endpoints, "--rdzv-id", self.run_id, WORKER, f"ready={self.ready}", timeout=30)
+        self.assertEqual(res.code, RDZV_PROTOCOL, res)
+        err = res.stderr.decode()
+        self.assertIn("holds 'leader=db-3', not a ddprun rendezvous address", err, res)
+        self.assertIn("key prefix", err, res)
+        self.assertLess(res.elapsed, 5, res)
+        self.assertEqual(os.listdir(self.ready), [], "a worker was started")
+        self.assertEqual(self.etcd.value(f"/ddprun/{self.run_id}/coordinator"), "leader=db-3")  # left as it was
 
     def test_bad_etcd_options_are_refused_before_anything_starts(self):
         base = ["--nnodes", "2", "--rdzv-id", self.run_id, "--rdzv-backend", "etcd"]
