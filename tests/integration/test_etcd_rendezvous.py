@@ -284,6 +284,16 @@ class OneMember(EtcdCase):
         for res in self.wait_all(procs):
             self.assertEqual(res.code, 0, res)
 
+    def test_a_straggler_is_named_on_every_node(self):
+        # The straggler rule runs in the elected host's rendezvous, as in the built-in server's.
+        self.env.update(DDPRUN_STATUS_PERIOD_MS="500")
+        steps = ["@0:beatfor=10:50", "@1:beatfor=10:50", "@2:beatfor=10:50", "@3:beatfor=10:100"]
+        procs = [self.etcd_node(*steps, extra=("--straggler-window", "3")) for _ in range(2)]
+        for res in self.wait_all(procs, timeout=40):
+            self.assertEqual(res.code, 0, res)
+            self.assertIn(b"straggler: rank 3 (node 1", res.stderr, res)
+            self.assertNotIn(b"straggler: rank 0", res.stderr, res)
+
     def test_an_etcd_with_authentication_on_is_refused_at_once(self):
         # etcd's JSON gateway takes no certificate user (etcd 3.4): with `auth enable`, a request without a
         # user's token is refused (HTTP 400, "user name is empty"). That is an answer, not an outage: one line
