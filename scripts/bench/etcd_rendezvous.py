@@ -4,10 +4,12 @@
 built-in server (--rdzv-endpoint 127.0.0.1:PORT, the first agent to bind it hosts). Measured: from the first agent
 started to the last agent exited, every exit 0 checked; median and range over RUNS, alternating etcd and built-in.
 Then etcd's write rate while a 2-node job trains (workers sleep STEADY s), on a fresh member: etcd's own counter of
-committed Raft proposals (its /metrics, etcd_server_proposals_committed_total) before and after, per second. Last,
+committed Raft proposals (its /metrics, etcd_server_proposals_committed_total) before and after, per second. Then
 the takeover: 3 agents (--nnodes 2:3), the elected host SIGKILLed once every worker runs: time until both other
-agents run their workers again in the re-formed round. The peer, where torch 1.13 and python3-etcd are there: its
-torchrun on the same member (etcd's v2 API enabled for it), the same jobs, and the same node loss.
+agents run their workers again in the re-formed round. Then an etcd leader's loss: on a fresh 3-member cluster the
+leader is SIGKILLed and a 2-node job started at once, the dead member's URL first. Last, the peer, where torch 1.13
+and python3-etcd are there: its torchrun on the same member (etcd's v2 API enabled for it), the same jobs, and the
+same node loss.
 
 usage: etcd_rendezvous.py BUILD_DIR [RUNS] [SIZES] [STEADY]     e.g. etcd_rendezvous.py build 5 2,16,64 20
 """
@@ -148,6 +150,28 @@ def takeover_ms(cluster, env, run_id):
         return (time.monotonic() - t0) * 1000
 
 
+def leader_loss_ms(tmp, env, run):
+    """A fresh 3-member cluster; its leader SIGKILLed, then at once a 2-node job started with the dead leader's URL
+    first in its endpoint list: (ms from the kill to the job's last exit, the same job's ms on the healthy cluster
+    just before). The difference is what an etcd leader's loss costs a job that meets then: the remaining members'
+    election, and each agent's one wait (2 s) for the member that no longer answers."""
+    cluster = EtcdCluster(os.path.join(tmp, f"leader{run}"), 3)
+    os.mkdir(cluster.base_dir)
+    try:
+        cluster.start()
+        healthy = job(2, ["--rdzv-backend", "etcd", "--rdzv-endpoint", cluster.endpoints, "--rdzv-id",
+                          f"healthy-{run}"], env=env)[0]
+        dead = cluster.leader()
+        urls = cluster.endpoints.split(",")
+        endpoints = ",".join([urls[dead]] + [u for i, u in enumerate(urls) if i != dead])
+        t0 = time.monotonic()
+        cluster.kill(dead)
+        job(2, ["--rdzv-backend", "etcd", "--rdzv-endpoint", endpoints, "--rdzv-id", f"lost-{run}"], env=env)
+        return (time.monotonic() - t0) * 1000, healthy
+    finally:
+        cluster.stop()
+
+
 def committed(cluster):
     total = 0
     for i, p in enumerate(cluster.procs):
@@ -205,6 +229,7 @@ def main():
             takeovers = [takeover_ms(cluster, env, f"takeover-{r}") for r in range(RUNS)]
         finally:
             cluster.stop()
+        leader_losses = [leader_loss_ms(tmp, env, r) for r in range(RUNS)]
         # The peer, torch 1.13's torchrun: its etcd back-end speaks etcd's v2 API, enabled on a member of its own
         # (v2 adds etcd's own writes, a SYNC proposal every 500 ms, which the count above must not see).
         cluster = EtcdCluster(os.path.join(tmp, "peer"), 1, v2=True)
@@ -229,6 +254,9 @@ def main():
           f"clean-up: a number per job, not per step; a keep-alive is not a proposal)")
     print(f"the elected host SIGKILLed while a 2:3 job runs -> both other nodes running the re-formed round: "
           f"{fmt(takeovers)} over {RUNS} runs (the lease is 10 s)")
+    print(f"an etcd leader SIGKILLed, then a 2-node job started with its URL first: {fmt([a for a, _ in leader_losses])} "
+          f"from the kill to the job's end; the same job on the healthy cluster just before: "
+          f"{fmt([b for _, b in leader_losses])} ({RUNS} fresh 3-member clusters)")
     if peer:
         print(f"\nthe peer on the same etcd member (v2 API), {TORCHRUN_RUNS} runs each, in blocks:")
         print("| nodes | ddprun | torchrun 1.13 (--monitor_interval 0.1) | torchrun / ddprun |\n|---|---|---|---|")
