@@ -72,8 +72,9 @@ void JobSweep::sweep_leftovers() {
 void JobSweep::arm_grace() {
   if (!lifecycle_.arm_grace()) return;
   grace_timer_.expires_after(term_timeout_);
-  grace_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) on_grace_expired();
+  // An expiry already queued when cancel() comes (the round ended in the same turn) belongs to a grace that is over.
+  grace_timer_.async_wait([this, number = grace_number_](const boost::system::error_code& ec) {
+    if (!ec && number == grace_number_) on_grace_expired();
   });
 }
 
@@ -84,6 +85,9 @@ void JobSweep::on_grace_expired() {
   kill_everything_started();
 }
 
-void JobSweep::cancel() { grace_timer_.cancel(); }
+void JobSweep::cancel() {
+  ++grace_number_;
+  grace_timer_.cancel();
+}
 
 }  // namespace ddprun::agent

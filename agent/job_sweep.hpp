@@ -13,6 +13,8 @@
 // signal is followed by SIGCONT: a stopped process (SIGSTOP, Ctrl-Z, a debugger) gets its grace period too.
 #pragma once
 
+#include <cstdint>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
@@ -65,6 +67,7 @@ class JobSweep {
   Logger& log_;
   std::function<void()> grace_over_;
   boost::asio::steady_timer grace_timer_;
+  std::uint64_t grace_number_ = 0;  // cancel(): an expiry already queued is stale
 };
 
 }  // namespace ddprun::agent
