@@ -31,6 +31,15 @@ struct PlainFile {
   ~PlainFile() { ::unlink(path.c_str()); }
 };
 
+// Everything the pipe's read end gives until every writer closed it; the end is closed.
+std::string read_to_end(int fd) {
+  std::string text;
+  char buf[256];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return text;
+}
+
 ExitStatus run_to_end(const std::vector<std::string>& argv) {
   SpawnOptions o;
   o.program = argv[0];
@@ -84,17 +93,14 @@ TEST_CASE("the child leads its own process group, with default signal dispositio
   o.stdout_fd = fds[1];
   const pid_t pid = spawn(o);
   ::close(fds[1]);
-  char buf[256] = {};
-  ssize_t n = 0, got = 0;
-  while ((n = ::read(fds[0], buf + got, sizeof buf - 1 - static_cast<size_t>(got))) > 0) got += n;
-  ::close(fds[0]);
+  const std::string buf = read_to_end(fds[0]);
   int status = 0;
   ::waitpid(pid, &status, 0);
   std::signal(SIGUSR1, SIG_DFL);
   int self = 0, group = 0;
-  REQUIRE(std::sscanf(buf, "%d %d", &self, &group) == 2);
+  REQUIRE(std::sscanf(buf.c_str(), "%d %d", &self, &group) == 2);
   CHECK(self == group);
-  CHECK(std::string(buf).find("survived") == std::string::npos);
+  CHECK(buf.find("survived") == std::string::npos);
   CHECK(decode_wait_status(status).signal == SIGUSR1);
 }
 
@@ -113,12 +119,8 @@ TEST_CASE("a child given the guard's pipe tells it its own group before exec") {
   const pid_t pid = spawn(o);
   ::close(guard[1]);
   ::close(out[1]);
-  std::string told;
-  char buf[64];
-  for (ssize_t n; (n = ::read(guard[0], buf, sizeof buf)) > 0;) told.append(buf, static_cast<size_t>(n));
-  ::close(guard[0]);
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) {}
-  ::close(out[0]);
+  const std::string told = read_to_end(guard[0]);
+  read_to_end(out[0]);
   int status = 0;
   ::waitpid(pid, &status, 0);
   CHECK(told == "G " + std::to_string(pid) + "\n");  // its pid is its group's id: it leads the group
@@ -132,8 +134,7 @@ TEST_CASE("a child given the guard's pipe tells it its own group before exec") {
   o.argv = {"sh", "-c", "exit 0"};
   const pid_t same_group = spawn(o);
   ::close(guard[1]);
-  CHECK(::read(guard[0], buf, sizeof buf) == 0);
-  ::close(guard[0]);
+  CHECK(read_to_end(guard[0]).empty());
   ::waitpid(same_group, &status, 0);
 }
 
