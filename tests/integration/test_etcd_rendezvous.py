@@ -19,6 +19,8 @@ from multinode import MultiNodeCase
 from ports import free_port
 from wait import wait_until
 
+REFORM_WORKER = os.path.join(os.path.dirname(__file__), "py", "reform_worker.py")
+
 
 class EtcdCase(MultiNodeCase):
     MEMBERS = 1
@@ -46,11 +48,11 @@ class EtcdCase(MultiNodeCase):
         self.run_id = "job-" + self.id().rsplit(".", 1)[-1][:60]
         self.marker_dir = self.ready
 
-    def etcd_node(self, *steps, nproc=2, nnodes=2, run_id=None, endpoints=None, extra=()):
+    def etcd_node(self, *steps, nproc=2, nnodes=2, run_id=None, endpoints=None, extra=(), program=WORKER):
         return self.start("--nnodes", nnodes, "--nproc-per-node", nproc, "--rdzv-backend", "etcd",
                           "--rdzv-endpoint", endpoints or self.etcd.endpoints, "--rdzv-id", run_id or self.run_id,
                           "--local-addr", "127.0.0.1", "--heartbeat-interval", "0.2", "--heartbeat-timeout", "1",
-                          "--rdzv-timeout", "20", *extra, WORKER, *steps)
+                          "--rdzv-timeout", "20", *extra, program, *steps)
 
     def coordinator(self, run_id=None):
         """What the elected agent published: {"host", "port", "node", "pid"}, or None."""
@@ -189,6 +191,77 @@ class OneMember(EtcdCase):
         for res in self.wait_all(survivors, timeout=30):
             self.assertEqual(res.code, 0, res)
             self.assertIn("WORLD_SIZE=2", res.stdout.decode(), res)
+
+    def test_the_workers_stay_through_joins_a_loss_and_the_hosts_loss(self):
+        # Re-forming in place on etcd: --nnodes 1:3, one worker per node (py/reform_worker.py: it offers, and
+        # records every round it runs in). a trains alone; b joins, c joins; a node that does not host the
+        # rendezvous is SIGKILLed, then the host's own node, so the last one elects itself and takes the round
+        # back. Every re-form keeps the workers of the nodes that stay (same pids), the new host's too, and the
+        # last node ends 0 having started one worker.
+        self.env["PYTHON_EXEC"] = "/usr/bin/python3"
+        out = self.path("rounds")
+        os.mkdir(out)
+        extra = ("--rdzv-conf", "last_call_timeout=0.2", "--term-timeout", 5)
+        nodes = {}
+
+        def start(name):
+            nodes[name] = self.etcd_node(out, nnodes="1:3", nproc=1, program=REFORM_WORKER,
+                                         extra=(*extra, "--events-file", self.path(f"ev_{name}.jsonl")))
+
+        def rounds():
+            found = {}
+            for name in os.listdir(out):
+                if name.startswith("round.") and not name.endswith(".tmp"):
+                    _, rank, count = name.split(".")
+                    with open(os.path.join(out, name)) as f:
+                        found.setdefault(int(count), {})[int(rank)] = tuple(map(int, f.read().split()))
+            return found
+
+        def round_after(after, world):
+            """The first round after round `after` that has `world` ranks, once each wrote: (count, {rank: pid})."""
+            def formed():
+                for count, ranks in sorted(rounds().items()):
+                    if count > after and len(ranks) == world and all(v[1] == world for v in ranks.values()):
+                        return count, {r: v[0] for r, v in ranks.items()}
+                return None
+            return wait_until(formed, lambda: f"a round of {world} after round {after}: {rounds()}", 40, interval=0.05)
+
+        def agent_of(worker_pid):
+            with open(f"/proc/{worker_pid}/stat") as f:
+                return int(f.read().rsplit(")", 1)[1].split()[1])
+
+        start("a")
+        count, first = round_after(-1, 1)
+        start("b")
+        count, second = round_after(count, 2)
+        self.assertLessEqual(set(first.values()), set(second.values()), "a's worker was restarted at b's join")
+        start("c")
+        count, third = round_after(count, 3)
+        self.assertLessEqual(set(second.values()), set(third.values()), "a worker was restarted at c's join")
+        host = self.coordinator()["pid"]
+        by_agent = {agent_of(pid): pid for pid in third.values()}
+        victim = next(p for p in nodes.values() if p.pid != host)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.communicate()
+        count, fourth = round_after(count, 2)
+        self.assertEqual(set(fourth.values()), set(third.values()) - {by_agent[victim.pid]},
+                         "a worker that stayed was restarted at the loss of a node")
+        host_proc = next(p for p in nodes.values() if p.pid == host)
+        os.kill(host, signal.SIGKILL)
+        host_proc.communicate()
+        last = next(p for p in nodes.values() if p not in (victim, host_proc))
+        count, fifth = round_after(count, 1)
+        self.assertEqual(list(fifth.values()), [by_agent[last.pid]], "the last node's worker was restarted")
+        with open(os.path.join(out, "go"), "w"):
+            pass
+        res = self.wait_all([last])[0]
+        self.assertEqual(res.code, 0, res)
+        name = next(n for n, p in nodes.items() if p is last)
+        with open(self.path(f"ev_{name}.jsonl")) as f:
+            kinds = [json.loads(line)["event"] for line in f]
+        self.assertEqual(kinds.count("started"), 1, kinds)
+        self.assertGreaterEqual(kinds.count("reformed_in_place"), 2, kinds)
+        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
 
     def test_a_failed_attempt_is_restarted_on_every_node(self):
         # --max-restarts through the host elected in etcd: rank 3 fails in the first attempt only (its ready file did
