@@ -121,6 +121,13 @@ void HeartbeatChannel::announce_reform(int local_rank, std::int64_t n) {
                    n, __ATOMIC_RELEASE);
 }
 
+bool HeartbeatChannel::ready_to_meet(int local_rank) const {
+  const unsigned char* slot = base_ + offset_of(local_rank);
+  return __atomic_load_n(reinterpret_cast<const std::int64_t*>(slot + contract::kBeatReadyToMeetOffset),
+                         __ATOMIC_ACQUIRE) != 0 ||
+         __atomic_load_n(reinterpret_cast<const std::int64_t*>(slot + contract::kBeatTimeOffset), __ATOMIC_ACQUIRE) != 0;
+}
+
 void HeartbeatChannel::announce_group_lost(int local_rank, std::int64_t n) {
   __atomic_store_n(reinterpret_cast<std::int64_t*>(base_ + offset_of(local_rank) + contract::kBeatGroupLostOffset), n,
                    __ATOMIC_RELEASE);

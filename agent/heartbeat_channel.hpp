@@ -67,6 +67,8 @@ class HeartbeatChannel {
   void announce_reform(int local_rank, std::int64_t n);
   // The group of the round before re-form n lost a node: the worker leaves it without waiting for a step boundary.
   void announce_group_lost(int local_rank, std::int64_t n);
+  // The worker is past its imports and can meet its peers (+56), or has beaten already.
+  bool ready_to_meet(int local_rank) const;
   // One slot back to "never beat" (step and time only): a worker re-formed in place starts its round afresh.
   void forget_beats(int local_rank) { write(base_ + offset_of(local_rank), -1, 0); }
   // What a worker does; the agent's tests and benchmarks use it to beat from C++.

@@ -17,7 +17,46 @@ InPlaceReform::InPlaceReform(boost::asio::io_context& io, const AgentConfig& con
                              HeartbeatChannel& beats, SupervisionPolicy& policy, AgentLifecycle& lifecycle,
                              const RunLayout& layout, Logger& log, EventLog& events, Host host)
     : config_(config), world_(world), beats_(beats), policy_(policy), lifecycle_(lifecycle), layout_(layout),
-      log_(log), events_(events), host_(std::move(host)), ack_timer_(io) {}
+      log_(log), events_(events), host_(std::move(host)), ack_timer_(io), meet_timer_(io), ready_timer_(io) {}
+
+void InPlaceReform::on_workers_started() {
+  announced_ = 0;
+  drop_held_round();
+  ready_timer_.cancel();
+  watch_ready(++ready_watch_);  // not now: they are registered once launched, after this call
+}
+
+void InPlaceReform::watch_ready(std::uint64_t watch) {
+  ready_timer_.expires_after(std::chrono::milliseconds(10));
+  ready_timer_.async_wait([this, watch](const boost::system::error_code& ec) {
+    if (!ec) check_ready(watch);
+  });
+}
+
+// New workers, until each can meet its peers: then round_ready, once. Every 10 ms: the few milliseconds it may
+// lag are nothing next to the seconds a start takes, and the loop stays idle otherwise. Without the heartbeat
+// page nothing tells: ready at once (the kept workers then wait in the group, as before).
+void InPlaceReform::check_ready(std::uint64_t watch) {
+  if (watch != ready_watch_ || policy_.phase() != Phase::kRunning) return;
+  bool ready = !policy_.workers().empty();
+  if (beats_.enabled())
+    for (const WorkerRecord& w : policy_.workers())
+      if (w.state == WorkerState::kRunning && w.pid > 0 && !beats_.ready_to_meet(w.local_rank)) ready = false;
+  if (ready) return host_.report_round_ready(world_.restart_count);
+  watch_ready(watch);
+}
+
+void InPlaceReform::cancel() {
+  ack_timer_.cancel();
+  drop_held_round();
+  ready_timer_.cancel();
+  ++ready_watch_;
+}
+
+void InPlaceReform::drop_held_round() {
+  held_ = false;
+  meet_timer_.cancel();
+}
 
 bool InPlaceReform::all_workers_running() const {
   for (const WorkerRecord& w : policy_.workers())
@@ -36,6 +75,9 @@ bool InPlaceReform::workers_offer() const {
 }
 
 bool InPlaceReform::take(const rendezvous::StopOrder& order) {
+  // A round held back for meet is overtaken: the next one (or the usual restart) replaces it; the workers never
+  // saw it (announced_ is unchanged, so they still offer).
+  drop_held_round();
   // A join says so (membership); a lost node is a failure without a rank. A worker's failure restarts.
   const bool nothing_failed = order.membership || order.root_cause.is_node_failure();
   if (lifecycle_.reforming() && nothing_failed) {  // the round being formed changed again: still in place
@@ -80,6 +122,28 @@ void InPlaceReform::on_assignment() {
     log_.error("rank ", w.rank, ": ", w.reason);
     process::signal_group(w.pid, SIGKILL);
   }
+  // Held until every node's workers can meet: these go on training in the old round meanwhile.
+  lifecycle_.on_reformed();
+  held_ = true;
+  log_.debug("round ", world_.restart_count, ": this node's workers go on until every node's can meet");
+  const int round = world_.restart_count;
+  meet_timer_.expires_after(meet_wait_);
+  meet_timer_.async_wait([this, round](const boost::system::error_code& ec) {
+    if (ec || !held_ || round != world_.restart_count) return;
+    log_.info("round ", round, ": no word that every node's workers can meet within ", meet_wait_.count(),
+              " ms; handing the round over anyway");
+    hand_over();
+  });
+  host_.report_round_ready(round);
+}
+
+void InPlaceReform::on_meet(int round) {
+  if (held_ && round == world_.restart_count) hand_over();
+}
+
+void InPlaceReform::hand_over() {
+  drop_held_round();
+  if (policy_.phase() != Phase::kRunning || !all_workers_running()) return lost_a_worker();
   ++announced_;
   for (int lr = 0; lr < world_.local_world_size; ++lr) {
     WorkerRecord& w = policy_.worker(lr);
@@ -88,7 +152,6 @@ void InPlaceReform::on_assignment() {
     beats_.announce_reform(lr, announced_);
     host_.rank_changed(lr, w.rank);
   }
-  lifecycle_.on_reformed();
   const World& w = world_;
   log_.info("re-formed in place: ", ranks_text(w), " of ", w.world_size, " (node ", w.node_rank, " of ", w.nnodes,
             "), master ", rendezvous::text::host_port(w.master_addr, w.master_port), ", attempt ", w.restart_count,

@@ -10,12 +10,20 @@
 // the same round (as a restart would have replaced it); a worker that dies while the round forms is a worker
 // failure of the new round (the rendezvous restarts the job under --max-restarts, or ends it).
 //
+// When the round also starts new workers elsewhere (a joiner), the kept ones would wait in the new group for
+// those to start (an interpreter, imports: seconds on a busy machine, the whole job stalled). So the round is
+// handed over only when the rendezvous says every node's workers can meet (round_ready from each node, then
+// meet to all; kMeetWait at most): until then the kept workers train on in the old round. This node says
+// round_ready at once when its workers stay, and when new ones start, once each is past its imports
+// (worker_contract.hpp +56) or has beaten.
+//
 // The component owns the count of re-forms handed to the workers and the deadline for their taking one up; the
 // stage (kReforming) is AgentLifecycle's. Unit-tested without processes in tests/agent/in_place_reform_test.cpp.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -48,28 +56,39 @@ class InPlaceReform {
     // Without --hang-timeout, a worker did not take the round up: this node's workers go (SIGKILL) and new ones
     // start in the same round.
     std::function<void()> replace_workers;
+    std::function<void(int round)> report_round_ready;  // this node's workers can meet in that round
   };
+  // The longest the kept workers wait for the rendezvous' meet before they take the round up anyway (a joiner's
+  // program that never says it is ready, a rendezvous that does not send meet).
+  static constexpr std::chrono::seconds kMeetWait{10};
 
   InPlaceReform(boost::asio::io_context& io, const AgentConfig& config, const World& world, HeartbeatChannel& beats,
                 SupervisionPolicy& policy, AgentLifecycle& lifecycle, const RunLayout& layout, Logger& log,
                 EventLog& events, Host host);
 
-  // New workers started: none has taken a re-form up yet.
-  void on_workers_started() { announced_ = 0; }
+  // New workers started: none has taken a re-form up yet. Once each can meet its peers, round_ready.
+  void on_workers_started();
   // The rendezvous ordered a restarting re-form: true when this node's workers stay and take the next round up
   // (the node has reported itself stopped); false when the round goes the usual way.
   bool take(const rendezvous::StopOrder& order);
   // The assignment of the round this node re-forms into: handed to the running workers (or, when one ended
   // meanwhile, its failure goes the usual way in the new round).
   void on_assignment();
-  // The deadline for taking the round up is void (a teardown began, the job is over).
-  void cancel() { ack_timer_.cancel(); }
+  // Every node of `round` can meet: the round held back since its assignment goes to the workers now.
+  void on_meet(int round);
+  // The deadline for taking the round up is void, and so is a round held back (a teardown began, the job is over).
+  void cancel();
   std::int64_t announced() const { return announced_; }
+  void set_meet_wait(std::chrono::milliseconds wait) { meet_wait_ = wait; }  // tests: kMeetWait is long
 
  private:
   bool workers_offer() const;
   bool all_workers_running() const;
   void leave_lost_group();
+  void hand_over();
+  void drop_held_round();
+  void watch_ready(std::uint64_t watch);
+  void check_ready(std::uint64_t watch);
   void on_ack_deadline();
   void lost_a_worker();
 
@@ -84,6 +103,11 @@ class InPlaceReform {
   Host host_;
   std::int64_t announced_ = 0;  // in-place re-forms handed to the running workers
   boost::asio::steady_timer ack_timer_;  // bounds the workers' taking the new round up
+  bool held_ = false;                      // an assignment written for the workers, not announced until meet
+  boost::asio::steady_timer meet_timer_;   // bounds holding it (kMeetWait)
+  std::chrono::milliseconds meet_wait_ = kMeetWait;
+  boost::asio::steady_timer ready_timer_;  // polls new workers until each can meet
+  std::uint64_t ready_watch_ = 0;          // the current poll; a queued check of an earlier one is stale
 };
 
 }  // namespace ddprun::agent

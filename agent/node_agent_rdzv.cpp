@@ -78,7 +78,8 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
         if (back) hang_.on_server_resumed();
       },
       [this](const rdzv::HangDeferredMsg& m) { hang_.on_deferred(m); },
-      {}};  // on_heartbeat_ack: the load generator's
+      {},  // on_heartbeat_ack: the load generator's
+      [this](int round) { reform_.on_meet(round); }};
 }
 
 // This node cannot take part (link_.start failed): nothing was started. The other nodes of the job would wait

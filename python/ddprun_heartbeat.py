@@ -92,6 +92,13 @@ peer"). The loop's "group broke" path then takes the round up with the last comp
 saved, loaded or lost. Import this module before init_process_group so that it can tell the group's connections
 from the program's own.
 
+Importing it also tells ddprun (the slot's +56) that this worker is past its imports and can meet its peers. When
+a node joins a running job whose workers re-form in place, theirs go on training until the joiner's workers say
+so, instead of waiting in the new group while the joiner's interpreter starts and imports torch (seconds). So
+import it after torch and after slow set-up that needs no peer (the data set, reading the checkpoint file), just
+before the process group, and make the first group with init_round_group(), which waits for MASTER_PORT without
+torch's one-second retry.
+
 The error file (README "Python": failures). record() is the stdlib counterpart of torch's
 torch.distributed.elastic.multiprocessing.errors.record, for the main function: an exception escaping it is
 written to TORCHELASTIC_ERROR_FILE (each worker's own path, set by ddprun) in torchelastic's layout,
@@ -134,6 +141,7 @@ def _setup():
     _sockets_before = _tcp_sockets()
     _page = mmap.mmap(int(fd), 0)
     _offset = int(os.environ["DDPRUN_HEARTBEAT_OFFSET"])
+    struct.pack_into("q", _page, _offset + _READY_TO_MEET, 1)  # past its imports: it can meet its peers
     if "DDPRUN_STACKS_FILE" in os.environ:
         _stacks = open(os.environ["DDPRUN_STACKS_FILE"], "w")
         faulthandler.register(int(os.environ["DDPRUN_STACKS_SIGNAL"]), file=_stacks, all_threads=True)
@@ -229,6 +237,7 @@ def stop_signal():
 _REFORMS_ANNOUNCED = 32
 _REFORMS_TAKEN = 40
 _GROUP_LOST = 48
+_READY_TO_MEET = 56
 _sockets_before = None  # {fd: "socket:[inode]"}: this process's TCP sockets before its round's process group
 _group = None           # the same for the connections of the round's group, once known (its first beat)
 _watcher = None         # the pid whose thread watches for a lost node (a forked child has none)
@@ -393,12 +402,18 @@ def init_round_group(backend="gloo", timeout=None):
     meet in the group's own set-up, where other threads run and a lost node's announcement ends the wait: a
     RuntimeError, after which the caller takes the next round up (take_reform(), then this again). The ranks of a
     joining node, which start with a plain init_process_group("gloo") (env://), meet these ones. `timeout`: a
-    datetime.timedelta for the store and the group (torch's default, 30 minutes, when None)."""
+    datetime.timedelta for the store and the group (torch's default, 30 minutes, when None).
+
+    Also for the first group of a worker: a rank other than 0 waits here until MASTER_PORT accepts, polling every
+    5 ms, instead of in torch's store client, which tries again only a second after a refusal (torch 1.13). A
+    joiner's workers come to a store that the ranks already running open only once told to meet."""
     import datetime
     import torch.distributed as dist
     env = os.environ
     rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
     timeout = timeout or datetime.timedelta(minutes=30)
+    if rank != 0:
+        _wait_until(_master_listens, stop_requested, time.monotonic() + timeout.total_seconds(), 0.005)
     store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), world, rank == 0, timeout,
                           wait_for_workers=False)
     # The keys env:// would use ("default_pg/..."): a joiner's first init_process_group("gloo") meets this rank.

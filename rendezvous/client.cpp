@@ -136,6 +136,8 @@ void Client::Impl::handle(ServerMessage message) {
     if (handlers_.on_job_view) handlers_.on_job_view(*view);
   } else if (auto* named = std::get_if<StragglersMsg>(&message)) {
     if (handlers_.on_stragglers) handlers_.on_stragglers(*named);
+  } else if (auto* meet = std::get_if<MeetMsg>(&message)) {
+    if (handlers_.on_meet) handlers_.on_meet(meet->round);
   } else if (std::holds_alternative<HeartbeatAckMsg>(message) && !heartbeats_sent_.empty()) {
     const auto rtt = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - heartbeats_sent_.front());
     heartbeats_sent_.pop_front();
@@ -283,6 +285,7 @@ void Client::report_failure(const Failure& failure) { impl_->send(FailureMsg{fai
 void Client::report_node_done() { impl_->send(NodeDoneMsg{}); }
 void Client::report_stopped() { impl_->report_stopped(); }
 void Client::report_hang_view(const HangViewMsg& view) { impl_->send(view); }
+void Client::report_round_ready(int round) { impl_->send(RoundReadyMsg{round}); }
 void Client::report_status(std::string status_json, std::vector<RankPace> paces) {
   impl_->send(NodeStatusMsg{std::move(status_json), std::move(paces)});
 }

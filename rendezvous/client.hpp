@@ -91,6 +91,8 @@ struct ClientHandlers {
   std::function<void(const HangDeferredMsg&)> on_hang_deferred;  // a declared quiet phase: nobody is hung yet
   // The server answered a heartbeat, this long after it was sent (the load generator's steady-state figure).
   std::function<void(std::chrono::microseconds rtt)> on_heartbeat_ack;
+  // Every node of round `round` said report_round_ready: workers kept in place take the round up now.
+  std::function<void(int round)> on_meet;
 };
 
 class Client {
@@ -108,6 +110,7 @@ class Client {
   void report_node_done();   // every local worker exited 0
   void report_stopped();     // restart round: every local worker is down (with a fresh master port offer)
   void report_hang_view(const HangViewMsg& view);  // --hang-timeout: this node's workers, judged
+  void report_round_ready(int round);  // this node's workers can meet in round `round` (on_meet when all can)
   // The live view: this node's latest (agent/live_status.hpp), and its running ranks' paces for straggler naming.
   void report_status(std::string status_json, std::vector<RankPace> paces);
   void request_view();                             // every node's latest status: on_job_view

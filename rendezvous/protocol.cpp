@@ -141,6 +141,10 @@ json to_json_value(const ClientMessage& message) {
           json j = typed("prove");
           j["nonce"] = m.nonce;
           return j;
+        } else if constexpr (std::is_same_v<T, RoundReadyMsg>) {
+          json j = typed("round_ready");
+          j["round"] = m.round;
+          return j;
         } else {
           static_assert(std::is_same_v<T, StoppedMsg>);
           json j = typed("stopped");
@@ -221,6 +225,10 @@ std::string encode(const ServerMessage& message) {
         } else if constexpr (std::is_same_v<T, ProofMsg>) {
           json j = typed("proof");
           j["proof"] = m.proof;
+          return dump(j);
+        } else if constexpr (std::is_same_v<T, MeetMsg>) {
+          json j = typed("meet");
+          j["round"] = m.round;
           return dump(j);
         } else {
           static_assert(std::is_same_v<T, CaptureMsg>);

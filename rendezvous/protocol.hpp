@@ -17,6 +17,10 @@
 //   server → stop{root_cause, reason, restarting} to every node | complete when every node is done
 //   client → node_status{status, paces} (every few seconds) | view_request   server → job_view{nodes, ages_ms}
 //   server → stragglers{named} to every node of the round, when the ranks named slow change
+//   client → round_ready{round}: this node's workers can meet in the round (kept in place: at once; new ones:
+//            once started far enough to meet, i.e. past their imports)
+//   server → meet{round} to every node of the round once all are ready: workers kept in place take it up then
+//            (a joiner's start, seconds of interpreter and imports, no longer stalls the others)
 // Unknown message types and malformed fields are ProtocolErrors: the receiver closes that connection only.
 #pragma once
 
@@ -161,8 +165,12 @@ struct ViewRequestMsg {};
 struct ProveMsg {
   std::string nonce;
 };
+// This node's workers can meet in round `round` (its restart count): the server tells every node when all can.
+struct RoundReadyMsg {
+  int round = 0;
+};
 using ClientMessage = std::variant<HelloMsg, HeartbeatMsg, FailureMsg, NodeDoneMsg, StoppedMsg, HangViewMsg,
-                                   NodeStatusMsg, ViewRequestMsg, ProveMsg>;
+                                   NodeStatusMsg, ViewRequestMsg, ProveMsg, RoundReadyMsg>;
 
 // ---- server → client ----
 struct ChallengeMsg {
@@ -263,8 +271,12 @@ struct StragglersMsg {
 struct ProofMsg {
   std::string proof;
 };
+// Every node of round `round` said round_ready: the workers that stay in place may take the round up now.
+struct MeetMsg {
+  int round = 0;
+};
 using ServerMessage = std::variant<ChallengeMsg, ErrorMsg, Assignment, HeartbeatAckMsg, StopMsg, CompleteMsg,
-                                   CaptureMsg, JobViewMsg, StragglersMsg, HangDeferredMsg, ProofMsg>;
+                                   CaptureMsg, JobViewMsg, StragglersMsg, HangDeferredMsg, ProofMsg, MeetMsg>;
 
 // ---- encoding: payloads (JSON text), not frames ----
 std::string encode(const ClientMessage& message);

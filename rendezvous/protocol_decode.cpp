@@ -240,6 +240,7 @@ ClientMessage decode_client_message(std::string_view payload) {
   if (type == "node_status") return decode_node_status(j);
   if (type == "view_request") return ViewRequestMsg{};
   if (type == "prove") return ProveMsg{get_hex(j, "nonce", kMaxHexBytes)};
+  if (type == "round_ready") return RoundReadyMsg{get_int_in(j, "round", 0, kMaxRank)};
   throw ProtocolError("unknown message type");  // not echoed: the peer's text does not go into our log
 }
 
@@ -271,6 +272,7 @@ ServerMessage decode_server_message(std::string_view payload) {
   if (type == "hang_deferred") return decode_hang_deferred(j);
   if (type == "job_view") return decode_job_view(j);
   if (type == "stragglers") return decode_stragglers(j);
+  if (type == "meet") return MeetMsg{get_int_in(j, "round", 0, kMaxRank)};
   throw ProtocolError("unknown message type");
 }
 

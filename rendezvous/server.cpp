@@ -172,6 +172,8 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
             if (state_.nodes.count(id)) answer_view(*conn);
           } else if constexpr (std::is_same_v<T, ProveMsg>) {
             // answered before the hello, above
+          } else if constexpr (std::is_same_v<T, RoundReadyMsg>) {
+            run(RoundReady{id, m.round});
           } else {
             static_assert(std::is_same_v<T, StoppedMsg>);
             run(NodeStopped{id, m.master_port});

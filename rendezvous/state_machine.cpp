@@ -43,6 +43,7 @@ std::vector<Action> step(RendezvousState& state, const Event& event, const Now& 
         else if constexpr (std::is_same_v<T, Disconnected>) rules::on_disconnected(state, e, now, out);
         else if constexpr (std::is_same_v<T, HangReport>) rules::on_hang_report(state, e, now, out);
         else if constexpr (std::is_same_v<T, CannotStart>) rules::on_cannot_start(state, e, out);
+        else if constexpr (std::is_same_v<T, RoundReady>) rules::on_round_ready(state, e, now, out);
         else rules::on_tick(state, now, out);
       },
       event);
@@ -367,8 +368,8 @@ void start_round(RendezvousState& state, Actions& out) {
     state.nodes.at(state.by_rank[rank]).rank_offset = offset;
     offset += nprocs[rank];
   }
-  for (auto& [conn, node] : state.nodes) node.done = node.stopped = false;
-  state.done_count = state.stopped_count = 0;
+  for (auto& [conn, node] : state.nodes) node.done = node.stopped = node.ready = false;
+  state.done_count = state.stopped_count = state.ready_count = 0;
   state.round_size = static_cast<int>(state.by_rank.size());
   state.phase = Phase::kRunning;
   state.last_call_deadline.reset();

@@ -78,6 +78,7 @@ struct NodeEntry {
   Clock::time_point reclaimable_until{};
   bool done = false;           // all its workers exited 0 (this round)
   bool stopped = false;        // restart round: its workers are down
+  bool ready = false;          // its workers can meet in this round (round_ready)
 };
 
 struct RendezvousState {
@@ -108,6 +109,7 @@ struct RendezvousState {
   std::map<std::string, int> departures;  // elastic: host → times it left after being placed (max_departures)
   int done_count = 0;
   int stopped_count = 0;
+  int ready_count = 0;  // nodes of the round that said round_ready; all: every node is told to meet
   // --hang-timeout: a node reported a hung worker; every node of the round is asked for its workers' beats
   // and stacks, and the verdict (hang_verdict.hpp) is given once all answered or at the deadline. Exists
   // only while kRunning.
@@ -176,6 +178,7 @@ struct FailureReport { ConnId conn = 0; Failure failure; };
 struct NodeDone { ConnId conn = 0; };
 struct NodeStopped { ConnId conn = 0; int master_port = 0; };  // master_port: the node's new offer, 0: keep
 struct HangReport { ConnId conn = 0; HangViewMsg view; };  // --hang-timeout: a node's workers, judged
+struct RoundReady { ConnId conn = 0; int round = 0; };       // its workers can meet in round `round`
 struct Disconnected {
   ConnId conn = 0;
   std::string reason;
@@ -188,7 +191,8 @@ struct Disconnected {
 struct CannotStart { Failure failure; };
 struct Tick {};  // time passed; the server sends one at least every heartbeat_interval / 2
 using Event =
-    std::variant<Hello, Heartbeat, FailureReport, NodeDone, NodeStopped, Disconnected, Tick, HangReport, CannotStart>;
+    std::variant<Hello, Heartbeat, FailureReport, NodeDone, NodeStopped, Disconnected, Tick, HangReport, CannotStart,
+                 RoundReady>;
 
 // ---- actions: what the server must do, in order ----
 struct Send { ConnId conn = 0; ServerMessage message; };

@@ -99,9 +99,9 @@ void adopt(RendezvousState& state, const Now& now, Actions& out) {
   state.failure_restarts = std::min(a.claim.restart_count, state.config.max_restarts);
   state.round_size = static_cast<int>(std::count_if(state.by_rank.begin(), state.by_rank.end(),
                                                     [](ConnId c) { return c != 0; }));
-  state.done_count = state.stopped_count = 0;
+  state.done_count = state.stopped_count = state.ready_count = 0;
   state.last_call_deadline.reset();
-  for (auto& [conn, node] : state.nodes) node.done = node.stopped = false;
+  for (auto& [conn, node] : state.nodes) node.done = node.stopped = node.ready = false;
   for (std::size_t rank = 0; rank < state.by_rank.size(); ++rank)
     if (state.by_rank[rank] != 0) state.nodes.at(state.by_rank[rank]).rank_offset = a.rank_offsets[rank];
   out.push_back(Log{LogLevel::kInfo, "took back " + round_text(a.claim) + " from " +

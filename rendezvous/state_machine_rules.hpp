@@ -13,6 +13,7 @@ void on_heartbeat(RendezvousState& state, const Heartbeat& event, const Now& now
 void on_failure(RendezvousState& state, const FailureReport& event, const Now& now, Actions& out);
 void on_node_done(RendezvousState& state, const NodeDone& event, const Now& now, Actions& out);
 void on_node_stopped(RendezvousState& state, const NodeStopped& event, const Now& now, Actions& out);
+void on_round_ready(RendezvousState& state, const RoundReady& event, const Now& now, Actions& out);
 void on_disconnected(RendezvousState& state, const Disconnected& event, const Now& now, Actions& out);
 void on_tick(RendezvousState& state, const Now& now, Actions& out);
 // Start failures (state_machine_start.cpp): this server's own node's, and a hello that says it cannot join

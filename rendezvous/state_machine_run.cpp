@@ -304,6 +304,22 @@ void on_node_stopped(RendezvousState& state, const NodeStopped& event, const Now
   start_next_round_if_stopped(state, out);
 }
 
+// A re-form keeps the workers of some nodes in place while others start new ones (a joiner, a node whose
+// workers could not stay). The kept ones would wait in the new group for the new ones' interpreter and
+// imports (seconds: the whole job stalls); instead they train on in the old round until every node says its
+// workers can meet (kept ones at once, new ones once past their imports), and then all are told at once. A
+// word for another round (sent before this one started) does not count.
+void on_round_ready(RendezvousState& state, const RoundReady& event, const Now& now, Actions& out) {
+  auto it = state.nodes.find(event.conn);
+  if (it == state.nodes.end() || state.phase != Phase::kRunning || it->second.ready || it->second.node_rank < 0 ||
+      event.round != state.restart_count)
+    return;
+  touch(state, it->second, now);
+  it->second.ready = true;
+  if (++state.ready_count == state.round_size)
+    out.push_back(Broadcast{round_conns(state), MeetMsg{state.restart_count}});
+}
+
 void on_disconnected(RendezvousState& state, const Disconnected& event, const Now& now, Actions& out) {
   if (keep_place_of_silent(state, event.conn, event.after_stall, now, out)) return;
   closed_node_lost(state, event.conn,

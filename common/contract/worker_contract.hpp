@@ -88,6 +88,11 @@ inline constexpr std::size_t kBeatReformsTakenOffset = 40;      // written by th
 // worker that offered re-forms leaves that group at once instead: the Python helper shuts the group's connections
 // down, the collective fails as if the peer had died, and the worker takes the round up with its state intact.
 inline constexpr std::size_t kBeatGroupLostOffset = 48;
+// Written by the worker (the Python helper, when imported): 1 once it is past its imports and slow set-up and
+// can meet its peers in a process group. A re-form that starts new workers on some nodes (a joiner) and keeps
+// the others' in place hands the kept ones the round only when every new one said so (or beat): until then
+// they train on, instead of waiting in the new group for an interpreter to start (rendezvous round_ready/meet).
+inline constexpr std::size_t kBeatReadyToMeetOffset = 56;
 
 // The error file (torchelastic's format; common/supervision/error_file.hpp reads it):
 //   {"message": {"message": "<Type>: <text>", "extraInfo": {"py_callstack": "...", "timestamp": "<unix s>"}}}

@@ -50,10 +50,21 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Sampler, TensorDataset
 
-try:  # ddprun's Python helper (on PYTHONPATH under ddprun): beats, quiet phases, re-forming in place. Absent
-    import ddprun_heartbeat  # elsewhere: not needed.
-except ImportError:
-    ddprun_heartbeat = None
+# ddprun's Python helper (on PYTHONPATH under ddprun): beats, quiet phases, re-forming in place. Absent elsewhere:
+# not needed. Imported by main() once the slow set-up is done (import_helper).
+ddprun_heartbeat = None
+
+
+def import_helper():
+    """Importing ddprun's helper tells ddprun this worker is past its imports and can meet its peers: when it
+    joins a running job, the ranks already training go on until then, instead of waiting in the new group while
+    this interpreter starts. So it comes after torch, the data set and the checkpoint file, just before the group."""
+    global ddprun_heartbeat
+    try:
+        import ddprun_heartbeat as helper
+    except ImportError:
+        return
+    ddprun_heartbeat = helper
 
 
 def beat(step):
@@ -309,15 +320,24 @@ def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
     local_rank = int(os.environ["LOCAL_RANK"])
-    dist.init_process_group("gloo")  # env://
-    rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    # What needs no peer comes before the group (and the helper's import): a joiner's peers train on meanwhile.
+    train_set = load_split(args.data, "train", args.train_limit)
+    saved = torch.load(args.checkpoint, map_location=device) \
+        if args.checkpoint and os.path.exists(args.checkpoint) else None
+    import_helper()
+    if ddprun_heartbeat and "DDPRUN_REFORM_FILE" in os.environ:
+        ddprun_heartbeat.init_round_group("gloo")  # env://'s group, meeting without torch's 1 s retry
+    else:
+        dist.init_process_group("gloo")  # env://
+    rank, world = dist.get_rank(), dist.get_world_size()
 
     model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.5)
     at = Position(0, 0, 0, args.batch_size * world)
-    if args.checkpoint and os.path.exists(args.checkpoint):
-        at = restore(torch.load(args.checkpoint, map_location=device), model, optimizer, args.batch_size * world)
+    if saved is not None:
+        at = restore(saved, model, optimizer, args.batch_size * world)
+        del saved
         print(f"rank {rank}: resumed from {args.checkpoint} at step {at.step} (restart "
               f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}, world size {world})", flush=True)
     # From here on SIGTERM asks for a checkpoint instead of killing the rank. Not earlier: until the group has
@@ -331,7 +351,6 @@ def main():
     # Under ddprun: a re-form because nodes joined or were lost keeps this process (it takes the new round up
     # below) instead of restarting it. Elsewhere every re-form restarts the worker, which resumes from the checkpoint.
     in_place = bool(ddprun_heartbeat) and not args.no_reform_in_place and ddprun_heartbeat.offer_reforms()
-    train_set = load_split(args.data, "train", args.train_limit)
     saved_step = at.step if args.checkpoint and os.path.exists(args.checkpoint) else -1
     per_epoch = 0  # batches per epoch in this round
 
@@ -377,16 +396,21 @@ def main():
         else 0
     reformed = False
     while True:  # one pass per round this process trains in
-        at = adopt_newest_state(model, optimizer, at, args.batch_size * world)
-        if reformed and rank == 0:
-            print(f"rank 0: re-formed in place at step {at.step} (restart {os.environ['TORCHELASTIC_RESTART_COUNT']}, "
-                  f"world size {world})", flush=True)
-        ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters to every rank
-        sampler = ResumeSampler(DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True, seed=0))
-        loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
-        per_epoch = len(sampler.sampler) // args.batch_size
-        broke = None
+        broke, ddp = None, None
         try:
+            # The round's set-up talks to the other ranks too: a node lost here (a joiner's start is the slow
+            # part of a re-form, and the next loss may come during it) breaks the group as in a step, and the
+            # rank takes the next round up instead of failing (a failure would restart every worker).
+            with NeedsPeers():
+                at = adopt_newest_state(model, optimizer, at, args.batch_size * world)
+                ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters to every rank
+            if reformed and rank == 0:
+                print(f"rank 0: re-formed in place at step {at.step} (restart "
+                      f"{os.environ['TORCHELASTIC_RESTART_COUNT']}, world size {world})", flush=True)
+            sampler = ResumeSampler(DistributedSampler(train_set, num_replicas=world, rank=rank, shuffle=True,
+                                                       seed=0))
+            loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+            per_epoch = len(sampler.sampler) // args.batch_size
             decided, loss = train(args, ddp, optimizer, loader, sampler, at, checkpoint, device, rank, crash_at)
         except GroupBroke as e:
             if not in_place or stop_signal:

@@ -55,6 +55,7 @@ struct Fixture {
     h.report_worker_failure = [this](int lr) { said.push_back("failure " + std::to_string(lr)); };
     h.rank_changed = [this](int lr, int rank) { said.push_back("rank " + std::to_string(lr) + "=" + std::to_string(rank)); };
     h.replace_workers = [this] { said.push_back("replace"); };
+    h.report_round_ready = [this](int round) { said.push_back("ready " + std::to_string(round)); };
     reform = std::make_unique<InPlaceReform>(io, config, world, beats, policy, lifecycle, layout, log, events, h);
     reform->on_workers_started();
     page = static_cast<unsigned char*>(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, beats.fd(), 0));
@@ -153,7 +154,15 @@ TEST_CASE("the assignment goes to the running workers: a whole file each, then t
   f.world.world_size = 6;
   f.said.clear();
   f.reform->on_assignment();
+  // Held until every node's workers can meet: this node's are ready at once, the announcement waits for meet.
   CHECK(f.lifecycle.stage() == AgentLifecycle::Stage::kRunning);
+  CHECK(f.said == std::vector<std::string>{"ready 0"});
+  CHECK(f.reform->announced() == 0);
+  CHECK(f.announced_to(0) == 0);
+  f.reform->on_meet(1);  // another round's: not this one
+  CHECK(f.reform->announced() == 0);
+  f.reform->on_meet(0);
+  f.said.erase(f.said.begin());
   CHECK(f.reform->announced() == 1);
   CHECK(f.announced_to(0) == 1);
   CHECK(f.announced_to(1) == 1);
@@ -204,4 +213,64 @@ TEST_CASE("a worker that died while the round formed: its failure goes in the ne
   CHECK(f.said == std::vector<std::string>{"failure 1"});
   CHECK(f.policy.worker(1).rank == 3);
   CHECK(f.reform->announced() == 0);
+}
+
+TEST_CASE("new workers: round_ready once each is past its imports (+56) or has beaten, and only once") {
+  Fixture f;
+  auto set = [&](int lr, std::size_t offset, std::int64_t v) {
+    std::memcpy(f.page + HeartbeatChannel::offset_of(lr) + offset, &v, 8);
+  };
+  f.run_for(std::chrono::milliseconds(50));
+  CHECK(f.said.empty());
+  set(0, ddprun::contract::kBeatReadyToMeetOffset, 1);
+  f.run_for(std::chrono::milliseconds(50));
+  CHECK(f.said.empty());  // one of two
+  set(1, ddprun::contract::kBeatTimeOffset, 123);  // beat without the helper's word: ready as well
+  f.run_for(std::chrono::milliseconds(50));
+  CHECK(f.said == std::vector<std::string>{"ready 0"});
+  f.run_for(std::chrono::milliseconds(50));
+  CHECK(f.said.size() == 1);
+  SUBCASE("a teardown stops the watch of the next workers' start") {
+    set(0, ddprun::contract::kBeatReadyToMeetOffset, 0);  // new workers: the agent cleared their slots
+    set(1, ddprun::contract::kBeatTimeOffset, 0);
+    f.reform->on_workers_started();
+    f.reform->cancel();
+    set(0, ddprun::contract::kBeatReadyToMeetOffset, 1);
+    f.run_for(std::chrono::milliseconds(50));
+    CHECK(f.said.size() == 1);
+  }
+}
+
+TEST_CASE("a held round is handed over at the bound when meet never comes, and dropped when overtaken") {
+  Fixture f;
+  f.all_offer();
+  f.reform->set_meet_wait(std::chrono::milliseconds(30));
+  REQUIRE(f.reform->take(Fixture::joined()));
+  SUBCASE("no meet: handed over after the bound") {
+    f.reform->on_assignment();
+    CHECK(f.reform->announced() == 0);
+    f.run_for(std::chrono::milliseconds(15));
+    CHECK(f.reform->announced() == 0);
+    f.run_for(std::chrono::milliseconds(100));
+    CHECK(f.reform->announced() == 1);
+    CHECK(f.announced_to(1) == 1);
+  }
+  SUBCASE("a node lost while held: the held round is dropped, the next one goes to the same workers") {
+    f.reform->on_assignment();
+    f.said.clear();
+    CHECK(f.reform->take(Fixture::node_lost()));  // the workers never saw round 0: they still offer
+    CHECK(f.said == std::vector<std::string>{"note", "pause", "stopped"});
+    CHECK(f.group_lost_for(0) == 1);
+    f.reform->on_meet(0);
+    f.run_for(std::chrono::milliseconds(100));  // neither meet nor the bound of the dropped round hands it over
+    CHECK(f.reform->announced() == 0);
+    f.world.restart_count = 1;
+    f.world.world_size = 2;
+    f.reform->on_assignment();
+    f.reform->on_meet(1);
+    CHECK(f.reform->announced() == 1);
+    CHECK(f.announced_to(0) == 1);
+    const std::string text = ddprun::process::read_file(f.layout.reform_file(0, 0));
+    CHECK(text.find("WORLD_SIZE=2\n") != std::string::npos);
+  }
 }

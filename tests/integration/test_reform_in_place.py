@@ -103,6 +103,24 @@ class ReformInPlace(ElasticCase):
         # Their output carries the new rank's prefix: the final lines were written in round 2 (ranks 0-1).
         self.assertIn(f"[rank1]: rank 1 pid {first[1][0]} done", res_a.stdout.decode())
 
+    def test_the_workers_that_stay_train_on_until_a_joiners_workers_can_meet(self):
+        """A joiner's workers take seconds to start (an interpreter importing torch): the workers that stay are
+        handed the round only once the joiner's can meet (their helper imported: rendezvous round_ready, then
+        meet), and train on meanwhile instead of waiting in the new group. Before, they took the round up within
+        milliseconds of the join and waited there the whole start."""
+        a = self.node("a", host=True)
+        first = self.rounds_run([0, 1], 0)
+        b = self.node("b", "slow-start=3")
+        second = self.rounds_run([0, 1, 2, 3], 1)
+        for r in (0, 1):
+            self.assertEqual(second[r][0], first[r][0], f"rank {r}'s worker was restarted")
+        imported = min(os.stat(os.path.join(self.out, f"imported.{r}")).st_mtime for r in (2, 3))
+        taken = min(os.stat(os.path.join(self.out, f"round.{r}.1")).st_mtime for r in (0, 1))
+        self.assertGreaterEqual(taken, imported, "a's workers took the round up before b's could meet")
+        # They trained on meanwhile: round 0's beats went on (the live slot's step is the proof ddprun sees).
+        res_a, res_b = self.finish([a, b])
+        self.assertEqual((res_a.code, res_b.code), (0, 0), (res_a, res_b))
+
     def test_a_joiner_lost_while_it_starts_does_not_cost_the_survivors_a_restart(self):
         """Issue 32, goodput: a node joins, the survivors take the new round up and wait in init_process_group for
         its worker, which is still starting (start-delay); the node is lost meanwhile. The survivors' wait in the

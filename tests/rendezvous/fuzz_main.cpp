@@ -127,6 +127,7 @@ class Job {
     if (std::holds_alternative<NodeDoneMsg>(message)) return NodeDone{conn};
     if (auto* s = std::get_if<StoppedMsg>(&message)) return NodeStopped{conn, s->master_port};
     if (auto* v = std::get_if<HangViewMsg>(&message)) return HangReport{conn, *v};
+    if (auto* r = std::get_if<RoundReadyMsg>(&message)) return RoundReady{conn, r->round};
     if (rng() % 4 == 0) return Disconnected{conn, "fuzz"};
     if (rng() % 4 == 0) return Tick{};
     return Heartbeat{conn};

@@ -51,6 +51,9 @@ TEST_CASE("client messages survive an encode/decode round trip") {
   CHECK(old.ranks.at(0).quiet_left_ms == 0);
   CHECK_FALSE(old.ranks.at(0).stopped);
   // The server's deferral of a verdict for a declared quiet phase, and its bounds.
+  CHECK(std::get<MeetMsg>(decode_server_message(encode(ServerMessage{MeetMsg{7}}))).round == 7);
+  CHECK(std::get<RoundReadyMsg>(decode_client_message(encode(ClientMessage{RoundReadyMsg{7}}))).round == 7);
+  CHECK_THROWS_AS(decode_client_message(R"({"type":"round_ready","round":-1})"), ProtocolError);
   const HangDeferredMsg deferred{{0, 5}, 58'000};
   CHECK(std::get<HangDeferredMsg>(decode_server_message(encode(ServerMessage{deferred}))) == deferred);
   CHECK_THROWS_AS(decode_server_message(R"({"type":"hang_deferred","quiet_ranks":[-1],"wait_ms":5})"), ProtocolError);

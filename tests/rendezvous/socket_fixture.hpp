@@ -62,6 +62,7 @@ struct Recorder {
   std::vector<JobViewMsg> views;
   std::vector<StragglersMsg> stragglers;
   std::vector<HangDeferredMsg> deferrals;
+  std::vector<int> meets;  // on_meet: the rounds every node said it can meet in
   std::vector<bool> reconnects;  // on_reconnect: false when the server was lost, true when taken back
   std::optional<ClientError> error;
 
@@ -72,7 +73,8 @@ struct Recorder {
                           [this](const JobViewMsg& v) { views.push_back(v); },
                           [this](const StragglersMsg& m) { stragglers.push_back(m); },
                           [this](bool back, const std::string&) { reconnects.push_back(back); },
-                          [this](const HangDeferredMsg& m) { deferrals.push_back(m); }, {}};
+                          [this](const HangDeferredMsg& m) { deferrals.push_back(m); }, {},
+                          [this](int round) { meets.push_back(round); }};
   }
 };
 

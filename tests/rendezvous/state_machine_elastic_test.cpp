@@ -481,3 +481,24 @@ TEST_CASE("a standalone server keeps no node to tell for a departure that re-for
   CHECK(state.phase != Phase::kStopped);
   CHECK(state.untold_silent.empty());
 }
+
+TEST_CASE("elastic: meet goes to every node of the round once all said round_ready, once, for that round only") {
+  auto state = elastic(2, 4, 2, 2);
+  REQUIRE(state.restart_count == 0);
+  // A joiner: the round re-forms (membership), the two nodes' workers stay, the joiner's start anew.
+  step(state, late_hello(3, "host2"), at(20'000ms));
+  REQUIRE(state.phase == Phase::kRestarting);
+  CHECK(step(state, RoundReady{1, 0}, at(20'001ms)).empty());  // a word for the round before: not counted
+  all_stopped(state, {1, 2}, at(20'002ms));
+  REQUIRE(state.phase == Phase::kRunning);
+  REQUIRE(state.restart_count == 1);
+  CHECK(step(state, RoundReady{1, 0}, at(20'003ms)).empty());  // late, for round 0: ignored
+  CHECK(find_all<Broadcast>(step(state, RoundReady{1, 1}, at(20'004ms))).empty());
+  CHECK(find_all<Broadcast>(step(state, RoundReady{2, 1}, at(20'005ms))).empty());
+  CHECK(find_all<Broadcast>(step(state, RoundReady{2, 1}, at(20'006ms))).empty());  // said twice: once
+  // The joiner's workers are past their imports: every node is told to meet.
+  auto meet = find_one<Broadcast>(step(state, RoundReady{3, 1}, at(22'000ms)));
+  CHECK(meet.conns.size() == 3);
+  CHECK(std::get<MeetMsg>(meet.message).round == 1);
+  CHECK(find_all<Broadcast>(step(state, RoundReady{3, 1}, at(22'001ms))).empty());
+}

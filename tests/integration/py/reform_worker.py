@@ -7,16 +7,20 @@ holding "pid world group_rank master_port", then waits for more. It exits 0 once
 no-offer: never offers (ddprun restarts it at a re-form, as any worker); never-take: offers but never takes a round
 up (ddprun kills it after --term-timeout); quiet-after-take=SEC: after taking a round up, silent for SEC s before
 its next beat (a rank waiting in init_process_group for a joiner that is still starting); exit-on=PATH: exits 3 once
-PATH exists (local rank 0 only); slow-term=SEC: SIGTERM makes it exit 0 SEC s later."""
+PATH exists (local rank 0 only); slow-term=SEC: SIGTERM makes it exit 0 SEC s later; slow-start=SEC: SEC s
+before it imports the helper (an interpreter importing torch), then it writes DIR/imported.<RANK>."""
 import os
 import signal
 import sys
 import time
 
-import ddprun_heartbeat
-
 out_dir = sys.argv[1]
 flags = dict(a.partition("=")[::2] for a in sys.argv[2:])
+if "slow-start" in flags:
+    time.sleep(float(flags["slow-start"]))
+    with open(os.path.join(out_dir, f"imported.{os.environ['RANK']}"), "w"):
+        pass
+import ddprun_heartbeat  # noqa: E402  (its import says this worker can meet its peers: after the slow start)
 
 
 def mark_round():
