@@ -7,7 +7,10 @@ Runs unchanged under torchrun and under ddprun:
 
 The patterns it shows:
   - env:// initialisation: init_process_group("gloo") reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE
-    from the environment the launcher sets; LOCAL_RANK (also from the environment) picks the device.
+    from the environment the launcher sets; LOCAL_RANK (also from the environment) picks the device. Under ddprun
+    the same group is made by ddprun_heartbeat.init_round_group("gloo"), after the data set and the checkpoint
+    file are read and the helper imported: a node joining a running job then costs the others no wait for its
+    start (docs/MULTINODE.md "Re-forming in place").
   - a DistributedSampler with set_epoch(), so every rank sees its own shard, reshuffled each epoch.
   - checkpoints written atomically (a temporary file of the writer's own, fsynced, renamed over the old one),
     so a crash in the middle of a save never leaves a half-written checkpoint. Rank 0 saves every
