@@ -23,6 +23,7 @@ void InPlaceReform::on_workers_started() {
   announced_ = 0;
   drop_held_round();
   ready_timer_.cancel();
+  ready_until_ = std::chrono::steady_clock::now() + meet_wait_;
   watch_ready(++ready_watch_);  // not now: they are registered once launched, after this call
 }
 
@@ -35,14 +36,15 @@ void InPlaceReform::watch_ready(std::uint64_t watch) {
 
 // New workers, until each can meet its peers: then round_ready, once. Every 10 ms: the few milliseconds it may
 // lag are nothing next to the seconds a start takes, and the loop stays idle otherwise. Without the heartbeat
-// page nothing tells: ready at once (the kept workers then wait in the group, as before).
+// page nothing tells: ready at once (the kept workers then wait in the group, as before). A program that never
+// says so (no helper, no beat) is ready at the others' bound (meet_wait_): no poll for the rest of the job.
 void InPlaceReform::check_ready(std::uint64_t watch) {
   if (watch != ready_watch_ || policy_.phase() != Phase::kRunning) return;
   bool ready = !policy_.workers().empty();
   if (beats_.enabled())
     for (const WorkerRecord& w : policy_.workers())
       if (w.state == WorkerState::kRunning && w.pid > 0 && !beats_.ready_to_meet(w.local_rank)) ready = false;
-  if (ready) return host_.report_round_ready(world_.restart_count);
+  if (ready || std::chrono::steady_clock::now() >= ready_until_) return host_.report_round_ready(world_.restart_count);
   watch_ready(watch);
 }
 

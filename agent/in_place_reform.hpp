@@ -108,6 +108,7 @@ class InPlaceReform {
   std::chrono::milliseconds meet_wait_ = kMeetWait;
   boost::asio::steady_timer ready_timer_;  // polls new workers until each can meet
   std::uint64_t ready_watch_ = 0;          // the current poll; a queued check of an earlier one is stale
+  std::chrono::steady_clock::time_point ready_until_{};  // polled until then at most
 };
 
 }  // namespace ddprun::agent

@@ -230,6 +230,17 @@ TEST_CASE("new workers: round_ready once each is past its imports (+56) or has b
   CHECK(f.said == std::vector<std::string>{"ready 0"});
   f.run_for(std::chrono::milliseconds(50));
   CHECK(f.said.size() == 1);
+  SUBCASE("workers that never say so are ready at the bound, and the watch ends there") {
+    set(0, ddprun::contract::kBeatReadyToMeetOffset, 0);
+    set(1, ddprun::contract::kBeatTimeOffset, 0);
+    f.reform->set_meet_wait(std::chrono::milliseconds(40));
+    f.reform->on_workers_started();
+    f.run_for(std::chrono::milliseconds(20));
+    CHECK(f.said.size() == 1);
+    f.run_for(std::chrono::milliseconds(100));
+    CHECK(f.said == std::vector<std::string>{"ready 0", "ready 0"});
+    CHECK(f.io.stopped());  // nothing pending: the poll is over
+  }
   SUBCASE("a teardown stops the watch of the next workers' start") {
     set(0, ddprun::contract::kBeatReadyToMeetOffset, 0);  // new workers: the agent cleared their slots
     set(1, ddprun::contract::kBeatTimeOffset, 0);
