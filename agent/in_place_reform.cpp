@@ -44,8 +44,8 @@ void InPlaceReform::check_ready(std::uint64_t watch) {
   if (beats_.enabled())
     for (const WorkerRecord& w : policy_.workers())
       if (w.state == WorkerState::kRunning && w.pid > 0 && !beats_.ready_to_meet(w.local_rank)) ready = false;
-  if (ready || std::chrono::steady_clock::now() >= ready_until_) return host_.report_round_ready(world_.restart_count);
-  watch_ready(watch);
+  if (!ready && std::chrono::steady_clock::now() < ready_until_) return watch_ready(watch);
+  host_.report_round_ready(world_.restart_count);  // false: an older rendezvous, nobody waits for it
 }
 
 void InPlaceReform::cancel() {
@@ -136,7 +136,7 @@ void InPlaceReform::on_assignment() {
               " ms; handing the round over anyway");
     hand_over();
   });
-  host_.report_round_ready(round);
+  if (!host_.report_round_ready(round)) hand_over();  // an older rendezvous: no meet will come
 }
 
 void InPlaceReform::on_meet(int round) {

@@ -56,7 +56,8 @@ class InPlaceReform {
     // Without --hang-timeout, a worker did not take the round up: this node's workers go (SIGKILL) and new ones
     // start in the same round.
     std::function<void()> replace_workers;
-    std::function<void(int round)> report_round_ready;  // this node's workers can meet in that round
+    // This node's workers can meet in that round; false when the rendezvous takes no such word (no meet comes).
+    std::function<bool(int round)> report_round_ready;
   };
   // The longest the kept workers wait for the rendezvous' meet before they take the round up anyway (a joiner's
   // program that never says it is ready, a rendezvous that does not send meet).

@@ -98,7 +98,7 @@ InPlaceReform::Host NodeAgent::reform_host() {
   h.judge_hung = [this](const std::vector<int>& local_ranks) { hang_.judge_not_taken_up(local_ranks); };
   h.note_reform = [this](const rendezvous::StopOrder& order) { note_reform(order, /*in_place=*/true); };
   h.report_stopped = [this] { link_.client().report_stopped(); };
-  h.report_round_ready = [this](int round) { link_.client().report_round_ready(round); };
+  h.report_round_ready = [this](int round) { return link_.client().report_round_ready(round); };
   h.report_worker_failure = [this](int local_rank) { reports_.worker_failed(local_rank); };
   h.rank_changed = [this](int local_rank, int rank) {
     output_.set_rank(local_rank, rank);

@@ -206,6 +206,7 @@ void Client::Impl::on_proof(const ProofMsg& proof) {
 
 void Client::Impl::send_hello(const ChallengeMsg& challenge) {
   reconnect_.on_challenge(challenge.resumable, milliseconds(challenge.heartbeat_timeout_ms));
+  server_meets_ = challenge.meets;
   HelloMsg hello;
   hello.run_id = config_.run_id;
   hello.mac = compute_mac(config_.token, challenge.nonce, config_.run_id);
@@ -285,7 +286,11 @@ void Client::report_failure(const Failure& failure) { impl_->send(FailureMsg{fai
 void Client::report_node_done() { impl_->send(NodeDoneMsg{}); }
 void Client::report_stopped() { impl_->report_stopped(); }
 void Client::report_hang_view(const HangViewMsg& view) { impl_->send(view); }
-void Client::report_round_ready(int round) { impl_->send(RoundReadyMsg{round}); }
+bool Client::report_round_ready(int round) {
+  if (!impl_->server_meets()) return false;
+  impl_->send(RoundReadyMsg{round});
+  return true;
+}
 void Client::report_status(std::string status_json, std::vector<RankPace> paces) {
   impl_->send(NodeStatusMsg{std::move(status_json), std::move(paces)});
 }

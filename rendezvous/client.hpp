@@ -110,7 +110,9 @@ class Client {
   void report_node_done();   // every local worker exited 0
   void report_stopped();     // restart round: every local worker is down (with a fresh master port offer)
   void report_hang_view(const HangViewMsg& view);  // --hang-timeout: this node's workers, judged
-  void report_round_ready(int round);  // this node's workers can meet in round `round` (on_meet when all can)
+  // This node's workers can meet in round `round` (on_meet when all can). False, and nothing sent, when the
+  // server does not take it (an older ddprun-rendezvous): no meet will come.
+  bool report_round_ready(int round);
   // The live view: this node's latest (agent/live_status.hpp), and its running ranks' paces for straggler naming.
   void report_status(std::string status_json, std::vector<RankPace> paces);
   void request_view();                             // every node's latest status: on_job_view

@@ -78,6 +78,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   void send(const ClientMessage& message);
   void close();
   bool reconnecting() const { return reconnect_.active() && !done_; }
+  bool server_meets() const { return server_meets_; }
   void retarget(const std::string& host, std::uint16_t port);
 
  private:
@@ -174,6 +175,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   bool said_unproven_ = false;  // the warning about a server without the proof, once
   std::string unproven_;        // the last such server, for the final message
   bool hello_sent_ = false;
+  bool server_meets_ = false;  // the server takes round_ready (ChallengeMsg::meets)
   std::optional<ChallengeMsg> awaiting_proof_;  // the challenge whose connection proof (ProofMsg) is awaited
   std::string prove_nonce_;                     // our nonce in it (ProveMsg)
   bool writing_ = false;

@@ -181,6 +181,7 @@ std::string encode(const ServerMessage& message) {
           j["heartbeat_timeout_ms"] = m.heartbeat_timeout_ms;
           if (m.munge) j["munge"] = true;
           if (m.resumable) j["resumable"] = true;
+          if (m.meets) j["meets"] = true;
           if (!m.proof.empty()) j["proof"] = m.proof;
           return dump(j);
         } else if constexpr (std::is_same_v<T, ErrorMsg>) {

@@ -184,6 +184,9 @@ struct ChallengeMsg {
   // No agent of the job hosts this server (ddprun-rendezvous): an agent that loses it keeps its workers and
   // reconnects with a resume hello (absent on the wire when false; issue 19).
   bool resumable = false;
+  // This server takes round_ready and answers meet (absent on the wire when false: a server before them, which
+  // would close a connection that sent round_ready as a protocol error).
+  bool meets = true;
 };
 
 // kUnavailable: a node of the job could not start (it said why: cannot_join, or node 0's server answers only

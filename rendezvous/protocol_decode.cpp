@@ -260,6 +260,7 @@ ServerMessage decode_server_message(std::string_view payload) {
     m.munge = get_bool(j, "munge", false);
     m.proof = get_optional_string(j, "proof", kMaxHexBytes);
     m.resumable = get_bool(j, "resumable", false);
+    m.meets = get_bool(j, "meets", false);
     return m;
   }
   if (type == "error")

@@ -33,6 +33,7 @@ struct Fixture {
   std::vector<std::vector<int>> judged;
   std::unique_ptr<InPlaceReform> reform;
   unsigned char* page = nullptr;
+  bool server_meets = true;  // the rendezvous takes round_ready
 
   Fixture() {
     config.term_timeout = std::chrono::milliseconds(20);
@@ -55,7 +56,10 @@ struct Fixture {
     h.report_worker_failure = [this](int lr) { said.push_back("failure " + std::to_string(lr)); };
     h.rank_changed = [this](int lr, int rank) { said.push_back("rank " + std::to_string(lr) + "=" + std::to_string(rank)); };
     h.replace_workers = [this] { said.push_back("replace"); };
-    h.report_round_ready = [this](int round) { said.push_back("ready " + std::to_string(round)); };
+    h.report_round_ready = [this](int round) {
+      said.push_back("ready " + std::to_string(round));
+      return server_meets;
+    };
     reform = std::make_unique<InPlaceReform>(io, config, world, beats, policy, lifecycle, layout, log, events, h);
     reform->on_workers_started();
     page = static_cast<unsigned char*>(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, beats.fd(), 0));
@@ -265,6 +269,11 @@ TEST_CASE("a held round is handed over at the bound when meet never comes, and d
     f.run_for(std::chrono::milliseconds(100));
     CHECK(f.reform->announced() == 1);
     CHECK(f.announced_to(1) == 1);
+  }
+  SUBCASE("a rendezvous that takes no round_ready: handed over at once") {
+    f.server_meets = false;
+    f.reform->on_assignment();
+    CHECK(f.reform->announced() == 1);
   }
   SUBCASE("a node lost while held: the held round is dropped, the next one goes to the same workers") {
     f.reform->on_assignment();

@@ -52,6 +52,13 @@ TEST_CASE("client messages survive an encode/decode round trip") {
   CHECK_FALSE(old.ranks.at(0).stopped);
   // The server's deferral of a verdict for a declared quiet phase, and its bounds.
   CHECK(std::get<MeetMsg>(decode_server_message(encode(ServerMessage{MeetMsg{7}}))).round == 7);
+  ChallengeMsg old_server;  // before round_ready / meet: the flag is absent on the wire
+  old_server.nonce = "00ff";
+  old_server.heartbeat_interval_ms = 1000;
+  old_server.heartbeat_timeout_ms = 5000;
+  CHECK(std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{old_server}))).meets);
+  old_server.meets = false;
+  CHECK_FALSE(std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{old_server}))).meets);
   CHECK(std::get<RoundReadyMsg>(decode_client_message(encode(ClientMessage{RoundReadyMsg{7}}))).round == 7);
   CHECK_THROWS_AS(decode_client_message(R"({"type":"round_ready","round":-1})"), ProtocolError);
   const HangDeferredMsg deferred{{0, 5}, 58'000};
