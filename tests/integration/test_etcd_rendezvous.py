@@ -132,6 +132,10 @@ class OneMember(EtcdCase):
         # named as the root cause on every node, by a host elected anew (not "lost the rendezvous server").
         procs = [self.etcd_node(f"ready={self.ready}", "hang", nnodes=3, nproc=1) for _ in range(3)]
         self.wait_ready(3)
+        # The claim below is that the new host names the lost one from the round it kept in etcd: that write is
+        # asynchronous and may come after the workers are up on a loaded machine (the host was once killed
+        # before it, and the cause said "host ?").
+        wait_until(lambda: self.etcd.value(f"/ddprun/{self.run_id}/round"), "the round kept in etcd", 10)
         host = self.coordinator()
         host_proc = next(p for p in procs if p.pid == host["pid"])
         t0 = time.monotonic()
