@@ -50,17 +50,11 @@ TEST_CASE("client messages survive an encode/decode round trip") {
   CHECK(old.ranks.at(0).quiet);
   CHECK(old.ranks.at(0).quiet_left_ms == 0);
   CHECK_FALSE(old.ranks.at(0).stopped);
-  // The server's deferral of a verdict for a declared quiet phase, and its bounds.
+  // Meeting before an in-place round is handed over (round_ready, meet).
   CHECK(std::get<MeetMsg>(decode_server_message(encode(ServerMessage{MeetMsg{7}}))).round == 7);
-  ChallengeMsg old_server;  // before round_ready / meet: the flag is absent on the wire
-  old_server.nonce = "00ff";
-  old_server.heartbeat_interval_ms = 1000;
-  old_server.heartbeat_timeout_ms = 5000;
-  CHECK(std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{old_server}))).meets);
-  old_server.meets = false;
-  CHECK_FALSE(std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{old_server}))).meets);
   CHECK(std::get<RoundReadyMsg>(decode_client_message(encode(ClientMessage{RoundReadyMsg{7}}))).round == 7);
   CHECK_THROWS_AS(decode_client_message(R"({"type":"round_ready","round":-1})"), ProtocolError);
+  // The server's deferral of a verdict for a declared quiet phase, and its bounds.
   const HangDeferredMsg deferred{{0, 5}, 58'000};
   CHECK(std::get<HangDeferredMsg>(decode_server_message(encode(ServerMessage{deferred}))) == deferred);
   CHECK_THROWS_AS(decode_server_message(R"({"type":"hang_deferred","quiet_ranks":[-1],"wait_ms":5})"), ProtocolError);
@@ -338,7 +332,7 @@ TEST_CASE("a hello back between rounds says the last round; a stop may invite a 
   CHECK_FALSE(std::get<StopMsg>(decode_server_message(encode(ServerMessage{stop}))).rejoin);
 }
 
-TEST_CASE("a challenge says whether its server may be restarted under a running job") {
+TEST_CASE("a challenge says whether its server may be restarted under a running job, and whether it meets") {
   ChallengeMsg challenge;
   challenge.nonce = "00ff";
   challenge.heartbeat_interval_ms = 1000;
@@ -346,5 +340,9 @@ TEST_CASE("a challenge says whether its server may be restarted under a running 
   CHECK_FALSE(std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{challenge}))).resumable);
   challenge.resumable = true;
   CHECK(std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{challenge}))).resumable);
+  // round_ready / meet: a server before them has no flag on the wire, which decodes as false.
+  CHECK(std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{challenge}))).meets);
+  challenge.meets = false;
+  CHECK_FALSE(std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{challenge}))).meets);
 }
 // ---- end of resume ----
