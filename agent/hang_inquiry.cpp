@@ -260,6 +260,7 @@ bool HangInquiry::found_hung(int local_rank) const {
 rdzv::HangViewMsg HangInquiry::view() const {
   rdzv::HangViewMsg out;
   out.suspect = suspect_;
+  out.held = host_.round_held && host_.round_held();
   out.stacks = layout_.published(stacks_path_);
   const std::int64_t now_ns = monotonic_ns();
   for (const WorkerRecord& w : policy_.workers()) {

@@ -44,6 +44,8 @@ class HangInquiry {
     std::function<int()> node_rank;       // this round's
     std::function<int()> attempt;         // whose work files the running workers use
     std::function<bool(int rank)> named_slow;  // the rendezvous names this rank a straggler now
+    // The workers train on in the previous round while the new one is held for a joiner's (InPlaceReform).
+    std::function<bool()> round_held;
     std::function<void(const rendezvous::HangViewMsg&)> send_view;
     // These local ranks are hung: kill each with SIGKILL (a hung process may never act on SIGTERM), record
     // it as hung and tear the rest down as the policy says. True when that began the job's teardown.

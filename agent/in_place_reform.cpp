@@ -93,7 +93,6 @@ bool InPlaceReform::take(const rendezvous::StopOrder& order) {
   log_.warning(order.reason, "; this node's workers stay and take the next round up in place");
   host_.note_reform(order);
   if (!order.membership) leave_lost_group();  // a node lost (a join leaves the group whole)
-  host_.pause_hang_watch();
   host_.report_stopped();
   return true;
 }
@@ -103,8 +102,11 @@ bool InPlaceReform::take(const rendezvous::StopOrder& order) {
 // replaced, losing everything since the last checkpoint. Every collective of that group needs the lost node: the
 // workers leave the group now (the helper shuts its connections down, the collective fails as if the peer had
 // died) and keep their state for the next round.
+// They wait for the next round without a beat from now: the hang watch waits with them (a join leaves them
+// training in the old round until the hand-over, watched as ever).
 void InPlaceReform::leave_lost_group() {
   for (int lr = 0; lr < world_.local_world_size; ++lr) beats_.announce_group_lost(lr, announced_ + 1);
+  host_.pause_hang_watch();
 }
 
 void InPlaceReform::on_assignment() {
@@ -124,7 +126,10 @@ void InPlaceReform::on_assignment() {
     log_.error("rank ", w.rank, ": ", w.reason);
     process::signal_group(w.pid, SIGKILL);
   }
-  // Held until every node's workers can meet: these go on training in the old round meanwhile.
+  // Held until every node's workers can meet: these go on training in the old round meanwhile. The rendezvous
+  // judges them in the new round's numbering from now (a failure, a hang view); their output keeps the old
+  // prefix until they take the round up (hand_over).
+  for (int lr = 0; lr < world_.local_world_size; ++lr) policy_.worker(lr).rank = world_.rank_offset + lr;
   lifecycle_.on_reformed();
   held_ = true;
   log_.debug("round ", world_.restart_count, ": this node's workers go on until every node's can meet");
@@ -144,12 +149,20 @@ void InPlaceReform::on_meet(int round) {
 }
 
 void InPlaceReform::hand_over() {
+  // A hang found while the round was held (the workers trained on in the old one) is being judged: its verdict
+  // ends or restarts the round; a hang that was not one (the rank beat again) lets the hand-over go on.
+  if (held_ && host_.hang_inquiring()) {
+    meet_timer_.expires_after(kInquiryRecheck);
+    meet_timer_.async_wait([this, round = world_.restart_count](const boost::system::error_code& ec) {
+      if (!ec && held_ && round == world_.restart_count) hand_over();
+    });
+    return;
+  }
   drop_held_round();
   if (policy_.phase() != Phase::kRunning || !all_workers_running()) return lost_a_worker();
   ++announced_;
   for (int lr = 0; lr < world_.local_world_size; ++lr) {
     WorkerRecord& w = policy_.worker(lr);
-    w.rank = world_.rank_offset + lr;
     beats_.forget_beats(lr);  // a beat of the last round is not one of this round (as for new workers)
     beats_.announce_reform(lr, announced_);
     host_.rank_changed(lr, w.rank);

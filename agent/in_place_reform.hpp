@@ -62,6 +62,8 @@ class InPlaceReform {
   // The longest the kept workers wait for the rendezvous' meet before they take the round up anyway (a joiner's
   // program that never says it is ready, a rendezvous that does not send meet).
   static constexpr std::chrono::seconds kMeetWait{10};
+  // How often a held round whose hand-over came during a hang inquiry looks again whether it is over.
+  static constexpr std::chrono::milliseconds kInquiryRecheck{100};
 
   InPlaceReform(boost::asio::io_context& io, const AgentConfig& config, const World& world, HeartbeatChannel& beats,
                 SupervisionPolicy& policy, AgentLifecycle& lifecycle, const RunLayout& layout, Logger& log,
@@ -80,6 +82,8 @@ class InPlaceReform {
   // The deadline for taking the round up is void, and so is a round held back (a teardown began, the job is over).
   void cancel();
   std::int64_t announced() const { return announced_; }
+  // An assignment written for the workers, not handed over until meet: they train on in the old round.
+  bool held() const { return held_; }
   void set_meet_wait(std::chrono::milliseconds wait) { meet_wait_ = wait; }  // tests: kMeetWait is long
 
  private:

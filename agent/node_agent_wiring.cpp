@@ -21,6 +21,7 @@ HangInquiry::Host NodeAgent::hang_host() {
   h.node_rank = [this] { return world_.node_rank; };
   h.attempt = [this] { return workers_attempt_; };
   h.named_slow = [this](int rank) { return live_.named_slow(rank); };
+  h.round_held = [this] { return reform_.held(); };
   h.send_view = [this](const rendezvous::HangViewMsg& view) { link_.client().report_hang_view(view); };
   h.kill_hung = [this](const std::vector<int>& local_ranks) {
     Decision d;

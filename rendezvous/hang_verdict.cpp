@@ -143,14 +143,20 @@ std::optional<HangDeferredMsg> quiet_deferral(const std::vector<NodeHangView>& v
 Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_unix_ms) {
   // The least advanced ranks (and not quiet by their word), then a stopped one, then what the stacks say,
   // then the longest silence by a clear margin; else nobody is named.
-  std::vector<Candidate> all;
+  std::vector<Candidate> all, starting;
   bool heard_any = false;
+  // A round held for a joiner's workers (meet): the kept workers train on in the previous round, so a hang is
+  // among them; a new worker that has not beaten yet is starting, not holding anyone (issue 32: the verdict named
+  // the joiner's two starting ranks while the kept rank was SIGSTOPped). Named only when nobody else is silent.
+  const bool held = std::any_of(views.begin(), views.end(), [](const NodeHangView& v) { return v.view.held; });
   for (const NodeHangView& v : views)
     for (const RankBeat& r : v.view.ranks) {
       heard_any = true;
       const Candidate c{&r, &v};
-      if (r.hung || r.stopped || c.silent_ms() >= kMinConfirmedSilenceMs) all.push_back(c);
+      if (!(r.hung || r.stopped || c.silent_ms() >= kMinConfirmedSilenceMs)) continue;
+      (held && !v.view.held && r.never_beat ? starting : all).push_back(c);
     }
+  if (all.empty()) all = std::move(starting);
   auto more_suspect = [](const Candidate& a, const Candidate& b) { return suspicion(a) < suspicion(b); };
   std::vector<Candidate> tied;
   if (!all.empty()) {

@@ -111,6 +111,7 @@ json to_json_value(const ClientMessage& message) {
         } else if constexpr (std::is_same_v<T, HangViewMsg>) {
           json j = typed("hang_view");
           if (m.suspect) j["suspect"] = true;
+          if (m.held) j["held"] = true;
           json ranks = json::array();
           for (const RankBeat& r : m.ranks)
             ranks.push_back(json{{"rank", r.rank}, {"local_rank", r.local_rank}, {"pid", r.pid}, {"step", r.step},

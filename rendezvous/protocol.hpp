@@ -10,7 +10,7 @@
 //          | assignment{node rank, rank offset, round}           when every expected node has joined
 //   client → heartbeat (every interval)       server → heartbeat (the reply proves the server is alive)
 //   client → failure{Failure} | node_done | stopped (restart round: local workers are down)
-//   client → hang_view{suspect, ranks, stacks}   --hang-timeout: this node's workers' beats and stacks, when
+//   client → hang_view{suspect, held, ranks, stacks}  --hang-timeout: this node's workers' beats and stacks, when
 //                                                its agent found one hung (suspect) or the server asked
 //   server → capture to every other node of the round, on a suspect view: capture stacks, send hang_view
 //   server → hang_deferred{quiet_ranks, wait_ms} to every node, when the views show a declared quiet phase
@@ -138,6 +138,9 @@ struct RankBeat {
 };
 struct HangViewMsg {
   bool suspect = false;        // true: this agent found a hung worker; false: an answer to `capture`
+  // This node's workers train on in the previous round: the new one is held for the joiners' workers (meet).
+  // Their ranks are given in the new round's numbering, as the server judges it.
+  bool held = false;
   std::vector<RankBeat> ranks;  // every running worker of the node
   std::string stacks;          // the node's stack file (its path there); "" when none was written
 };

@@ -122,6 +122,7 @@ ErrorKind parse_error_kind(const std::string& text) {
 HangViewMsg decode_hang_view(const json& j) {
   HangViewMsg m;
   m.suspect = get_bool(j, "suspect", false);
+  m.held = get_bool(j, "held", false);
   m.stacks = get_string(j, "stacks", kMaxMessageBytes);
   const json& ranks = required(j, "ranks");
   if (!ranks.is_array()) throw ProtocolError("field \"ranks\" is not an array");

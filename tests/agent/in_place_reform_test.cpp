@@ -34,6 +34,7 @@ struct Fixture {
   std::unique_ptr<InPlaceReform> reform;
   unsigned char* page = nullptr;
   bool server_meets = true;  // the rendezvous takes round_ready
+  bool inquiring = false;    // a hang inquiry is under way
 
   Fixture() {
     config.term_timeout = std::chrono::milliseconds(20);
@@ -47,7 +48,7 @@ struct Fixture {
     lifecycle.on_workers_started();
     InPlaceReform::Host h;
     h.attempt = [] { return 0; };
-    h.hang_inquiring = [] { return false; };
+    h.hang_inquiring = [this] { return inquiring; };
     h.pause_hang_watch = [this] { said.push_back("pause"); };
     h.resume_hang_watch = [this] { said.push_back("resume"); };
     h.judge_hung = [this](const std::vector<int>& lrs) { judged.push_back(lrs); };
@@ -130,7 +131,8 @@ TEST_CASE("a join, every worker offering: the node reports itself stopped, the w
   Fixture f;
   f.all_offer();
   CHECK(f.reform->take(Fixture::joined()));
-  CHECK(f.said == std::vector<std::string>{"note", "pause", "stopped"});
+  // They train on in the old round until the hand-over: the hang watch goes on watching them.
+  CHECK(f.said == std::vector<std::string>{"note", "stopped"});
   CHECK(f.lifecycle.reforming());
   CHECK(f.lifecycle.awaits_reform());
   CHECK(f.group_lost_for(0) == 0);  // a join leaves the group whole: nobody is told to leave it
@@ -147,7 +149,7 @@ TEST_CASE("a lost node: the workers are told to leave the group at once, again i
   CHECK(f.announced_to(0) == 0);  // the round itself is not handed over yet
   f.said.clear();
   CHECK(f.reform->take(Fixture::node_lost()));  // changed again while forming: still in place, no second report
-  CHECK(f.said.empty());
+  CHECK(f.said == std::vector<std::string>{"pause"});  // told to leave again: silent until the round, unwatched
 }
 
 TEST_CASE("the assignment goes to the running workers: a whole file each, then the announcement, new ranks") {
@@ -292,5 +294,28 @@ TEST_CASE("a held round is handed over at the bound when meet never comes, and d
     CHECK(f.announced_to(0) == 1);
     const std::string text = ddprun::process::read_file(f.layout.reform_file(0, 0));
     CHECK(text.find("WORLD_SIZE=2\n") != std::string::npos);
+  }
+}
+
+TEST_CASE("a held round's hand-over waits while a hang found meanwhile is judged") {
+  Fixture f;
+  f.all_offer();
+  REQUIRE(f.reform->take(Fixture::joined()));
+  f.reform->on_assignment();
+  f.inquiring = true;  // the workers trained on in round 0 while it was held, and one went silent
+  f.reform->on_meet(0);
+  f.run_for(std::chrono::milliseconds(250));
+  CHECK(f.reform->announced() == 0);  // the verdict ends or restarts the round; nothing is handed over meanwhile
+  SUBCASE("the inquiry ends without a verdict (the rank beat again): handed over then") {
+    f.inquiring = false;
+    f.run_for(std::chrono::milliseconds(250));
+    CHECK(f.reform->announced() == 1);
+    CHECK(f.announced_to(0) == 1);
+  }
+  SUBCASE("the verdict ends the round: cancelled, never handed over") {
+    f.reform->cancel();
+    f.inquiring = false;
+    f.run_for(std::chrono::milliseconds(250));
+    CHECK(f.reform->announced() == 0);
   }
 }

@@ -239,6 +239,75 @@ class ReformInPlace(ElasticCase):
         self.assertEqual([r.code for r in results], [0, 0], results)
         self.assertEqual(self.worlds("c"), [(0, 2, 4), (1, 2, 4)])
 
+    def held(self, name, ranks, restart):
+        """Node NAME was assigned round RESTART while its workers of RANKS have not taken it up: the round is held
+        for a joiner's workers (meet). Fails, rather than testing something else, when the hold is already over."""
+        self.wait_for(lambda: any(r.restart_count == restart for r in self.rounds(name)), f"{name}'s round {restart}")
+        taken = [r for r in ranks if os.path.exists(os.path.join(self.out, f"round.{r}.{restart}"))]
+        self.assertEqual(taken, [], f"{name}'s workers took round {restart} up before the joiner's could meet")
+
+    def test_a_stop_signal_while_a_round_is_held_for_a_joiner_ends_that_node_and_the_others_go_on(self):
+        """c's workers stay for b's join, and the round is held for b's workers (6 s to their imports); meanwhile c
+        gets SIGTERM. c ends with 143 at once and its workers are gone; a's workers, held too, drop that round and
+        take the next one up (a and b) in place: the same pids, no restart used."""
+        a = self.node("a", nnodes="2:3", host=True)
+        c = self.node("c", nnodes="2:3")
+        first = self.rounds_run([0, 1, 2, 3], 0)
+        offset = self.rounds("c")[0].rank_offset
+        kept = [first[r][0] for r in (0, 1, 2, 3) if r not in (offset, offset + 1)]
+        b = self.node("b", "slow-start=6", nnodes="2:3")
+        self.held("c", [0, 1, 2, 3], 1)
+        os.kill(c.pid, signal.SIGTERM)
+        res_c = self.wait_all([c], timeout=10)[0]  # --term-timeout 1: its workers exit on SIGTERM at once
+        self.assertEqual(res_c.code, 128 + signal.SIGTERM, res_c)
+        self.assert_gone_within([first[offset][0], first[offset + 1][0]], BOUND)
+        self.wait_for(lambda: self.rounds("a")[-1].restart_count >= 2, "a's round without c")
+        last = self.rounds("a")[-1]
+        self.assertEqual(last.world, (2, 2, 4), "a's round without c is not a and b")
+        now = self.rounds_run([last.rank_offset, last.rank_offset + 1], 2)
+        self.assertEqual(sorted(now[r][0] for r in now), sorted(kept), "a's workers were restarted")
+        results = self.finish([a, b])
+        self.assertEqual([r.code for r in results], [0, 0], results)
+        self.assertEqual([e["event"] for e in self.events_of("a")].count("started"), 2, "a started new workers")
+
+    def test_a_joiner_stopped_while_the_round_is_held_for_it_leaves_the_kept_workers_training(self):
+        """b joins slowly (6 s to its workers' imports); a holds round 1 for it; b gets SIGTERM meanwhile. a drops
+        the held round: its workers, still in round 0, take round 2 (a alone) up in place, never round 1."""
+        a = self.node("a", host=True)
+        first = self.rounds_run([0, 1], 0)
+        b = self.node("b", "slow-start=6")
+        self.held("a", [0, 1], 1)
+        os.kill(b.pid, signal.SIGTERM)
+        res_b = self.wait_all([b], timeout=10)[0]
+        self.assertEqual(res_b.code, 128 + signal.SIGTERM, res_b)
+        third = self.rounds_run([0, 1], 2)
+        for r in (0, 1):
+            self.assertEqual(third[r][:2], (first[r][0], 2), f"rank {r}: replaced, or not in a world of 2")
+            self.assertFalse(os.path.exists(os.path.join(self.out, f"round.{r}.1")), "a's workers took round 1 up")
+        res_a = self.finish([a])[0]
+        self.assertEqual(res_a.code, 0, res_a)
+        self.assertEqual([e["event"] for e in self.events_of("a")].count("started"), 2, "a started new workers")
+
+    def test_a_worker_stopped_while_the_round_is_held_is_judged_hung(self):
+        """a's workers train on in round 0 while round 1 is held for b's slow start (longer than the hold's 10-s
+        bound); a's rank 1 is SIGSTOPped meanwhile. The hold does not hide it: the hang watch judges it within
+        --hang-timeout, while the round is still held (before, nobody watched until the hand-over, and the stopped
+        rank was found only when it did not take the round up, 12 s later); the job-wide verdict names rank 1
+        (stopped), exit 78 on both nodes."""
+        hang = ("--hang-timeout", 3)
+        a = self.node("a", term_timeout=2, extra=hang, host=True)
+        first = self.rounds_run([0, 1], 0)
+        b = self.node("b", "slow-start=30", term_timeout=2, extra=hang)
+        self.held("a", [0, 1], 1)
+        os.kill(first[1][0], signal.SIGSTOP)
+        res_a, res_b = self.wait_all([a, b])
+        self.assertEqual((res_a.code, res_b.code), (HUNG, HUNG), (res_a, res_b))
+        for name in ("a", "b"):
+            self.assertRegex(self.read(self.path(f"err_{name}.log")), r"root cause: rank 1 \(.*\) hung: .*stopped")
+        self.assertEqual(len(self.of_event("a", "hung")), 1)
+        self.assertNotIn("did not take the re-formed round up", self.read(self.path("err_a.log")))
+        self.assertEqual(self.of_event("a", "reformed_in_place"), [])
+
     def read(self, path):
         with open(path, errors="replace") as f:
             return f.read()

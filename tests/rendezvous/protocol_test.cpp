@@ -42,6 +42,9 @@ TEST_CASE("client messages survive an encode/decode round trip") {
                 RankBeat{5, 1, 78, -1, 60000, true, false, true, false, "", 42'000, false, true}};
   auto h = std::get<HangViewMsg>(decode_client_message(encode(ClientMessage{hang})));
   CHECK(h.suspect);
+  CHECK_FALSE(h.held);
+  hang.held = true;  // the node's workers train on in the previous round (a round held for meet)
+  CHECK(std::get<HangViewMsg>(decode_client_message(encode(ClientMessage{hang}))).held);
   CHECK(h.stacks == hang.stacks);
   CHECK(h.ranks == hang.ranks);
   // An older agent's view has neither the quiet bound nor the stopped flag: not stopped, bound not said.
@@ -50,6 +53,7 @@ TEST_CASE("client messages survive an encode/decode round trip") {
   CHECK(old.ranks.at(0).quiet);
   CHECK(old.ranks.at(0).quiet_left_ms == 0);
   CHECK_FALSE(old.ranks.at(0).stopped);
+  CHECK_FALSE(old.held);
   // Meeting before an in-place round is handed over (round_ready, meet).
   CHECK(std::get<MeetMsg>(decode_server_message(encode(ServerMessage{MeetMsg{7}}))).round == 7);
   CHECK(std::get<RoundReadyMsg>(decode_client_message(encode(ClientMessage{RoundReadyMsg{7}}))).round == 7);

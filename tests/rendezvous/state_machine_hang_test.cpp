@@ -231,6 +231,31 @@ TEST_SUITE("hang verdict") {
     CHECK(f.message.find("stacks in /a/h.txt") != std::string::npos);
   }
 
+  // Issue 32: a round held for a joiner's workers (meet) while the kept ones train on in the previous round. The
+  // kept rank 1 is SIGSTOPped; the joiner's ranks 2-3, still importing, never beat. They hold nobody: rank 1 is
+  // named. Without the held view (a round that began), never beating is the furthest behind, as before.
+  TEST_CASE("a round held for a joiner: its starting ranks are not the suspects, the kept workers are") {
+    RankBeat stopped = beat(1, 40, 3100);
+    stopped.stopped = true;
+    RankBeat starting2 = beat(2, -1, 3100, false), starting3 = beat(3, -1, 3100, false);
+    starting2.never_beat = starting3.never_beat = true;
+    std::vector<NodeHangView> views{{0, "a", view({beat(0, 62, 40, false), stopped}, true, "/a/h.txt")},
+                                    {1, "b", view({starting2, starting3}, false, "/b/h.txt")}};
+    views[0].view.held = true;
+    const Failure f = hang_verdict(views, 0);
+    CHECK(f.rank == 1);
+    CHECK_FALSE(f.unsure);
+    CHECK(f.message.find("ranks 2-3 before its first heartbeat") != std::string::npos);
+    SUBCASE("nobody of the kept nodes silent: a starting rank is still named") {
+      views[0].view.ranks = {beat(0, 62, 40, false), beat(1, 62, 40, false)};
+      CHECK(hang_verdict(views, 0).rank >= 2);
+    }
+    SUBCASE("not held (the round began): never beating is the furthest behind") {
+      views[0].view.held = false;
+      CHECK(hang_verdict(views, 0).rank >= 2);
+    }
+  }
+
   // It used to carry exit code 1 with no rank, which no agent decodes (a node's failure has no exit code but
   // 69): the stop order that ended the job was a protocol error on every node.
   TEST_CASE("no running worker in any view: a job failure that blames nobody, still a hang, and every node reads it") {
