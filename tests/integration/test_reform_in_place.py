@@ -288,6 +288,24 @@ class ReformInPlace(ElasticCase):
         self.assertEqual(res_a.code, 0, res_a)
         self.assertEqual([e["event"] for e in self.events_of("a")].count("started"), 2, "a started new workers")
 
+    def test_a_worker_that_exits_while_the_round_is_held_fails_the_job(self):
+        """a's local rank 0 exits 3 while round 1 is held for b's slow start: a worker failure of the round the
+        rendezvous runs (round 1, under its rank there); with --max-restarts 0 the job ends with it as the root
+        cause, exit 3 on both nodes, b's starting workers torn down too, nothing handed over."""
+        died = self.path("die")
+        a = self.node("a", f"exit-on={died}", host=True)
+        self.rounds_run([0, 1], 0)
+        b = self.node("b", "slow-start=30")
+        self.held("a", [0, 1], 1)
+        with open(died, "w"):
+            pass
+        results = self.wait_all([a, b])
+        self.assertEqual([r.code for r in results], [3, 3], results)
+        for r in results:
+            self.assertIn(f"root cause: rank 0 (local rank 0, node 0, host {socket.gethostname()}",
+                          r.stderr.decode(errors="replace"), r)
+        self.assertEqual(self.of_event("a", "reformed_in_place"), [])
+
     def test_a_worker_stopped_while_the_round_is_held_is_judged_hung(self):
         """a's workers train on in round 0 while round 1 is held for b's slow start (longer than the hold's 10-s
         bound); a's rank 1 is SIGSTOPped meanwhile. The hold does not hide it: the hang watch judges it within
