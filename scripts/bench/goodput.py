@@ -383,6 +383,19 @@ def analyse(job, t_end, losses, starts):
         w = by_world.setdefault(r["world"], [0.0, 0])
         w[0] += sum(span)
         w[1] += len(span) * BATCH * r["world"]
+    # The time at a smaller world, split: while the lost node is away, and once it started again (its launcher,
+    # interpreter and imports run on the same machine here, beside the ranks that train).
+    w_small = {"away": [0.0, 0], "joiner_starting": [0.0, 0]}
+    for r in rounds:
+        if r["world"] >= NNODES or r["t"] is None:
+            continue
+        ts = [(n, t) for n, t in r["steps"] if inside(t)]
+        for a, b in zip(ts, ts[1:]):
+            if b[1] - a[1] > max(1.0, 5 * typical):
+                continue
+            part = w_small["joiner_starting" if any(r["t"] <= s <= a[1] for s in starts) else "away"]
+            part[0] += b[1] - a[1]
+            part[1] += BATCH * r["world"]
     return {
         "window_start_unix": to_unix(t0),
         "window_s": round(duration, 1),
@@ -396,6 +409,8 @@ def analyse(job, t_end, losses, starts):
         "stalled_s": round(stalled, 1),
         "step_s_median": round(typical, 4),
         "rate_by_world": {str(w): round(s / t, 1) for w, (t, s) in sorted(by_world.items()) if t > 0},
+        "rate_smaller_world": {k: {"samples_per_s": round(n / t, 1), "seconds": round(t, 1)}
+                               for k, (t, n) in w_small.items() if t > 0},
         "stalls": stalls,
     }
 
@@ -513,7 +528,8 @@ def describe(r):
         extra = (f", {r['losses']} losses, {r['restarts']} restarts, {len(r['launcher_exits'])} launcher exits, "
                  f"{r['rounds_in_window']} rounds, {r['thrown_steps']} steps thrown away "
                  f"({r['thrown_samples']} samples), {r['stalled_s']} s stalled; stalls by what came before "
-                 f"[count, s, median s] {r['stall_by_cause']}; grace periods run out {r['grace_kills']}")
+                 f"[count, s, median s] {r['stall_by_cause']}; grace periods run out {r['grace_kills']}; "
+                 f"at a smaller world {r['rate_smaller_world']}")
     return (f"{r['launcher']} {r['kind']}: {r['counted_samples']} samples in {r['window_s']} s = "
             f"{r['samples_per_s']} samples/s (by world size {r['rate_by_world']}){extra}; load "
             f"{r['load_start'][0]:.2f} → {r['load_end'][0]:.2f}, median {r['load_median']}")
