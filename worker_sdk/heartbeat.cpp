@@ -16,6 +16,8 @@ namespace {
 // written last. Mapped once,
 // on the first beat (a function-local static: thread-safe), never unmapped: a beat may come from any
 // thread until the process ends.
+void declare_exit_quiet();
+
 std::int64_t* slot() {
   static std::int64_t* const mapped = []() -> std::int64_t* {
     const char* fd = std::getenv(contract::kHeartbeatFd);
@@ -27,6 +29,7 @@ std::int64_t* slot() {
     void* p = ::mmap(nullptr, static_cast<std::size_t>(page), PROT_READ | PROT_WRITE, MAP_SHARED, std::atoi(fd),
                      static_cast<off_t>(offset / page * page));
     if (p == MAP_FAILED) return nullptr;  // not ddprun's descriptor after all: beating is best effort
+    std::atexit(declare_exit_quiet);
     return reinterpret_cast<std::int64_t*>(static_cast<char*>(p) + offset % page);
   }();
   return mapped;
@@ -49,6 +52,19 @@ void settle_work(std::int64_t* s, std::int64_t now) {
 }
 
 void store_time(std::int64_t* s) { __atomic_store_n(&s[contract::kBeatTimeOffset / 8], now_ns(), __ATOMIC_RELEASE); }
+
+// Registered with the slot's mapping, so it runs at exit (after main returns or exit()), before the static
+// destructors (LibTorch's, a process group's teardown) and a sanitizer's leak check, which may take seconds with
+// no beat: a rank that finished is not hung. The phase is bounded (kExitQuiet): an exit that deadlocks (a
+// communicator's teardown waiting for a peer) is still judged once it runs out.
+void declare_exit_quiet() {
+  std::int64_t* s = slot();
+  if (!s) return;
+  std::int64_t* until = &s[contract::kBeatQuietUntilOffset / 8];
+  const std::int64_t end = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(kExitQuiet).count();
+  __atomic_store_n(until, std::max(end, __atomic_load_n(until, __ATOMIC_RELAXED)), __ATOMIC_RELAXED);
+  store_time(s);
+}
 }  // namespace
 
 void heartbeat(std::int64_t step) {

@@ -21,6 +21,11 @@ void heartbeat(std::int64_t step);
 // Alive; the last step given stays as it was.
 void heartbeat();
 
+// At exit (main returned, or exit()), a rank declares a quiet phase of this bound by itself: the static
+// destructors, a process group's teardown and a sanitizer's leak check run with no beat, and a rank that
+// finished is not hung; one whose exit deadlocks is judged once the bound runs out.
+inline constexpr std::chrono::seconds kExitQuiet{30};
+
 // A phase that is silent on purpose (an evaluation pass, a checkpoint save, loading a data set): while the
 // object lives, and for at most `at_most` from its construction, the rank is not hung however long since its
 // last beat; past `at_most` it is (a save that hangs is still caught). Its end beats. Phases nest: the inner

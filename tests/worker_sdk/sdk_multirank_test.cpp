@@ -188,6 +188,21 @@ SDK_TEST_ROLE("quiet_phase") {
   return 0;
 }
 
+// A rank's exit takes 3 s with no beat (3x ddprun's --hang-timeout 1), as a process group's teardown, LibTorch's
+// static destructors or a sanitizer's leak check can: the SDK's exit quiet phase (kExitQuiet) covers it, the job
+// ends 0. The slow handler is registered before the first beat, so it runs after the SDK's (atexit: last in,
+// first out).
+SDK_TEST_ROLE("slow_exit") {
+  std::atexit([] { std::this_thread::sleep_for(std::chrono::seconds(3)); });
+  torch::set_num_threads(1);
+  auto world = sdk::WorldInfo::from_env();
+  auto pg = sdk::ProcessGroup::init(world);
+  at::Tensor t = torch::ones({2});
+  pg->allreduce(t);
+  ROLE_CHECK(t[0].item<double>() == world.world_size);
+  return 0;
+}
+
 // DDP steps in lockstep, rank 1's own work (its forward) 50% longer: ddprun names it by the work the SDK counts
 // between its waits for the other ranks (sdk::PeerWait), without any call from the program. ~20 s of steps.
 SDK_TEST_ROLE("straggler") {
