@@ -113,6 +113,7 @@ nothing is written. Like torch's, the decorated function enables faulthandler fo
 ...) when it is called, so a crash in native code prints the Python stacks of every thread. Unlike torch's, the
 call stack leaves out the decorator's own frame.
 """
+import atexit
 import contextlib
 import faulthandler
 import functools
@@ -142,6 +143,7 @@ def _setup():
     _page = mmap.mmap(int(fd), 0)
     _offset = int(os.environ["DDPRUN_HEARTBEAT_OFFSET"])
     struct.pack_into("q", _page, _offset + _READY_TO_MEET, 1)  # past its imports: it can meet its peers
+    atexit.register(_exit_quiet)
     if "DDPRUN_STACKS_FILE" in os.environ:
         _stacks = open(os.environ["DDPRUN_STACKS_FILE"], "w")
         faulthandler.register(int(os.environ["DDPRUN_STACKS_SIGNAL"]), file=_stacks, all_threads=True)
@@ -156,6 +158,21 @@ def beat(step=-1):
     if _page is not None:
         # Native 'q': one 8-byte store per field, in order, so the time (second) is written last.
         struct.pack_into("qq", _page, _offset, step, time.monotonic_ns())
+
+
+# A rank that finished is not hung while it exits: the handlers registered before this import (torch's), the
+# interpreter's finalisation and the process group's destructors run with no beat, and under a short
+# --hang-timeout they may outlast it. Bounded, so that an exit that deadlocks is still judged (the C++ SDK's
+# kExitQuiet is the same 30 s).
+EXIT_QUIET_S = 30
+
+
+def _exit_quiet():
+    if _page is None:
+        return
+    previous = struct.unpack_from("q", _page, _offset + 16)[0]
+    struct.pack_into("q", _page, _offset + 16, max(previous, time.monotonic_ns() + int(EXIT_QUIET_S * 1e9)))
+    beat(_step)
 
 
 @contextlib.contextmanager

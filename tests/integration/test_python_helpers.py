@@ -309,6 +309,20 @@ class PythonHelpers(DdprunTestCase):
             self.assertGreater(d["stacks_signal"], 0, d)
             self.assert_import_changed_only(d, [d["stacks_signal"]])
 
+    # --- the exit: a quiet phase
+
+    def test_a_rank_whose_exit_outlasts_the_hang_timeout_is_not_hung(self):
+        """The program beats and returns; a handler registered before the helper's import (as torch's are) takes
+        3 s, 3x --hang-timeout 1. The helper's exit quiet phase (EXIT_QUIET_S) covers it: 0. Before, 78."""
+        script = self.script("slow_exit.py", """
+            import atexit, time
+            atexit.register(time.sleep, 3)
+            import ddprun_heartbeat
+            ddprun_heartbeat.beat(1)
+        """)
+        r = self.run_ddprun("--nproc-per-node", 2, "--hang-timeout", 1, script)
+        self.assertEqual(r.code, 0, r)
+
 
 if __name__ == "__main__":
     unittest.main()
