@@ -44,27 +44,32 @@ class Contract(DdprunTestCase):
             slot = 3 * hb["slot_bytes"]  # local rank 3's slot
             code = (f"import sys, mmap, os; sys.path.insert(0, {os.path.dirname(HELPER)!r}); import ddprun_heartbeat; "
                     "ddprun_heartbeat.beat(41)\n"
+                    f"page = mmap.mmap({fd}, 4096)\n"
+                    f"q = lambda: str(int.from_bytes(page[{slot + hb['quiet_until_offset']}:"
+                    f"{slot + hb['quiet_until_offset'] + 8}], sys.byteorder))\n"
                     "with ddprun_heartbeat.quiet(100):\n"
-                    f"    page = mmap.mmap({fd}, 4096); sys.stdout.write(str(int.from_bytes("
-                    f"page[{slot + hb['quiet_until_offset']}:{slot + hb['quiet_until_offset'] + 8}], sys.byteorder)))")
+                    "    sys.stdout.write(q())\n"
+                    "sys.stdout.write(' ' + q())\n")
             env = dict(os.environ, DDPRUN_HEARTBEAT_FD=str(fd), DDPRUN_HEARTBEAT_OFFSET=str(slot))
             before = time.monotonic_ns()
-            inside = int(subprocess.run([sys.executable, "-c", code], env=env, check=True, pass_fds=(fd,),
-                                        capture_output=True).stdout)
+            inside, after_phase = map(int, subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                                                          pass_fds=(fd,), capture_output=True).stdout.split())
             after = time.monotonic_ns()
             page = mmap.mmap(fd, 4096)
             step = int.from_bytes(page[slot + hb["step_offset"]:slot + hb["step_offset"] + 8], sys.byteorder, signed=True)
             stamp = int.from_bytes(page[slot + hb["time_offset"]:slot + hb["time_offset"] + 8], sys.byteorder, signed=True)
             quiet = hb["quiet_until_offset"]
-            after_phase = int.from_bytes(page[slot + quiet:slot + quiet + 8], sys.byteorder, signed=True)
+            at_exit = int.from_bytes(page[slot + quiet:slot + quiet + 8], sys.byteorder, signed=True)
             page.close()
         finally:
             os.close(fd)
         self.assertEqual(step, 41)
-        self.assertTrue(before <= stamp <= after, (before, stamp, after))  # the quiet phase's end beat
-        # Inside the quiet phase, its end (now + 100 s) was at +16; after it, 0 again.
+        self.assertTrue(before <= stamp <= after, (before, stamp, after))  # the exit phase's beat
+        # Inside the quiet phase, its end (now + 100 s) was at +16; after it, 0 again; at exit, the exit phase's end
+        # (now + EXIT_QUIET_S).
         self.assertTrue(before + 100 * 10**9 <= inside <= after + 100 * 10**9, (before, inside, after))
         self.assertEqual(after_phase, 0)
+        self.assertTrue(before + 30 * 10**9 <= at_exit <= after + 30 * 10**9, (before, at_exit, after))
 
     def test_the_python_helper_re_forms_in_place_in_the_contract_slot_layout(self):
         """offer_reforms() writes 1 at the taken offset; an announcement at the announced offset makes
@@ -86,7 +91,9 @@ class Contract(DdprunTestCase):
                     "sys.stdin.readline()\n"  # the test announces re-form 1 meanwhile
                     "pending = h.reform_pending()\n"
                     "taken = h.take_reform(timeout=5, wait_for_master=False)\n"
-                    "print(pending, taken, os.environ['RANK'], h.reform_pending(), flush=True)\n")
+                    f"beat_time = int.from_bytes(h._page[{slot + hb['time_offset']}:{slot + hb['time_offset'] + 8}], "
+                    "sys.byteorder)\n"
+                    "print(pending, taken, os.environ['RANK'], h.reform_pending(), beat_time, flush=True)\n")
             env = dict(os.environ, DDPRUN_HEARTBEAT_FD=str(fd), DDPRUN_HEARTBEAT_OFFSET=str(slot),
                        DDPRUN_REFORM_FILE=reform_file, RANK="1")
             p = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(fd,), stdin=subprocess.PIPE,
@@ -96,10 +103,9 @@ class Contract(DdprunTestCase):
             page[announced:announced + 8] = (1).to_bytes(8, sys.byteorder, signed=True)
             out, _ = p.communicate("go\n", timeout=30)
             self.assertEqual(p.returncode, 0)
-            self.assertEqual(out, "True {'RANK': '5', 'WORLD_SIZE': '6', 'MASTER_PORT': '29999'} 5 False\n")
+            # Taking the round up forgets the last round's beat (0 at the time offset).
+            self.assertEqual(out, "True {'RANK': '5', 'WORLD_SIZE': '6', 'MASTER_PORT': '29999'} 5 False 0\n")
             self.assertEqual(int.from_bytes(page[taken:taken + 8], sys.byteorder, signed=True), 2)
-            time_at = slot + hb["time_offset"]
-            self.assertEqual(int.from_bytes(page[time_at:time_at + 8], sys.byteorder, signed=True), 0)
             page.close()
         finally:
             os.close(fd)

@@ -104,7 +104,7 @@ class Elastic(ElasticCase):
         self.assertEqual(len(worker_runs(results["c"].stdout)), 2)
         self.assertEqual(self.rounds("c"), [(1, 3, 6, 2, 4)])
         for n in "ab":
-            first = self.rounds(n)[0]
+            first = self.first_round(n)
             self.assertEqual(self.rounds(n), [first, (1, 3, 6, first[3], first[4])], n)
             restarting = self.of_event(n, "restarting")
             self.assertEqual(len(restarting), 1, restarting)
@@ -121,7 +121,7 @@ class Elastic(ElasticCase):
         a = self.host_agent("2:3", f"ready={self.ready}", "hang", name="a", max_restarts=3, last_call=0.5)
         b = self.agent("2:3", f"ready={self.ready}", "hang", name="b", max_restarts=3, last_call=0.5)
         self.wait_ready(range(4))
-        lost = self.rounds("b")[0].node_rank
+        lost = self.first_round("b").node_rank
         os.kill(b.pid, signal.SIGKILL)
         res = self.wait_all([a])[0]
         self.wait_all([b])
@@ -168,7 +168,7 @@ class Elastic(ElasticCase):
         b = self.agent("1:3", *self.waiting(), name="b", max_restarts=1)
         c = self.agent("1:3", *self.waiting(), name="c", max_restarts=1)
         self.wait_ready(range(6))
-        first = self.rounds("b")[0]
+        first = self.first_round("b")
         stopped, offset = first.node_rank, first.rank_offset
         gone = self.worker_pids([offset, offset + 1])
         self.clear_ready()
@@ -339,7 +339,7 @@ class ElasticEdges(ElasticCase):
     def test_a_node_joining_a_finishing_job_runs_nothing_and_exits_0(self):
         # A node starting in a finishing job waits, and is told the job completed.
         a, b, c = self.joiner_waits_in_a_finishing_job()
-        first_a = self.rounds("a")[0]
+        first_a = self.first_round("a")
         self.assertIsNone(c.poll())
         self.release()
         results = dict(zip("abc", self.wait_all([a, b, c])))
@@ -367,7 +367,7 @@ class ElasticEdges(ElasticCase):
         b = self.agent("1:3", *self.waiting(), name="b", max_restarts=1)
         c = self.agent("1:3", *self.waiting(), name="c", max_restarts=1)
         self.wait_ready(range(6))
-        offset = self.rounds("c")[0].rank_offset
+        offset = self.first_round("c").rank_offset
         stale = self.worker_pids([offset, offset + 1])
         self.clear_ready()
         os.kill(c.pid, signal.SIGSTOP)
@@ -422,7 +422,7 @@ class ElasticEdges(ElasticCase):
         b = self.agent("1:3", *self.waiting(), name="b", max_restarts=1)
         c = self.agent("1:3", *self.waiting(), name="c", max_restarts=1)
         self.wait_ready(range(6))
-        offset = self.rounds("c")[0].rank_offset
+        offset = self.first_round("c").rank_offset
         stale = self.worker_pids([offset, offset + 1])
         self.clear_ready()
         os.kill(c.pid, signal.SIGSTOP)
@@ -475,7 +475,7 @@ class ElasticEdges(ElasticCase):
         self.assertIn(last["a"].restart_count, (1, 2))
         self.assertEqual(sorted(r.node_rank for r in last.values()), [0, 1, 2, 3])
         # a and b kept their places
-        self.assertEqual([last[n].node_rank for n in "ab"], [self.rounds(n)[0].node_rank for n in "ab"])
+        self.assertEqual([last[n].node_rank for n in "ab"], [self.first_round(n).node_rank for n in "ab"])
         final = []
         for n, res in results.items():
             self.assertEqual(res.code, 0, res)
@@ -492,7 +492,7 @@ class ElasticEdges(ElasticCase):
         b = self.agent("1:3", *steps, name="b", max_restarts=1, term_timeout=3)
         c = self.agent("1:3", *steps, name="c", max_restarts=1, term_timeout=3)
         self.wait_ready(range(6))
-        lost = self.rounds("c")[0].node_rank
+        lost = self.first_round("c").node_rank
         self.clear_ready()
         os.kill(self.worker_pids([0])[0], signal.SIGKILL)
         wait_until(lambda: self.of_event("c", "restarting"), "c's restarting event (a re-form)", BOUND)
@@ -514,7 +514,7 @@ class ElasticEdges(ElasticCase):
         b = self.agent("1:3", f"ready={self.ready}", "hang", name="b", max_restarts=3)
         c = self.agent("1:3", f"ready={self.ready}", "hang", name="c", max_restarts=3)
         self.wait_ready(range(6))
-        host_workers = self.worker_pids([self.rounds("a")[0].rank_offset, self.rounds("a")[0].rank_offset + 1])
+        host_workers = self.worker_pids([self.first_round("a").rank_offset, self.first_round("a").rank_offset + 1])
         os.kill(a.pid, signal.SIGKILL)
         results = dict(zip("abc", self.wait_all([a, b, c])))
         self.assertEqual(results["a"].code, -signal.SIGKILL)
@@ -549,7 +549,7 @@ class ElasticEdges(ElasticCase):
                   "b": self.agent("1:3", *steps, name="b", max_restarts=1),
                   "c": self.agent("1:3", *steps, name="c", max_restarts=1)}
         self.wait_ready(range(6))
-        first = {n: self.rounds(n)[0] for n in "abc"}
+        first = {n: self.first_round(n) for n in "abc"}
         done = min("abc", key=lambda n: first[n].node_rank)
         victim = "c" if done != "c" else "b"  # not the host, not the node that finished
         wait_until(lambda: len(self.of_event(done, "exited")) >= 2, f"{done}'s two exited events", BOUND)
@@ -638,7 +638,7 @@ class ElasticEdges(ElasticCase):
         wait_until(server_listens, "ddprun-rendezvous to listen", BOUND)
         agents = {n: self.agent("1:3", *self.waiting(), name=n, max_restarts=1) for n in "abc"}
         self.wait_ready(range(6))
-        first = {n: self.rounds(n)[0] for n in "abc"}
+        first = {n: self.first_round(n) for n in "abc"}
         order = sorted("abc", key=lambda n: first[n].node_rank)
         self.assertEqual(len({self.events_of(n)[0]["master_port"] for n in "abc"}), 1)
         self.clear_ready()
@@ -667,7 +667,7 @@ class ElasticEdges(ElasticCase):
         for n in "bc":
             agents[n] = self.agent("1:3", *steps, name=n, max_restarts=1, term_timeout=3)
         self.wait_ready(range(6))
-        first = {n: self.rounds(n)[0] for n in "abc"}
+        first = {n: self.first_round(n) for n in "abc"}
         leaving = "c" if first["c"].node_rank != 0 else "b"  # not node 0, whose rank 0 is killed
         self.clear_ready()
         os.kill(self.worker_pids([0])[0], signal.SIGKILL)
@@ -835,7 +835,7 @@ class JoinAdmission(ElasticCase):
         self.wait_ready(range(6))
         results = self.release_all_ok([a, b, c])
         for n in "ab":
-            first = self.rounds(n)[0]
+            first = self.first_round(n)
             self.assertEqual(self.rounds(n), [first, (1, 3, 6, first.node_rank, first.rank_offset)], n)
             restarting = self.of_event(n, "restarting")
             self.assertEqual([(e["membership"], e["reason"]) for e in restarting],

@@ -202,6 +202,12 @@ class ElasticCase(MultiNodeCase):
         return [Round(e["restart_count"], e["nnodes"], e["world_size"], e["node_rank"], e["rank_offset"])
                 for e in self.events_of(name) if e["event"] == "rendezvous"]
 
+    def first_round(self, name):
+        """Node NAME's first Round, waiting for it: its events file is written by a thread of its own, so the line
+        may come a moment after the workers it started wrote their ready files (a loaded CI machine: IndexError)."""
+        wait_until(lambda: self.rounds(name), f"node {name}'s first rendezvous event", BOUND, interval=0.02)
+        return self.rounds(name)[0]
+
     def worlds(self, name):
         """The world of each round of node NAME: [(restart_count, nnodes, world_size), ...]."""
         return [r.world for r in self.rounds(name)]
