@@ -226,7 +226,7 @@ class ReformInPlace(ElasticCase):
         c = self.node("c", "no-offer", "slow-term=3", nnodes="2:3", host=True)
         d = self.node("d", nnodes="2:3")
         first = self.rounds_run([0, 1, 2, 3], 0)
-        offset = self.rounds("d")[0].rank_offset
+        offset = self.first_round("d").rank_offset
         pids = [first[r][0] for r in (offset, offset + 1)]
         b = self.node("b", nnodes="2:3")
         self.wait_for(lambda: any(e.get("in_place") for e in self.of_event("d", "restarting")), "d re-forming in place")
@@ -253,7 +253,7 @@ class ReformInPlace(ElasticCase):
         a = self.node("a", nnodes="2:3", host=True)
         c = self.node("c", nnodes="2:3")
         first = self.rounds_run([0, 1, 2, 3], 0)
-        offset = self.rounds("c")[0].rank_offset
+        offset = self.first_round("c").rank_offset
         kept = [first[r][0] for r in (0, 1, 2, 3) if r not in (offset, offset + 1)]
         b = self.node("b", "slow-start=6", nnodes="2:3")
         self.held("c", [0, 1, 2, 3], 1)
