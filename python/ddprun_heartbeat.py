@@ -167,12 +167,18 @@ def beat(step=-1):
 EXIT_QUIET_S = 30
 
 
-def _exit_quiet():
-    if _page is None:
-        return
+def _open_quiet_phase(seconds):
+    """A quiet phase of at most `seconds` from now (never shortening one already open), published by a beat;
+    returns the bound it replaced, for the phase's end to restore."""
     previous = struct.unpack_from("q", _page, _offset + 16)[0]
-    struct.pack_into("q", _page, _offset + 16, max(previous, time.monotonic_ns() + int(EXIT_QUIET_S * 1e9)))
+    struct.pack_into("q", _page, _offset + 16, max(previous, time.monotonic_ns() + int(seconds * 1e9)))
     beat(_step)
+    return previous
+
+
+def _exit_quiet():
+    if _page is not None:
+        _open_quiet_phase(EXIT_QUIET_S)
 
 
 @contextlib.contextmanager
@@ -186,9 +192,7 @@ def quiet(seconds):
     if _page is None:
         yield
         return
-    previous = struct.unpack_from("q", _page, _offset + 16)[0]
-    struct.pack_into("q", _page, _offset + 16, max(previous, time.monotonic_ns() + int(seconds * 1e9)))
-    beat(_step)
+    previous = _open_quiet_phase(seconds)
     try:
         yield
     finally:

@@ -53,17 +53,24 @@ void settle_work(std::int64_t* s, std::int64_t now) {
 
 void store_time(std::int64_t* s) { __atomic_store_n(&s[contract::kBeatTimeOffset / 8], now_ns(), __ATOMIC_RELEASE); }
 
+// Opens a quiet phase of at most `at_most` from now (never shortening one already open) and beats, which
+// publishes the bound; returns the bound it replaced, for the phase's end to restore.
+std::int64_t open_quiet_phase(std::int64_t* s, std::chrono::nanoseconds at_most) {
+  std::int64_t* until = &s[contract::kBeatQuietUntilOffset / 8];
+  const std::int64_t previous = __atomic_load_n(until, __ATOMIC_RELAXED);
+  const std::int64_t now = now_ns();
+  settle_work(s, now);
+  __atomic_store_n(until, std::max(now + at_most.count(), previous), __ATOMIC_RELAXED);
+  store_time(s);  // the release store publishes the bound with the beat
+  return previous;
+}
+
 // Registered with the slot's mapping, so it runs at exit (after main returns or exit()), before the static
 // destructors (LibTorch's, a process group's teardown) and a sanitizer's leak check, which may take seconds with
 // no beat: a rank that finished is not hung. The phase is bounded (kExitQuiet): an exit that deadlocks (a
 // communicator's teardown waiting for a peer) is still judged once it runs out.
 void declare_exit_quiet() {
-  std::int64_t* s = slot();
-  if (!s) return;
-  std::int64_t* until = &s[contract::kBeatQuietUntilOffset / 8];
-  const std::int64_t end = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(kExitQuiet).count();
-  __atomic_store_n(until, std::max(end, __atomic_load_n(until, __ATOMIC_RELAXED)), __ATOMIC_RELAXED);
-  store_time(s);
+  if (std::int64_t* s = slot()) open_quiet_phase(s, kExitQuiet);
 }
 }  // namespace
 
@@ -79,14 +86,7 @@ void heartbeat() {
 }
 
 QuietPhase::QuietPhase(std::chrono::milliseconds at_most) {
-  std::int64_t* s = slot();
-  if (!s) return;
-  std::int64_t* until = &s[contract::kBeatQuietUntilOffset / 8];
-  previous_until_ns_ = __atomic_load_n(until, __ATOMIC_RELAXED);
-  const std::int64_t end = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(at_most).count();
-  settle_work(s, now_ns());
-  __atomic_store_n(until, std::max(end, previous_until_ns_), __ATOMIC_RELAXED);
-  store_time(s);  // the release store publishes the bound with the beat
+  if (std::int64_t* s = slot()) previous_until_ns_ = open_quiet_phase(s, at_most);
 }
 
 QuietPhase::~QuietPhase() {

@@ -374,28 +374,21 @@ def analyse(job, t_end, losses, starts):
     typical = statistics.median(gaps) if gaps else 0
     stalled = sum(g for g in gaps if g > max(1.0, 5 * typical))
     # The rate while training, by world size (stalls left out).
+    # The time at a smaller world is also split: while the lost node is away, and once it started again (its
+    # launcher, interpreter and imports run on the same machine here, beside the ranks that train).
     by_world = {}
-    for r in rounds:
-        ts = [(n, t) for n, t in r["steps"] if inside(t)]
-        if len(ts) < 2:
-            continue
-        span = [b[1] - a[1] for a, b in zip(ts, ts[1:]) if b[1] - a[1] <= max(1.0, 5 * typical)]
-        w = by_world.setdefault(r["world"], [0.0, 0])
-        w[0] += sum(span)
-        w[1] += len(span) * BATCH * r["world"]
-    # The time at a smaller world, split: while the lost node is away, and once it started again (its launcher,
-    # interpreter and imports run on the same machine here, beside the ranks that train).
     w_small = {"away": [0.0, 0], "joiner_starting": [0.0, 0]}
     for r in rounds:
-        if r["world"] >= NNODES or r["t"] is None:
-            continue
         ts = [(n, t) for n, t in r["steps"] if inside(t)]
         for a, b in zip(ts, ts[1:]):
             if b[1] - a[1] > max(1.0, 5 * typical):
                 continue
-            part = w_small["joiner_starting" if any(r["t"] <= s <= a[1] for s in starts) else "away"]
-            part[0] += b[1] - a[1]
-            part[1] += BATCH * r["world"]
+            parts = [by_world.setdefault(r["world"], [0.0, 0])]
+            if r["world"] < NNODES and r["t"] is not None:
+                parts.append(w_small["joiner_starting" if any(r["t"] <= s <= a[1] for s in starts) else "away"])
+            for part in parts:
+                part[0] += b[1] - a[1]
+                part[1] += BATCH * r["world"]
     return {
         "window_start_unix": to_unix(t0),
         "window_s": round(duration, 1),
