@@ -67,8 +67,8 @@ stalls (time without a step: re-form, worker start-up, resume), the training rat
 average at start and end and every 10 s (the machine is shared).
 
 Everything runs in a temporary directory (TMPDIR of every process too: torchrun's logs, ddprun's run
-directories), removed at the end; --keep DIR copies each run's files there first: every node's stdout, each
-launcher's stderr (node<N>.<start>.stderr, every line prefixed with the wall clock when read), ddprun's events
+directories), removed at the end; --keep DIR copies each run's files there first: every node's stdout (node<N>.stdout) and
+each launcher's stderr (node<N>.<start>.stderr), every line prefixed with the wall clock when read, ddprun's events
 files (`--events-file`, one per node; ddprun starts it afresh, so each earlier start's is renamed
 events.node<N>.before<start>.jsonl before the node starts again), the rendezvous service's log. This script is a child subreaper
 (tests/support/harness.py): every process of a run is killed at its end, on Ctrl-C or on an error, and checked
@@ -159,8 +159,10 @@ def marked(marker):
 
 def stop_tree(proc, marker=None):
     """A node (or service) lost at once: the process, every descendant and every process carrying the node's
-    marker frozen with SIGSTOP, then SIGKILLed; returns its exit status, the orphans reaped (they are
-    re-parented to this subreaper as their parents die)."""
+    marker frozen with SIGSTOP, then SIGKILLed; returns its exit status and how long it took from the first
+    look at /proc to the last SIGKILL sent (the node sits frozen meanwhile, and its peers wait for it), the
+    orphans reaped (they are re-parented to this subreaper as their parents die)."""
+    begun = time.monotonic()
     every = lambda: [proc.pid] + descendants(proc.pid) + (marked(marker) if marker else [])  # noqa: E731
     pids = every()
     for _ in range(2):  # the second pass: anything forked before its parent froze
@@ -171,6 +173,7 @@ def stop_tree(proc, marker=None):
                 pass
         pids = list(dict.fromkeys(pids + every()))
     kill_all(pids)
+    frozen_s = time.monotonic() - begun
     code = proc.wait()
     orphans = set(pids) - {proc.pid}
     deadline = time.monotonic() + 5
@@ -183,7 +186,7 @@ def stop_tree(proc, marker=None):
                 if not os.path.exists(f"/proc/{pid}"):
                     orphans.discard(pid)
         time.sleep(0.01)
-    return code
+    return code, frozen_s
 
 
 class Job:
@@ -262,7 +265,7 @@ class Job:
         with open(os.path.join(self.tmp, f"node{node}.stdout"), "ab") as out:
             for raw in iter(pipe.readline, b""):
                 t = time.monotonic()
-                out.write(raw)
+                out.write(b"%.6f " % time.time() + raw)  # kept (--keep) stamped as the launchers' logs are
                 event = parse(raw.decode(errors="replace"))
                 if event is None:
                     continue
@@ -277,9 +280,10 @@ class Job:
         return self.nodes[node] is not None and self.nodes[node].poll() is None
 
     def lose(self, node):
-        code = stop_tree(self.nodes[node], self.markers[node])
+        """Returns how long the node sat frozen before its processes were killed (stop_tree)."""
+        _code, frozen_s = stop_tree(self.nodes[node], self.markers[node])
         self.nodes[node] = None
-        return code
+        return frozen_s
 
     def last_step_time(self):
         with self.lock:
@@ -362,9 +366,11 @@ def analyse(job, t_end, losses, starts):
             continue
         before = max((t for t in step_times if t < r["t"]), default=t0)
         first = r["steps"][0][1] if r["steps"] else None
-        # What happened from the last step on: a loss, a node started again, or both (one re-form for the two).
+        # What the round followed: a loss since the last step, a node started again since the round before (its
+        # meet comes seconds after its start: the interpreter, torch, the data set), or both (one re-form for two).
+        since = r_prev["t"] if r_prev["t"] is not None else t0
         causes = sorted([(t, "loss") for t in losses if before - 1 <= t <= r["t"]] +
-                        [(t, "start") for t in starts if before - 1 <= t <= r["t"]])
+                        [(t, "start") for t in starts if since < t <= r["t"]])
         stalls.append({"at": round(before - t0, 1), "after": "+".join(c for _t, c in causes) or "?",
                        "unix": [to_unix(before), to_unix(first or r["t"])],
                        "world": r["world"],
@@ -440,7 +446,7 @@ def run_job(launcher, build, duration, kill_every, restart_after, seed, keep):
     tmp = tempfile.mkdtemp(prefix="ddprun_goodput_")
     job = Job(launcher, build, tmp)
     rng = random.Random(seed)
-    losses, starts, exits, loads = [], [], [], []
+    losses, starts, exits, loads, frozen = [], [], [], [], []
     result = {"launcher": launcher, "kind": "chaos" if kill_every else "baseline", "seed": seed,
               "load_start": os.getloadavg(), "started_utc": time.strftime("%H:%M:%S", time.gmtime())}
     try:
@@ -478,7 +484,7 @@ def run_job(launcher, build, duration, kill_every, restart_after, seed, keep):
                     print(f"  {now - t0:6.1f} s: only {len(alive)} node running, no loss this time", flush=True)
                 else:
                     node = rng.choice(alive)
-                    job.lose(node)
+                    frozen.append(job.lose(node))
                     losses.append(now)
                     print(f"  {now - t0:6.1f} s: node {node} lost", flush=True)
                     pending[node] = now + restart_after
@@ -494,7 +500,9 @@ def run_job(launcher, build, duration, kill_every, restart_after, seed, keep):
         result.update({"losses": len(losses), "restarts": len(starts), "launcher_exits": exits,
                        "load_1min_every_10s": loads,
                        "load_median": round(statistics.median(loads), 2) if loads else None,
-                       "loss_times": [round(t - t0, 1) for t in losses]})
+                       "loss_times": [round(t - t0, 1) for t in losses],
+                       # The bench's own part of each loss's stall: finding and freezing the node's processes.
+                       "frozen_before_kill_s_median": round(statistics.median(frozen), 3) if frozen else None})
         return result
     finally:
         left = job.close()
@@ -522,7 +530,8 @@ def describe(r):
                  f"{r['rounds_in_window']} rounds, {r['thrown_steps']} steps thrown away "
                  f"({r['thrown_samples']} samples), {r['stalled_s']} s stalled; stalls by what came before "
                  f"[count, s, median s] {r['stall_by_cause']}; grace periods run out {r['grace_kills']}; "
-                 f"at a smaller world {r['rate_smaller_world']}")
+                 f"at a smaller world {r['rate_smaller_world']}; a lost node frozen before its kill "
+                 f"{r['frozen_before_kill_s_median']} s (median)")
     return (f"{r['launcher']} {r['kind']}: {r['counted_samples']} samples in {r['window_s']} s = "
             f"{r['samples_per_s']} samples/s (by world size {r['rate_by_world']}){extra}; load "
             f"{r['load_start'][0]:.2f} → {r['load_end'][0]:.2f}, median {r['load_median']}")
