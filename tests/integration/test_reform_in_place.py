@@ -306,6 +306,35 @@ class ReformInPlace(ElasticCase):
                           r.stderr.decode(errors="replace"), r)
         self.assertEqual(self.of_event("a", "reformed_in_place"), [])
 
+    def test_a_worker_renumbered_while_the_round_is_held_fails_under_its_new_rank(self):
+        """Three nodes train (a hosts; b and d); c joins slowly and the round is held for it; the lower of b and d
+        is SIGKILLed meanwhile, so the next held round numbers the other one's workers lower. Its local rank 0 then
+        exits 3: the job fails with it as the root cause under the rank of the round the rendezvous runs, on every
+        node, and no round is handed over. Session 25 moved a kept worker's rank to the new round's at the
+        assignment; until now no test had a kept node's ranks change while a round was held."""
+        died = self.path("die")
+        a = self.node("a", nnodes="2:4", host=True)
+        b = self.node("b", f"exit-on={died}", nnodes="2:4")
+        d = self.node("d", f"exit-on={died}", nnodes="2:4")
+        self.rounds_run(range(6), 0)
+        (lost, _), (kept, before) = sorted(((p, self.first_round(p.name)) for p in (b, d)), key=lambda x: x[1].node_rank)
+        c = self.node("c", "slow-start=30", nnodes="2:4")
+        self.held(kept.name, [before.rank_offset, before.rank_offset + 1], 1)
+        os.kill(lost.pid, signal.SIGKILL)
+        self.wait_for(lambda: self.rounds(kept.name)[-1].restart_count >= 2, f"{kept.name}'s round without {lost.name}")
+        now = self.rounds(kept.name)[-1]
+        self.assertLess(now.rank_offset, before.rank_offset, f"the ranks did not move down: {self.rounds(kept.name)}")
+        self.held(kept.name, [now.rank_offset, now.rank_offset + 1], now.restart_count)
+        with open(died, "w"):
+            pass
+        results = self.wait_all([a, kept, c])
+        self.assertEqual([r.code for r in results], [3, 3, 3], results)
+        for r in results:
+            self.assertIn(f"root cause: rank {now.rank_offset} (local rank 0, node {now.node_rank}, host "
+                          f"{socket.gethostname()}", r.stderr.decode(errors="replace"), r)
+        self.assertEqual(self.of_event(kept.name, "reformed_in_place"), [])
+        self.wait_all([lost])
+
     def test_a_worker_stopped_while_the_round_is_held_is_judged_hung(self):
         """a's workers train on in round 0 while round 1 is held for b's slow start (longer than the hold's 10-s
         bound); a's rank 1 is SIGSTOPped meanwhile. The hold does not hide it: the hang watch judges it within
