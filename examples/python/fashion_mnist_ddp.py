@@ -32,7 +32,8 @@ The patterns it shows:
     with the same --checkpoint), at the saved step: mid-epoch, the sampler skips the indices of the batches of
     that epoch already done (without loading them), with the sampler's epoch set as before.
 The data is read straight from the Debian package dataset-fashion-mnist (gzipped IDX files): nothing is
-downloaded.
+downloaded. With --data-cache DIR it is decoded once and kept in DIR, so that a restarted or joining worker
+starts sooner.
 """
 import argparse
 import contextlib
@@ -103,10 +104,35 @@ def read_idx(path, limit=0):
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).reshape(shape)
 
 
-def load_split(data_dir, split, limit):
-    images = read_idx(os.path.join(data_dir, f"{split}-images-idx3-ubyte.gz"), limit)
-    labels = read_idx(os.path.join(data_dir, f"{split}-labels-idx1-ubyte.gz"), limit)
-    return TensorDataset(images, labels.long())
+def load_split(data_dir, split, limit, cache_dir=""):
+    """A split as a TensorDataset. With cache_dir, decoded once: the tensors are kept there (one file per split
+    and limit, written atomically: every node may write it at once) and read back by later starts, as long as
+    the source files are the ones it was made from (their sizes and modification times). Inflating the .gz files
+    is most of a start's CPU after `import torch` (0.38 s against 0.04 s for the decoded copy, measured on the
+    project's VM), and a restarted or joining worker starts on cores its peers may be training on."""
+    sources = [os.path.join(data_dir, f"{split}-{kind}-idx{dims}-ubyte.gz") for kind, dims in (("images", 3),
+                                                                                            ("labels", 1))]
+    stamp = [(os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in sources]
+    cached = os.path.join(cache_dir, f"{split}-{limit}.pt") if cache_dir else ""
+    if cached and os.path.exists(cached):
+        try:
+            kept = torch.load(cached)
+        except Exception as e:  # a cache is disposable: one that cannot be read is made again
+            print(f"{cached}: unreadable ({e}); decoding the data set again", file=sys.stderr, flush=True)
+            kept = {}
+        if kept.get("sources") == stamp:
+            return TensorDataset(kept["images"], kept["labels"])
+    images, labels = read_idx(sources[0], limit), read_idx(sources[1], limit).long()
+    if cached:
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{cached}.tmp.{socket.gethostname()}.{os.getpid()}"
+        try:
+            torch.save({"sources": stamp, "images": images, "labels": labels}, tmp)
+            os.replace(tmp, cached)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return TensorDataset(images, labels)
 
 
 def to_input(images):
@@ -229,6 +255,9 @@ class NeedsPeers:
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=DEFAULT_DATA, help="directory of the gzipped IDX files")
+    p.add_argument("--data-cache", default="",
+                   help="directory to keep the decoded data set in: later starts (a restart, a joining node) read it "
+                        "instead of inflating the .gz files (empty: none)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
@@ -325,7 +354,7 @@ def main():
     local_rank = int(os.environ["LOCAL_RANK"])
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     # What needs no peer comes before the group (and the helper's import): a joiner's peers train on meanwhile.
-    train_set = load_split(args.data, "train", args.train_limit)
+    train_set = load_split(args.data, "train", args.train_limit, args.data_cache)
     saved = torch.load(args.checkpoint, map_location=device) \
         if args.checkpoint and os.path.exists(args.checkpoint) else None
     import_helper()
@@ -463,7 +492,7 @@ def main():
     print(f"rank {rank}: finished at step {at.step}, loss {loss.item():.4f}, {elapsed:.2f} s", flush=True)
 
     if args.eval and rank == 0:
-        test = load_split(args.data, "t10k", 0)
+        test = load_split(args.data, "t10k", 0, args.data_cache)
         model.eval()
         with torch.no_grad():
             pred = model(to_input(test.tensors[0]).to(device)).argmax(1)

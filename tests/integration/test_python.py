@@ -7,6 +7,7 @@ outright (rank 0's periodic checkpoint). Each job trains for a few steps on a sl
 not minutes."""
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -21,6 +22,7 @@ from ports import free_port
 PYTHON = torch_python()
 TRAIN = os.path.join(EXAMPLES, "fashion_mnist_ddp.py")
 FAIL = os.path.join(EXAMPLES, "record_failure.py")
+DATA = "/usr/share/datasets/fashion-mnist"
 SHORT = ("--train-limit", "2000", "--batch-size", "32", "--log-every", "5")
 
 
@@ -299,6 +301,32 @@ class PythonExamples(DdprunTestCase):
         step = self.checkpoint_step(ckpt)
         self.assertGreaterEqual(step, 15)
         self.assertEqual(step % 5, 0)
+
+    def test_the_data_set_is_decoded_once_into_the_cache(self):
+        """--data-cache: the first start keeps the decoded data set there (no temporary file left); a later start
+        reads it and never opens the .gz files (here overwritten with garbage of the same size and times, which
+        would fail to inflate), and one whose source files changed (a new modification time) decodes them again
+        (and fails here, on the garbage)."""
+        data, cache = self.path("data"), self.path("cache")
+        os.makedirs(data)
+        for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):
+            shutil.copy2(os.path.join(DATA, name), data)
+        args = ("--nproc-per-node", 1, TRAIN, *SHORT, "--max-steps", 3, "--data", data, "--data-cache", cache)
+        res = self.run_ddprun(*args, timeout=180)
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(os.listdir(cache), ["train-2000.pt"])
+        images = os.path.join(data, "train-images-idx3-ubyte.gz")
+        st = os.stat(images)
+        with open(images, "r+b") as f:
+            f.write(b"\0" * st.st_size)
+        os.utime(images, ns=(st.st_atime_ns, st.st_mtime_ns))
+        res = self.run_ddprun(*args, timeout=180)
+        self.assertEqual(res.code, 0, res)
+        self.assertIn("[rank0]: rank 0: finished at step 3", res.stdout.decode(), res)
+        os.utime(images, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        res = self.run_ddprun(*args, timeout=180)
+        self.assertNotEqual(res.code, 0, res)
+        self.assertIn("Not a gzipped file", res.stderr.decode(), res)
 
 
 if __name__ == "__main__":
