@@ -120,7 +120,7 @@ def load_split(data_dir, split, limit, cache_dir=""):
         except Exception as e:  # a cache is disposable: one that cannot be read is made again
             print(f"{cached}: unreadable ({e}); decoding the data set again", file=sys.stderr, flush=True)
             kept = {}
-        if kept.get("sources") == stamp:
+        if isinstance(kept, dict) and kept.get("sources") == stamp:
             return TensorDataset(kept["images"], kept["labels"])
     images, labels = read_idx(sources[0], limit), read_idx(sources[1], limit).long()
     if cached:
