@@ -104,6 +104,28 @@ def read_idx(path, limit=0):
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).reshape(shape)
 
 
+def save_atomically(obj, path):
+    """torch.save, atomic on POSIX: `obj` goes to a temporary file of this process's own (host and pid in its name,
+    so ranks or nodes that save at once, as after a peer died, never write the same file), is fsynced, then
+    renamed over `path`; the directory is fsynced so that the rename lasts too."""
+    tmp = f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def load_split(data_dir, split, limit, cache_dir=""):
     """A split as a TensorDataset. With cache_dir, decoded once: the tensors are kept there (one file per split
     and limit, written atomically: every node may write it at once) and read back by later starts, as long as
@@ -112,7 +134,7 @@ def load_split(data_dir, split, limit, cache_dir=""):
     project's VM), and a restarted or joining worker starts on cores its peers may be training on."""
     sources = [os.path.join(data_dir, f"{split}-{kind}-idx{dims}-ubyte.gz") for kind, dims in (("images", 3),
                                                                                             ("labels", 1))]
-    stamp = [(os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in sources]
+    stamp = [(os.path.abspath(p), st.st_size, st.st_mtime_ns) for p, st in ((p, os.stat(p)) for p in sources)]
     cached = os.path.join(cache_dir, f"{split}-{limit}.pt") if cache_dir else ""
     if cached and os.path.exists(cached):
         try:
@@ -125,13 +147,7 @@ def load_split(data_dir, split, limit, cache_dir=""):
     images, labels = read_idx(sources[0], limit), read_idx(sources[1], limit).long()
     if cached:
         os.makedirs(cache_dir, exist_ok=True)
-        tmp = f"{cached}.tmp.{socket.gethostname()}.{os.getpid()}"
-        try:
-            torch.save({"sources": stamp, "images": images, "labels": labels}, tmp)
-            os.replace(tmp, cached)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        save_atomically({"sources": stamp, "images": images, "labels": labels}, cached)
     return TensorDataset(images, labels)
 
 
@@ -179,26 +195,7 @@ def restore(state, model, optimizer, default_global_batch):
 
 
 def save_checkpoint(path, model, optimizer, at):
-    """Atomic on POSIX: the state goes to a temporary file of this process's own (host and pid in its name, so
-    ranks that save at once, as after a peer died, never write the same file), is fsynced, then renamed over
-    the checkpoint; the directory is fsynced so that the rename lasts too."""
-    tmp = f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"
-    state = state_of(model, optimizer, at)
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    save_atomically(state_of(model, optimizer, at), path)
 
 
 # The signal that asked this rank to stop (0: none yet). The handler only records it; the loop acts on it at a

@@ -455,8 +455,10 @@ def loss_split(r):
     full = r["rate_by_world"].get(str(NNODES))
     if not full or r["kind"] != "chaos":
         return None
-    part = lambda k: (r["rate_smaller_world"].get(k, {}).get("seconds", 0) *  # noqa: E731
-                      (1 - r["rate_smaller_world"].get(k, {}).get("samples_per_s", full) / full) / r["window_s"])
+    def part(k):  # the samples not trained while at the smaller world for reason k, at the full world's rate
+        time_at = r["rate_smaller_world"].get(k, {"seconds": 0, "samples_per_s": full})
+        return time_at["seconds"] * (1 - time_at["samples_per_s"] / full) / r["window_s"]
+
     stalls = sum(v[1] for v in r["stall_by_cause"].values())
     count = sum(v[0] for v in r["stall_by_cause"].values())
     split = {"goodput_of_full_world": r["samples_per_s"] / full, "away": part("away"),
