@@ -171,11 +171,16 @@ void Client::Impl::retry(const std::string& why, bool rotate) {
   logger_.debug("rendezvous server at ", where(), " not reachable yet (", why, "); retrying");
   say_trying();
   if (rotate) next_port();
+  milliseconds wait = retry_delay_;
+  if (candidates() && rotate && port_index_ != 0) {
+    wait = milliseconds(0);  // the rest of this rotation first (kMaxCandidateRotation)
+  } else {
+    const milliseconds cap = reconnect_.active() ? kMaxReconnectRetry : candidates() ? kMaxCandidateRotation : kMaxRetry;
+    retry_delay_ = std::min(retry_delay_ * 2, cap);
+  }
   // The last wait is cut to the deadline, where one more attempt is made: the timeout the user gave is the
   // time ddprun keeps trying, not up to one back-off step less.
-  retry_timer_.expires_after(std::min(std::chrono::duration_cast<Clock::duration>(retry_delay_),
-                                      connect_deadline_ - now));
-  retry_delay_ = std::min(retry_delay_ * 2, reconnect_.active() ? kMaxReconnectRetry : kMaxRetry);
+  retry_timer_.expires_after(std::min(std::chrono::duration_cast<Clock::duration>(wait), connect_deadline_ - now));
   retry_timer_.async_wait([self = shared_from_this()](error_code ec) {
     if (!ec && !self->done_) self->connect();
   });

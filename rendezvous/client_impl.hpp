@@ -33,6 +33,12 @@ inline constexpr std::chrono::milliseconds kMaxRetry{1000};
 // happens meanwhile (a failure to announce) waits until it is found, so it is looked for 4 times a second (a
 // refused connect costs a SYN and a RST): the restart -> resumed median went from 357 ms (the 1 s cap) to ~130 ms.
 inline constexpr std::chrono::milliseconds kMaxReconnectRetry{250};
+// Candidate ports (a SLURM step): node 0 binds the first free one whenever it starts, so every port is visited
+// at least this often for as long as the node waits. The back-off is between rotations; within one, a refused
+// port moves on to the next at once. With one port per back-off step (1 s each, as before 2026-12) a joiner came
+// back to node 0's port only ~8 s later, after node 0's 5 s --join-grace had ended the step (issue 54: node 0
+// 1.5 s late, 0 of 6 steps started; job arrays 7 of 24).
+inline constexpr std::chrono::milliseconds kMaxCandidateRotation{200};
 // One connect attempt (or name look-up) may take this long, and never past the connect deadline: a server
 // whose SYNs vanish (a firewall, a full accept queue) would otherwise hold a connect() for ~2 minutes.
 // Each attempt that runs out doubles the next one's limit, up to kMaxAttemptLimit: a path whose round trip is

@@ -3,6 +3,7 @@ where it defaults to 5 s), so a node that fails before joining, dies after joini
 listens costs the others seconds, not --rdzv-timeout. Before, each of these waited the whole rendezvous timeout
 (900 s by default; 20 s here) and exited 75."""
 import os
+import random
 import signal
 import time
 
@@ -70,3 +71,29 @@ class JoinGrace(MultiNodeCase):
                               "--join-grace", "2", "/bin/true")
         self.assertEqual(res.code, USAGE, res)
         self.assertIn("--join-grace needs a fixed node count", res.stderr.decode(), res)
+
+
+class SlurmStartUp(MultiNodeCase):
+    """Issue 54: a SLURM step on its automatic ports (no --rdzv-port: 8 candidates, node 0 hosts on the first it can
+    bind) whose node 0 starts after another node. The joiner's back-off used to grow to 1 s per attempt with one
+    candidate port per attempt, so it came back to node 0's port ~8 s later, after node 0's 5 s grace had ended the
+    step: node 0 late by 1.5 s, 0 of 6 steps started (75 on every node). Now every candidate is visited at least
+    every 200 ms for as long as the joiner waits (its window is twice the grace: 10 s)."""
+
+    def step_node(self, node, job):
+        self.env.update(SLURM_NNODES="2", SLURM_NODEID=str(node), SLURM_JOB_NODELIST="127.0.0.1,127.0.0.1",
+                        SLURM_JOB_ID=str(job), SLURM_STEP_ID="0", SLURM_STEP_NODELIST="127.0.0.1,127.0.0.1")
+        return self.start("--nproc-per-node", 1, WORKER, f"ready={self.ready}", "env=RANK")
+
+    def test_a_step_whose_node_0_starts_late_still_starts(self):
+        for late in (1.5, 6.0):
+            job = random.randrange(1_000_000, 9_000_000)
+            joiner = self.step_node(1, job)
+            time.sleep(late)
+            host = self.step_node(0, job)
+            results = self.wait_all([host, joiner], timeout=60)
+            for node, res in enumerate(results):
+                self.assertEqual(res.code, 0, f"node 0 {late} s late, job {job}: {res}")
+                self.assertIn(f"RANK={node}\n", res.stdout.decode(), res)
+            # Node 0 found at its port well within its 5 s grace (the joiner's rotation), not at the grace's end.
+            self.assertLess(results[0].elapsed, 5 + 3, results[0])
