@@ -221,11 +221,13 @@ bool apply_slurm_topology(TopologyOptions& o, bool nnodes_given, bool rdzv_port_
   if (o.join_grace.empty()) o.join_grace = kSlurmJoinGrace;
   // Each step is a job of its own: two steps of one allocation (a sweep runs many) never share a world.
   if (o.run_id == "none" && o.rdzv_id.empty()) o.run_id = "slurm-" + job_text + "." + std::to_string(step);
+  // The step's own rendezvous. A run id the user gave (torchrun's habit, --rdzv-id $SLURM_JOB_ID) is the same
+  // for every step, and so was the token derived from it: concurrent steps could merge into one world (issue
+  // 34). The token is bound to this step, on the automatic ports and on a --rdzv-port given alike: two steps
+  // told one fixed port merged 2 times of 6 while only the automatic ports were bound (issue 54). Now the
+  // second step's node 0 finds the port taken and its nodes are refused by the first step's server.
+  o.token_scope = "slurm job " + job_text + " step " + std::to_string(step);
   if (!rdzv_port_given) {
-    // The step's own rendezvous. A run id the user gave (torchrun's habit, --rdzv-id $SLURM_JOB_ID) is the
-    // same for every step, and so was the token derived from it: concurrent steps could merge into one world
-    // (issue 34). The token is bound to this step.
-    o.token_scope = "slurm job " + job_text + " step " + std::to_string(step);
     const std::vector<int> ports = slurm_rdzv_ports(static_cast<std::uint64_t>(job), static_cast<std::uint64_t>(step));
     o.rdzv_port = std::to_string(ports.front());
     o.more_rdzv_ports.assign(ports.begin() + 1, ports.end());
