@@ -159,6 +159,11 @@ void remember_inherited_ignores() {
   sigemptyset(&g_ignored_at_start);
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP || sig == SIGPIPE || sig == SIGCHLD) continue;
+    // The stop signals a user sends on purpose are handled whatever was inherited, as torchrun does (it sets
+    // its own handlers for them): a script's `ddprun ... &` inherits SIGINT and SIGQUIT ignored, and such a
+    // ddprun ran to its end through Ctrl-C and `kill -INT` (issue 54; torchrun stopped in 1.7 s). SIGHUP is
+    // not: nohup's ignored SIGHUP is a request to outlive the terminal.
+    if (sig == SIGINT || sig == SIGQUIT || sig == SIGTERM) continue;
     struct sigaction current {};
     if (::sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) sigaddset(&g_ignored_at_start, sig);
   }

@@ -65,10 +65,11 @@ class ExecError : public std::runtime_error {
   int err_;
 };
 
-// Notes which signals this process inherited ignored (nohup's SIGHUP, a script's `cmd &` SIGINT and SIGQUIT,
-// `trap '' TERM`): call first thing in main. Those stay ignored, as in any program: the caller leaves them
-// out of what it handles, and spawn keeps them ignored in every child (all other dispositions go back to
-// the default; SIGPIPE and SIGCHLD always do).
+// Notes which signals this process inherited ignored (nohup's SIGHUP, `trap '' USR1`): call first thing in
+// main. Those stay ignored, as in any program: the caller leaves them out of what it handles, and spawn keeps
+// them ignored in every child (all other dispositions go back to the default; SIGPIPE and SIGCHLD always do).
+// SIGINT, SIGQUIT and SIGTERM are never noted: they are always handled (a script's `cmd &` inherits SIGINT and
+// SIGQUIT ignored; torchrun handles them all the same), and the workers get them at the default.
 void remember_inherited_ignores();
 bool ignored_at_start(int signal);
 

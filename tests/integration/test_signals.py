@@ -2,10 +2,11 @@
 import glob
 import os
 import signal
+import subprocess
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
-from harness import DdprunTestCase, WORKER, pid_alive
+from harness import DDPRUN, DdprunTestCase, WORKER, pid_alive
 
 
 class Signals(DdprunTestCase):
@@ -28,6 +29,28 @@ class Signals(DdprunTestCase):
             self.assertEqual(len(got), 3, out)
             for line in got:
                 self.assertIn(f"got {signal.strsignal(sig)}", line)
+
+    def test_stop_signals_inherited_ignored_are_handled_all_the_same(self):
+        """Issue 54: a script's `ddprun ... &` inherits SIGINT and SIGQUIT ignored; such a ddprun ran to its end
+        through `kill -INT` (torchrun stops). Now it stops as when nothing was ignored, and its workers get
+        both signals at their default, as torchrun's do. SIGHUP ignored (nohup) stays ignored: test_supervisor_io."""
+        def ignore_as_a_background_job():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+        proc = subprocess.Popen([DDPRUN, "--nproc-per-node", "2", WORKER, f"pidfile={self.path('pids')}",
+                                 f"ready={self.tmp}", "hang"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=self.env, start_new_session=True, preexec_fn=ignore_as_a_background_job)
+        self.wait_for_files([self.path(f"ready.{i}") for i in range(2)])
+        for pid, _ in self.read_pids(self.path("pids")).values():
+            with open(f"/proc/{pid}/status") as f:
+                ignored = int(next(l for l in f if l.startswith("SigIgn:")).split()[1], 16)
+            self.assertFalse(ignored & (1 << (signal.SIGINT - 1)), "a worker must get SIGINT at its default")
+            self.assertFalse(ignored & (1 << (signal.SIGQUIT - 1)), "a worker must get SIGQUIT at its default")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertLess(time.monotonic() - t0, 10, err)
 
     def test_usr1_and_usr2_are_forwarded_and_the_job_goes_on(self):
         proc = self.start_workers(2, "trap=USR1")
