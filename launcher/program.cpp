@@ -98,7 +98,15 @@ void resolve_worker_command(const std::vector<std::string>& command, bool module
   // An executable '#!' script whose interpreter is Python is Python's too (issue 34): named without ./ it was
   // refused ("not found in PATH") where torchrun runs it, and PYTHON_EXEC was silently ignored for it. It runs
   // with PYTHON_EXEC when set, else with the interpreter its '#!' line names.
-  const std::string shebang = !module && !ends_with(first, ".py") && regular_file(first) ? python_shebang(first) : "";
+  // A '#!' Python script found through PATH (`ddprun train-tool`, no file of that name here) is Python's as well,
+  // so that PYTHON_EXEC is honoured for it too (issue 54: it was executed, its '#!' line choosing the Python).
+  std::string script = first;
+  if (!module && !run_path && !no_python && !ends_with(first, ".py") && first.find('/') == std::string::npos &&
+      !regular_file(first)) {
+    const process::ResolvedProgram found = process::resolve_program(first, process::path_of(env));
+    if (found.check == process::ProgramCheck::kOk && !python_shebang(found.path).empty()) script = found.path;
+  }
+  const std::string shebang = !module && !ends_with(script, ".py") && regular_file(script) ? python_shebang(script) : "";
   const bool script_file = ends_with(first, ".py") || (regular_file(first) && !executable_program(first)) ||
                            !shebang.empty();
   const bool python = module || run_path || (!no_python && script_file);
@@ -116,23 +124,36 @@ void resolve_worker_command(const std::vector<std::string>& command, bool module
   // torchrun runs sys.executable, the Python that runs torchrun (and so has torch); ddprun has no such
   // Python of its own and runs python3 from PATH, which may be a shim without torch: say which one.
   const std::string exec = contract::env_value(env, "PYTHON_EXEC", "");
-  const std::string interpreter = !exec.empty() ? exec : !shebang.empty() ? shebang : "python3";
-  const char* what = exec.empty() && !shebang.empty() ? "Python interpreter (the script's '#!' line)"
-                                                      : "Python interpreter (PYTHON_EXEC)";
+  // A '#!' line naming a Python this machine lacks (`#!/usr/bin/env python` on Debian without
+  // python-is-python3) is not the user's choice of interpreter, only the script's habit: python3 runs it, as
+  // torchrun's own Python would (issue 54: exit 127 where torchrun ran it). Said, since it may not be the same.
+  std::string from_shebang = shebang;
+  if (exec.empty() && !shebang.empty() &&
+      process::resolve_program(shebang, process::path_of(env)).check == process::ProgramCheck::kNotFound) {
+    notes.push_back("warning: '" + first + "' names '" + shebang + "' on its '#!' line, which is not found" +
+                    (shebang.find('/') == std::string::npos ? " in PATH" : "") +
+                    "; running it with python3 from PATH (set PYTHON_EXEC to choose the Python)");
+    from_shebang.clear();
+  }
+  const std::string interpreter = !exec.empty() ? exec : !from_shebang.empty() ? from_shebang : "python3";
+  const char* what = exec.empty() && !from_shebang.empty() ? "Python interpreter (the script's '#!' line)"
+                                                           : "Python interpreter (PYTHON_EXEC)";
   cfg.program = checked_executable(interpreter, what, env);
   cfg.python = describe_interpreter(cfg.program);
-  cfg.python_origin = !exec.empty()    ? "PYTHON_EXEC"
-                      : !shebang.empty() ? "the script's '#!' line; PYTHON_EXEC unset"
-                                         : "python3 from PATH; PYTHON_EXEC unset";
+  cfg.python_origin = !exec.empty()         ? "PYTHON_EXEC"
+                      : !from_shebang.empty() ? "the script's '#!' line; PYTHON_EXEC unset"
+                      : !shebang.empty()      ? "python3 from PATH: the script's '#!' interpreter is missing"
+                                              : "python3 from PATH; PYTHON_EXEC unset";
   cfg.argv = {interpreter, "-u"};
   if (module) {
     cfg.argv.push_back("-m");
   } else {
     struct stat st {};
-    if (::stat(first.c_str(), &st) != 0) throw UsageError("script '" + first + "' not found", kExitNotFound);
+    if (::stat(script.c_str(), &st) != 0) throw UsageError("script '" + first + "' not found", kExitNotFound);
     if (S_ISDIR(st.st_mode)) throw UsageError("script '" + first + "' is a directory", kExitNotExecutable);
   }
-  cfg.argv.insert(cfg.argv.end(), command.begin(), command.end());
+  cfg.argv.push_back(module ? first : script);
+  cfg.argv.insert(cfg.argv.end(), command.begin() + 1, command.end());
   cfg.local_rank_arg_at = cfg.argv.size() - program_args;
 }
 

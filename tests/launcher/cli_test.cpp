@@ -92,6 +92,38 @@ TEST_CASE("a file that is not an executable ELF binary or '#!' script runs under
   }));
 }
 
+// Issue 54: `#!/usr/bin/env python` on a Debian without python-is-python3 was exit 127 where torchrun runs the
+// script; a '#!' Python script found through PATH was executed, PYTHON_EXEC silently ignored.
+TEST_CASE("a '#!' Python that does not exist falls back to python3, said; PATH scripts honour PYTHON_EXEC") {
+  const TempDir temp;
+  const std::string missing = temp.file("train_old", "#!/usr/bin/env python9.99\nprint('hi')\n", 0755);
+  const auto c = parse({missing, "--lr", "1"});
+  CHECK(c.agent.argv == std::vector<std::string>{"python3", "-u", missing, "--lr", "1"});
+  CHECK(c.agent.python_origin == "python3 from PATH: the script's '#!' interpreter is missing");
+  CHECK(std::any_of(c.notes.begin(), c.notes.end(), [](const std::string& n) {
+    return n.rfind("warning: ", 0) == 0 && n.find("'python9.99' on its '#!' line, which is not found in PATH; "
+                                                  "running it with python3 from PATH") != std::string::npos;
+  }));
+  // PYTHON_EXEC chosen: nothing to fall back from, nothing said.
+  const auto chosen = parse_command_line({missing}, {"PATH=/usr/bin:/bin", "PYTHON_EXEC=/usr/bin/python3"});
+  CHECK(chosen.agent.argv == std::vector<std::string>{"/usr/bin/python3", "-u", missing});
+  CHECK(std::none_of(chosen.notes.begin(), chosen.notes.end(),
+                     [](const std::string& n) { return n.find("'#!' line") != std::string::npos; }));
+
+  const std::string tool = temp.file("bin/train-tool", "#!/usr/bin/env python3\nprint('hi')\n", 0755);
+  const std::string bin = tool.substr(0, tool.rfind('/'));
+  const auto in_path = parse_command_line({"train-tool", "x"}, {"PATH=" + bin + ":/usr/bin:/bin"});
+  CHECK(in_path.agent.argv == std::vector<std::string>{"python3", "-u", tool, "x"});
+  const auto exec = parse_command_line({"train-tool", "x"}, {"PATH=" + bin + ":/usr/bin:/bin",
+                                                             "PYTHON_EXEC=/usr/bin/python3"});
+  CHECK(exec.agent.argv == std::vector<std::string>{"/usr/bin/python3", "-u", tool, "x"});
+  CHECK(exec.agent.python_origin == "PYTHON_EXEC");
+  // A shell script in PATH is still executed as it is.
+  temp.file("bin/run-it", "#!/bin/sh\necho hi\n", 0755);
+  CHECK(parse_command_line({"run-it"}, {"PATH=" + bin + ":/usr/bin:/bin"}).agent.argv ==
+        std::vector<std::string>{"run-it"});
+}
+
 TEST_CASE("the Python helpers are found beside the executable and added at the end of PYTHONPATH") {
   const TempDir prefix;
   const std::string helper = prefix.file("share/ddprun/python/ddprun_heartbeat.py", "def beat(step=-1): pass\n");
