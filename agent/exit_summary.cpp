@@ -103,7 +103,7 @@ void append_root_detail(std::ostringstream& out, const WorkerRecord& root, const
     const StreamTail* tail = ctx.stderr_tail_of(root.local_rank);
     const std::string advice =
         tail ? local_rank_arg_advice(read_stderr_end(tail->text(), tail->from_start()).last_line, ctx.local_rank_arg,
-                                     ctx.local_rank_arg_detected)
+                                     ctx.local_rank_arg_detected, ctx.use_env)
              : "";
     if (!advice.empty()) out << "ddprun: " << rank << "'s " << advice << "\n";
   }
@@ -164,12 +164,17 @@ void append_attempts(std::ostringstream& out, const std::vector<Attempt>& attemp
 }
 }  // namespace
 
-std::string local_rank_arg_advice(const std::string& line, const std::string& passed, bool detected) {
+std::string local_rank_arg_advice(const std::string& line, const std::string& passed, bool detected, bool use_env) {
   const bool underscore = line.find("--local_rank") != std::string::npos;
   const bool dash = line.find("--local-rank") != std::string::npos;
   if (line.find("error: ") == std::string::npos || !(underscore || dash)) return {};
   if (passed.empty() && line.find("the following arguments are required:") != std::string::npos) {
     const std::string spelling = underscore ? "--local_rank" : "--local-rank";
+    // --use-env said "pass nothing", and --local-rank-arg beside it is refused (issue 54: the advice named it).
+    if (use_env)
+      return "script requires " + spelling + ", which torch.distributed.launch passed only without --use-env "
+             "(torchrun never does): drop --use-env, or give --local-rank-arg " + (underscore ? "underscore" : "dash") +
+             " in its place, to pass " + spelling + "=N to every worker";
     return "script requires " + spelling + ", which torch.distributed.launch passed and torchrun does not; "
            "ddprun passes it when the script's own file declares it: --local-rank-arg " +
            (underscore ? "underscore" : "dash") + " passes " + spelling + "=N to every worker";

@@ -21,6 +21,7 @@ SummaryContext NodeAgent::summary_context() const {
   ctx.python_origin = config_.python_origin;
   ctx.local_rank_arg = config_.local_rank_arg;
   ctx.local_rank_arg_detected = config_.local_rank_arg_detected;
+  ctx.use_env = config_.use_env;
   ctx.stdin_rank = config_.stdin_rank;
   ctx.attempts = attempts_;
   ctx.output_losses = output_.losses();

@@ -387,6 +387,7 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   }
   cfg.local_rank_arg = local_rank_arg_name(o.local_rank_arg, o.use_env, script, declared, result.notes);
   cfg.local_rank_arg_detected = o.local_rank_arg.empty() && !cfg.local_rank_arg.empty();
+  cfg.use_env = o.use_env;
   // A Python worker imports the heartbeat helper that came with this ddprun without any set-up of its own.
   if (!cfg.python.empty()) {
     const std::string helpers = python_helper_dir(self_executable());

@@ -143,6 +143,11 @@ TEST_CASE("argparse's word on --local_rank names the --local-rank-arg that fixes
         "worker");
   CHECK(local_rank_arg_advice("t.py: error: the following arguments are required: --lr, --local-rank", "")
             .find("--local-rank-arg dash passes --local-rank=N") != std::string::npos);
+  // Issue 54: under --use-env the advice was --local-rank-arg, which ddprun refuses beside --use-env.
+  CHECK(local_rank_arg_advice("t.py: error: the following arguments are required: --local_rank", "", false, true) ==
+        "script requires --local_rank, which torch.distributed.launch passed only without --use-env (torchrun never "
+        "does): drop --use-env, or give --local-rank-arg underscore in its place, to pass --local_rank=N to every "
+        "worker");
   // Given a spelling the script does not take: the other one, or none.
   CHECK(local_rank_arg_advice("t.py: error: unrecognized arguments: --local-rank=1", "--local-rank") ==
         "script does not take the --local-rank=N ddprun passed: --local-rank-arg underscore passes --local_rank=N "
