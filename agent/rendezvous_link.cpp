@@ -6,6 +6,7 @@
 #include "rendezvous/errors.hpp"
 #include "rendezvous/listener.hpp"
 #include "rendezvous/munge_auth.hpp"
+#include "rendezvous/recorded_end.hpp"
 #include "rendezvous/text.hpp"
 
 namespace ddprun::agent {
@@ -217,8 +218,15 @@ void RendezvousLink::rejoin() {
 void RendezvousLink::finish(std::function<void()> done) {
   finishing_ = true;
   if (client_) client_->close();
-  // The elected host revokes its etcd lease once the others have heard the end (the job's keys go with it).
-  if (election_) done = [this, done = std::move(done)] { election_->finish(done); };
+  // The elected host records the job's end in etcd once the others have heard it, and revokes its leases (the
+  // job's other keys go with them). Computed now: the server is stopped by then.
+  if (election_) {
+    std::string record;
+    if (election_->won() && server_)
+      if (auto end = rdzv::recorded_end_of(server_->state(), config_.host, unix_ms()))
+        record = rdzv::encode_recorded_end(config_.rdzv.job.run_id, *end);
+    done = [this, record, done = std::move(done)] { election_->finish(record, done); };
+  }
   // A candidate that never won (etcd out of reach, say): nobody knows its server, there is nothing to drain.
   if (election_ && !election_->won() && server_) {
     server_->stop();

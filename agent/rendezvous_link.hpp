@@ -58,6 +58,8 @@ class RendezvousLink {
   // stops listening and joins the winner. An etcd that never answers is the client's kUnavailable error (exit 69).
   void start_elected(rendezvous::JobConfig job);
   void elect(bool taking_over);       // taking_over: the host was lost after the job formed
+  etcd::ElectionConfig election_config() const;
+  void on_recorded_end(const std::string& record);  // etcd holds the job's end: this node ends with it
   void join_host(bool taking_over);
   void take_round_back_from(const std::string& kept, bool taking_over);
   void abandon_takeover();

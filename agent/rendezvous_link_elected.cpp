@@ -1,5 +1,6 @@
 // RendezvousLink with --rdzv-backend etcd (Hosting::kElected): which agent hosts the job's rendezvous is decided in
 // etcd (etcd/coordinator_election.hpp), and decided again when the host is gone before the job formed.
+#include <algorithm>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
@@ -7,6 +8,7 @@
 
 #include "agent/rendezvous_link.hpp"
 #include "rendezvous/listener.hpp"
+#include "rendezvous/recorded_end.hpp"
 #include "rendezvous/remembered_round.hpp"
 
 namespace ddprun::agent {
@@ -23,6 +25,18 @@ void RendezvousLink::start_elected(rdzv::JobConfig job) {
   elect(/*taking_over=*/false);
 }
 
+etcd::ElectionConfig RendezvousLink::election_config() const {
+  const RendezvousConfig& r = config_.rdzv;
+  etcd::ElectionConfig ec;
+  ec.key_prefix = r.etcd.key_prefix;
+  ec.run_id = r.job.run_id;
+  ec.give_up_after = r.etcd.read_timeout;
+  // A node late by up to its own --rdzv-timeout still learns how the job ended.
+  ec.end_ttl = std::max(std::chrono::seconds(60), std::chrono::duration_cast<std::chrono::seconds>(r.job.join_timeout));
+  ec.tls = {r.etcd.https, r.etcd.cacert, r.etcd.cert, r.etcd.key};
+  return ec;
+}
+
 // Every agent listens first (a free port on every address, or --local-addr's), so that the value it offers names
 // a server that already exists; the election's winner keeps it, the others close it before anyone connected.
 void RendezvousLink::elect(bool taking_over) {
@@ -34,11 +48,6 @@ void RendezvousLink::elect(bool taking_over) {
   const std::string host = r.local_addr.empty() ? config_.host : r.local_addr;
   const nlohmann::json offer = {{"host", host}, {"port", server_->port()}, {"node", config_.host},
                                 {"pid", static_cast<long>(::getpid())}};
-  etcd::ElectionConfig ec;
-  ec.key_prefix = r.etcd.key_prefix;
-  ec.run_id = r.job.run_id;
-  ec.give_up_after = r.etcd.read_timeout;
-  ec.tls = {r.etcd.https, r.etcd.cacert, r.etcd.cert, r.etcd.key};
   etcd::CoordinatorElection::Handlers h;
   h.on_won = [this, host, taking_over](const std::string& round) {
     take_round_back_from(round, taking_over);
@@ -68,9 +77,37 @@ void RendezvousLink::elect(bool taking_over) {
   h.on_error = [this](const std::string& why, bool refused) {
     handlers_.on_error({refused ? rdzv::ErrorKind::kRefused : rdzv::ErrorKind::kUnavailable, why});
   };
-  election_ = std::make_unique<etcd::CoordinatorElection>(io_, etcd::parse_endpoints(r.etcd.endpoints), ec,
-                                                          std::move(h), log_);
+  h.on_ended = [this](const std::string& record) { on_recorded_end(record); };
+  election_ = std::make_unique<etcd::CoordinatorElection>(io_, etcd::parse_endpoints(r.etcd.endpoints),
+                                                          election_config(), std::move(h), log_);
   election_->run(offer.dump(), host_offer_);
+}
+
+// The job ended while this node was away or before it came (etcd holds its end): it never hosts the job again,
+// and ends as every other node did, with the recorded root cause and its exit code (issue 53). A record it cannot
+// read is etcd's problem to name (exit 76, the protocol's), never a fresh election.
+void RendezvousLink::on_recorded_end(const std::string& record) {
+  if (server_) {
+    server_->stop();
+    server_.reset();
+  }
+  if (client_) client_->close();  // a reconnecting client would end on its own, with another cause
+  std::string problem;
+  const auto end = rdzv::decode_recorded_end(record, config_.rdzv.job.run_id, problem);
+  if (!end)
+    return handlers_.on_error({rdzv::ErrorKind::kProtocol, "etcd: " + problem + "; key " +
+                                                               etcd::end_key(election_config()) + ": '" +
+                                                               record.substr(0, 200) + "'"});
+  log_.warning("etcd records that this job has ended (", rdzv::describe(*end), "; recorded by ", end->host,
+               "): this node ends with it (to run the job again, give it a new --rdzv-id: an ended one stays closed "
+               "for ", election_config().end_ttl.count(), " s)");
+  if (end->complete) return handlers_.on_job_complete();
+  if (!end->root_cause)
+    return handlers_.on_error({rdzv::ErrorKind::kTimeout, "the job ended before this node joined: " + end->reason});
+  rdzv::StopOrder order;
+  order.root_cause = *end->root_cause;
+  order.reason = "recorded in etcd by " + end->host;
+  handlers_.on_stop(order);
 }
 
 // Before the first round nothing of the job is lost with its host: the agents elect another (once the gone host's

@@ -27,6 +27,7 @@ std::string job_prefix(const ElectionConfig& config) {
 
 std::string coordinator_key(const ElectionConfig& config) { return job_prefix(config) + "coordinator"; }
 std::string round_key(const ElectionConfig& config) { return job_prefix(config) + "round"; }
+std::string end_key(const ElectionConfig& config) { return job_prefix(config) + "end"; }
 
 CoordinatorElection::CoordinatorElection(boost::asio::io_context& io, std::vector<Endpoint> endpoints,
                                          ElectionConfig config, Handlers handlers, Logger log)
@@ -51,13 +52,36 @@ void CoordinatorElection::run(std::string value, std::string stale) {
 // A read first (no Raft proposal): where the key is held, as for every agent of a big job but the first, no lease
 // is granted only to expire (each grant and each expiry is a write to every etcd member).
 void CoordinatorElection::peek() {
-  client_.post("/v3/kv/range", json{{"key", to_base64(coordinator_key(config_))}},
-               [this](const std::string& error, const json& reply) {
-                 if (!error.empty()) return retry_or_fail("reading the coordinator's key", error, &CoordinatorElection::peek, reply);
-                 const std::string holder = held_by(reply);
-                 if (holder.empty()) return grant();
-                 on_held(holder, &CoordinatorElection::peek);
-               });
+  client_.post("/v3/kv/range", read_job_keys(), [this](const std::string& error, const json& reply) {
+    if (!error.empty()) return retry_or_fail("reading the coordinator's key", error, &CoordinatorElection::peek, reply);
+    if (!on_job_keys(reply, &CoordinatorElection::peek)) grant();
+  });
+}
+
+json CoordinatorElection::read_job_keys() const {
+  return json{{"key", to_base64(coordinator_key(config_))}, {"range_end", to_base64(end_key(config_) + '\0')}};
+}
+
+// An ended job is never hosted again (issue 53: a node cut off with a minority member came back after the end,
+// found the keys gone, won a fresh election and waited for nodes that had left): the end wins over everything.
+bool CoordinatorElection::on_job_keys(const json& range, void (CoordinatorElection::*again)()) {
+  std::string holder, end;
+  const json kvs = range.is_object() ? range.value("kvs", json::array()) : json::array();
+  for (const json& kv : kvs.is_array() ? kvs : json::array()) {
+    if (!kv.is_object() || !kv.contains("key") || !kv["key"].is_string()) continue;
+    const std::string key = from_base64(kv["key"].get<std::string>());
+    const std::string value = kv.contains("value") && kv["value"].is_string() ? from_base64(kv["value"].get<std::string>()) : "";
+    if (key == end_key(config_)) end = value;
+    if (key == coordinator_key(config_)) holder = value;
+  }
+  if (!end.empty()) {
+    over_ = true;
+    handlers_.on_ended(end);
+    return true;
+  }
+  if (holder.empty()) return false;
+  on_held(holder, again);
+  return true;
 }
 
 // The key is held by `holder`: join it, or, when it is the host this agent found gone (stale_), wait for its lease
@@ -126,19 +150,25 @@ void CoordinatorElection::grant() {
 }
 
 // One transaction: the key is ours if nobody created it, else whoever did is read in the same revision.
+// The job's end recorded is a claim's failure too: nobody wins an ended job.
 void CoordinatorElection::claim() {
   const std::string key = to_base64(coordinator_key(config_));
+  const auto absent = [](const std::string& k) {
+    return json{{"key", k}, {"result", "EQUAL"}, {"target", "CREATE"}, {"create_revision", "0"}};
+  };
   const json txn = {
-      {"compare", json::array({{{"key", key}, {"result", "EQUAL"}, {"target", "CREATE"}, {"create_revision", "0"}}})},
+      {"compare", json::array({absent(key), absent(to_base64(end_key(config_)))})},
       {"success", json::array({{{"request_put", {{"key", key}, {"value", to_base64(value_)},
                                                  {"lease", std::to_string(lease_)}}}},
                                {{"request_range", {{"key", to_base64(round_key(config_))}}}}})},
-      {"failure", json::array({{{"request_range", {{"key", key}}}}})}};
+      {"failure", json::array({{{"request_range", read_job_keys()}}})}};
   client_.post("/v3/kv/txn", txn, [this](const std::string& error, const json& reply) {
     if (!error.empty()) return retry_or_fail("claiming the coordinator's key", error, &CoordinatorElection::claim, reply);
     if (reply.value("succeeded", false)) {
       const bool again = reclaiming_;
       won_ = true;
+      // The put's revision is the key's create revision: what this host forms is fenced by it.
+      token_ = int_field(reply.value("header", json::object()), "revision");
       reclaiming_ = false;
       last_kept_ = std::chrono::steady_clock::now();
       keep_alive();
@@ -148,15 +178,15 @@ void CoordinatorElection::claim() {
         if (r.contains("response_range")) round = held_by(r["response_range"]);
       return handlers_.on_won(round);
     }
-    std::string holder;
+    json range;
     for (const json& r : reply.value("responses", json::array()))
-      if (r.contains("response_range")) holder = held_by(r["response_range"]);
-    // The key went between compare and read cannot happen in one transaction; an empty value is not ours.
-    if (holder.empty()) return retry_or_fail("reading the coordinator's key", "empty", &CoordinatorElection::claim);
+      if (r.contains("response_range")) range = r["response_range"];
     // Lost the race: the lease is not needed (revoked now, not left to expire; its answer is not awaited).
     client_.post("/v3/lease/revoke", json{{"ID", std::to_string(lease_)}}, [](const std::string&, const json&) {});
     lease_ = 0;
-    on_held(holder, &CoordinatorElection::grant);
+    // The keys went between compare and read cannot happen in one transaction; an empty value is not ours.
+    if (!on_job_keys(range, &CoordinatorElection::grant))
+      retry_or_fail("reading the coordinator's key", "empty", &CoordinatorElection::grant);
   });
 }
 
@@ -237,7 +267,7 @@ void CoordinatorElection::on_lease_lost() {
   grant();
 }
 
-void CoordinatorElection::finish(std::function<void()> done) {
+void CoordinatorElection::finish(std::string end_record, std::function<void()> done) {
   if (!won_ || over_) {
     cancel();
     return done();
@@ -254,11 +284,12 @@ void CoordinatorElection::finish(std::function<void()> done) {
   timer_.expires_after(kFinishLimit);
   timer_.async_wait([this, once](const boost::system::error_code& ec) {
     if (ec) return;
-    log_.debug("etcd: the lease was not revoked in time; it runs out by itself");
+    log_.warning("etcd: the job's end could not be recorded within ", seconds_text(kFinishLimit),
+                 "; its keys run out with their leases");
     client_.cancel();
     once();
   });
-  // The job leaves nothing in etcd: its keys, then its leases (the round's, then the coordinator's).
+  // Then the leases, the round's and the coordinator's: nothing of the job stays in etcd but its end.
   auto revoke_main = [this, once] {
     client_.post("/v3/lease/revoke", json{{"ID", std::to_string(lease_)}},
                  [this, once](const std::string& error, const json&) {
@@ -272,11 +303,40 @@ void CoordinatorElection::finish(std::function<void()> done) {
     client_.post("/v3/lease/revoke", json{{"ID", std::to_string(round_lease_)}},
                  [revoke_main](const std::string&, const json&) { revoke_main(); });
   };
-  // A host that took over also removes what its predecessor's leases still hold (the round, up to a minute).
-  std::string end = job_prefix(config_);
-  end.back() = static_cast<char>(end.back() + 1);  // the range's end: every key under the prefix
-  client_.post("/v3/kv/deleterange", json{{"key", to_base64(job_prefix(config_))}, {"range_end", to_base64(end)}},
-               [revoke_leases](const std::string&, const json&) { revoke_leases(); });
+  // No end to record (this host leaves before the job ended): the round stays, under its own lease, for the
+  // next host to take back; only the coordinator's lease goes.
+  if (end_record.empty()) return revoke_main();
+  client_.post("/v3/lease/grant", json{{"TTL", config_.end_ttl.count()}},
+               [this, revoke_leases, record = std::move(end_record)](const std::string& error, const json& reply) {
+                 const std::int64_t end_lease = error.empty() ? int_field(reply, "ID") : 0;
+                 if (end_lease == 0) {
+                   log_.warning("etcd: the job's end is not recorded (no lease for it: ", error, ")");
+                   return revoke_leases();
+                 }
+                 record_end(record, end_lease, revoke_leases);
+               });
+}
+
+// One transaction, fenced by the token: the end is recorded, and the coordinator's key and the round (a
+// predecessor's lease may still hold it) go, only while the key is the one this host created. The round is
+// never deleted without the end recorded (issue 53: the next host then took the first claims it got).
+void CoordinatorElection::record_end(const std::string& record, std::int64_t end_lease, std::function<void()> then) {
+  const std::string key = to_base64(coordinator_key(config_));
+  const json txn = {
+      {"compare", json::array({{{"key", key}, {"result", "EQUAL"}, {"target", "CREATE"},
+                                {"create_revision", std::to_string(token_)}}})},
+      {"success", json::array({{{"request_put", {{"key", to_base64(end_key(config_))}, {"value", to_base64(record)},
+                                                 {"lease", std::to_string(end_lease)}}}},
+                               {{"request_delete_range", {{"key", key}}}},
+                               {{"request_delete_range", {{"key", to_base64(round_key(config_))}}}}})},
+      {"failure", json::array()}};
+  client_.post("/v3/kv/txn", txn, [this, end_lease, then](const std::string& error, const json& reply) {
+    if (error.empty() && reply.value("succeeded", false)) return then();
+    log_.warning("etcd: the job's end is not recorded: ",
+                 error.empty() ? "this node no longer holds the coordinator's key (another host is elected)" : error);
+    client_.post("/v3/lease/revoke", json{{"ID", std::to_string(end_lease)}}, [](const std::string&, const json&) {});
+    then();
+  });
 }
 
 }  // namespace ddprun::etcd

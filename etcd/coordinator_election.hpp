@@ -30,6 +30,9 @@ struct ElectionConfig {
   // etcd unanswered this long from the first try: an error naming every endpoint (--rdzv-conf read_timeout)
   std::chrono::milliseconds give_up_after{60'000};
   std::chrono::milliseconds retry_interval{500};
+  // The job's end stays recorded this long (its own lease): a node that comes back after the end, or arrives
+  // late, learns it instead of hosting the job again. The agent gives its --rdzv-timeout, at least a minute.
+  std::chrono::seconds end_ttl{900};
   Tls tls;  // https to etcd
 };
 
@@ -37,6 +40,7 @@ struct ElectionConfig {
 std::string job_prefix(const ElectionConfig& config);
 std::string coordinator_key(const ElectionConfig& config);
 std::string round_key(const ElectionConfig& config);  // the round the host runs (keep_round)
+std::string end_key(const ElectionConfig& config);    // the job's end, once recorded (finish)
 
 class CoordinatorElection {
  public:
@@ -49,6 +53,9 @@ class CoordinatorElection {
     // another agent holds the key this agent held (its lease ran out while etcd was out of reach). The text
     // names the endpoints.
     std::function<void(const std::string& why, bool refused)> on_error;
+    // The job has ended: etcd holds its end (`record`, what the host gave finish()). Nobody hosts it again; the
+    // agent ends with the recorded outcome. Seen in place of the coordinator's key, before any lease is granted.
+    std::function<void(const std::string& record)> on_ended;
   };
 
   CoordinatorElection(boost::asio::io_context& io, std::vector<Endpoint> endpoints, ElectionConfig config,
@@ -63,9 +70,14 @@ class CoordinatorElection {
   // for the next one to read it. Best effort; nothing before the win.
   void keep_round(std::string value);
   const std::vector<Endpoint>& endpoints() const { return client_.endpoints(); }
-  // The job is over. A coordinator revokes its lease, which removes the job's keys with it; at most 2 s (etcd
-  // unreachable: the lease runs out by itself). Then `done`. Another agent: `done` at once.
-  void finish(std::function<void()> done);
+  // The job is over. A coordinator records `end_record` under the job's end key (a lease of end_ttl) in the
+  // same transaction that removes the coordinator's and the round's keys, and only while the coordinator's key
+  // is still the one it created (its fencing token: a host whose lease ran out records nothing), then revokes
+  // its leases; at most 2 s (etcd unreachable: the leases run out by themselves). Then `done`. Another agent:
+  // `done` at once.
+  void finish(std::string end_record, std::function<void()> done);
+  // The coordinator key's create revision when this agent won it (0 before): the fencing token of what it hosts.
+  std::int64_t token() const { return token_; }
   void cancel();  // timers and requests stop; no handler runs after it
 
  private:
@@ -74,10 +86,15 @@ class CoordinatorElection {
   void claim();
   void on_held(const std::string& holder, void (CoordinatorElection::*again)());
   static std::string held_by(const nlohmann::json& range);  // the value in a range answer, "" when none
+  // The coordinator's key and the end's, read together (one range: "coordinator" < "end").
+  nlohmann::json read_job_keys() const;
+  // What a read of read_job_keys() found: the end (on_ended), the holder (on_held), or nothing (false).
+  bool on_job_keys(const nlohmann::json& range, void (CoordinatorElection::*again)());
   void keep_alive();
   void retry_or_fail(const std::string& step, const std::string& error, void (CoordinatorElection::*again)(),
                      const nlohmann::json& reply = nlohmann::json());
   void on_lease_lost();
+  void record_end(const std::string& record, std::int64_t end_lease, std::function<void()> then);
   void put_round();
 
   GatewayClient client_;
@@ -89,6 +106,7 @@ class CoordinatorElection {
   std::string stale_;
   bool again_waits_for_stale_ = false;  // the last retry waits for stale_'s lease, not for etcd
   std::int64_t lease_ = 0;
+  std::int64_t token_ = 0;  // token()
   std::int64_t round_lease_ = 0;  // keep_round's
   std::string round_value_;
   bool won_ = false;

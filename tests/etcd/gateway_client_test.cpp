@@ -222,25 +222,29 @@ namespace {
 // A gateway that plays etcd for one election: grants lease 42; the key is free or held by `holder` (for reads
 // and for the transaction); `range_holder`, when given, is what reads see instead (a race: free when read, taken
 // by the transaction).
+// `ended`: the job's end recorded (reads and a failed transaction see it; run id "j").
 FakeGateway::Answer election_etcd(std::optional<std::string> holder,
-                                  std::function<std::optional<std::string>()> range_holder = nullptr) {
-  return [holder, range_holder](const std::string& path,
-                                const json&) -> std::optional<std::pair<unsigned, std::string>> {
+                                  std::function<std::optional<std::string>()> range_holder = nullptr,
+                                  std::optional<std::string> ended = std::nullopt) {
+  return [holder, range_holder, ended](const std::string& path,
+                                       const json&) -> std::optional<std::pair<unsigned, std::string>> {
+    const auto job_keys = [&ended](const std::optional<std::string>& coordinator) {
+      json kvs = json::array();
+      if (coordinator) kvs.push_back({{"key", to_base64("/ddprun/j/coordinator")}, {"value", to_base64(*coordinator)}});
+      if (ended) kvs.push_back({{"key", to_base64("/ddprun/j/end")}, {"value", to_base64(*ended)}});
+      return kvs.empty() ? json::object() : json{{"kvs", kvs}};
+    };
     if (path == "/v3/lease/grant") return std::make_pair(200u, std::string(R"({"ID":"42","TTL":"10"})"));
-    if (path == "/v3/kv/range") {
-      const auto seen = range_holder ? range_holder() : holder;
-      if (!seen) return std::make_pair(200u, std::string("{}"));
-      return std::make_pair(200u, json{{"kvs", {{{"key", to_base64("k")}, {"value", to_base64(*seen)}}}}}.dump());
-    }
+    if (path == "/v3/kv/range") return std::make_pair(200u, job_keys(range_holder ? range_holder() : holder).dump());
     if (path == "/v3/kv/txn") {
-      if (!holder) {  // won: the put's answer, and the range of the round key (a round kept by a former host)
+      if (!holder && !ended) {  // won: the put's answer, and the range of the round key (a round kept by a former host)
         const json kept = {{"kvs", {{{"key", to_base64("r")}, {"value", to_base64("round 3")}}}}};
-        return std::make_pair(200u, json{{"succeeded", true},
+        return std::make_pair(200u, json{{"header", {{"revision", "9"}}},
+                                         {"succeeded", true},
                                          {"responses", {{{"response_put", json::object()}},
                                                         {{"response_range", kept}}}}}.dump());
       }
-      const json kv = {{"key", to_base64("k")}, {"value", to_base64(*holder)}};
-      return std::make_pair(200u, json{{"responses", json::array({{{"response_range", {{"kvs", {kv}}}}}})}}.dump());
+      return std::make_pair(200u, json{{"responses", json::array({{{"response_range", job_keys(holder)}}})}}.dump());
     }
     if (path == "/v3/lease/keepalive") return std::make_pair(200u, std::string(R"({"result":{"ID":"42","TTL":"10"}})"));
     if (path == "/v3/lease/revoke" || path == "/v3/kv/put" || path == "/v3/kv/deleterange")
@@ -254,8 +258,9 @@ struct Outcome {
   std::string round;
   std::optional<std::string> lost;
   std::optional<std::string> error;
+  std::optional<std::string> ended;
   bool refused = false;
-  bool any() const { return won || lost || error; }
+  bool any() const { return won || lost || error || ended; }
 };
 
 CoordinatorElection::Handlers record(Outcome& o) {
@@ -267,7 +272,8 @@ CoordinatorElection::Handlers record(Outcome& o) {
           [&o](const std::string& why, bool refused) {
             o.error = why;
             o.refused = refused;
-          }};
+          },
+          [&o](const std::string& end) { o.ended = end; }};
 }
 }  // namespace
 
@@ -284,11 +290,16 @@ TEST_CASE("an election: the first claim wins under its lease, a later one learns
   REQUIRE(o.won);
   CHECK(won.won());
   CHECK(free_key.seen.at(0).first == "/v3/kv/range");  // a read first: no lease where the key is held
+  CHECK(from_base64(free_key.seen.at(0).second["key"]) == "/ddprun/j/coordinator");  // with the end beside it
+  CHECK(from_base64(free_key.seen.at(0).second["range_end"]) == std::string("/ddprun/j/end") + '\0');
   CHECK(free_key.seen.at(1).first == "/v3/lease/grant");
   const json txn = free_key.seen.at(2).second;
   CHECK(free_key.seen.at(2).first == "/v3/kv/txn");
   CHECK(from_base64(txn["compare"][0]["key"]) == "/ddprun/j/coordinator");
   CHECK(txn["compare"][0]["create_revision"] == "0");  // only if nobody created it
+  CHECK(from_base64(txn["compare"][1]["key"]) == "/ddprun/j/end");  // and the job has not ended
+  CHECK(txn["compare"][1]["create_revision"] == "0");
+  CHECK(won.token() == 9);  // the revision of the win: the fencing token
   CHECK(txn["success"][0]["request_put"]["lease"] == "42");
   CHECK(from_base64(txn["success"][0]["request_put"]["value"]) == R"({"host":"n1","port":1})");
   CHECK(from_base64(txn["success"][1]["request_range"]["key"]) == "/ddprun/j/round");  // read with the win
@@ -302,14 +313,24 @@ TEST_CASE("an election: the first claim wins under its lease, a later one learns
   CHECK(from_base64(free_key.seen.back().second["value"]) == "round 4");
   CHECK(free_key.seen.back().second["lease"] == "42");
   bool finished = false;
-  won.finish([&] { finished = true; });
+  won.finish("the end", [&] { finished = true; });
   run_until(io, finished);
   CHECK(finished);
-  CHECK(free_key.seen.back().first == "/v3/lease/revoke");  // the keys, the round's lease, the coordinator's
+  // Issue 53: the end's lease, then one transaction fenced by the token that records the end and removes the
+  // coordinator's key and the round, then the round's lease and the coordinator's.
+  REQUIRE(free_key.seen.size() >= 4);
+  CHECK(free_key.seen.end()[-4].first == "/v3/lease/grant");
+  CHECK(free_key.seen.end()[-3].first == "/v3/kv/txn");
+  const json end = free_key.seen.end()[-3].second;
+  CHECK(from_base64(end["compare"][0]["key"]) == "/ddprun/j/coordinator");
+  CHECK(end["compare"][0]["target"] == "CREATE");
+  CHECK(end["compare"][0]["create_revision"] == "9");
+  CHECK(from_base64(end["success"][0]["request_put"]["key"]) == "/ddprun/j/end");
+  CHECK(from_base64(end["success"][0]["request_put"]["value"]) == "the end");
+  CHECK(from_base64(end["success"][1]["request_delete_range"]["key"]) == "/ddprun/j/coordinator");
+  CHECK(from_base64(end["success"][2]["request_delete_range"]["key"]) == "/ddprun/j/round");
+  CHECK(free_key.seen.back().first == "/v3/lease/revoke");
   CHECK(free_key.seen.end()[-2].first == "/v3/lease/revoke");
-  CHECK(free_key.seen.end()[-3].first == "/v3/kv/deleterange");
-  CHECK(from_base64(free_key.seen.end()[-3].second["key"]) == "/ddprun/j/");
-  CHECK(from_base64(free_key.seen.end()[-3].second["range_end"]) == "/ddprun/j0");
   CHECK(free_key.seen.back().second["ID"] == "42");
 
   FakeGateway taken(io, election_etcd(std::string(R"({"host":"n0","port":7})")));
@@ -335,6 +356,51 @@ TEST_CASE("an election: the first claim wins under its lease, a later one learns
   CHECK(raced.seen[3].first == "/v3/lease/revoke");
 }
 
+// Issue 53: a node cut off with a minority member came back after the job ended, found no key, won a fresh
+// election and hosted the ended job. The end is read with the coordinator's key and wins over everything.
+TEST_CASE("an ended job is never hosted again: its end is read in place of the key, or fails the claim") {
+  asio::io_context io;
+  ElectionConfig config;
+  config.run_id = "j";
+  FakeGateway ended(io, election_etcd(std::nullopt, nullptr, std::string("the end")));
+  Outcome o;
+  CoordinatorElection late(io, {ended.endpoint()}, config, record(o), ddprun::Logger(ddprun::LogLevel::kOff, "", ""));
+  late.run("mine");
+  for (int i = 0; i < 200 && !o.any(); ++i) io.run_one_for(std::chrono::milliseconds(50));
+  REQUIRE(o.ended);
+  CHECK(*o.ended == "the end");
+  CHECK_FALSE(o.won);
+  CHECK(ended.seen.size() == 1);  // the read alone: no lease, no claim
+  // Ended between the read and the claim: the claim's compare fails on the end, and its read names it.
+  FakeGateway raced(io, election_etcd(std::nullopt, [] { return std::optional<std::string>(); },
+                                      std::string("the end")));
+  Outcome o2;
+  CoordinatorElection claimer(io, {raced.endpoint()}, config, record(o2), ddprun::Logger(ddprun::LogLevel::kOff, "", ""));
+  claimer.run("mine");
+  for (int i = 0; i < 200 && !o2.any(); ++i) io.run_one_for(std::chrono::milliseconds(50));
+  REQUIRE(o2.ended);
+  CHECK_FALSE(o2.won);
+}
+
+TEST_CASE("a host that leaves before the end records nothing and leaves the round to the next host") {
+  asio::io_context io;
+  FakeGateway etcd(io, election_etcd(std::nullopt));
+  ElectionConfig config;
+  config.run_id = "j";
+  Outcome o;
+  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), ddprun::Logger(ddprun::LogLevel::kOff, "", ""));
+  election.run("mine");
+  run_until(io, o.won);
+  REQUIRE(o.won);
+  const std::size_t before = etcd.seen.size();
+  bool finished = false;
+  election.finish("", [&] { finished = true; });
+  run_until(io, finished);
+  REQUIRE(finished);
+  REQUIRE(etcd.seen.size() == before + 1);  // the coordinator's lease only: no txn, no delete
+  CHECK(etcd.seen.back().first == "/v3/lease/revoke");
+}
+
 TEST_CASE("a round's lease granted after the job finished is revoked; the round is not put") {
   // Seen under load on real etcd: a job whose workers end at once finishes while the round's lease is still being
   // granted; the late grant then put the round under a fresh 60 s lease that nobody revoked.
@@ -356,7 +422,7 @@ TEST_CASE("a round's lease granted after the job finished is revoked; the round 
   for (int i = 0; i < 100 && grants < 2; ++i) io.run_one_for(std::chrono::milliseconds(20));
   REQUIRE(grants == 2);
   bool finished = false;
-  election.finish([&] { finished = true; });
+  election.finish("the end", [&] { finished = true; });
   run_until(io, finished);
   REQUIRE(finished);
   const std::size_t at_finish = etcd.seen.size();

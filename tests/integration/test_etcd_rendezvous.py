@@ -54,6 +54,18 @@ class EtcdCase(MultiNodeCase):
                           "--local-addr", "127.0.0.1", "--heartbeat-interval", "0.2", "--heartbeat-timeout", "1",
                           "--rdzv-timeout", "20", *extra, program, *steps)
 
+    def assert_only_the_end_left(self, run_id=None, prefix="/ddprun", complete=None):
+        """The job left nothing in etcd but its end (issue 53: recorded for a late node, under a lease of its own),
+        which names the job's outcome. Returns the record."""
+        job = f"{prefix}/{run_id or self.run_id}/"
+        self.assertEqual(self.etcd.keys(job), [job + "end"])
+        end = json.loads(self.etcd.value(job + "end"))
+        self.assertEqual(end["format"], "ddprun-job-end/1", end)
+        self.assertEqual(end["run_id"], run_id or self.run_id, end)
+        if complete is not None:
+            self.assertEqual(end["complete"], complete, end)
+        return end
+
     def coordinator(self, run_id=None):
         """What the elected agent published: {"host", "port", "node", "pid"}, or None."""
         value = self.etcd.value(f"/ddprun/{run_id or self.run_id}/coordinator")
@@ -77,7 +89,7 @@ class OneMember(EtcdCase):
         self.assertEqual(said.count("this node hosts the rendezvous (elected in etcd"), 1, said)
         self.assertEqual(said.count("(elected in etcd)"), 1, said)  # the other node's line
         # The host revoked its lease at the end: the job's keys went with it.
-        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
+        self.assert_only_the_end_left()
 
     def test_a_worker_failure_on_either_node_ends_both(self):
         for failing in (0, 3):
@@ -101,7 +113,7 @@ class OneMember(EtcdCase):
                     self.assertIn(f"root cause: rank {failing} (local rank {failing % 2}, node {failing // 2}, host",
                                   err, res)
                     self.assertIn("root cause error: boom", err, res)
-                self.assertEqual(self.etcd.keys(f"/ddprun/{run_id}/"), [])
+                self.assert_only_the_end_left(run_id)
 
     def test_a_host_gone_before_the_job_formed_is_replaced(self):
         # Two of three nodes are there: the elected one hosts, the other waits in its rendezvous. The host is
@@ -125,7 +137,7 @@ class OneMember(EtcdCase):
         for res in results:
             self.assertEqual(res.code, 0, res)
         self.assertEqual(sorted(int(line.split("=")[1]) for line in out.splitlines() if "RANK=" in line), [0, 1, 2])
-        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
+        self.assert_only_the_end_left()
 
     def test_the_host_lost_while_the_job_runs_is_replaced_and_judged(self):
         # A job of fixed size: the host's node is gone with its workers, so the job must end, but with that node
@@ -156,7 +168,34 @@ class OneMember(EtcdCase):
         # The new host took the round back as its predecessor kept it in etcd (seats checked), and removed it.
         for res in survivors:
             self.assertNotIn("no round kept in etcd", res.stderr.decode(), res)
-        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
+        self.assert_only_the_end_left()
+
+    def root_causes(self, results):
+        return {line for res in results for line in res.stderr.decode().splitlines()
+                if line.startswith("ddprun: root cause:")}
+
+    def test_a_node_that_comes_after_the_end_ends_with_the_recorded_outcome(self):
+        # Issue 53, invariant 3: nothing in etcd said the job ended, so a node that came after the end won a fresh
+        # election and hosted the ended job until --rdzv-timeout (20 s here), then named a cause of its own. Now
+        # the host records the end before it removes anything, and a late node ends at once with it.
+        for failing in (True, False):
+            with self.subTest(failing=failing):
+                run_id = f"{self.run_id}-{failing}"
+                steps = ["@1:exit=7"] if failing else ["exit=0"]
+                results = self.wait_all([self.etcd_node(*steps, nproc=1, run_id=run_id) for _ in range(2)])
+                end = self.assert_only_the_end_left(run_id, complete=not failing)
+                t0 = time.monotonic()
+                late = self.wait_all([self.etcd_node("exit=0", nproc=1, run_id=run_id)], timeout=30)[0]
+                self.assertLess(time.monotonic() - t0, 10, late)
+                err = late.stderr.decode()
+                self.assertIn("etcd records that this job has ended", err, late)
+                self.assertNotIn("this node hosts the rendezvous", err, late)
+                self.assertEqual(late.code, 7 if failing else 0, late)
+                if failing:
+                    self.assertEqual(end["root_cause"]["rank"], 1, end)
+                    causes = self.root_causes(results + [late])
+                    self.assertEqual(len(causes), 1, causes)  # the late node names the others' root cause
+                self.assert_only_the_end_left(run_id, complete=not failing)  # and hosts nothing
 
     def test_a_host_silent_for_a_while_is_not_replaced_once_it_answers_again(self):
         # The host stopped (SIGSTOP) past the heartbeat timeout: the other node reconnects and starts a takeover
@@ -265,7 +304,7 @@ class OneMember(EtcdCase):
             kinds = [json.loads(line)["event"] for line in f]
         self.assertEqual(kinds.count("started"), 1, kinds)
         self.assertGreaterEqual(kinds.count("reformed_in_place"), 2, kinds)
-        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
+        self.assert_only_the_end_left()
 
     def test_a_failed_attempt_is_restarted_on_every_node(self):
         # --max-restarts through the host elected in etcd: rank 3 fails in the first attempt only (its ready file did
@@ -313,7 +352,7 @@ class OneMember(EtcdCase):
         results = self.wait_all(procs)
         for res in results:
             self.assertEqual(res.code, 0, res)
-        self.assertEqual(self.etcd.keys("/torchelastic/p/"), [])
+        self.assert_only_the_end_left(prefix="/torchelastic/p")
 
     def test_etcd_unreachable_is_one_clear_error(self):
         nowhere = f"127.0.0.1:{free_port()}"
@@ -338,7 +377,7 @@ class OneMember(EtcdCase):
         for res in self.wait_all(procs, timeout=40):
             self.assertEqual(res.code, HUNG, res)
             self.assertIn(b"root cause: rank 1 (local rank 0, node 1", res.stderr, res)
-        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
+        self.assert_only_the_end_left()
 
     def test_the_live_view_shows_the_whole_job_from_either_node(self):
         runtime = self.path("runtime")
@@ -437,7 +476,7 @@ class OverTls(EtcdCase):
         procs = [self.etcd_node("env=RANK", extra=self.tls_conf()) for _ in range(2)]
         for res in self.wait_all(procs):
             self.assertEqual(res.code, 0, res)
-        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
+        self.assert_only_the_end_left()
 
     def test_tls_refusals_are_one_clear_error_each(self):
         other = self.path("other")
@@ -541,7 +580,7 @@ class ThreeMembers(EtcdCase):
         self.assertLess(time.monotonic() - t0, 20, results)
         os.kill(self.etcd.procs[frozen].pid, signal.SIGCONT)
         wait_until(lambda: self.etcd.healthy(frozen), "the thawed member healthy again", 20, interval=0.2)
-        self.assertEqual(self.etcd.keys(f"/ddprun/{self.run_id}/"), [])
+        self.assert_only_the_end_left()
 
 class TorchsOwnEtcdLauncherTests(EtcdCase):
     """The command lines of PyTorch's own launcher tests that use etcd (test/distributed/launcher/run_test.py, the
@@ -563,9 +602,10 @@ class TorchsOwnEtcdLauncherTests(EtcdCase):
                     "if a.fail:\n    raise RuntimeError('planned failure')\n"
                     "open(os.path.join(a.touch_file_dir, os.environ['RANK']), 'w').close()\n")
 
-    def etcd_args(self, nnodes="1"):
+    def etcd_args(self, nnodes="1", run=0):
+        # One id per run (`run`), as PyTorch's tests make one (a uuid): an ended job's id stays closed (issue 53).
         return [f"--nnodes={nnodes}", "--rdzv_backend=etcd", f"--rdzv_endpoint={self.etcd.endpoints}",
-                f"--rdzv_id={self.run_id}", "--monitor_interval=1", "--start_method=spawn"]
+                f"--rdzv_id={self.run_id}-{run}", "--monitor_interval=1", "--start_method=spawn"]
 
     def assert_touched(self, world_size):
         self.assertEqual(sorted(os.listdir(self.touched)), sorted(str(i) for i in range(world_size)))
@@ -601,11 +641,12 @@ class TorchsOwnEtcdLauncherTests(EtcdCase):
             with self.subTest(nproc=nproc):
                 for name in os.listdir(self.touched):
                     os.unlink(os.path.join(self.touched, name))
-                r = self.run_ddprun(*self.etcd_args(), f"--nproc_per_node={nproc}", "--no_python", self.sh,
+                r = self.run_ddprun(*self.etcd_args(run=nproc), f"--nproc_per_node={nproc}", "--no_python", self.sh,
                                     self.touched)
                 self.assertEqual(r.code, 0, r)
                 self.assert_touched(world_size)
-        r = self.run_ddprun(*self.etcd_args(), "--nproc_per_node=unknown", "--no_python", self.sh, self.touched)
+        r = self.run_ddprun(*self.etcd_args(run="bad"), "--nproc_per_node=unknown", "--no_python", self.sh,
+                            self.touched)
         self.assertEqual(r.code, USAGE, r)
 
     def test_launch_elastic_one_node_of_two(self):
