@@ -277,7 +277,10 @@ void NodeAgent::maybe_finish() {
   live_.stop();
   containment_.stop_watching();
   // Signals are still read while a hosted server tells the other nodes the end: a stop signal cuts that short.
-  link_.finish([this] { signals_.cancel(); });
+  link_.finish([this](const EndInEtcd& e) {
+    on_end_in_etcd(e);
+    signals_.cancel();
+  });
 }
 
 int run_node_agent(const AgentConfig& config) {

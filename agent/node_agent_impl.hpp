@@ -64,6 +64,8 @@ class NodeAgent {
   void on_assignment(const rendezvous::Assignment& a);
   void on_stop(const rendezvous::StopOrder& order);
   void on_outcome(const JobCause* cause, const char* reason);
+  // A host elected in etcd whose verdict was not the job's (RendezvousLink::finish): the recorded end, or 74.
+  void on_end_in_etcd(const EndInEtcd& end);
   void begin_next_round(AgentLifecycle::Next how);
   void note_reform(const rendezvous::StopOrder& order, bool in_place);
   bool may_rejoin(const rendezvous::StopOrder& order) const;

@@ -183,6 +183,31 @@ void NodeAgent::on_outcome(const JobCause* cause, const char* reason) {
   maybe_finish();
 }
 
+// Issue 53: a host cut off with a minority etcd member judged the other nodes lost and ended naming one of them,
+// while the others elected a new host that named this one: two root causes. Its verdict is only the job's once
+// etcd holds it; otherwise the end the new host recorded is, or this node says it cannot know (74).
+void NodeAgent::on_end_in_etcd(const EndInEtcd& end) {
+  JobCause cause;
+  if (end.recorded && end.recorded->root_cause) {
+    cause = cause_of(*end.recorded->root_cause);
+    log_.warning("etcd records the job's end, by the host that took over while this node was cut off from etcd (",
+                 end.recorded->host, "): ", cause.text, "; this node ends with it, not with its own verdict");
+  } else if (end.recorded) {
+    cause.text = "this node was cut off from the job, which " + rdzv::describe(*end.recorded).substr(8) +
+                 " without it (recorded in etcd by " + end.recorded->host + ")";
+    cause.exit_code = kExitRdzvLost;
+    log_.warning(cause.text);
+  } else if (!end.unconfirmed.empty()) {
+    cause.text = end.unconfirmed;
+    cause.exit_code = kExitRdzvLost;
+    log_.error(cause.text);
+  } else {
+    return;
+  }
+  cause.time_ms = unix_ms();
+  policy_.on_job_cause(cause, unix_ms());  // the workers are gone: only the verdict changes
+}
+
 // Every process of the stopped attempt is gone and its output drained: tell the rendezvous, and start
 // over when the next assignment comes (on_assignment).
 void NodeAgent::begin_next_round(AgentLifecycle::Next how) {

@@ -215,17 +215,28 @@ void RendezvousLink::rejoin() {
   start_client();
 }
 
-void RendezvousLink::finish(std::function<void()> done) {
+void RendezvousLink::finish(std::function<void(const EndInEtcd&)> finished) {
   finishing_ = true;
   if (client_) client_->close();
+  std::function<void()> done = [finished] { finished(EndInEtcd{}); };
   // The elected host records the job's end in etcd once the others have heard it, and revokes its leases (the
   // job's other keys go with them). Computed now: the server is stopped by then.
   if (election_) {
     std::string record;
+    bool needs_etcd = false;
     if (election_->won() && server_)
-      if (auto end = rdzv::recorded_end_of(server_->state(), config_.host, unix_ms()))
+      if (auto end = rdzv::recorded_end_of(server_->state(), config_.host, unix_ms())) {
         record = rdzv::encode_recorded_end(config_.rdzv.job.run_id, *end);
-    done = [this, record, done = std::move(done)] { election_->finish(record, done); };
+        needs_etcd = verdict_needs_etcd(server_->state());
+      }
+    // A verdict on a node's loss may be this host's own cut-off: it waits for etcd as long as an election would
+    // (read_timeout) to record it, or to learn the end the host that replaced it recorded (issue 53).
+    const auto patience = needs_etcd ? config_.rdzv.etcd.read_timeout : std::chrono::milliseconds(2000);
+    done = [this, record, patience, needs_etcd, finished] {
+      election_->finish(record, patience, [this, needs_etcd, finished](const etcd::CoordinatorElection::EndOutcome& o) {
+        finished(end_in_etcd(o, needs_etcd));
+      });
+    };
   }
   // A candidate that never won (etcd out of reach, say): nobody knows its server, there is nothing to drain.
   if (election_ && !election_->won() && server_) {
@@ -252,7 +263,31 @@ void RendezvousLink::finish(std::function<void()> done) {
   server_->async_wait_drained(wait, [this] { cut_finish_short(); });
 }
 
+// Said by the server's state at the end: the root cause is a node's loss, or a node judged lost for its silence
+// was not told. Then this host may itself be the one cut off, and only etcd can say whose verdict is the job's.
+bool RendezvousLink::verdict_needs_etcd(const rdzv::RendezvousState& state) {
+  const bool node_lost = state.root_cause && state.root_cause->kind == rdzv::FailureKind::kNodeLost;
+  return node_lost || !state.untold_silent.empty();
+}
+
+EndInEtcd RendezvousLink::end_in_etcd(const etcd::CoordinatorElection::EndOutcome& o, bool needs_etcd) const {
+  using Kind = etcd::CoordinatorElection::EndOutcome::Kind;
+  EndInEtcd e;
+  if (o.kind == Kind::kRecorded || (o.kind == Kind::kNotRecorded && !needs_etcd)) return e;
+  if (o.kind == Kind::kRecordedElsewhere) {
+    std::string problem;
+    e.recorded = rdzv::decode_recorded_end(o.record, config_.rdzv.job.run_id, problem);
+    if (!e.recorded) e.unconfirmed = "etcd: " + problem;
+    return e;
+  }
+  e.unconfirmed = "this node's verdict on a lost node could not be recorded in etcd (" + o.why +
+                  "): this node may itself have been the one cut off, and the job's outcome is decided where etcd "
+                  "has a quorum; check the other nodes' logs";
+  return e;
+}
+
 bool RendezvousLink::cut_finish_short() {
+  if (election_ && election_->cut_finish_short()) return true;
   if (!finish_done_) return false;
   server_->stop();
   std::function<void()> done = std::move(finish_done_);

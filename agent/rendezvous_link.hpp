@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
@@ -13,12 +14,20 @@
 #include "common/exit_codes.hpp"
 #include "etcd/coordinator_election.hpp"
 #include "rendezvous/client.hpp"
+#include "rendezvous/recorded_end.hpp"
 #include "rendezvous/server.hpp"
 
 namespace ddprun::agent {
 
 // ddprun's exit code for a rendezvous outcome (common/exit_codes.hpp: kExitRdzv*).
 int exit_code_of(const rendezvous::ClientError& error);
+
+// What etcd says of the job's end where it is not this node's own word (RendezvousLink::finish, a host elected
+// in etcd): both empty when there is nothing to change.
+struct EndInEtcd {
+  std::optional<rendezvous::RecordedEnd> recorded;  // the end the host that replaced this one recorded: the job's
+  std::string unconfirmed;  // this node's verdict could be neither recorded nor checked: why (exit 74)
+};
 
 class RendezvousLink {
  public:
@@ -42,8 +51,9 @@ class RendezvousLink {
   std::uint16_t server_port() const;
 
   // Closes the client; a hosted server stays until the other nodes have read their last message (at most
-  // 2 s), so that this node's exit never turns into "lost the server" elsewhere. Then `done`.
-  void finish(std::function<void()> done);
+  // 2 s), so that this node's exit never turns into "lost the server" elsewhere. A host elected in etcd then
+  // records the job's end there (a verdict on a lost node waits up to read_timeout for etcd). Then `done`.
+  void finish(std::function<void(const EndInEtcd&)> done);
   // A stop signal while finish() waits (up to 10 s when the job could not start, to tell late nodes): stop
   // waiting, `done` now (issue 34: node 0 ignored SIGTERM for that long; a scancel took 6.6 s). False when
   // nothing waits.
@@ -60,6 +70,8 @@ class RendezvousLink {
   void elect(bool taking_over);       // taking_over: the host was lost after the job formed
   etcd::ElectionConfig election_config() const;
   void on_recorded_end(const std::string& record);  // etcd holds the job's end: this node ends with it
+  static bool verdict_needs_etcd(const rendezvous::RendezvousState& state);
+  EndInEtcd end_in_etcd(const etcd::CoordinatorElection::EndOutcome& o, bool needs_etcd) const;
   void join_host(bool taking_over);
   void take_round_back_from(const std::string& kept, bool taking_over);
   void abandon_takeover();

@@ -70,12 +70,25 @@ class CoordinatorElection {
   // for the next one to read it. Best effort; nothing before the win.
   void keep_round(std::string value);
   const std::vector<Endpoint>& endpoints() const { return client_.endpoints(); }
+  // What finish() learned of the job's end in etcd.
+  struct EndOutcome {
+    enum class Kind {
+      kRecorded,          // this host's end is the job's
+      kRecordedElsewhere, // another host recorded the end first (`record`): that is the job's
+      kNotRecorded,       // neither (`why`): nothing to record, etcd out of reach, or the job goes on elsewhere
+    } kind = Kind::kNotRecorded;
+    std::string record;
+    std::string why;
+  };
   // The job is over. A coordinator records `end_record` under the job's end key (a lease of end_ttl) in the
   // same transaction that removes the coordinator's and the round's keys, and only while the coordinator's key
-  // is still the one it created (its fencing token: a host whose lease ran out records nothing), then revokes
-  // its leases; at most 2 s (etcd unreachable: the leases run out by themselves). Then `done`. Another agent:
-  // `done` at once.
-  void finish(std::string end_record, std::function<void()> done);
+  // is still the one it created (its fencing token: a host whose lease ran out and was replaced records
+  // nothing, and reads the end its successor recorded instead), then revokes its leases. etcd out of reach: it
+  // tries again for `patience` (the leases then run out by themselves). Then `done`. Another agent, or an empty
+  // record: `done` at once (kNotRecorded), after revoking only its own lease (the round stays for a successor).
+  void finish(std::string end_record, std::chrono::milliseconds patience, std::function<void(const EndOutcome&)> done);
+  // A stop signal while finish() waits for etcd: `done` now (kNotRecorded). False when finish() is not waiting.
+  bool cut_finish_short();
   // The coordinator key's create revision when this agent won it (0 before): the fencing token of what it hosts.
   std::int64_t token() const { return token_; }
   void cancel();  // timers and requests stop; no handler runs after it
@@ -94,7 +107,12 @@ class CoordinatorElection {
   void retry_or_fail(const std::string& step, const std::string& error, void (CoordinatorElection::*again)(),
                      const nlohmann::json& reply = nlohmann::json());
   void on_lease_lost();
-  void record_end(const std::string& record, std::int64_t end_lease, std::function<void()> then);
+  // finish()'s steps: a lease for the end, the fenced transaction, the end read when the fence failed.
+  void try_to_record();
+  void record_end(std::int64_t end_lease);
+  void read_end_recorded_elsewhere();
+  void record_later(const std::string& error);  // etcd out of reach: again after retry_interval, until patience
+  void end_finish(EndOutcome outcome);          // revokes the leases (not awaited past the deadline), then done
   void put_round();
 
   GatewayClient client_;
@@ -114,6 +132,9 @@ class CoordinatorElection {
   bool over_ = false;
   std::chrono::steady_clock::time_point first_try_{};
   std::chrono::steady_clock::time_point last_kept_{};
+  std::string end_record_;                                        // finish()'s
+  std::chrono::steady_clock::time_point finish_deadline_{};       // finish()'s patience runs out
+  std::function<void(const EndOutcome&)> finish_done_;
 };
 
 }  // namespace ddprun::etcd

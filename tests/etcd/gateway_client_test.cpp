@@ -313,7 +313,10 @@ TEST_CASE("an election: the first claim wins under its lease, a later one learns
   CHECK(from_base64(free_key.seen.back().second["value"]) == "round 4");
   CHECK(free_key.seen.back().second["lease"] == "42");
   bool finished = false;
-  won.finish("the end", [&] { finished = true; });
+  won.finish("the end", std::chrono::milliseconds(2000), [&](const CoordinatorElection::EndOutcome& e) {
+    finished = true;
+    CHECK(e.kind == CoordinatorElection::EndOutcome::Kind::kRecorded);
+  });
   run_until(io, finished);
   CHECK(finished);
   // Issue 53: the end's lease, then one transaction fenced by the token that records the end and removes the
@@ -394,11 +397,82 @@ TEST_CASE("a host that leaves before the end records nothing and leaves the roun
   REQUIRE(o.won);
   const std::size_t before = etcd.seen.size();
   bool finished = false;
-  election.finish("", [&] { finished = true; });
+  election.finish("", std::chrono::milliseconds(2000), [&](const CoordinatorElection::EndOutcome& e) {
+    finished = true;
+    CHECK(e.kind == CoordinatorElection::EndOutcome::Kind::kNotRecorded);
+  });
   run_until(io, finished);
   REQUIRE(finished);
   REQUIRE(etcd.seen.size() == before + 1);  // the coordinator's lease only: no txn, no delete
   CHECK(etcd.seen.back().first == "/v3/lease/revoke");
+}
+
+// Issue 53: a host cut off with a minority member ended naming another root cause than the host elected in its
+// place. Its fenced transaction fails (the key is the successor's): it reads the end recorded there instead.
+TEST_CASE("a host replaced while cut off records nothing and learns the end its successor recorded") {
+  asio::io_context io;
+  int txns = 0;
+  const auto plain = election_etcd(std::nullopt);
+  FakeGateway etcd(io, [&](const std::string& path, const json& body) -> std::optional<std::pair<unsigned, std::string>> {
+    if (path == "/v3/kv/txn" && ++txns == 2) return std::make_pair(200u, std::string(R"({"succeeded":false})"));
+    if (path == "/v3/kv/range" && txns == 2)
+      return std::make_pair(200u, json{{"kvs", {{{"key", to_base64("/ddprun/j/end")},
+                                                 {"value", to_base64("their end")}}}}}.dump());
+    return plain(path, body);
+  });
+  ElectionConfig config;
+  config.run_id = "j";
+  Outcome o;
+  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), ddprun::Logger(ddprun::LogLevel::kOff, "", ""));
+  election.run("mine");
+  run_until(io, o.won);
+  REQUIRE(o.won);
+  std::optional<CoordinatorElection::EndOutcome> end;
+  bool finished = false;
+  election.finish("my end", std::chrono::milliseconds(2000), [&](const CoordinatorElection::EndOutcome& e) {
+    end = e;
+    finished = true;
+  });
+  run_until(io, finished);
+  REQUIRE(end);
+  CHECK(end->kind == CoordinatorElection::EndOutcome::Kind::kRecordedElsewhere);
+  CHECK(end->record == "their end");
+}
+
+TEST_CASE("an end that cannot be recorded is tried again for the patience given, then said") {
+  asio::io_context io;
+  bool reachable = true;
+  const auto plain = election_etcd(std::nullopt);
+  FakeGateway etcd(io, [&](const std::string& path, const json& body) -> std::optional<std::pair<unsigned, std::string>> {
+    if (!reachable) return std::make_pair(503u, std::string(R"({"error":"etcdserver: no leader"})"));
+    return plain(path, body);
+  });
+  ElectionConfig config;
+  config.run_id = "j";
+  config.retry_interval = std::chrono::milliseconds(100);
+  Outcome o;
+  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), ddprun::Logger(ddprun::LogLevel::kOff, "", ""));
+  election.run("mine");
+  run_until(io, o.won);
+  REQUIRE(o.won);
+  reachable = false;
+  std::optional<CoordinatorElection::EndOutcome> end;
+  bool finished = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  election.finish("my end", std::chrono::milliseconds(3000), [&](const CoordinatorElection::EndOutcome& e) {
+    end = e;
+    finished = true;
+  });
+  run_until(io, finished);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  REQUIRE(end);
+  CHECK(end->kind == CoordinatorElection::EndOutcome::Kind::kNotRecorded);
+  CHECK(end->why.find("etcd did not answer") != std::string::npos);
+  CHECK(took >= std::chrono::milliseconds(2500));  // it kept trying for the patience given
+  CHECK(took < std::chrono::seconds(8));
+  std::size_t grants = 0;
+  for (const auto& seen : etcd.seen) grants += seen.first == "/v3/lease/grant";
+  CHECK(grants > 3);  // the election's, then one per try
 }
 
 TEST_CASE("a round's lease granted after the job finished is revoked; the round is not put") {
@@ -422,7 +496,7 @@ TEST_CASE("a round's lease granted after the job finished is revoked; the round 
   for (int i = 0; i < 100 && grants < 2; ++i) io.run_one_for(std::chrono::milliseconds(20));
   REQUIRE(grants == 2);
   bool finished = false;
-  election.finish("the end", [&] { finished = true; });
+  election.finish("the end", std::chrono::milliseconds(2000), [&](const CoordinatorElection::EndOutcome&) { finished = true; });
   run_until(io, finished);
   REQUIRE(finished);
   const std::size_t at_finish = etcd.seen.size();

@@ -9,6 +9,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import sys
 import time
 import unittest
 import urllib.request
@@ -46,14 +47,18 @@ def make_certificates(directory, ca_name="ca"):
 
 
 class EtcdCluster:
-    def __init__(self, base_dir, members=1, tls=False, v2=False):
+    def __init__(self, base_dir, members=1, tls=False, v2=False, lab=None):
         """`tls`: client URLs over https with a CA of the fixture's own (make_certificates), etcd asking every
         client for a certificate signed by it (--client-cert-auth). `v2`: etcd's v2 API too (--enable-v2), which
-        torch's etcd back-ends speak through python3-etcd (the benchmark's peer)."""
+        torch's etcd back-ends speak through python3-etcd (the benchmark's peer). `lab`: a netns_lab.NetnsStar
+        with at least `members` hosts: member i runs on host i, at its address, so that cutting a host cuts its
+        member too (the partition tests); the fixture then talks to a member from inside its host."""
         self.base_dir = base_dir
         self.tls = tls
         self.v2 = v2
+        self.lab = lab
         self.names = [f"m{i}" for i in range(members)]
+        self.hosts = [lab.addr[i] for i in range(members)] if lab else ["127.0.0.1"] * members
         self.client_ports = [free_port() for _ in self.names]
         self.peer_ports = [free_port() for _ in self.names]
         self.procs = [None] * members
@@ -64,10 +69,10 @@ class EtcdCluster:
         """The --rdzv-endpoint list: every member's client URL."""
         if self.tls:
             return ",".join(self.url(i) for i in range(len(self.names)))
-        return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
+        return ",".join(f"{h}:{p}" for h, p in zip(self.hosts, self.client_ports))
 
     def url(self, i):
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_ports[i]}"
+        return f"{'https' if self.tls else 'http'}://{self.hosts[i]}:{self.client_ports[i]}"
 
     def cert(self, name):
         return os.path.join(self.base_dir, name)
@@ -80,18 +85,18 @@ class EtcdCluster:
         return context
 
     def start(self, timeout=30):
-        initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports))
+        initial = ",".join(f"{n}=http://{h}:{p}" for n, h, p in zip(self.names, self.hosts, self.peer_ports))
         tls_args = []
         if self.tls:
             make_certificates(self.base_dir)
             tls_args = ["--cert-file", self.cert("server.pem"), "--key-file", self.cert("server.key"),
                         "--trusted-ca-file", self.cert("ca.pem"), "--client-cert-auth"]
         for i, name in enumerate(self.names):
-            peer = f"http://127.0.0.1:{self.peer_ports[i]}"
+            peer = f"http://{self.hosts[i]}:{self.peer_ports[i]}"
             client = self.url(i)
             with open(self.logs[i], "ab") as log:
                 self.procs[i] = subprocess.Popen(
-                    [ETCD, *tls_args, *(["--enable-v2"] if self.v2 else []), "--name", name, "--data-dir", os.path.join(self.base_dir, f"data-{name}"),
+                    [*(self.lab.inside(i) if self.lab else []), ETCD, *tls_args, *(["--enable-v2"] if self.v2 else []), "--name", name, "--data-dir", os.path.join(self.base_dir, f"data-{name}"),
                      "--listen-client-urls", client, "--advertise-client-urls", client,
                      "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                      "--initial-cluster", initial, "--initial-cluster-state", "new",
@@ -104,6 +109,11 @@ class EtcdCluster:
                    lambda: f"etcd healthy on {self.endpoints} ({self.log_tail()})", timeout, interval=0.1)
 
     def healthy(self, i):
+        if self.lab:
+            try:
+                return self.call("/v3/maintenance/status", {}, member=i).get("header") is not None
+            except (OSError, ValueError):
+                return False
         try:
             with urllib.request.urlopen(self.url(i) + "/health", timeout=1, context=self._ssl_context()) as r:
                 return json.load(r).get("health") == "true"
@@ -115,6 +125,12 @@ class EtcdCluster:
         order = [member] if member is not None else [i for i, p in enumerate(self.procs) if p and p.poll() is None]
         last = None
         for i in order:
+            if self.lab:  # the member's address is inside the lab: ask from its host
+                try:
+                    return self._call_inside(i, path, body)
+                except (OSError, ValueError) as e:
+                    last = e
+                    continue
             req = urllib.request.Request(self.url(i) + path, data=json.dumps(body).encode(), method="POST")
             try:
                 with urllib.request.urlopen(req, timeout=3, context=self._ssl_context()) as r:
@@ -122,6 +138,16 @@ class EtcdCluster:
             except OSError as e:
                 last = e
         raise last
+
+    def _call_inside(self, i, path, body):
+        script = ("import json, sys, urllib.request\n"
+                  "req = urllib.request.Request(sys.argv[1], data=sys.stdin.buffer.read(), method='POST')\n"
+                  "sys.stdout.write(urllib.request.urlopen(req, timeout=3).read().decode())\n")
+        done = subprocess.run([*self.lab.inside(i), sys.executable, "-c", script, self.url(i) + path],
+                              input=json.dumps(body).encode(), capture_output=True, timeout=10)
+        if done.returncode != 0:
+            raise OSError(f"member {i}: {done.stderr.decode().strip()[-300:]}")
+        return json.loads(done.stdout)
 
     def keys(self, prefix):
         """Every key under `prefix` now (decoded)."""
