@@ -277,8 +277,25 @@ void check_adoption_deadline(RendezvousState& state, const Now& now, Actions& ou
     return stop_job(state, std::move(failure), "a node of " + round + " was lost while the rendezvous server was down",
                     out);
   }
+  // The survivors' workers fail as soon as the lost node's vanish (gloo: "Connection closed by peer"): held
+  // while the round was taken back, those failures are the loss's victims, not its cause. Replayed first, one
+  // was the root cause: exit 1 naming a victim with --max-restarts 0, a restart spent with more (issue 53). The
+  // re-form for the loss uses no restart and stops their workers all the same.
+  std::vector<Failure> victims;
+  auto& held = state.adopting->held;
+  for (auto it = held.begin(); it != held.end();) {
+    if (!it->second) {
+      ++it;
+      continue;
+    }
+    victims.push_back(std::move(*it->second));
+    it = held.erase(it);
+  }
   adopt(state, now, out);
   if (state.phase != Phase::kRunning) return;  // a held report ended or re-formed it already
+  for (const Failure& victim : victims)
+    out.push_back(Log{LogLevel::kInfo, describe(victim) + ", while node " + std::to_string(failure.node_rank) +
+                                           " was lost: a victim of that loss, not its cause"});
   begin_reform(state, std::move(failure),
                "re-forming the job without " + counted(missing.size(), "node") +
                    " that did not come back after the rendezvous server restarted: " + counted(back, "node") +

@@ -235,6 +235,30 @@ class OneMember(EtcdCase):
             self.assertEqual(res.code, 0, res)
             self.assertIn("WORLD_SIZE=2", res.stdout.decode(), res)
 
+    def test_the_survivors_failures_after_the_hosts_loss_are_its_victims(self):
+        # Issue 53, invariant 5 (3 of 3 with real DDP workers): the host lost in an elastic job, the survivors'
+        # gloo ranks fail at once ("Connection closed by peer"), and their failures, reaching the new host while
+        # it took the round back, won over the loss: exit 1 naming a victim with --max-restarts 0. Here the
+        # survivors' workers exit 1 as soon as the host is gone (test_worker's ?MARK: steps run only in workers
+        # started before MARK existed): the job re-forms for the loss, no restart used, and ends 0.
+        mark = self.path("host-gone")
+        procs = [self.etcd_node(f"ready={self.ready}", f"?{mark}:waitfile={mark}", f"?{mark}:exit=1",
+                                f"waitfile={self.go}", "env=WORLD_SIZE", nnodes="2:3", nproc=1,
+                                extra=("--max-restarts", "0")) for _ in range(3)]
+        self.wait_ready(3)
+        host_proc = next(p for p in procs if p.pid == self.coordinator()["pid"])
+        os.kill(host_proc.pid, signal.SIGKILL)
+        host_proc.communicate()
+        with open(mark, "w"):
+            pass
+        survivors = [p for p in procs if p is not host_proc]
+        for p in survivors:  # round 1, the two of them
+            self.stderr_until(p, b" of 2 (node ", 40, why="the job re-formed with the two survivors")
+        self.release()
+        for res in self.wait_all(survivors, timeout=30):
+            self.assertEqual(res.code, 0, res)
+            self.assertIn("WORLD_SIZE=2", res.stdout.decode(), res)
+
     def test_the_workers_stay_through_joins_a_loss_and_the_hosts_loss(self):
         # Re-forming in place on etcd: --nnodes 1:3, one worker per node (py/reform_worker.py: it offers, and
         # records every round it runs in). a trains alone; b joins, c joins; a node that does not host the

@@ -304,6 +304,35 @@ TEST_CASE("an elastic job with MIN nodes back by the deadline re-forms without t
   CHECK(state.nodes.at(3).node_rank == 1);  // ranks contiguous again
 }
 
+// Issue 53: the host of an elastic job of real DDP workers lost: the survivors' gloo ranks failed at once, their
+// failures reached the new host while it took the round back, and were replayed before the loss: exit 1 naming a
+// victim with --max-restarts 0, a restart spent with 3. The loss is the cause: the job re-forms, no restart used.
+TEST_CASE("failures held while an elastic round is taken back are victims of the lost node and not the cause") {
+  JobConfig config = job(3, false);
+  config.min_nodes = 2;
+  config.max_restarts = 0;
+  RendezvousState state(config, at(0ms).steady);
+  step(state, resume(1, 1, {1, 1, 1}, 0, false), at(0ms));
+  CHECK(step(state, FailureReport{1, worker_failure(1, 0)}, at(10ms)).empty());  // held
+  step(state, resume(3, 2, {1, 1, 1}, 0, false), at(20ms));
+  CHECK(step(state, FailureReport{3, worker_failure(2, 0)}, at(30ms)).empty());  // held
+  step(state, Heartbeat{1}, at(4'000ms));
+  step(state, Heartbeat{3}, at(4'000ms));
+  auto actions = step(state, Tick{}, at(5'000ms));
+  auto reform = find_one<Broadcast>(actions);
+  const auto& stop = std::get<StopMsg>(reform.message);
+  CHECK(stop.restarting);
+  CHECK(stop.root_cause.kind == FailureKind::kNodeLost);
+  CHECK(stop.root_cause.node_rank == 0);
+  CHECK(state.phase == Phase::kRestarting);
+  CHECK(state.failure_restarts == 0);  // no restart spent
+  int victims = 0;
+  for (const Action& a : actions)
+    if (const Log* log = std::get_if<Log>(&a); log && log->text.find("a victim of that loss") != std::string::npos)
+      ++victims;
+  CHECK(victims == 2);
+}
+
 TEST_CASE("a resume hello to a server whose round runs is a duplicate or a node dropped from it") {
   auto state = running(2);  // static, round 0, conns 1 and 2
   auto dup = step(state, resume(9, 1, {2, 2}, 0, true), at(10ms));
