@@ -70,6 +70,7 @@ class RendezvousLink {
   void elect(bool taking_over);       // taking_over: the host was lost after the job formed
   etcd::ElectionConfig election_config() const;
   void on_recorded_end(const std::string& record);  // etcd holds the job's end: this node ends with it
+  void resign(const std::string& why);  // a host that could not renew its lease before a round: it forms none
   static bool verdict_needs_etcd(const rendezvous::RendezvousState& state);
   EndInEtcd end_in_etcd(const etcd::CoordinatorElection::EndOutcome& o, bool needs_etcd) const;
   void join_host(bool taking_over);

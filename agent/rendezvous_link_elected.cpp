@@ -14,6 +14,12 @@
 namespace ddprun::agent {
 namespace rdzv = ddprun::rendezvous;
 
+namespace {
+// How long a host tries to renew its lease before a round (a third of the lease, and within the heartbeat timeout
+// the nodes give it while the round's actions wait behind the renewal).
+constexpr std::chrono::milliseconds kConfirmLeaseLimit{2000};
+}  // namespace
+
 void RendezvousLink::start_elected(rdzv::JobConfig job) {
   job.require_munge = wants_munge(config_.rdzv);
   // A host lost while the job runs is replaced (client_handlers): its server is one the nodes come back to, as to
@@ -51,6 +57,12 @@ void RendezvousLink::elect(bool taking_over) {
   etcd::CoordinatorElection::Handlers h;
   h.on_won = [this, host, taking_over](const std::string& round) {
     take_round_back_from(round, taking_over);
+    server_->gate_rounds([this](std::function<void(bool)> answer) {
+      election_->confirm_lease(kConfirmLeaseLimit, [this, answer](bool ok, const std::string& why) {
+        if (!ok) boost::asio::post(io_, [this, why] { resign(why); });
+        answer(ok);
+      });
+    });
     server_->announce();
     log_.info("this node hosts the rendezvous (elected in etcd at ", etcd::describe(election_->endpoints()),
               "): port ", server_->port(), taking_over ? "; the job's nodes come back to it" : "");
@@ -81,6 +93,22 @@ void RendezvousLink::elect(bool taking_over) {
   election_ = std::make_unique<etcd::CoordinatorElection>(io_, etcd::parse_endpoints(r.etcd.endpoints),
                                                           election_config(), std::move(h), log_);
   election_->run(offer.dump(), host_offer_);
+}
+
+// Issue 53, invariant 2: a host that cannot renew its etcd lease when a round must form (cut off with a minority
+// of etcd's members) forms none, since another host may be elected once its lease runs out: before, both sides of
+// a partition formed "restart 1" and trained at once. It stops hosting; its workers are down already (the round
+// that needed a successor was stopped). Its nodes lose it and look for the job's host in etcd again.
+void RendezvousLink::resign(const std::string& why) {
+  if (!server_ || finishing_) return;
+  const std::string text = "this node hosts the job's rendezvous but could not renew its etcd lease before forming "
+                           "a new round (" + why + "): it forms none and leaves the job to the host etcd elects "
+                           "(a partition with a minority of etcd's members?)";
+  election_->cancel();
+  if (client_) client_->close();
+  server_->stop();
+  server_.reset();
+  handlers_.on_error({rdzv::ErrorKind::kLostServer, text});
 }
 
 // The job ended while this node was away or before it came (etcd holds its end): it never hosts the job again,

@@ -33,13 +33,16 @@ std::string end_key(const ElectionConfig& config) { return job_prefix(config) + 
 CoordinatorElection::CoordinatorElection(boost::asio::io_context& io, std::vector<Endpoint> endpoints,
                                          ElectionConfig config, Handlers handlers, Logger log)
     : client_(io, std::move(endpoints), std::chrono::milliseconds(2000), config.tls), config_(std::move(config)), handlers_(std::move(handlers)),
-      log_(std::move(log)), timer_(io) {}
+      log_(std::move(log)), timer_(io), confirm_timer_(io), retry_timer_(io) {}
 
 CoordinatorElection::~CoordinatorElection() { cancel(); }
 
 void CoordinatorElection::cancel() {
   over_ = true;
   timer_.cancel();
+  confirm_timer_.cancel();
+  retry_timer_.cancel();
+  confirm_done_ = nullptr;
   client_.cancel();
 }
 
@@ -286,6 +289,47 @@ void CoordinatorElection::finish(std::string end_record, milliseconds patience,
     return end_finish(EndOutcome{EndOutcome::Kind::kNotRecorded, "", "the job has not ended here"});
   }
   try_to_record();
+}
+
+void CoordinatorElection::confirm_lease(milliseconds limit, std::function<void(bool, const std::string&)> done) {
+  if (!won_ || over_) return done(false, won_ ? "the job is over" : "this node does not hold the coordinator's key");
+  confirm_limit_ = limit;
+  confirm_deadline_ = std::chrono::steady_clock::now() + limit;
+  confirm_done_ = std::move(done);
+  confirm_error_ = "no answer";
+  // The answer comes by the deadline whatever is in flight: a request to a silent member takes 2 s per endpoint.
+  confirm_timer_.expires_at(confirm_deadline_);
+  confirm_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && !over_) answer_confirm(false, "etcd did not renew it within " + seconds_text(confirm_limit_) + " (" +
+                                                 confirm_error_ + ")");
+  });
+  renew_to_confirm();
+}
+
+void CoordinatorElection::renew_to_confirm() {
+  client_.post("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}}, [this](const std::string& error,
+                                                                                   const json& reply) {
+    if (over_ || !confirm_done_) return;
+    if (error.empty()) {
+      if (int_field(reply.value("result", json::object()), "TTL") <= 0) return answer_confirm(false, "its lease had run out");
+      last_kept_ = std::chrono::steady_clock::now();
+      return answer_confirm(true, "");
+    }
+    confirm_error_ = error;
+    retry_timer_.expires_after(config_.retry_interval);
+    retry_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec && !over_ && confirm_done_) renew_to_confirm();
+    });
+  });
+}
+
+void CoordinatorElection::answer_confirm(bool ok, const std::string& why) {
+  if (!confirm_done_) return;
+  confirm_timer_.cancel();
+  retry_timer_.cancel();
+  auto done = std::move(confirm_done_);
+  confirm_done_ = nullptr;
+  done(ok, why);
 }
 
 bool CoordinatorElection::cut_finish_short() {

@@ -87,6 +87,12 @@ class CoordinatorElection {
   // tries again for `patience` (the leases then run out by themselves). Then `done`. Another agent, or an empty
   // record: `done` at once (kNotRecorded), after revoking only its own lease (the round stays for a successor).
   void finish(std::string end_record, std::chrono::milliseconds patience, std::function<void(const EndOutcome&)> done);
+  // A renewal of this host's lease now, with etcd's quorum (a side cut off with a minority of members cannot
+  // renew): `done(true)` once etcd renewed it, `done(false)` when it could not within `limit` or the lease had run
+  // out. What a host asks before it forms any round (issue 53: a partitioned host re-formed its side as
+  // "restart 1" while the majority formed its own). No call after cancel().
+  void confirm_lease(std::chrono::milliseconds limit, std::function<void(bool ok, const std::string& why)> done);
+  const std::string& offered() const { return value_; }  // what run() offered
   // A stop signal while finish() waits for etcd: `done` now (kNotRecorded). False when finish() is not waiting.
   bool cut_finish_short();
   // The coordinator key's create revision when this agent won it (0 before): the fencing token of what it hosts.
@@ -107,6 +113,8 @@ class CoordinatorElection {
   void retry_or_fail(const std::string& step, const std::string& error, void (CoordinatorElection::*again)(),
                      const nlohmann::json& reply = nlohmann::json());
   void on_lease_lost();
+  void renew_to_confirm();  // confirm_lease's keep-alive, again every retry_interval until its deadline
+  void answer_confirm(bool ok, const std::string& why);
   // finish()'s steps: a lease for the end, the fenced transaction, the end read when the fence failed.
   void try_to_record();
   void record_end(std::int64_t end_lease);
@@ -132,6 +140,12 @@ class CoordinatorElection {
   bool over_ = false;
   std::chrono::steady_clock::time_point first_try_{};
   std::chrono::steady_clock::time_point last_kept_{};
+  boost::asio::steady_timer confirm_timer_;  // confirm_lease's deadline
+  boost::asio::steady_timer retry_timer_;    // ... and its retries
+  std::function<void(bool, const std::string&)> confirm_done_;
+  std::string confirm_error_;  // the last failed renewal's, for the answer
+  std::chrono::milliseconds confirm_limit_{0};
+  std::chrono::steady_clock::time_point confirm_deadline_{};
   std::string end_record_;                                        // finish()'s
   std::chrono::steady_clock::time_point finish_deadline_{};       // finish()'s patience runs out
   std::function<void(const EndOutcome&)> finish_done_;

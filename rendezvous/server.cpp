@@ -114,6 +114,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   }
 
   void keep_rounds(std::function<void(const RememberedRound&)> keep) { keep_round_ = std::move(keep); }
+  void gate_rounds(RoundGate confirm) { gate_ = std::move(confirm); }
 
   void on_payload(std::uint64_t id, std::string payload) override {
     auto it = conns_.find(id);
@@ -331,7 +332,29 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   }
 
   void run(const Event& event) {
-    for (auto& action : step(state_, event, now())) apply(action);
+    for (auto& action : step(state_, event, now())) dispatch(std::move(action));
+    check_job_end();
+  }
+
+  // gate_rounds: a round's assignments wait for the gate's answer, and whatever follows them waits behind them.
+  void dispatch(Action action) {
+    if (gated_) return held_.push_back(std::move(action));
+    if (!gate_ || !std::holds_alternative<SendAssignments>(action)) return apply(action);
+    gated_ = true;
+    held_.push_back(std::move(action));
+    gate_([weak = weak_from_this()](bool ok) {
+      if (auto self = weak.lock()) asio::post(self->io_, [self, ok] { self->open_gate(ok); });
+    });
+  }
+
+  void open_gate(bool ok) {
+    if (stopped_ || !gated_) return;
+    gated_ = false;
+    auto held = std::move(held_);
+    held_.clear();
+    if (!ok) return;  // never handed out: the caller resigns (stop)
+    apply(held.front());  // the round the gate was asked for
+    for (std::size_t i = 1; i < held.size(); ++i) dispatch(std::move(held[i]));  // a later round gates again
     check_job_end();
   }
 
@@ -479,6 +502,9 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   std::function<void()> drain_done_;
   std::function<void()> job_end_;
   std::function<void(const RememberedRound&)> keep_round_;  // keep_rounds
+  RoundGate gate_;                                          // gate_rounds
+  bool gated_ = false;        // a round waits for the gate's answer: every action waits behind it (held_)
+  std::vector<Action> held_;
 };
 
 Server::Server(asio::io_context& io, JobConfig config, Logger logger) {
@@ -499,6 +525,7 @@ void Server::async_wait_drained(std::chrono::milliseconds max_wait, std::functio
 }
 void Server::async_wait_job_end(std::function<void()> done) { impl_->async_wait_job_end(std::move(done)); }
 void Server::keep_rounds(std::function<void(const RememberedRound&)> keep) { impl_->keep_rounds(std::move(keep)); }
+void Server::gate_rounds(RoundGate confirm) { impl_->gate_rounds(std::move(confirm)); }
 Phase Server::phase() const { return impl_->state().phase; }
 const RendezvousState& Server::state() const { return impl_->state(); }
 std::size_t Server::connection_count() const { return impl_->connection_count(); }

@@ -57,6 +57,12 @@ class Server {
   // (ddprun-rendezvous writes it to its file: remembered_round.hpp). Called on the loop.
   void keep_rounds(std::function<void(const RememberedRound&)> keep);
 
+  // No round is handed out before `confirm` says so (a host elected in etcd: its lease renewed, with quorum, since
+  // the last round; issue 53). Each round's assignments, and every action after them, wait in order until
+  // `confirm`'s answer: true, and they go out; false, and they never do (the caller resigns: stop()).
+  using RoundGate = std::function<void(std::function<void(bool ok)> answer)>;
+  void gate_rounds(RoundGate confirm);
+
   // For tests, logs and benchmarks.
   Phase phase() const;
   const RendezvousState& state() const;

@@ -49,12 +49,14 @@ class EtcdPartitions(LabCase):
         super().setUp()
         self.run_id = "cut-" + self.id().rsplit(".", 1)[-1][:50]
 
-    def agent(self, host, nnodes, *steps, extra=()):
+    def agent(self, host, nnodes, *steps, extra=(), events=None):
+        """The agent on lab host `host`; its events file is events.<events> (default: the host's number)."""
+        events = host if events is None else events
         return subprocess.Popen(
             [*self.lab.inside(host), os.path.abspath(DDPRUN), "--nnodes", str(nnodes), "--nproc-per-node", "1",
              "--rdzv-backend", "etcd", "--rdzv-endpoint", self.etcd.endpoints, "--rdzv-id", self.run_id,
              "--local-addr", self.lab.addr[host], "--heartbeat-interval", "0.5", "--heartbeat-timeout", "3",
-             "--rdzv-timeout", "90", "--events-file", self.events(host), *extra, WORKER, *steps],
+             "--rdzv-timeout", "90", "--events-file", self.events(events), *extra, WORKER, *steps],
             env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
     def events(self, host):
@@ -103,6 +105,34 @@ class EtcdPartitions(LabCase):
         self.assertIn(results[cut].code, (1, CANNOT_LEARN), results[cut])
         if results[cut].code == 1:  # healed within its read_timeout: it learned the recorded end
             self.assertIn("etcd records the job's end, by the host that took over", results[cut].stderr.decode())
+
+    def test_a_host_cut_off_with_a_minority_member_forms_no_round(self):
+        # Issue 53, "split brain" (4 of 4): --nnodes 2:4, the host, one more agent and one etcd member cut from the
+        # rest. The host, with no etcd quorum, re-formed its side as "restart 1" with its own master while the
+        # majority elected a new host and formed its own "restart 1": two worlds of one job trained at once. Now a
+        # host renews its lease before it forms any round, and one that cannot forms none: it gives the job up
+        # (74), its other node finds the majority's host once the cut heals, and the job ends 0 there.
+        steps = (f"ready={self.ready}", f"waitfile={self.go}", "exit=0")
+        elastic = ("--rdzv-conf", "last_call_timeout=5")
+        first = self.agent(0, "2:4", *steps, extra=elastic)
+        wait_until(lambda: self.host_of_the_job() == 0, "the first agent elected", 20)
+        procs = [first] + [self.agent(h, "2:4", *steps, extra=elastic, events=i) for i, h in ((1, 0), (2, 1), (3, 2))]
+        self.wait_ready(4)
+        self.lab.cut(0)  # the host, the agent beside it, etcd's member m0
+        try:
+            time.sleep(25)
+        finally:
+            self.lab.heal(0)
+        time.sleep(8)  # the agent beside the old host finds the new host and joins again
+        self.release()
+        results = self.wait_all(procs, timeout=120)
+        said = "\n\n".join(f"agent {i}: {r}" for i, r in enumerate(results))
+        overlap = rounds_overlapping({i: read_events(self.events(i)) for i in range(4)})
+        self.assertEqual(overlap, [], f"two rounds ran workers at once\n{said}")
+        self.assertEqual(results[0].code, CANNOT_LEARN, said)
+        self.assertIn("could not renew its etcd lease before forming a new round", results[0].stderr.decode(), said)
+        for res in results[1:]:
+            self.assertEqual(res.code, 0, said)
 
     def test_a_node_cut_off_with_a_minority_member_comes_back_after_the_end(self):
         # Issue 53, "an ended job hosted again" (3 of 3): a non-host node cut with its member, the job (fixed

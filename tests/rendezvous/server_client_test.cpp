@@ -416,3 +416,34 @@ TEST_CASE("the server tells a large job's agents the longer interval in its chal
     CHECK(server.state().config.heartbeat_interval == std::chrono::milliseconds(expected));  // its own rules too
   }
 }
+
+// Issue 53: a host elected in etcd asks for its lease to be renewed before it hands out any round; until the answer
+// the round waits, and a refusal means it is never handed out.
+TEST_CASE("a gated round is handed out only once its gate says so, and never after a refusal") {
+  for (bool ok : {true, false}) {
+    INFO("gate answers " << ok);
+    Job job(test_job(2, true));
+    std::function<void(bool)> answer;
+    int asked = 0;
+    job.server.gate_rounds([&](std::function<void(bool)> a) {
+      ++asked;
+      answer = std::move(a);
+    });
+    auto& n0 = job.add(0, 1);
+    auto& n1 = job.add(1, 1);
+    REQUIRE(run_until(job.io, [&] { return asked == 1; }));
+    CHECK(job.server.phase() == Phase::kRunning);  // the round formed in the state machine ...
+    run_until(job.io, [&] { return false; }, 200ms);
+    CHECK(n0.events.assignments.empty());  // ... but nobody was told
+    CHECK(n1.events.assignments.empty());
+    answer(ok);
+    if (ok) {
+      REQUIRE(job.all(assigned));
+    } else {
+      run_until(job.io, [&] { return false; }, 200ms);
+      CHECK(n0.events.assignments.empty());
+      CHECK(n1.events.assignments.empty());
+    }
+    CHECK(asked == 1);
+  }
+}

@@ -1,9 +1,10 @@
 """A checker over every node's events file (--events-file) and ddprun's own lines, for the partition tests: what a
 job promised (docs/MULTINODE.md, "The invariants under partitions") is read from what each node wrote, not from one
 node's word.
-- rounds_overlapping: invariant 1, at most one round of a job runs workers at any time. A node's workers of round R
-  run from its first `started` after the `rendezvous` of round R to its last `exited`; two such spans of different
-  rounds, on any nodes, must not overlap.
+- rounds_overlapping: invariant 1, at most one round of a job runs workers at any time. A round is its number and
+  its world's master (two sides of a partition may both form "restart 1": two rounds). A node's workers of a
+  round run from its first `started` after that round's `rendezvous` to its last `exited`; two such spans of
+  different rounds, on any nodes, must not overlap.
 - root_causes: invariant 4, every node names the same root cause (or says it cannot learn it: exit 74)."""
 import json
 import os
@@ -20,14 +21,15 @@ def read_events(path):
 
 
 def worker_spans(events):
-    """[(round, start_ms, end_ms)] of one node: when its workers of each round ran."""
+    """[(round, start_ms, end_ms)] of one node: when its workers of each round ran; a round is (its number,
+    its master)."""
     spans, round_, start, end = [], None, None, None
     for e in events:
         kind = e.get("event")
         if kind == "rendezvous":
             if start is not None:
                 spans.append((round_, start, end if end is not None else start))
-            round_, start, end = e.get("restart_count"), None, None
+            round_, start, end = (e.get("restart_count"), f"{e.get('master_addr')}:{e.get('master_port')}"), None, None
         elif kind == "started" and round_ is not None:
             start = e["time_ms"] if start is None else min(start, e["time_ms"])
         elif kind == "exited" and e.get("time_ms") is not None and start is not None:
