@@ -47,7 +47,10 @@ class RendezvousLink {
   // fresh client joins the job again as a new node (a plain hello, no claim of the old round). Never called
   // on the node hosting the server (the job cannot re-form without that one).
   void rejoin();
-  bool hosting() const { return server_ != nullptr; }
+  // This node hosts the job's rendezvous: its own server, or (etcd) the one it won the election with. A candidate
+  // still waiting for an election (a takeover) does not: it is a node like the others (issue 53: a node dropped
+  // from an elastic job did not join it again while its takeover candidate listened, and ended naming itself).
+  bool hosting() const { return server_ != nullptr && (!election_ || election_->won()); }
   std::uint16_t server_port() const;
 
   // Closes the client; a hosted server stays until the other nodes have read their last message (at most

@@ -275,6 +275,29 @@ CoordinatorElection::Handlers record(Outcome& o) {
           },
           [&o](const std::string& end) { o.ended = end; }};
 }
+
+ddprun::Logger quiet() { return ddprun::Logger(ddprun::LogLevel::kOff, "", ""); }
+
+// Runs `election` until it has won.
+void win(asio::io_context& io, CoordinatorElection& election, const Outcome& o) {
+  election.run("mine");
+  run_until(io, o.won);
+  REQUIRE(o.won);
+}
+
+// finish(), and the loop until its answer.
+CoordinatorElection::EndOutcome finish_now(asio::io_context& io, CoordinatorElection& election,
+                                           const std::string& record, std::chrono::milliseconds patience) {
+  std::optional<CoordinatorElection::EndOutcome> end;
+  bool finished = false;
+  election.finish(record, patience, [&](const CoordinatorElection::EndOutcome& e) {
+    end = e;
+    finished = true;
+  });
+  run_until(io, finished);
+  REQUIRE(end);
+  return *end;
+}
 }  // namespace
 
 TEST_CASE("an election: the first claim wins under its lease, a later one learns the holder, the end revokes") {
@@ -391,18 +414,11 @@ TEST_CASE("a host that leaves before the end records nothing and leaves the roun
   ElectionConfig config;
   config.run_id = "j";
   Outcome o;
-  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), ddprun::Logger(ddprun::LogLevel::kOff, "", ""));
-  election.run("mine");
-  run_until(io, o.won);
-  REQUIRE(o.won);
+  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), quiet());
+  win(io, election, o);
   const std::size_t before = etcd.seen.size();
-  bool finished = false;
-  election.finish("", std::chrono::milliseconds(2000), [&](const CoordinatorElection::EndOutcome& e) {
-    finished = true;
-    CHECK(e.kind == CoordinatorElection::EndOutcome::Kind::kNotRecorded);
-  });
-  run_until(io, finished);
-  REQUIRE(finished);
+  CHECK(finish_now(io, election, "", std::chrono::milliseconds(2000)).kind ==
+        CoordinatorElection::EndOutcome::Kind::kNotRecorded);
   REQUIRE(etcd.seen.size() == before + 1);  // the coordinator's lease only: no txn, no delete
   CHECK(etcd.seen.back().first == "/v3/lease/revoke");
 }
@@ -423,20 +439,11 @@ TEST_CASE("a host replaced while cut off records nothing and learns the end its 
   ElectionConfig config;
   config.run_id = "j";
   Outcome o;
-  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), ddprun::Logger(ddprun::LogLevel::kOff, "", ""));
-  election.run("mine");
-  run_until(io, o.won);
-  REQUIRE(o.won);
-  std::optional<CoordinatorElection::EndOutcome> end;
-  bool finished = false;
-  election.finish("my end", std::chrono::milliseconds(2000), [&](const CoordinatorElection::EndOutcome& e) {
-    end = e;
-    finished = true;
-  });
-  run_until(io, finished);
-  REQUIRE(end);
-  CHECK(end->kind == CoordinatorElection::EndOutcome::Kind::kRecordedElsewhere);
-  CHECK(end->record == "their end");
+  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), quiet());
+  win(io, election, o);
+  const auto end = finish_now(io, election, "my end", std::chrono::milliseconds(2000));
+  CHECK(end.kind == CoordinatorElection::EndOutcome::Kind::kRecordedElsewhere);
+  CHECK(end.record == "their end");
 }
 
 TEST_CASE("an end that cannot be recorded is tried again for the patience given, then said") {
@@ -451,23 +458,14 @@ TEST_CASE("an end that cannot be recorded is tried again for the patience given,
   config.run_id = "j";
   config.retry_interval = std::chrono::milliseconds(100);
   Outcome o;
-  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), ddprun::Logger(ddprun::LogLevel::kOff, "", ""));
-  election.run("mine");
-  run_until(io, o.won);
-  REQUIRE(o.won);
+  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), quiet());
+  win(io, election, o);
   reachable = false;
-  std::optional<CoordinatorElection::EndOutcome> end;
-  bool finished = false;
   const auto t0 = std::chrono::steady_clock::now();
-  election.finish("my end", std::chrono::milliseconds(3000), [&](const CoordinatorElection::EndOutcome& e) {
-    end = e;
-    finished = true;
-  });
-  run_until(io, finished);
+  const auto end = finish_now(io, election, "my end", std::chrono::milliseconds(3000));
   const auto took = std::chrono::steady_clock::now() - t0;
-  REQUIRE(end);
-  CHECK(end->kind == CoordinatorElection::EndOutcome::Kind::kNotRecorded);
-  CHECK(end->why.find("etcd did not answer") != std::string::npos);
+  CHECK(end.kind == CoordinatorElection::EndOutcome::Kind::kNotRecorded);
+  CHECK(end.why.find("etcd did not answer") != std::string::npos);
   CHECK(took >= std::chrono::milliseconds(2500));  // it kept trying for the patience given
   CHECK(took < std::chrono::seconds(8));
   std::size_t grants = 0;
@@ -488,17 +486,12 @@ TEST_CASE("a round's lease granted after the job finished is revoked; the round 
   ElectionConfig config;
   config.run_id = "j";
   Outcome o;
-  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), ddprun::Logger(ddprun::LogLevel::kOff, "", ""));
-  election.run("mine");
-  run_until(io, o.won);
-  REQUIRE(o.won);
+  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), quiet());
+  win(io, election, o);
   election.keep_round("round 1");
   for (int i = 0; i < 100 && grants < 2; ++i) io.run_one_for(std::chrono::milliseconds(20));
   REQUIRE(grants == 2);
-  bool finished = false;
-  election.finish("the end", std::chrono::milliseconds(2000), [&](const CoordinatorElection::EndOutcome&) { finished = true; });
-  run_until(io, finished);
-  REQUIRE(finished);
+  finish_now(io, election, "the end", std::chrono::milliseconds(2000));
   const std::size_t at_finish = etcd.seen.size();
   etcd.release_held();
   for (int i = 0; i < 100 && etcd.seen.size() == at_finish; ++i) io.run_one_for(std::chrono::milliseconds(20));

@@ -4,9 +4,16 @@ minority side: no quorum there), as a pulled cable or a dead top-of-rack port do
 node then did is read from every node's events file and lines (job_checker): one root cause, never two rounds
 running workers at once, nothing hosted after the end, nothing left in etcd but the end.
 
+test_random_schedules is the nemesis: seeded random faults (a host cut with its member, frames one way only into or
+out of a host, the job's host or another, one or two faults, 2-25 s each) over fixed-size and elastic jobs, each
+judged by the same checker. DDPRUN_NEMESIS_SCHEDULES sets how many (unset: skipped, see the test;
+scripts/bench/etcd_nemesis.sh runs 20) and DDPRUN_NEMESIS_SEED the first seed (a failure names the seed that
+reproduces it).
+
 Skipped, saying why, where network namespaces or etcd are not available."""
 import json
 import os
+import random
 import shutil
 import subprocess
 import tempfile
@@ -15,7 +22,7 @@ import time
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from etcd_cluster import EtcdCluster, skip_unless_etcd
 from harness import DDPRUN, WORKER
-from job_checker import CANNOT_LEARN, read_events, root_causes, rounds_overlapping
+from job_checker import CANNOT_LEARN, read_events, root_cause_line, root_causes, rounds_overlapping
 from multinode import LabCase
 from wait import wait_until
 
@@ -153,3 +160,63 @@ class EtcdPartitions(LabCase):
         err = back.stderr.decode()
         self.assertNotIn("this node hosts the rendezvous", err, back)
         self.assertIn(back.code, (1, CANNOT_LEARN), back)
+
+    def test_random_schedules(self):
+        if "DDPRUN_NEMESIS_SCHEDULES" not in os.environ:
+            # It still finds open violations (docs/BENCHMARKS.md, "etcd under partitions"): the suite would fail at
+            # random. scripts/bench/etcd_nemesis.sh runs it; into the suite once invariants 1 and 2 hold whole.
+            self.skipTest("the nemesis runs from scripts/bench/etcd_nemesis.sh (DDPRUN_NEMESIS_SCHEDULES)")
+        count = int(os.environ["DDPRUN_NEMESIS_SCHEDULES"])
+        first = int(os.environ.get("DDPRUN_NEMESIS_SEED", str(int(time.time()) % 100000)))
+        for seed in range(first, first + count):
+            with self.subTest(seed=seed):
+                self.run_schedule(seed)
+
+    def run_schedule(self, seed):
+        rng = random.Random(seed)
+        run = f"nemesis-{seed}"
+        elastic = rng.random() < 0.5
+        nnodes = "2:3" if elastic else HOSTS
+        go = self.path(f"go-{seed}")
+        ready = self.path(f"ready-{seed}")
+        os.mkdir(ready)
+        self.run_id = run
+        extra = ("--rdzv-conf", "last_call_timeout=3") if elastic else ()
+        procs = [self.agent(h, nnodes, f"ready={ready}", f"waitfile={go}", "exit=0", extra=extra, events=f"{seed}.{h}")
+                 for h in range(HOSTS)]
+        wait_until(lambda: all(os.path.exists(os.path.join(ready, f"ready.{r}")) for r in range(HOSTS)),
+                   f"seed {seed}: every worker of the first round", 40)
+        host = self.host_of_the_job()
+        faults = []
+        for _ in range(rng.choice((1, 1, 2))):
+            target = host if rng.random() < 0.5 else rng.choice([h for h in range(HOSTS) if h != host])
+            faults.append((target, rng.choice(("cut", "into", "out of")), rng.uniform(0, 3), rng.uniform(2, 25)))
+        plan = ", ".join(f"{kind} host {t}{' (the job host)' if t == host else ''} after {d:.1f} s for {l:.1f} s"
+                         for t, kind, d, l in faults)
+        for target, kind, delay, length in faults:
+            time.sleep(delay)
+            if kind == "cut":
+                self.lab.cut(target)
+            else:
+                self.lab.lose(target, 100, ways=("to",) if kind == "into" else ("from",))
+            time.sleep(length)
+            self.lab.heal(target)
+            self.lab.lossless()
+        time.sleep(rng.uniform(0, 5))
+        with open(go, "w"):
+            pass
+        results = self.wait_all(procs, timeout=180)
+        said = f"seed {seed} ({'elastic 2:3' if elastic else 'fixed 3'}; {plan})\n" + "\n\n".join(
+            f"host {i}: {r}" for i, r in enumerate(results))
+        outcomes = {}
+        for i, res in enumerate(results):
+            if res.code == CANNOT_LEARN:
+                continue
+            outcomes.setdefault(None if res.code == 0 else root_cause_line(res.stderr.decode(errors="replace")),
+                                []).append(i)
+        self.assertLessEqual(len(outcomes), 1, f"outcomes by node: {outcomes}\n{said}")
+        overlap = rounds_overlapping({h: read_events(self.events(f"{seed}.{h}")) for h in range(HOSTS)})
+        self.assertEqual(overlap, [], f"two rounds ran workers at once\n{said}")
+        wait_until(lambda: self.etcd.keys(f"/ddprun/{run}/") == [f"/ddprun/{run}/end"],
+                   lambda: f"only the end left in etcd: {self.etcd.keys(f'/ddprun/{run}/')}\n{said}", 30)
+        print(f"seed {seed}: {plan}: exits {[r.code for r in results]}", flush=True)

@@ -223,13 +223,18 @@ class OneMember(EtcdCase):
         # host, which takes the round back and re-forms the job with them; it then ends 0.
         procs = [self.etcd_node(f"ready={self.ready}", f"waitfile={self.go}", "env=WORLD_SIZE", nnodes="2:3",
                                 nproc=1) for _ in range(3)]
+        self.assert_the_survivors_go_on(procs)
+
+    def assert_the_survivors_go_on(self, procs, after_kill=lambda: None):
+        """The host's agent SIGKILLed (`after_kill` then): the other two re-form as round 1 and end 0 in it."""
         self.wait_ready(3)
         host_proc = next(p for p in procs if p.pid == self.coordinator()["pid"])
         os.kill(host_proc.pid, signal.SIGKILL)
         host_proc.communicate()
+        after_kill()
         survivors = [p for p in procs if p is not host_proc]
         for p in survivors:  # round 1, the two of them
-            self.stderr_until(p, b" of 2 (node ", 30, why="the job re-formed with the two survivors")
+            self.stderr_until(p, b" of 2 (node ", 40, why="the job re-formed with the two survivors")
         self.release()
         for res in self.wait_all(survivors, timeout=30):
             self.assertEqual(res.code, 0, res)
@@ -245,19 +250,7 @@ class OneMember(EtcdCase):
         procs = [self.etcd_node(f"ready={self.ready}", f"?{mark}:waitfile={mark}", f"?{mark}:exit=1",
                                 f"waitfile={self.go}", "env=WORLD_SIZE", nnodes="2:3", nproc=1,
                                 extra=("--max-restarts", "0")) for _ in range(3)]
-        self.wait_ready(3)
-        host_proc = next(p for p in procs if p.pid == self.coordinator()["pid"])
-        os.kill(host_proc.pid, signal.SIGKILL)
-        host_proc.communicate()
-        with open(mark, "w"):
-            pass
-        survivors = [p for p in procs if p is not host_proc]
-        for p in survivors:  # round 1, the two of them
-            self.stderr_until(p, b" of 2 (node ", 40, why="the job re-formed with the two survivors")
-        self.release()
-        for res in self.wait_all(survivors, timeout=30):
-            self.assertEqual(res.code, 0, res)
-            self.assertIn("WORLD_SIZE=2", res.stdout.decode(), res)
+        self.assert_the_survivors_go_on(procs, after_kill=lambda: open(mark, "w").close())
 
     def test_the_workers_stay_through_joins_a_loss_and_the_hosts_loss(self):
         # Re-forming in place on etcd: --nnodes 1:3, one worker per node (py/reform_worker.py: it offers, and
