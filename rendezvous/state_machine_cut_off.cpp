@@ -143,10 +143,15 @@ void closed_node_lost(RendezvousState& state, ConnId conn, const std::string& wh
   lost_and_maybe_told_later(state, conn, why, now, out);
 }
 
+// Any node of the stopped round that asks is told, not only the ones this server judged silent: a server that took
+// the round over after its host's loss judged the missing ones "did not come back", and a node cut off with a
+// minority etcd member that came back to it was refused ("closed") and named the refusal while every other node
+// named the lost one (issue 53, the nemesis's seed 8). Only the waiting (telling_the_silent) is for the untold.
 bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out) {
   if (state.phase != Phase::kStopped || !state.root_cause || !event.hello.resume) return false;
   const ResumeClaim& claim = *event.hello.resume;
-  if (claim.restart_count != state.restart_count || state.untold_silent.erase(claim.node_rank) == 0) return false;
+  if (claim.restart_count != state.restart_count) return false;
+  state.untold_silent.erase(claim.node_rank);
   out.push_back(Send{event.conn, StopMsg{*state.root_cause, "the job stopped while this node was cut off", false,
                                          false, false}});
   out.push_back(Close{event.conn});

@@ -56,7 +56,7 @@ void silent_node_lost(RendezvousState& state, ConnId conn, const std::string& wh
 // lossy or one-way cut link: the agent aborts, the server reads a reset) and come back asking, within its
 // reconnect timeout. A node whose ddprun died never asks; only the server process waits for it.
 void closed_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out);
-// A node judged lost for its silence asks after a stopped job (a resume hello): told the root cause (true).
+// A node of the stopped round asks after the job stopped (a resume hello of that round): told the root cause (true).
 bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out);
 
 // Assigns node ranks (dynamic), rank offsets and the master address, and sends every node its assignment.

@@ -227,8 +227,39 @@ TEST_CASE("a node cut off from an agent-hosted server asks after the stop and he
     }
   CHECK(heard);
   CHECK_FALSE(telling_the_silent(state));
-  // Told once: a second ask is refused as any hello to a closed rendezvous.
-  CHECK(refusal(step(state, reconnect(10, 1, 3), at(9'500ms)), 10).find("is closed") != std::string::npos);
+  // Asked again (the first answer lost with a link that failed once more): told again, never refused as a stranger
+  // (issue 53: a node of the round refused with "closed" named the refusal, not the job's root cause).
+  auto again = step(state, reconnect(10, 1, 3), at(9'500ms));
+  CHECK(refusal(again, 10).empty());
+  bool heard_again = false;
+  for (const auto& send : find_all<Send>(again))
+    if (auto* stop = std::get_if<StopMsg>(&send.message); stop && send.conn == 10)
+      heard_again = stop->root_cause.node_rank == 1;
+  CHECK(heard_again);
+}
+
+// A server that took the round over (its host lost) judges the nodes that do not come back "did not come back"; one
+// that comes back after the stop is told the root cause like any node of the round, not refused.
+TEST_CASE("a node of the stopped round that was not judged silent is told the root cause when it asks") {
+  auto state = running(3);
+  step(state, FailureReport{1, [] {  // node 0 (conn 1), its local rank 1
+                              Failure f;
+                              f.rank = 1;
+                              f.local_rank = 1;
+                              f.pid = 5;
+                              f.exit_code = 3;
+                              f.time_unix_ms = 1;
+                              return f;
+                            }()},
+       at(1'000ms));
+  REQUIRE(state.phase == Phase::kStopped);
+  CHECK_FALSE(telling_the_silent(state));  // nobody is waited for
+  auto told = step(state, reconnect(9, 2, 3), at(2'000ms));
+  CHECK(refusal(told, 9).empty());
+  bool heard = false;
+  for (const auto& send : find_all<Send>(told))
+    if (auto* stop = std::get_if<StopMsg>(&send.message); stop && send.conn == 9) heard = stop->root_cause.rank == 1;
+  CHECK(heard);
 }
 
 TEST_CASE("an agent-hosted server does not wait for a node whose connection closed: it never asks") {
