@@ -1,24 +1,21 @@
 #include "etcd/coordinator_election.hpp"
 
-#include <algorithm>
 #include <cstdio>
-#include <memory>
 
 namespace ddprun::etcd {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
 namespace {
-constexpr milliseconds kFinishLimit{2000};
 // The round outlives its host this long: the next host is elected once the host's own lease (10 s) ran out.
 constexpr std::chrono::seconds kRoundLeaseTtl{60};
+}  // namespace
 
 std::string seconds_text(milliseconds d) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(d.count()) / 1000.0);
   return text;
 }
-}  // namespace
 
 std::string job_prefix(const ElectionConfig& config) {
   std::string prefix = config.key_prefix;
@@ -269,165 +266,6 @@ void CoordinatorElection::on_lease_lost() {
   won_ = false;
   first_try_ = std::chrono::steady_clock::now();
   grant();
-}
-
-void CoordinatorElection::finish(std::string end_record, milliseconds patience,
-                                 std::function<void(const EndOutcome&)> done) {
-  if (!won_ || over_) {
-    cancel();
-    return done(EndOutcome{EndOutcome::Kind::kNotRecorded, "", "this node does not host the job"});
-  }
-  over_ = true;
-  timer_.cancel();
-  end_record_ = std::move(end_record);
-  finish_done_ = std::move(done);
-  finish_deadline_ = std::chrono::steady_clock::now() + std::max(patience, kFinishLimit);
-  // No end to record (this host leaves before the job ended): the round stays, under its own lease, for the
-  // next host to take back; only the coordinator's lease goes.
-  if (end_record_.empty()) {
-    round_lease_ = 0;
-    return end_finish(EndOutcome{EndOutcome::Kind::kNotRecorded, "", "the job has not ended here"});
-  }
-  try_to_record();
-}
-
-void CoordinatorElection::confirm_lease(milliseconds limit, std::function<void(bool, const std::string&)> done) {
-  if (!won_ || over_) return done(false, won_ ? "the job is over" : "this node does not hold the coordinator's key");
-  confirm_limit_ = limit;
-  confirm_deadline_ = std::chrono::steady_clock::now() + limit;
-  confirm_done_ = std::move(done);
-  confirm_error_ = "no answer";
-  // The answer comes by the deadline whatever is in flight: a request to a silent member takes 2 s per endpoint.
-  confirm_timer_.expires_at(confirm_deadline_);
-  confirm_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec && !over_) answer_confirm(false, "etcd did not renew it within " + seconds_text(confirm_limit_) + " (" +
-                                                 confirm_error_ + ")");
-  });
-  renew_to_confirm();
-}
-
-void CoordinatorElection::renew_to_confirm() {
-  client_.post("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}}, [this](const std::string& error,
-                                                                                   const json& reply) {
-    if (over_ || !confirm_done_) return;
-    if (error.empty()) {
-      if (int_field(reply.value("result", json::object()), "TTL") <= 0) return answer_confirm(false, "its lease had run out");
-      last_kept_ = std::chrono::steady_clock::now();
-      return answer_confirm(true, "");
-    }
-    confirm_error_ = error;
-    retry_timer_.expires_after(config_.retry_interval);
-    retry_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec && !over_ && confirm_done_) renew_to_confirm();
-    });
-  });
-}
-
-void CoordinatorElection::answer_confirm(bool ok, const std::string& why) {
-  if (!confirm_done_) return;
-  confirm_timer_.cancel();
-  retry_timer_.cancel();
-  auto done = std::move(confirm_done_);
-  confirm_done_ = nullptr;
-  done(ok, why);
-}
-
-bool CoordinatorElection::cut_finish_short() {
-  if (!finish_done_) return false;
-  client_.cancel();
-  finish_deadline_ = std::chrono::steady_clock::now();
-  end_finish(EndOutcome{EndOutcome::Kind::kNotRecorded, "", "stopped by a signal while waiting for etcd"});
-  return true;
-}
-
-void CoordinatorElection::try_to_record() {
-  client_.post("/v3/lease/grant", json{{"TTL", config_.end_ttl.count()}}, [this](const std::string& error,
-                                                                                  const json& reply) {
-    const std::int64_t end_lease = error.empty() ? int_field(reply, "ID") : 0;
-    if (end_lease == 0) return record_later(error.empty() ? "no lease granted: " + reply.dump() : error);
-    record_end(end_lease);
-  });
-}
-
-// One transaction, fenced by the token: the end is recorded, and the coordinator's key and the round (a
-// predecessor's lease may still hold it) go, only while the key is the one this host created. The round is
-// never deleted without the end recorded (issue 53: the next host then took the first claims it got).
-void CoordinatorElection::record_end(std::int64_t end_lease) {
-  const std::string key = to_base64(coordinator_key(config_));
-  const json txn = {
-      {"compare", json::array({{{"key", key}, {"result", "EQUAL"}, {"target", "CREATE"},
-                                {"create_revision", std::to_string(token_)}}})},
-      {"success", json::array({{{"request_put", {{"key", to_base64(end_key(config_))}, {"value", to_base64(end_record_)},
-                                                 {"lease", std::to_string(end_lease)}}}},
-                               {{"request_delete_range", {{"key", key}}}},
-                               {{"request_delete_range", {{"key", to_base64(round_key(config_))}}}}})},
-      {"failure", json::array()}};
-  client_.post("/v3/kv/txn", txn, [this, end_lease](const std::string& error, const json& reply) {
-    if (!error.empty() || !reply.value("succeeded", false))  // the end's lease is not needed
-      client_.post("/v3/lease/revoke", json{{"ID", std::to_string(end_lease)}}, [](const std::string&, const json&) {});
-    if (!error.empty()) return record_later(error);
-    if (reply.value("succeeded", false)) return end_finish(EndOutcome{EndOutcome::Kind::kRecorded, "", ""});
-    // The key is no longer the one this host created: its lease ran out while etcd was out of its reach, and
-    // another host took the job over. Whatever that one recorded is the job's end, not this host's verdict.
-    round_lease_ = 0;  // the round is the successor's now
-    read_end_recorded_elsewhere();
-  });
-}
-
-void CoordinatorElection::read_end_recorded_elsewhere() {
-  client_.post("/v3/kv/range", json{{"key", to_base64(end_key(config_))}}, [this](const std::string& error,
-                                                                                const json& reply) {
-    if (!error.empty()) return record_later(error);
-    const std::string end = held_by(reply);
-    // Its own: an earlier try's transaction went through, and only its answer was lost.
-    if (end == end_record_) return end_finish(EndOutcome{EndOutcome::Kind::kRecorded, "", ""});
-    if (!end.empty()) return end_finish(EndOutcome{EndOutcome::Kind::kRecordedElsewhere, end, ""});
-    end_finish(EndOutcome{EndOutcome::Kind::kNotRecorded, "",
-                          "another host holds the job now (this node's etcd lease ran out while it was cut off "
-                          "from etcd), and the job has not ended there"});
-  });
-}
-
-void CoordinatorElection::record_later(const std::string& error) {
-  log_.debug("etcd: recording the job's end: ", error);
-  if (std::chrono::steady_clock::now() + config_.retry_interval >= finish_deadline_) {
-    log_.warning("etcd: the job's end could not be recorded (", error, "); its keys run out with their leases");
-    client_.cancel();
-    return end_finish(EndOutcome{EndOutcome::Kind::kNotRecorded, "", "etcd did not answer: " + error});
-  }
-  timer_.expires_after(config_.retry_interval);
-  timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) try_to_record();
-  });
-}
-
-// Then the leases, the round's and the coordinator's: nothing of the job stays in etcd but its end. Past the
-// deadline (etcd out of reach) they are not waited for: they run out by themselves.
-void CoordinatorElection::end_finish(EndOutcome outcome) {
-  auto deliver = [this, outcome] {
-    timer_.cancel();
-    if (auto done = std::move(finish_done_)) {
-      finish_done_ = nullptr;
-      done(outcome);
-    }
-  };
-  if (std::chrono::steady_clock::now() >= finish_deadline_) return deliver();
-  timer_.expires_at(finish_deadline_);
-  timer_.async_wait([this, deliver](const boost::system::error_code& ec) {
-    if (ec) return;
-    client_.cancel();
-    deliver();
-  });
-  auto revoke_main = [this, deliver] {
-    client_.post("/v3/lease/revoke", json{{"ID", std::to_string(lease_)}},
-                 [this, deliver](const std::string& error, const json&) {
-                   if (!error.empty()) log_.debug("etcd: revoking the lease: ", error);
-                   deliver();
-                 });
-  };
-  if (round_lease_ == 0) return revoke_main();
-  client_.post("/v3/lease/revoke", json{{"ID", std::to_string(round_lease_)}},
-               [revoke_main](const std::string&, const json&) { revoke_main(); });
 }
 
 }  // namespace ddprun::etcd

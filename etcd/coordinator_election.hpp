@@ -41,6 +41,7 @@ std::string job_prefix(const ElectionConfig& config);
 std::string coordinator_key(const ElectionConfig& config);
 std::string round_key(const ElectionConfig& config);  // the round the host runs (keep_round)
 std::string end_key(const ElectionConfig& config);    // the job's end, once recorded (finish)
+std::string seconds_text(std::chrono::milliseconds d);  // "2.0 s", for messages
 
 class CoordinatorElection {
  public:
