@@ -193,8 +193,8 @@ void NodeAgent::on_end_in_etcd(const EndInEtcd& end) {
     log_.warning("etcd records the job's end, by the host that took over while this node was cut off from etcd (",
                  end.recorded->host, "): ", cause.text, "; this node ends with it, not with its own verdict");
   } else if (end.recorded) {
-    cause.text = "this node was cut off from the job, which " + rdzv::describe(*end.recorded).substr(8) +
-                 " without it (recorded in etcd by " + end.recorded->host + ")";
+    cause.text = "this node was cut off from the job, which went on without it: " + rdzv::describe(*end.recorded) +
+                 " (recorded in etcd by " + end.recorded->host + ")";
     cause.exit_code = kExitRdzvLost;
     log_.warning(cause.text);
   } else if (!end.unconfirmed.empty()) {
