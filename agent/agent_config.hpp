@@ -99,7 +99,6 @@ struct AgentConfig {
   // argv[local_rank_arg_at] (after the program or script, as torch.distributed.launch did); empty: none
   std::string local_rank_arg;
   std::size_t local_rank_arg_at = 0;
-  bool local_rank_arg_detected = false;  // chosen from the script's source, not by --local-rank-arg
   bool use_env = false;                  // --use-env: launch's "pass no --local_rank", for the summary's advice
   // This node cannot run the program (not found, not executable): in a job of several nodes it does not just exit,
   // it tells the others first (issue 34: they waited --rdzv-timeout, 900 s, for it), then exits with this code.

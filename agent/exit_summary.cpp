@@ -103,7 +103,7 @@ void append_root_detail(std::ostringstream& out, const WorkerRecord& root, const
     const StreamTail* tail = ctx.stderr_tail_of(root.local_rank);
     const std::string advice =
         tail ? local_rank_arg_advice(read_stderr_end(tail->text(), tail->from_start()).last_line, ctx.local_rank_arg,
-                                     ctx.local_rank_arg_detected, ctx.use_env)
+                                     ctx.use_env)
              : "";
     if (!advice.empty()) out << "ddprun: " << rank << "'s " << advice << "\n";
   }
@@ -164,7 +164,7 @@ void append_attempts(std::ostringstream& out, const std::vector<Attempt>& attemp
 }
 }  // namespace
 
-std::string local_rank_arg_advice(const std::string& line, const std::string& passed, bool detected, bool use_env) {
+std::string local_rank_arg_advice(const std::string& line, const std::string& passed, bool use_env) {
   const bool underscore = line.find("--local_rank") != std::string::npos;
   const bool dash = line.find("--local-rank") != std::string::npos;
   if (line.find("error: ") == std::string::npos || !(underscore || dash)) return {};
@@ -175,18 +175,14 @@ std::string local_rank_arg_advice(const std::string& line, const std::string& pa
       return "script requires " + spelling + ", which torch.distributed.launch passed only without --use-env "
              "(torchrun never does): drop --use-env, or give --local-rank-arg " + (underscore ? "underscore" : "dash") +
              " in its place, to pass " + spelling + "=N to every worker";
-    return "script requires " + spelling + ", which torch.distributed.launch passed and torchrun does not; "
-           "ddprun passes it when the script's own file declares it: --local-rank-arg " +
-           (underscore ? "underscore" : "dash") + " passes " + spelling + "=N to every worker";
+    return "script requires " + spelling + ", which torch.distributed.launch passed and torchrun does not: "
+           "start it as ddprun-launch (launch's behaviour), or give --local-rank-arg " +
+           (underscore ? "underscore" : "dash") + ", to pass " + spelling + "=N to every worker";
   }
   if (!passed.empty() && line.find("unrecognized arguments:") != std::string::npos &&
       line.find(passed + "=") != std::string::npos) {
-    // Found in the script's file, yet refused: its main parser does not declare it (a sub-command's parser does,
-    // or one nobody uses), and nothing is what it takes (issue 34: the advice was the other spelling, which
-    // fails the same way). Chosen with --local-rank-arg: the other spelling, or none.
-    if (detected)
-      return "script does not take the " + passed + "=N ddprun passed (its file declares it, but not for the "
-             "parser that reads the command line): --local-rank-arg none passes nothing, as torchrun does";
+    // Passed (ddprun-launch or --local-rank-arg) and refused: the other spelling, or nothing (a script that
+    // reads LOCAL_RANK, as under torchrun).
     const bool gave_dash = passed == "--local-rank";
     return "script does not take the " + passed + "=N ddprun passed: --local-rank-arg " +
            (gave_dash ? "underscore passes --local_rank=N" : "dash passes --local-rank=N") +

@@ -44,7 +44,6 @@ struct SummaryContext {
   std::string python;         // the interpreter the workers ran, resolved; empty when the program is not Python
   std::string python_origin;  // how it was chosen, e.g. "PYTHON_EXEC" or "python3 from PATH"
   std::string local_rank_arg;  // the launch-style option each worker got ("--local_rank"), "" none
-  bool local_rank_arg_detected = false;  // ... because the script's file declares it (not --local-rank-arg)
   bool use_env = false;                  // --use-env: nothing passed on purpose
   int stdin_rank = -1;        // --stdin-rank: the global rank that reads ddprun's stdin; -1: none
   // The rounds before the last that this node ran, oldest first; the summary lists each one's cause.
@@ -64,10 +63,9 @@ struct SummaryContext {
 // What to do about torch.distributed.launch's local rank option when argparse ended a Python worker over it:
 // `line` (the worker's last stderr line) says the script requires the option and `passed` (the one ddprun gave,
 // "--local_rank" or "--local-rank", "" none) is empty, or that the script does not take `passed`. One
-// sentence naming --local-rank-arg; "" for any other line.
+// sentence naming ddprun-launch or --local-rank-arg; "" for any other line.
 // `use_env`: --use-env was given (nothing passed on purpose; --local-rank-arg is refused beside it).
-std::string local_rank_arg_advice(const std::string& line, const std::string& passed, bool detected = false,
-                                  bool use_env = false);
+std::string local_rank_arg_advice(const std::string& line, const std::string& passed, bool use_env = false);
 
 nlohmann::json worker_json(const WorkerRecord& w);
 nlohmann::json summary_json(const SupervisionPolicy& policy, const SummaryContext& ctx);

@@ -20,7 +20,6 @@ SummaryContext NodeAgent::summary_context() const {
   ctx.python = config_.python;
   ctx.python_origin = config_.python_origin;
   ctx.local_rank_arg = config_.local_rank_arg;
-  ctx.local_rank_arg_detected = config_.local_rank_arg_detected;
   ctx.use_env = config_.use_env;
   ctx.stdin_rank = config_.stdin_rank;
   ctx.attempts = attempts_;

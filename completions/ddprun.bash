@@ -115,4 +115,4 @@ _ddprun() {
   fi
   return 0
 }
-complete -F _ddprun ddprun ddprun-rendezvous ddprun-status
+complete -F _ddprun ddprun ddprun-launch ddprun-rendezvous ddprun-status

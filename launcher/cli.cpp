@@ -21,7 +21,6 @@
 #include "launcher/option_values.hpp"
 #include "launcher/ports.hpp"
 #include "launcher/program.hpp"
-#include "launcher/python_source.hpp"
 #include "launcher/slurm.hpp"
 #include "launcher/topology.hpp"
 #include "launcher/watch_options.hpp"
@@ -51,6 +50,7 @@ struct RawOptions {
   std::string signals_to_handle;
   std::string event_log_handler;
   bool use_env = false;
+  bool launch_style = false;  // started as ddprun-launch (LineStyle::kLaunch)
   std::string local_rank_arg;  // --local-rank-arg: dash | underscore
   std::string stdin_rank;      // --stdin-rank: a global rank
   std::string events_file;
@@ -134,7 +134,7 @@ void define_options(CLI::App& app, RawOptions& o) {
                  "Give ddprun's stdin to this global rank, for pdb/breakpoint() (others read /dev/null)");
   app.add_option("--local-rank-arg,--local_rank_arg", o.local_rank_arg,
                  "dash|underscore|none: pass --local-rank=N (torch 2.x launch), --local_rank=N (1.x) or nothing "
-                 "to the script (default: the spelling the script's own file declares, if any)");
+                 "to the script (default: nothing; --local_rank=N started as ddprun-launch, unless --use-env)");
   app.add_option("--prefix", o.prefix,
                  "Console line prefix; {rank} {local_rank} {node_rank} {role} {host} are replaced (default "
                  "'[rank{rank}]: ')");
@@ -253,9 +253,17 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
 
 }  // namespace
 
-CommandLine parse_command_line(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+LineStyle line_style_of(const std::string& argv0) {
+  const std::size_t slash = argv0.rfind('/');
+  return argv0.substr(slash == std::string::npos ? 0 : slash + 1) == "ddprun-launch" ? LineStyle::kLaunch
+                                                                                      : LineStyle::kTorchrun;
+}
+
+CommandLine parse_command_line(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                               LineStyle style) {
   CommandLine result;
   RawOptions o;
+  o.launch_style = style == LineStyle::kLaunch;
   CLI::App app{"", "ddprun"};  // the usage line, the summary and the epilog: describe_help
   app.set_version_flag("--version", std::string("ddprun ") + kVersion);
   // Everything from the first positional argument on belongs to the worker's command line.
@@ -379,14 +387,7 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
     if (e.exit_code() != kExitNotFound && e.exit_code() != kExitNotExecutable) throw;
     cannot_run = e;
   }
-  // A Python script's own source says whether it parses launch's --local_rank (launcher/python_source.hpp).
-  std::string script, declared;
-  if (!cfg.python.empty() && o.local_rank_arg.empty()) {
-    script = o.module ? module_source_file(command.front(), env) : command.front();
-    if (!script.empty()) declared = declared_local_rank_option_in_file(script);
-  }
-  cfg.local_rank_arg = local_rank_arg_name(o.local_rank_arg, o.use_env, script, declared, result.notes);
-  cfg.local_rank_arg_detected = o.local_rank_arg.empty() && !cfg.local_rank_arg.empty();
+  cfg.local_rank_arg = local_rank_arg_name(o.local_rank_arg, o.use_env, o.launch_style, result.notes);
   cfg.use_env = o.use_env;
   // A Python worker imports the heartbeat helper that came with this ddprun without any set-up of its own.
   if (!cfg.python.empty()) {

@@ -106,7 +106,8 @@ std::string epilog() {
          "\n"
          "Examples:\n"
          "  $ ddprun --standalone --nproc-per-node 4 train.py --epochs 10\n"
-         "  $ ddprun --nnodes 2 --rdzv-endpoint node0 --rdzv-id job7 ./train\n";
+         "  $ ddprun --nnodes 2 --rdzv-endpoint node0 --rdzv-id job7 ./train\n"
+         "  $ ddprun-launch --nproc_per_node 2 train.py   # torch.distributed.launch's line: --local_rank=N\n";
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   launcher::CommandLine cmd;
   try {
-    cmd = launcher::parse_command_line(args, contract::current_environment());
+    cmd = launcher::parse_command_line(args, contract::current_environment(), launcher::line_style_of(argv[0]));
   } catch (const UsageError& e) {
     write_all(2, std::string("ddprun: error: ") + e.what() + "\n");
     return e.exit_code();

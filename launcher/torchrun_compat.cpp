@@ -195,8 +195,8 @@ void check_signals_to_handle(const std::string& value, std::vector<std::string>&
                   "and forwards SIGUSR1, SIGUSR2");
 }
 
-std::string local_rank_arg_name(const std::string& value, bool use_env, const std::string& script,
-                                const std::string& declared, std::vector<std::string>& notes) {
+std::string local_rank_arg_name(const std::string& value, bool use_env, bool launch_style,
+                                std::vector<std::string>& notes) {
   if (value == "none") return {};
   if (!value.empty()) {
     if (value != "dash" && value != "underscore")
@@ -207,19 +207,11 @@ std::string local_rank_arg_name(const std::string& value, bool use_env, const st
             "to pass --local-rank; drop one of them");
     return value == "dash" ? "--local-rank" : "--local_rank";
   }
-  if (declared.empty()) return {};
-  // A launch line and a torchrun line look the same to ddprun; the script tells them apart. One that declares
-  // the option was written for launch (or accepts it): it gets what launch gave it, the right local rank,
-  // instead of the option's default on every rank (two ranks on GPU 0).
-  if (use_env) {
-    notes.push_back("warning: " + script + " declares " + declared + ", which ddprun does not pass under "
-                    "--use-env (nor did torch.distributed.launch): every worker gets that option's default unless "
-                    "it reads LOCAL_RANK; without --use-env each worker gets " + declared + "=<its local rank>");
-    return {};
-  }
-  notes.push_back(script + " declares " + declared + ": each worker gets " + declared + "=<its local rank> "
-                  "after the script, as torch.distributed.launch passed it (--local-rank-arg none passes nothing)");
-  return declared;
+  if (!launch_style || use_env) return {};
+  notes.push_back("ddprun-launch: each worker gets --local_rank=<its local rank> after its program, as "
+                  "torch.distributed.launch passed it (--use-env or --local-rank-arg none passes nothing, "
+                  "--local-rank-arg dash passes --local-rank=N)");
+  return "--local_rank";
 }
 
 void check_event_log_handler(const std::string& value) {

@@ -43,10 +43,10 @@ void check_event_log_handler(const std::string& value);
 // after its program, or "" for none. `value` is --local-rank-arg: "dash" → "--local-rank" (launch in torch
 // 2.x), "underscore" → "--local_rank" (1.x), "none" → ""; dash or underscore with --use-env (which told launch
 // *not* to pass it) contradict: UsageError (64).
-// Not given (""): `declared`, the spelling the Python script's own source declares (python_source.hpp; ""
-// when none, or not Python), as launch passed it, with a note naming `script` and how to turn it off; with
-// --use-env nothing is passed, and a warning says the script will see its option's default.
-std::string local_rank_arg_name(const std::string& value, bool use_env, const std::string& script,
-                                const std::string& declared, std::vector<std::string>& notes);
+// Not given (""): nothing, as torchrun; started as ddprun-launch (`launch_style`) "--local_rank" as launch gave
+// it (torch 1.x's spelling, which scripts written for 2.x also accept), with a note saying how to turn it off,
+// and nothing under --use-env.
+std::string local_rank_arg_name(const std::string& value, bool use_env, bool launch_style,
+                                std::vector<std::string>& notes);
 
 }  // namespace ddprun::launcher

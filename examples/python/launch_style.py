@@ -3,11 +3,11 @@
 (argparse, required), and the script does not read LOCAL_RANK from the environment.
 
 torch.distributed.launch (torch 1.x) appended --local_rank=N unless --use_env was given; torch 2.x's
-launch appends --local-rank=N. ddprun reads the script before starting it: one that declares the option in
-its own file gets it, in the spelling declared, so launch's line runs with ddprun as its first word:
+launch appends --local-rank=N. ddprun-launch (ddprun under launch's behaviour) does the same, so launch's line
+runs with it as its first word:
     python -m torch.distributed.launch --nnodes=1 --nproc_per_node=2 examples/python/launch_style.py
-    ddprun --nnodes=1 --nproc_per_node=2 examples/python/launch_style.py
-(`--local-rank-arg underscore|dash` where the option is declared in another file, `none` to pass nothing.)
+    ddprun-launch --nnodes=1 --nproc_per_node=2 examples/python/launch_style.py
+(ddprun, as torchrun, passes nothing: `--local-rank-arg underscore|dash` passes it there too.)
 """
 import argparse
 import os

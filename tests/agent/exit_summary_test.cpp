@@ -135,16 +135,16 @@ TEST_CASE("a root cause killed by a signal is not explained by whatever it last 
   CHECK(text.find("last line on stderr") == std::string::npos);
 }
 
-TEST_CASE("argparse's word on --local_rank names the --local-rank-arg that fixes it") {
-  // Required, and ddprun passed nothing (the declaration was in another file): the spelling argparse names.
+TEST_CASE("argparse's word on --local_rank names the switch that fixes it") {
+  // Required, and ddprun passed nothing (a launch script under ddprun's torchrun line): the spelling argparse names.
   CHECK(local_rank_arg_advice("train.py: error: the following arguments are required: --local_rank", "") ==
-        "script requires --local_rank, which torch.distributed.launch passed and torchrun does not; ddprun passes "
-        "it when the script's own file declares it: --local-rank-arg underscore passes --local_rank=N to every "
+        "script requires --local_rank, which torch.distributed.launch passed and torchrun does not: start it as "
+        "ddprun-launch (launch's behaviour), or give --local-rank-arg underscore, to pass --local_rank=N to every "
         "worker");
   CHECK(local_rank_arg_advice("t.py: error: the following arguments are required: --lr, --local-rank", "")
-            .find("--local-rank-arg dash passes --local-rank=N") != std::string::npos);
+            .find("--local-rank-arg dash, to pass --local-rank=N") != std::string::npos);
   // Issue 54: under --use-env the advice was --local-rank-arg, which ddprun refuses beside --use-env.
-  CHECK(local_rank_arg_advice("t.py: error: the following arguments are required: --local_rank", "", false, true) ==
+  CHECK(local_rank_arg_advice("t.py: error: the following arguments are required: --local_rank", "", true) ==
         "script requires --local_rank, which torch.distributed.launch passed only without --use-env (torchrun never "
         "does): drop --use-env, or give --local-rank-arg underscore in its place, to pass --local_rank=N to every "
         "worker");
@@ -154,10 +154,6 @@ TEST_CASE("argparse's word on --local_rank names the --local-rank-arg that fixes
         "instead, --local-rank-arg none passes nothing");
   CHECK(local_rank_arg_advice("t.py: error: unrecognized arguments: --x --local_rank=0", "--local_rank")
             .find("--local-rank-arg dash passes --local-rank=N instead") != std::string::npos);
-  // Issue 34: detected in the script's file (a sub-command's parser, say) and refused: nothing is what it takes.
-  CHECK(local_rank_arg_advice("t.py: error: unrecognized arguments: --local_rank=0", "--local_rank", true) ==
-        "script does not take the --local_rank=N ddprun passed (its file declares it, but not for the parser that "
-        "reads the command line): --local-rank-arg none passes nothing, as torchrun does");
   // Anything else is not about it.
   CHECK(local_rank_arg_advice("t.py: error: unrecognized arguments: --lr=1", "--local_rank").empty());
   CHECK(local_rank_arg_advice("t.py: error: the following arguments are required: --lr", "").empty());

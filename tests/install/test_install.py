@@ -91,9 +91,9 @@ class InstalledPackage(unittest.TestCase):
         return env
 
     def test_layout(self):
-        expected = ["bin/ddprun", "bin/ddprun-rendezvous", "bin/ddprun-status",
+        expected = ["bin/ddprun", "bin/ddprun-launch", "bin/ddprun-rendezvous", "bin/ddprun-status",
                     "share/bash-completion/completions/ddprun", "share/bash-completion/completions/ddprun-rendezvous",
-                    "share/bash-completion/completions/ddprun-status",
+                    "share/bash-completion/completions/ddprun-status", "share/bash-completion/completions/ddprun-launch",
                     "share/ddprun/python/ddprun_heartbeat.py",
                     "lib/cmake/ddprun/ddprunConfig.cmake", "lib/cmake/ddprun/ddprunConfigVersion.cmake",
                     "lib/cmake/ddprun/ddprunTargets.cmake"]
@@ -106,6 +106,11 @@ class InstalledPackage(unittest.TestCase):
         code, out, err = run([self.at("bin", "ddprun"), "--version"], env=self.env(), timeout=10)
         self.assertEqual(code, 0, err)
         self.assertRegex(out, r"^ddprun \d+\.\d+\.\d+")
+        # ddprun-launch: ddprun itself under launch's name (docs/TORCHRUN.md), a relative link (a moved prefix works).
+        self.assertEqual(os.readlink(self.at("bin", "ddprun-launch")), "ddprun")
+        code, out, err = run(["ddprun-launch", "--nproc-per-node", "1", "--no-python", "true"], env=self.env(),
+                             timeout=30)
+        self.assertEqual(code, 0, err)
         code, out, err = run([self.at("bin", "ddprun-rendezvous"), "--version"], env=self.env(), timeout=10)
         self.assertEqual(code, 0, err)
         self.assertRegex(out, r"^ddprun-rendezvous \d+\.\d+\.\d+")

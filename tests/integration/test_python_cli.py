@@ -1,5 +1,5 @@
 """What ddprun gives a Python worker beyond the environment: its stdin (--stdin-rank), a launch-style
---local-rank argument (when the script declares it, or --local-rank-arg), the heartbeat helper on its
+--local-rank argument (started as ddprun-launch, or --local-rank-arg), the heartbeat helper on its
 PYTHONPATH, a summary that shows the exception a worker without an error file printed on stderr, and,
 when the interpreter cannot import a module at start-up, one that names the interpreter and how to
 choose another. The helper scripts in py/ need no torch: any
@@ -16,6 +16,8 @@ import unittest
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from exit_codes import NOT_FOUND, USAGE
 from harness import DDPRUN, DdprunTestCase
+
+DDPRUN_LAUNCH = os.path.join(os.path.dirname(DDPRUN), "ddprun-launch")  # a link to ddprun, installed beside it
 from python_env import EXAMPLES, HELPERS, NO_TORCH, torch_python
 
 ECHO = os.path.join(HELPERS, "echo_stdin.py")
@@ -137,35 +139,47 @@ class PythonWorkerCli(DdprunTestCase):
         self.assertNotIn(b"argv", res.stdout)
 
     def test_a_launch_line_gives_each_rank_its_local_rank(self):
-        # pytorch/examples' launch line (--local_rank defaults to 0) with ddprun as its first word: each rank
-        # gets its own local rank, where passing nothing would have given every rank 0.
+        # pytorch/examples' launch line (--local_rank defaults to 0) with ddprun-launch as its first word: each
+        # rank gets its own local rank, where passing nothing would have given every rank 0.
         script = os.path.join(HELPERS, "launch_default.py")
-        res = self.run_ddprun("--nnodes=1", "--nproc_per_node=2", script, "--local_world_size=2")
+        res = self.run_ddprun("--nnodes=1", "--nproc_per_node=2", script, "--local_world_size=2",
+                              program=DDPRUN_LAUNCH)
         self.assertEqual(res.code, 0, res)
         out = res.stdout.decode()
         for rank in (0, 1):
             self.assertIn(f"[rank{rank}]: rank {rank} parsed local_rank {rank} LOCAL_RANK {rank}\n", out, res)
         err = res.stderr.decode()
-        self.assertEqual(err.count(" declares --local_rank: each worker gets --local_rank=<its local rank>"), 1, err)
-        self.assertIn("(--local-rank-arg none passes nothing)", err)
-        # --use-env: launch passed nothing, and neither does ddprun; a warning says so before the start.
-        res = self.run_ddprun("--use_env", "--nproc_per_node=2", script)
+        self.assertEqual(err.count("ddprun-launch: each worker gets --local_rank=<its local rank>"), 1, err)
+        # --use-env: launch passed nothing, and neither does ddprun-launch.
+        res = self.run_ddprun("--use_env", "--nproc_per_node=2", script, program=DDPRUN_LAUNCH)
         self.assertEqual(res.code, 0, res)
         self.assertIn("[rank1]: rank 1 parsed local_rank 0 LOCAL_RANK 1", res.stdout.decode())
-        self.assertIn("declares --local_rank, which ddprun does not pass under --use-env", res.stderr.decode())
-        # A script that declares nothing gets nothing (torchrun's way): print_argv.py reads only sys.argv.
-        res = self.run_ddprun("--nproc-per-node", 2, ARGV, "x")
-        self.assertEqual(self.argv_of(res, 1), ["x"])
-        self.assertNotIn("declares", res.stderr.decode())
-
-    def test_a_sub_commands_local_rank_is_not_passed(self):
-        # Issue 34: the train sub-parser's --local_rank made ddprun append --local_rank=N, and the main parser
-        # exited 2 (torchrun runs it). argparse reads it only after "train": ddprun passes nothing.
-        res = self.run_ddprun("--nproc-per-node", 2, os.path.join(HELPERS, "launch_subcommand.py"), "train")
+        # The same line as torchrun's (ddprun): nothing, whatever the script declares, as torchrun.
+        res = self.run_ddprun("--nproc_per_node=2", script)
         self.assertEqual(res.code, 0, res)
-        self.assertEqual(sorted(res.stdout.decode().splitlines()),
-                         ["[rank0]: train local_rank -1 LOCAL_RANK 0", "[rank1]: train local_rank -1 LOCAL_RANK 1"])
-        self.assertNotIn("declares", res.stderr.decode())
+        self.assertIn("[rank1]: rank 1 parsed local_rank 0 LOCAL_RANK 1", res.stdout.decode())
+        self.assertNotIn("--local_rank", res.stderr.decode())
+
+    def test_a_torchrun_line_runs_whatever_the_script_text_declares(self):
+        # Issue 34 and 54: a sub-parser's --local_rank, a chained add_parser(...).add_argument, the call in a
+        # string or in a helper nobody calls made ddprun append --local_rank=N, and the main parser exited 2
+        # where torchrun runs the line. ddprun passes nothing, as torchrun.
+        for script, args, expected in (
+                ("launch_subcommand.py", ["train"], ["[rank0]: train local_rank -1 LOCAL_RANK 0",
+                                                     "[rank1]: train local_rank -1 LOCAL_RANK 1"]),
+                ("launch_text_forms.py", ["--steps", "3"], ["[rank0]: mode None steps 3 LOCAL_RANK 0",
+                                                            "[rank1]: mode None steps 3 LOCAL_RANK 1"])):
+            with self.subTest(script=script):
+                res = self.run_ddprun("--nproc-per-node", 2, os.path.join(HELPERS, script), *args)
+                self.assertEqual(res.code, 0, res)
+                self.assertEqual(sorted(res.stdout.decode().splitlines()), expected)
+        # The same script under launch's name gets --local_rank=N, as under launch, and argparse refuses it:
+        # the summary names what passes nothing.
+        res = self.run_ddprun("--nproc-per-node", 2, os.path.join(HELPERS, "launch_text_forms.py"),
+                              program=DDPRUN_LAUNCH)
+        self.assertEqual(res.code, 2, res)
+        self.assertIn("'s script does not take the --local_rank=N ddprun passed: --local-rank-arg dash passes "
+                      "--local-rank=N instead, --local-rank-arg none passes nothing", res.stderr.decode(), res)
 
     def test_an_executable_python_script_runs_as_python_named_without_dot_slash_and_under_python_exec(self):
         """Issue 34: an executable '#!' Python script named without ./ was refused (127, "not found in PATH") where
@@ -201,13 +215,18 @@ class PythonWorkerCli(DdprunTestCase):
         self.assertIn("give ./job.sh", res.stderr.decode())
 
     def test_argparse_stopping_over_local_rank_names_the_switch(self):
-        # Declared in another file: not seen, not passed; argparse's exit 2, and the summary names the switch.
+        # A launch script (its parser in another file) on a torchrun line: nothing passed, argparse's exit 2, and
+        # the summary names the switches.
         res = self.run_ddprun("--nproc-per-node", 2, os.path.join(HELPERS, "launch_imported_parser.py"))
         self.assertEqual(res.code, 2, res)
         err = res.stderr.decode()
-        self.assertIn("'s script requires --local_rank, which torch.distributed.launch passed and torchrun does not; "
-                      "ddprun passes it when the script's own file declares it: --local-rank-arg underscore passes "
+        self.assertIn("'s script requires --local_rank, which torch.distributed.launch passed and torchrun does not: "
+                      "start it as ddprun-launch (launch's behaviour), or give --local-rank-arg underscore, to pass "
                       "--local_rank=N to every worker", err, res)
+        res = self.run_ddprun("--nproc-per-node", 2, os.path.join(HELPERS, "launch_imported_parser.py"),
+                              program=DDPRUN_LAUNCH)
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(sorted(res.stdout.decode().splitlines()), ["[rank0]: local_rank 0", "[rank1]: local_rank 1"])
         res = self.run_ddprun("--nproc-per-node", 2, "--local-rank-arg", "underscore",
                               os.path.join(HELPERS, "launch_imported_parser.py"))
         self.assertEqual(res.code, 0, res)
@@ -321,8 +340,8 @@ class LaunchStyleScript(DdprunTestCase):
         self.env["PYTHON_EXEC"] = torch_python()
 
     def test_a_script_given_as_a_pipe_reaches_python_whole(self):
-        # `ddprun <(…)` or a FIFO: the look for a --local_rank declaration reads regular files only; it read the
-        # pipe before, so Python got nothing to run.
+        # `ddprun <(…)` or a FIFO: ddprun reads nothing of it (a reading of the script's text once emptied the
+        # pipe, so Python got nothing to run).
         script = self.path("piped.py")
         os.mkfifo(script)
 
@@ -340,7 +359,7 @@ class LaunchStyleScript(DdprunTestCase):
 
     def test_a_launch_line_runs_unchanged(self):
         # python -m torch.distributed.launch --nnodes=1 --nproc_per_node=2 launch_style.py, first words replaced.
-        res = self.run_ddprun("--nnodes=1", "--nproc_per_node=2", self.SCRIPT, timeout=180)
+        res = self.run_ddprun("--nnodes=1", "--nproc_per_node=2", self.SCRIPT, timeout=180, program=DDPRUN_LAUNCH)
         self.assertEqual(res.code, 0, res)
         out = res.stdout.decode()
         for rank in (0, 1):
@@ -357,7 +376,7 @@ class LaunchStyleScript(DdprunTestCase):
         res = self.run_ddprun("--nproc-per-node", 2, "--local-rank-arg", "none", self.SCRIPT, timeout=180)
         self.assertEqual(res.code, 2, res)  # argparse's exit code
         self.assertIn("the following arguments are required: --local_rank", res.stdout.decode() + res.stderr.decode())
-        self.assertIn("--local-rank-arg underscore passes --local_rank=N", res.stderr.decode())
+        self.assertIn("--local-rank-arg underscore, to pass --local_rank=N", res.stderr.decode())
 
 
 if __name__ == "__main__":

@@ -339,3 +339,29 @@ TEST_CASE("an option that takes a value does not take the next option as its val
   CHECK(refusal({"--log-dir", "/tmp", "-r-1", "true"}).find("expects a value") == std::string::npos);
   CHECK(parse({"--role", "-", "true"}).agent.world.role == "-");
 }
+
+TEST_CASE("--local_rank=N only from ddprun-launch or --local-rank-arg, never from the script's text (issue 54)") {
+  CHECK(line_style_of("ddprun-launch") == LineStyle::kLaunch);
+  CHECK(line_style_of("/usr/bin/ddprun-launch") == LineStyle::kLaunch);
+  CHECK(line_style_of("/usr/bin/ddprun") == LineStyle::kTorchrun);
+  CHECK(line_style_of("ddprun-launcher") == LineStyle::kTorchrun);
+  const TempDir temp;  // a script that declares the option: what it declares decides nothing
+  const std::string script = temp.file("train.py", "p.add_argument('--local_rank', type=int, required=True)\n", 0644);
+  const std::vector<std::string> line = {"--nproc-per-node", "2", script, "--lr", "0.1"};
+  // torchrun's line: nothing, whatever the script declares (torchrun never passes it).
+  CHECK(parse_command_line(line, kEnv).agent.local_rank_arg.empty());
+  // launch's line: torch 1.x's spelling, right after the script, with a note; --use-env: nothing, as launch.
+  const CommandLine launch = parse_command_line(line, kEnv, LineStyle::kLaunch);
+  CHECK(launch.agent.local_rank_arg == "--local_rank");
+  CHECK(launch.agent.argv[launch.agent.local_rank_arg_at - 1] == script);
+  CHECK(std::count_if(launch.notes.begin(), launch.notes.end(), [](const std::string& n) {
+          return n.find("ddprun-launch: each worker gets --local_rank=<its local rank>") == 0;
+        }) == 1);
+  std::vector<std::string> use_env = line;
+  use_env.insert(use_env.begin(), "--use_env");
+  CHECK(parse_command_line(use_env, kEnv, LineStyle::kLaunch).agent.local_rank_arg.empty());
+  std::vector<std::string> dash = line;
+  dash.insert(dash.begin(), {"--local-rank-arg", "dash"});
+  CHECK(parse_command_line(dash, kEnv, LineStyle::kLaunch).agent.local_rank_arg == "--local-rank");
+  CHECK(parse_command_line(dash, kEnv).agent.local_rank_arg == "--local-rank");
+}

@@ -171,15 +171,17 @@ class DdprunTestCase(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.tmp, name)
 
-    def start(self, *args, stdin=subprocess.DEVNULL, cwd=None):
-        """`cwd`: ddprun's working directory (DDPRUN is then made absolute; so must a relative WORKER be)."""
-        ddprun = DDPRUN if cwd is None else os.path.abspath(DDPRUN)
+    def start(self, *args, stdin=subprocess.DEVNULL, cwd=None, program=None):
+        """`cwd`: ddprun's working directory (DDPRUN is then made absolute; so must a relative WORKER be).
+        `program`: another name of ddprun's (DDPRUN_LAUNCH), DDPRUN when None."""
+        ddprun = program or DDPRUN
+        ddprun = ddprun if cwd is None else os.path.abspath(ddprun)
         return subprocess.Popen([ddprun, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=stdin, env=self.env, start_new_session=True, cwd=cwd)
 
-    def run_ddprun(self, *args, timeout=60, cwd=None):
+    def run_ddprun(self, *args, timeout=60, cwd=None, program=None):
         t0 = time.monotonic()
-        proc = self.start(*args, cwd=cwd)
+        proc = self.start(*args, cwd=cwd, program=program)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
