@@ -67,6 +67,7 @@ void Client::Impl::retarget(const std::string& host, std::uint16_t port) {
   ports_.assign(1, port);
   port_index_ = 0;
   name_problem_.clear();
+  resolved_ = false;
   if (done_ || connected_ || !reconnect_.active() || reconnect_.waiting_for_workers()) return;
   // What is pending (a look-up, a connect, a back-off) is for the old address: stale now, and the next try is now.
   ++attempt_;
@@ -86,7 +87,10 @@ void Client::Impl::connect() {
   arm_attempt_limit(attempt);
   error_code ec;
   auto address = asio::ip::make_address(config_.server_host, ec);
-  if (!ec) return connect_to({tcp::endpoint(address, port())}, attempt);
+  if (!ec) {
+    resolved_ = true;
+    return connect_to({tcp::endpoint(address, port())}, attempt);
+  }
   lookup_.start(config_.server_host, port(), [self = shared_from_this(), attempt](const LookupResult& r) {
     if (self->done_ || attempt != self->attempt_) return;  // given up on meanwhile
     if (!r.ok) {
@@ -94,6 +98,7 @@ void Client::Impl::connect() {
       self->name_problem_ = r.error;  // kept to the end: a later time-out must not hide it
       return self->retry(r.error);
     }
+    self->resolved_ = true;
     self->connect_to(r.endpoints, attempt);
   });
 }
@@ -146,6 +151,13 @@ void Client::Impl::connect_to(std::vector<tcp::endpoint> endpoints, unsigned att
 void Client::Impl::say_trying() {
   if (said_trying_ || reconnect_.active() || Clock::now() - trying_since_ < kSayTryingAfter) return;
   said_trying_ = true;
+  if (!resolved_ && !name_problem_.empty()) {  // nobody was asked: the name gave no address yet (issue 54)
+    logger_.info("the rendezvous host \"", config_.server_host, "\" has not resolved for ",
+                 text::seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - trying_since_)), " (",
+                 name_problem_, "); still trying until ", text::seconds(connect_limit_), " have passed (",
+                 config_.connect_timeout_option, ")");
+    return;
+  }
   const std::string answers = race_.answers();
   logger_.info("the rendezvous server at ", where(), " has not answered for ",
                text::seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - trying_since_)),
@@ -157,6 +169,13 @@ void Client::Impl::retry(const std::string& why, bool rotate) {
   const auto now = Clock::now();
   if (now >= connect_deadline_) {
     if (reconnect_.active()) return fail(ErrorKind::kLostServer, reconnect_.give_up(where(), why));
+    if (!resolved_ && !name_problem_.empty())  // never an address to try: not a server that did not answer
+      return fail(ErrorKind::kTimeout, "could not resolve the rendezvous host \"" + config_.server_host +
+                                           "\" within " + text::seconds(connect_limit_) + " (" +
+                                           config_.connect_timeout_option + "): " + name_problem_ +
+                                           (why == name_problem_ ? "" : "; the last look-up: " + why) +
+                                           "; check the name given to --master-addr or --rdzv-endpoint, or this "
+                                           "node's resolver (/etc/hosts, DNS)");
     const std::string ports = candidates() ? " (ports " + port_list() + ")" : "";
     std::string name = name_problem_.empty() || name_problem_ == why
                            ? ""

@@ -165,6 +165,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   std::vector<std::uint16_t> ports_;  // server_port, then more_ports
   std::size_t port_index_ = 0;
   std::string name_problem_;  // the name look-up's last failure, for the final message
+  bool resolved_ = false;     // the name gave addresses at least once (a literal address counts)
   std::string cannot_join_;   // this node cannot take part: why (ClientConfig::cannot_join, or no MUNGE here)
   bool leaving_ = false;      // the hello saying cannot_join is out: the connection's end is ours
   Clock::time_point last_heard_;

@@ -46,6 +46,12 @@ class UnresolvableHost(DdprunTestCase):
         warnings = [line for line in err.splitlines() if f'cannot resolve the rendezvous host "{HOST}"' in line]
         self.assertEqual(len(warnings), 1, err)
         self.assertIn("--master-addr", warnings[0])
+        # Issue 54: the end said "the server has not answered": no server was ever asked, the name is the cause.
+        root = [line for line in err.splitlines() if "root cause" in line]
+        self.assertEqual(len(root), 1, err)
+        self.assertIn(f'could not resolve the rendezvous host "{HOST}" within {RDZV_TIMEOUT}.0 s (--rdzv-timeout)',
+                      root[0])
+        self.assertNotIn("has not answered", err)
 
 
 class FakeDns:
@@ -134,5 +140,5 @@ class SlowNameService(DdprunTestCase):
         self.assertEqual(code, TIMEOUT, err)
         root = [line for line in err.splitlines() if "root cause" in line]
         self.assertEqual(len(root), 1, err)
-        self.assertIn("no answer within", root[0])
-        self.assertIn('the name "no-such-node.example" did not resolve', root[0])
+        self.assertIn('could not resolve the rendezvous host "no-such-node.example"', root[0])
+        self.assertIn("; the last look-up: no answer within", root[0])
