@@ -134,6 +134,9 @@ struct AgentConfig {
   bool step_signals_reach_workers = false;
   // In a SLURM job: a notice or SIGTERM followed by clean exits is exit 79, preempted (supervision_policy.hpp).
   bool preemption_exit = false;
+  // ... and the job and step nodes to ask slurmctld about when SLURM stops the step (agent/slurm_end_query.hpp).
+  std::string slurm_job_id;
+  std::string slurm_step_nodes;
   Logger log;
 };
 

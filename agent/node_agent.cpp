@@ -12,6 +12,7 @@
 #include "agent/error_file.hpp"
 #include "agent/output_pump.hpp"
 #include "common/console.hpp"
+#include "common/contract/worker_contract.hpp"
 #include "common/process/process_tree.hpp"
 #include "common/process/spawn.hpp"
 #include "common/time.hpp"
@@ -60,7 +61,7 @@ NodeAgent::NodeAgent(const AgentConfig& config)
              [this] { apply(policy_.on_grace_expired(unix_ms()), "grace_expired"); }),
       reform_(io_, config_, world_, heartbeats_, policy_, lifecycle_, layout_, log_, events_, reform_host()),
       launcher_(config_, world_, layout_, output_, launcher_host()),
-      reports_(io_, config_, world_, policy_, lifecycle_, log_, reports_host()) {}
+      reports_(io_, config_, world_, policy_, lifecycle_, log_, reports_host()), slurm_end_(io_, log_) {}
 
 int NodeAgent::run() {
   // Set-up that can fail comes first, so that a failure leaves no worker started.
@@ -174,14 +175,33 @@ void NodeAgent::on_signal(const ReceivedSignal& received) {
   log_.info("received ", process::signal_name(signal), workers_have_it ? " from slurmstepd, which sent it to "
                                                                          "every process of the step" : "");
   events_.write(event::signal(unix_ms(), signal, received.sender));
+  if (signal == SIGTERM) ask_slurm_why_stopped();
   Decision d = policy_.on_signal(signal, unix_ms());
   if (workers_have_it && d.signal_all == signal) d.signal_all = 0;
   apply(d, "signal");
   if (d.teardown_began) reports_.signal_received(signal);
 }
 
+void NodeAgent::ask_slurm_why_stopped() {
+  if (!config_.preemption_exit || lifecycle_.finished()) return;
+  slurm_end_.ask(config_.slurm_job_id, config_.slurm_step_nodes, contract::current_environment(),
+                 [this](const std::optional<std::string>& node_failure) {
+                   if (node_failure) {
+                     // A lost node, exit 1 on every node (each asks and hears the same), never "preempted".
+                     log_.warning(*node_failure, ": a lost node, not a preemption");
+                     slurm_cause_ = JobCause{};
+                     slurm_cause_->text = *node_failure;
+                     slurm_cause_->exit_code = 1;
+                     slurm_cause_->time_ms = unix_ms();
+                     apply(policy_.on_job_cause(*slurm_cause_, unix_ms()), "node_failure");
+                   }
+                   maybe_finish();
+                 });
+}
+
 void NodeAgent::on_child_exit(pid_t pid, const process::ExitStatus& status) {
   if (hang_.on_child_exit(pid)) return;  // a stack tool of the hang capture
+  if (slurm_end_.on_child_exit(pid)) return;  // scontrol, asked why SLURM stopped the step
   auto it = local_rank_of_.find(pid);
   if (it == local_rank_of_.end()) {
     log_.debug("reaped descendant pid ", pid, " (", status.describe(), ")");
@@ -250,6 +270,7 @@ void NodeAgent::after_reap(bool has_children) {
 
 void NodeAgent::maybe_finish() {
   if (lifecycle_.finished() || !lifecycle_.processes_gone()) return;
+  if (slurm_end_.asking()) return;  // the exit code waits for slurmctld's word (at most SlurmEndQuery::kLimit)
   // A restart does not wait for a stalled console: the round's streams that wait for room there go on
   // draining beside the next round, in order, and the end of the job waits for them all.
   if (!output_.round_drained(lifecycle_.restarting())) return;

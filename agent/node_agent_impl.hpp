@@ -40,6 +40,7 @@
 #include "agent/rendezvous_link.hpp"
 #include "agent/run_layout.hpp"
 #include "agent/signal_reader.hpp"
+#include "agent/slurm_end_query.hpp"
 #include "agent/stack_capture.hpp"
 #include "agent/supervision_policy.hpp"
 #include "agent/worker_launcher.hpp"
@@ -85,6 +86,8 @@ class NodeAgent {
   void apply(const Decision& d, const char* reason);
   void maybe_finish();
   void release();  // the cgroup, the run's files, the guard: last, however the job ended here
+  // SLURM stopped the step (its SIGTERM here, or another node's): ask slurmctld whether for a node failure.
+  void ask_slurm_why_stopped();
   SummaryContext summary_context() const;  // what the end-of-job summary needs from this node, as it ends
 
   const AgentConfig& config_;
@@ -116,6 +119,8 @@ class NodeAgent {
   std::int64_t start_ms_ = 0;  // Unix ms: the live view's and the summary's clock times
   std::chrono::steady_clock::time_point started_;  // the summary's durations
   std::vector<Attempt> attempts_;  // rounds this node ran that ended in a re-form, for the summary
+  SlurmEndQuery slurm_end_;  // a node failure behind SLURM's SIGTERM, not a preemption (agent/slurm_end_query.hpp)
+  std::optional<JobCause> slurm_cause_;  // slurmctld's answer: the job's cause, whatever the rendezvous says later
 };
 
 }  // namespace ddprun::agent

@@ -7,6 +7,7 @@ import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from exit_codes import PREEMPTED
+from harness import comm
 from slurm_jobs import DDPRUN, JobCase, WORKER
 from wait import wait_until
 
@@ -222,6 +223,43 @@ class FailureIsNotPreemption(JobCase):
                 self.assertNotEqual(proc.returncode, PREEMPTED, err)
                 self.assertIn("root cause: rank 1 (local rank 0, node 1,", err)
                 self.cluster.wait_job(job, timeout=30)
+
+
+class NodeFailureIsNotPreemption(JobCase):
+    """Issue 54: a node lost to SLURM (its slurmd gone, the node set DOWN, the job NODE_FAIL) is a lost node, exit 1,
+    on every node. slurmctld ends the job's other nodes with the SIGTERM a preemption sends; their workers, saving on
+    it, exited 0, and every node said "job preempted ... exit code 79" (sacct NODE_FAIL). The test kills n3's slurmd
+    and sets n3 DOWN, what slurmctld itself does once SlurmdTimeout (30 s here) passes without an answer from it."""
+
+    def test_slurmd_killed_and_its_node_down_is_a_lost_node_on_every_node(self):
+        proc = self.start_step(3, "--nproc-per-node", 1, WORKER, "trap=TERM", f"ready={self.path('ready')}", "hang")
+        self.wait_ready(3)
+        job = self.job_id_of()
+        slurmd = self.cluster.daemons["slurmd-n3"]
+        try:  # not addCleanup: tearDown, which runs first, waits for every node idle
+            slurmd.kill()
+            slurmd.wait()
+            self.cluster.run("scontrol", "update", "nodename=n3", "state=down", "reason=slurmd killed")
+            out, err = proc.communicate(timeout=60)
+            self.assertEqual(self.cluster.wait_job(job, timeout=30)["JobState"], "NODE_FAIL")
+        finally:
+            self.bring_back_n3()
+        self.assertNotIn("preempted", err)
+        # n1 and n2 speak through srun; n3's ddprun lost its slurmd, and with it the way to srun.
+        for node in ("n1", "n2"):
+            self.assertIn(f"[{node}] ddprun: root cause: SLURM ended the job for a node failure: n3 is DOWN "
+                          "(slurmd killed)", err)
+            self.assertIn(f"[{node}] ddprun: exit code 1\n", err)
+        self.assertEqual(proc.returncode, 1, err)
+
+    def bring_back_n3(self):
+        # n3's ddprun and worker end with the job (the rendezvous stops them); its slurmstepd, whose slurmd is
+        # gone, stays until killed: SLURM's leftover, not ddprun's.
+        wait_until(lambda: not [p for p in self.cluster.leftovers() if comm(p) in ("ddprun", "test_worker")],
+                   "n3's ddprun and worker to end with the job", 20)
+        self.cluster.kill_job_processes()
+        self.cluster._start_slurmd("n3")
+        self.cluster.run("scontrol", "update", "nodename=n3", "state=resume")
 
 
 class SignalsUnderProctrackPgid(Signals):
