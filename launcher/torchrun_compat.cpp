@@ -113,8 +113,16 @@ void apply_rdzv_conf(const std::string& text, const std::set<std::string>& given
     const auto eq = item.find('=');
     if (eq == std::string::npos || eq == 0)
       usage("--rdzv-conf '" + text + "': expected KEY=VALUE,KEY=VALUE, e.g. join_timeout=600");
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    const std::string option = "--rdzv-conf " + key;
+    const std::string given_key = item.substr(0, eq), value = item.substr(eq + 1);
+    const std::string option = "--rdzv-conf " + given_key;
+    // torchrun's two etcd backends name the same settings apart: etcd-v2 (etcd_rendezvous_backend.py) ca_cert,
+    // ssl_cert, ssl_cert_key, key_prefix; etcd (etcd_rendezvous.py) cacert, cert, key, etcd_prefix. Either
+    // spelling under either backend (issue 53: etcd-v2's were refused with 64).
+    const std::string key = given_key == "ca_cert"        ? "cacert"
+                            : given_key == "ssl_cert"     ? "cert"
+                            : given_key == "ssl_cert_key" ? "key"
+                            : given_key == "etcd_prefix"  ? "key_prefix"
+                                                          : given_key;
     if (key == "timeout" || key == "join_timeout") {
       parse_duration(option, value);
       if (!given.count("rdzv-timeout")) o.rdzv_timeout = value;
@@ -160,9 +168,10 @@ void apply_rdzv_conf(const std::string& text, const std::set<std::string>& given
       if (value.empty()) usage(option + ": expected a PEM file");
       (key == "cacert" ? o.etcd_cacert : key == "cert" ? o.etcd_cert : o.etcd_key) = value;
     } else {
-      usage("--rdzv-conf key '" + key + "' is not supported by ddprun: it understands timeout, join_timeout, "
+      usage("--rdzv-conf key '" + given_key + "' is not supported by ddprun: it understands timeout, join_timeout, "
             "last_call_timeout, read_timeout, is_host, keep_alive_interval, keep_alive_max_attempt, (with etcd) "
-            "key_prefix, protocol, cacert, cert and key, and (its own) max_departures, join_policy, join_min_interval");
+            "key_prefix or etcd_prefix, protocol, cacert or ca_cert, cert or ssl_cert, key or ssl_cert_key, and (its "
+            "own) max_departures, join_policy, join_min_interval");
     }
   }
   // torch: a node is lost after keep_alive_max_attempt missed keep-alives (default 3).

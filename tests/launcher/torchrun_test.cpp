@@ -121,6 +121,18 @@ const std::vector<Verdict>& verdicts() {
        [](C c) { CHECK(c.agent.output.console_local_ranks == std::vector<int>{0}); }},
       {"--local_ranks_filter=0,2 --nproc_per_node=4 train.py", {}, "",
        [](C c) { CHECK(c.agent.output.console_local_ranks.size() == 2); }},
+      // Issue 53: torchrun's etcd-v2 spellings (etcd_rendezvous_backend.py) and its etcd backend's etcd_prefix.
+      {"--rdzv-backend etcd-v2 --rdzv-endpoint h:2379 --rdzv-id j --nnodes 2 --rdzv-conf "
+       "protocol=https,ca_cert=/etc/hostname,ssl_cert=/etc/passwd,ssl_cert_key=/etc/group,key_prefix=/x train.py",
+       {}, "",
+       [](C c) {
+         CHECK(c.agent.rdzv.etcd.cacert == "/etc/hostname");
+         CHECK(c.agent.rdzv.etcd.cert == "/etc/passwd");
+         CHECK(c.agent.rdzv.etcd.key == "/etc/group");
+         CHECK(c.agent.rdzv.etcd.key_prefix == "/x");
+       }},
+      {"--rdzv-backend etcd --rdzv-endpoint h:2379 --rdzv-id j --nnodes 2 --rdzv-conf etcd_prefix=/torchelastic/p2p "
+       "train.py", {}, "", [](C c) { CHECK(c.agent.rdzv.etcd.key_prefix == "/torchelastic/p2p"); }},
       {"--nnodes 2 --rdzv-endpoint 10.0.0.2:1234 --rdzv-id j --local-addr 10.0.0.3 train.py", {}, "",
        [](C c) { CHECK(c.agent.rdzv.local_addr == "10.0.0.3"); }},
       {"--nproc-per-node gpu train.py", {"CUDA_VISIBLE_DEVICES=0,1"}, "",
@@ -231,6 +243,8 @@ const std::vector<Verdict>& verdicts() {
       {"--signals-to-handle SIGTERM,SIGALRM train.py", {}, "signals-to-handle SIGALRM is not supported", nullptr},
       {"--start-method thread train.py", {}, "expected spawn, fork or forkserver", nullptr},
       {"--rdzv-conf store_type=file train.py", {}, "--rdzv-conf key 'store_type' is not supported", nullptr},
+      {"--rdzv-backend etcd-v2 --rdzv-endpoint h:2379 --rdzv-id j --nnodes 2 --rdzv-conf ssl_cert=/etc/passwd "
+       "train.py", {}, "cacert, cert and key are for TLS: add protocol=https", nullptr},
       {"--rdzv-conf join_timeout train.py", {}, "KEY=VALUE", nullptr},
       {"--rdzv-conf is_host=maybe train.py", {}, "is_host", nullptr},
       {"--rdzv-conf join_policy=later train.py", {}, "--rdzv-conf join_policy 'later': expected now or at_failure",
