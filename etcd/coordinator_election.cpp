@@ -47,6 +47,7 @@ void CoordinatorElection::run(std::string value, std::string stale) {
   value_ = std::move(value);
   stale_ = std::move(stale);
   first_try_ = std::chrono::steady_clock::now();
+  said_unanswered_ = false;
   peek();
 }
 
@@ -129,6 +130,15 @@ void CoordinatorElection::retry_or_fail(const std::string& step, const std::stri
                               (tls ? " (check --rdzv-conf cacert, cert and key against etcd's TLS setup)"
                                    : " (is etcd running there? --rdzv-conf read_timeout sets how long to wait)"),
                               false);
+  }
+  // Said once, at the first failure (issue 53: an etcd out of reach, a wrong CA, no client certificate were 60 s
+  // of silence and then the error); the retries after it are debug.
+  if (!said_unanswered_ && !again_waits_for_stale_) {
+    said_unanswered_ = true;
+    const bool tls = error.find("TLS") != std::string::npos;
+    log_.warning("etcd does not answer (", step, ") at ", describe(client_.endpoints()), ": ", error,
+                 tls ? " (check --rdzv-conf cacert, cert and key against etcd's TLS setup)" : "",
+                 "; retrying until ", seconds_text(config_.give_up_after), " have passed (--rdzv-conf read_timeout)");
   }
   log_.debug("etcd: ", step, ": ", error, "; again in ", config_.retry_interval.count(), " ms");
   timer_.expires_after(config_.retry_interval);
@@ -265,6 +275,7 @@ void CoordinatorElection::on_lease_lost() {
   reclaiming_ = true;
   won_ = false;
   first_try_ = std::chrono::steady_clock::now();
+  said_unanswered_ = false;
   grant();
 }
 

@@ -132,6 +132,7 @@ class CoordinatorElection {
   std::string value_;
   std::string stale_;
   bool again_waits_for_stale_ = false;  // the last retry waits for stale_'s lease, not for etcd
+  bool said_unanswered_ = false;        // the first failure of this try was said (retry_or_fail)
   std::int64_t lease_ = 0;
   std::int64_t token_ = 0;  // token()
   std::int64_t round_lease_ = 0;  // keep_round's

@@ -381,6 +381,12 @@ class OneMember(EtcdCase):
         err = res.stderr.decode()
         self.assertIn("etcd did not answer (reading the coordinator's key) for", err, res)
         self.assertIn(nowhere, err, res)
+        # Issue 53: the first failure is said at once, once, with how long ddprun goes on trying.
+        said = [line for line in err.splitlines() if "WARNING: etcd does not answer" in line]
+        self.assertEqual(len(said), 1, err)
+        self.assertIn(f"at {nowhere}: {nowhere}: Connection refused; retrying until 2.0 s have passed "
+                      "(--rdzv-conf read_timeout)", said[0])
+        self.assertLess(err.index(said[0]), err.index("ERROR: etcd did not answer"), err)
         self.assertLess(time.monotonic() - t0, 15, res)
         self.assertEqual(os.listdir(self.ready), [], "a worker was started")
 
@@ -515,6 +521,7 @@ class OverTls(EtcdCase):
                 self.assertEqual(res.code, UNAVAILABLE, res)
                 self.assertIn(words, res.stderr.decode(), res)
                 self.assertIn("check --rdzv-conf cacert, cert and key", res.stderr.decode(), res)
+                self.assertEqual(res.stderr.decode().count("WARNING: etcd does not answer"), 1, res)
                 self.assertIn(self.etcd.endpoints.replace("https://", ""), res.stderr.decode(), res)
                 self.assertLess(res.elapsed, 10, res)
         self.assertEqual(os.listdir(self.ready), [], "a worker was started")
