@@ -31,6 +31,9 @@ bool is_local_address(boost::asio::io_context& io, const std::string& host) {
 
 // How long node 0's server stays to tell late nodes that the job could not start.
 constexpr std::chrono::milliseconds kStartFailureLinger{10'000};
+// How long a node that lost its etcd-elected host reads etcd for the job's recorded end before it ends with its own
+// verdict (at most read_timeout).
+constexpr std::chrono::milliseconds kLearnEndLimit{5'000};
 
 }  // namespace
 
@@ -212,6 +215,7 @@ bool RendezvousLink::announce_start_failure(const std::string& why, std::functio
 
 void RendezvousLink::rejoin() {
   if (client_) client_->close();  // closed already by the stop; its pending handlers see it and do nothing
+  if (config_.rdzv.hosting == Hosting::kElected) return rejoin_elected();
   start_client();
 }
 
@@ -237,6 +241,15 @@ void RendezvousLink::finish(std::function<void(const EndInEtcd&)> finished) {
         finished(end_in_etcd(o, needs_etcd));
       });
     };
+    // This node lost the host (or never reached it): the job may have ended elsewhere meanwhile, and every node
+    // names one root cause (issue 53, invariant 4): the recorded end, when etcd holds one, is this node's too.
+    if (lost_host_ && !hosting())
+      done = [this, finished] {
+        const auto within = std::min(config_.rdzv.etcd.read_timeout, kLearnEndLimit);
+        election_->learn_end(within, [this, finished](const etcd::CoordinatorElection::EndOutcome& o) {
+          finished(end_in_etcd(o, /*needs_etcd=*/false));
+        });
+      };
   }
   // A candidate that never won (etcd out of reach, say): nobody knows its server, there is nothing to drain.
   if (election_ && !election_->won() && server_) {

@@ -47,6 +47,7 @@ class RendezvousLink {
   // fresh client joins the job again as a new node (a plain hello, no claim of the old round). Never called
   // on the node hosting the server (the job cannot re-form without that one).
   void rejoin();
+  void rejoin_elected();  // rendezvous_link_elected.cpp
   // This node hosts the job's rendezvous: its own server, or (etcd) the one it won the election with. A candidate
   // still waiting for an election (a takeover) does not: it is a node like the others (issue 53: a node dropped
   // from an elastic job did not join it again while its takeover candidate listened, and ended naming itself).
@@ -96,6 +97,8 @@ class RendezvousLink {
   std::chrono::steady_clock::time_point elected_since_{};  // re-elections stop after --rdzv-timeout from here
   std::string host_offer_;  // what the elected host offered in etcd (this node joined it), for a re-election
   bool placed_ = false;     // an assignment came: the job formed
+  bool rejoining_ = false;  // dropped and joining again (rejoin): a host it elects takes the job's round back
+  bool lost_host_ = false;  // the client ended for the host's loss (not hosting): finish() reads etcd's end
   std::string server_host_;  // where the client connects: the configured endpoint, or the elected coordinator
   int server_port_ = 0;
   std::function<void()> finish_done_;  // finish()'s `done` while the server drains

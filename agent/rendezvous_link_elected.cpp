@@ -111,6 +111,25 @@ void RendezvousLink::resign(const std::string& why) {
   handlers_.on_error({rdzv::ErrorKind::kLostServer, text});
 }
 
+// Dropped from an elastic job met in etcd: the host may have changed, or the job ended, while this node was away
+// (issue 53, nemesis seeds 11, 12, 14: the node went back to the address it knew, or to the takeover it had begun,
+// and waited --rdzv-timeout, 90 s, for a server that was gone, then named its own root cause). It asks etcd again,
+// as at the start: the key's holder now (whom it joins), the job's recorded end (with which it ends), or a free key
+// (it hosts, taking the kept round back). A host it then cannot reach within that host's lease is elected anew.
+void RendezvousLink::rejoin_elected() {
+  if (election_ && !election_->won()) election_->cancel();  // a takeover begun before the drop came
+  if (server_ && !hosting()) {
+    server_->stop();
+    server_.reset();
+  }
+  client_.reset();
+  placed_ = false;
+  rejoining_ = true;
+  elected_since_ = std::chrono::steady_clock::now();
+  host_offer_.clear();  // not a stale holder to wait out: whoever holds the key now is the host to join
+  elect(/*taking_over=*/true);
+}
+
 // The job ended while this node was away or before it came (etcd holds its end): it never hosts the job again,
 // and ends as every other node did, with the recorded root cause and its exit code (issue 53). A record it cannot
 // read is etcd's problem to name (exit 76, the protocol's), never a fresh election.
@@ -204,14 +223,17 @@ rdzv::ClientHandlers RendezvousLink::client_handlers() {
     handlers_.on_assignment(a);
   };
   h.on_error = [this](const rdzv::ClientError& e) {
-    if (!may_elect_again(e)) return handlers_.on_error(e);
+    if (!may_elect_again(e)) {
+      lost_host_ = !hosting() && (e.kind == rdzv::ErrorKind::kLostServer || e.kind == rdzv::ErrorKind::kTimeout);
+      return handlers_.on_error(e);
+    }
     log_.warning("the rendezvous host elected in etcd is gone before the job formed (", e.message,
                  "); electing another once its lease runs out");
     // Not from inside the client's own handler: it is released on the next turn of the loop.
     boost::asio::post(io_, [this] {
       if (finishing_) return;
       client_.reset();
-      elect(/*taking_over=*/false);
+      elect(/*taking_over=*/rejoining_);
     });
   };
   return h;

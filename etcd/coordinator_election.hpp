@@ -88,6 +88,11 @@ class CoordinatorElection {
   // tries again for `patience` (the leases then run out by themselves). Then `done`. Another agent, or an empty
   // record: `done` at once (kNotRecorded), after revoking only its own lease (the round stays for a successor).
   void finish(std::string end_record, std::chrono::milliseconds patience, std::function<void(const EndOutcome&)> done);
+  // An agent that is not the host and lost it (or never reached it): the end another host recorded, if any, read
+  // from etcd within `patience` (kRecordedElsewhere with it; kNotRecorded when there is none or etcd is out of
+  // reach). Cancels an election in flight. Issue 53: a node dropped while the job ended elsewhere named its own
+  // "could not reach the rendezvous server" where the others named the recorded root cause.
+  void learn_end(std::chrono::milliseconds patience, std::function<void(const EndOutcome&)> done);
   // A renewal of this host's lease now, with etcd's quorum (a side cut off with a minority of members cannot
   // renew): `done(true)` once etcd renewed it, `done(false)` when it could not within `limit` or the lease had run
   // out. What a host asks before it forms any round (issue 53: a partitioned host re-formed its side as
@@ -120,6 +125,8 @@ class CoordinatorElection {
   void try_to_record();
   void record_end(std::int64_t end_lease);
   void read_end_recorded_elsewhere();
+  void read_end_once();  // learn_end's read, again every retry_interval until its deadline
+  void deliver_end(const EndOutcome& outcome);
   void record_later(const std::string& error);  // etcd out of reach: again after retry_interval, until patience
   void end_finish(EndOutcome outcome);          // revokes the leases (not awaited past the deadline), then done
   void put_round();

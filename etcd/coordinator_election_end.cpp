@@ -74,6 +74,39 @@ void CoordinatorElection::answer_confirm(bool ok, const std::string& why) {
   done(ok, why);
 }
 
+void CoordinatorElection::learn_end(milliseconds patience, std::function<void(const EndOutcome&)> done) {
+  cancel();
+  finish_done_ = std::move(done);
+  finish_deadline_ = std::chrono::steady_clock::now() + patience;
+  read_end_once();
+}
+
+void CoordinatorElection::read_end_once() {
+  client_.post("/v3/kv/range", json{{"key", to_base64(end_key(config_))}}, [this](const std::string& error,
+                                                                                const json& reply) {
+    if (!finish_done_) return;
+    if (error.empty()) {
+      const std::string end = held_by(reply);
+      return deliver_end(end.empty() ? EndOutcome{EndOutcome::Kind::kNotRecorded, "", "no end recorded in etcd"}
+                                     : EndOutcome{EndOutcome::Kind::kRecordedElsewhere, end, ""});
+    }
+    if (std::chrono::steady_clock::now() + config_.retry_interval >= finish_deadline_)
+      return deliver_end(EndOutcome{EndOutcome::Kind::kNotRecorded, "", "etcd did not answer: " + error});
+    timer_.expires_after(config_.retry_interval);
+    timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec && finish_done_) read_end_once();
+    });
+  });
+}
+
+void CoordinatorElection::deliver_end(const EndOutcome& outcome) {
+  timer_.cancel();
+  if (auto done = std::move(finish_done_)) {
+    finish_done_ = nullptr;
+    done(outcome);
+  }
+}
+
 bool CoordinatorElection::cut_finish_short() {
   if (!finish_done_) return false;
   client_.cancel();

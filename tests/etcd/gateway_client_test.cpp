@@ -563,3 +563,45 @@ TEST_CASE("an election with etcd out of reach gives up after give_up_after, nami
   CHECK(o.error->find(nowhere.text()) != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
 }
+
+// Issue 53: a node dropped while the job ended elsewhere named its own "could not reach the rendezvous server"
+// where the others named the recorded root cause. A node that lost its host reads the job's end instead.
+TEST_CASE("a node that lost its host learns the end recorded elsewhere, or hears there is none") {
+  asio::io_context io;
+  ElectionConfig config;
+  config.run_id = "j";
+  const auto learn = [&io](CoordinatorElection& election, std::chrono::milliseconds within) {
+    std::optional<CoordinatorElection::EndOutcome> end;
+    election.learn_end(within, [&](const CoordinatorElection::EndOutcome& e) { end = e; });
+    for (int i = 0; i < 200 && !end; ++i) io.run_one_for(std::chrono::milliseconds(50));
+    REQUIRE(end.has_value());
+    return *end;
+  };
+  FakeGateway ended(io, [](const std::string& path, const json&) -> std::optional<std::pair<unsigned, std::string>> {
+    if (path != "/v3/kv/range") return std::make_pair(404u, std::string("{}"));
+    return std::make_pair(200u, json{{"kvs", {{{"key", to_base64("/ddprun/j/end")},
+                                               {"value", to_base64("their end")}}}}}.dump());
+  });
+  Outcome o;
+  CoordinatorElection a(io, {ended.endpoint()}, config, record(o), quiet());
+  const auto found = learn(a, std::chrono::milliseconds(2000));
+  CHECK(found.kind == CoordinatorElection::EndOutcome::Kind::kRecordedElsewhere);
+  CHECK(found.record == "their end");
+  REQUIRE(ended.seen.size() == 1);
+  CHECK(ended.seen[0].first == "/v3/kv/range");  // a read, nothing claimed or revoked
+  FakeGateway going_on(io, [](const std::string&, const json&) -> std::optional<std::pair<unsigned, std::string>> {
+    return std::make_pair(200u, std::string("{}"));
+  });
+  CoordinatorElection b(io, {going_on.endpoint()}, config, record(o), quiet());
+  CHECK(learn(b, std::chrono::milliseconds(2000)).kind == CoordinatorElection::EndOutcome::Kind::kNotRecorded);
+  // etcd out of reach: asked again until the patience runs out, then none.
+  FakeGateway silent(io, [](const std::string&, const json&) { return std::nullopt; });
+  config.retry_interval = std::chrono::milliseconds(100);
+  CoordinatorElection c(io, {silent.endpoint()}, config, record(o), quiet());
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto none = learn(c, std::chrono::milliseconds(1500));
+  CHECK(none.kind == CoordinatorElection::EndOutcome::Kind::kNotRecorded);
+  CHECK(none.why.find("etcd did not answer") == 0);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK_FALSE(o.any());
+}
