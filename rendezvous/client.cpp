@@ -74,10 +74,12 @@ void Client::Impl::read_some() {
     // it must not touch the next connection.
     if (self->done_ || attempt != self->attempt_) return;
     if (ec && self->leaving_) return self->fail(ErrorKind::kUnavailable, self->cannot_join_);
-    if (ec && !self->challenged_ && Clock::now() < self->connect_deadline_) {
-      // Closed before its challenge: a server at its connection limit (a flood of strangers) or still
-      // starting. Not a lost server yet: connect again, within the connect deadline.
-      return self->abandon_connection("closed before the challenge");
+    if (ec && !self->hello_sent_ && Clock::now() < self->connect_deadline_) {
+      // Closed before its challenge, or before this node's hello (issue 55: a server at its connection limit, a
+      // flood of strangers beside the job, closed agents mid-handshake and the job failed), or still starting.
+      // Not a lost server yet: connect again, within the connect deadline.
+      return self->abandon_connection(self->challenged_ ? "closed during the handshake, before this node's hello"
+                                                        : "closed before the challenge");
     }
     if (ec) return self->lost(ec == asio::error::eof ? "connection closed" : ec.message());
     self->last_heard_ = StallClock::now();

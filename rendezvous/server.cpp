@@ -286,7 +286,12 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   }
 
   void on_accept(tcp::socket socket) {
-    if (conns_.size() - joined_open_ >= pending_connection_limit(state_.config)) evict_a_stranger();
+    // At the limit and nobody to evict (every waiting connection is a handshake under way): the newcomer goes.
+    if (conns_.size() - joined_open_ >= pending_connection_limit(state_.config) && !evict_a_stranger()) {
+      error_code ignored;
+      socket.close(ignored);
+      return;
+    }
     std::uint64_t id = next_id_++;
     auto conn = std::make_shared<ServerConnection>(std::move(socket), id, state_.config.max_frame_bytes,
                                                    state_.config.max_outbox_bytes, this);
@@ -304,22 +309,34 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     conn->start();
   }
 
-  // At the connection limit: closes a connection that has not joined, preferring one already refused,
-  // then the oldest still waiting for its hello. Never a node of the job.
-  void evict_a_stranger() {
-    auto evict_from = [this](std::deque<std::pair<Clock::time_point, ConnId>>& queue) {
-      while (!queue.empty()) {
-        ConnId id = queue.front().second;
-        queue.pop_front();
-        auto it = conns_.find(id);
-        if (it == conns_.end() || it->second->joined) continue;
+  // At the connection limit: closes a connection that has not joined, preferring one already refused, then the
+  // oldest that has said nothing since it was accepted, then the oldest whose hello has not come whole. Never a node
+  // of the job, nor one whose hello has come (issue 55: strangers holding 1 500-3 000 idle connections had the
+  // agents' connections evicted mid-handshake, and the job failed). False when there is none to close.
+  bool evict_a_stranger() {
+    enum class Pick { kAny, kSilent, kBeforeHello };
+    auto evict_from = [this](std::deque<std::pair<Clock::time_point, ConnId>>& queue, Pick pick) {
+      for (auto entry = queue.begin(); entry != queue.end();) {
+        auto it = conns_.find(entry->second);
+        // Gone, joined, or (waiting for a hello) past it: nothing to evict here, nor to sweep for a missing hello.
+        if (it == conns_.end() || it->second->joined || (pick != Pick::kAny && it->second->greeted)) {
+          entry = queue.erase(entry);
+          continue;
+        }
+        if (pick == Pick::kSilent && it->second->heard) {
+          ++entry;
+          continue;
+        }
         auto conn = it->second;
+        queue.erase(entry);
         conn->close("too many connections waiting to join");
         return true;
       }
       return false;
     };
-    if (!evict_from(lingering_)) evict_from(handshakes_);
+    if (!evict_from(lingering_, Pick::kAny) && !evict_from(handshakes_, Pick::kSilent) &&
+        !evict_from(handshakes_, Pick::kBeforeHello))
+      return false;
     ++evicted_;
     auto now_steady = Clock::now();
     if (now_steady - last_evict_log_ >= std::chrono::seconds(10)) {
@@ -329,6 +346,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
       evicted_ = 0;
       last_evict_log_ = now_steady;
     }
+    return true;
   }
 
   void run(const Event& event) {

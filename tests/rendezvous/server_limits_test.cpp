@@ -76,6 +76,27 @@ TEST_CASE("beyond the connection limit the oldest stranger is closed, and a real
   CHECK_FALSE(node0->events.error);
 }
 
+// Issue 55: strangers holding idle connections had the server evict agents in mid-handshake, and the job failed.
+TEST_CASE("at the connection limit silent strangers go first, before a handshake under way") {
+  asio::io_context io;
+  JobConfig config = test_job(2, true);
+  config.max_pending_connections = 8;
+  config.heartbeat_timeout = 3s;  // no connection is closed for a missing hello during this test
+  Server server(io, config, quiet_logger());
+  server.start("127.0.0.1", 0);
+  RawPeer under_way(io, server.port());  // the oldest: an agent that has begun its handshake
+  REQUIRE(under_way.read_frame());       // the challenge
+  under_way.send_bytes(frame_header(200) + "{");
+  run_for(io, 100ms);
+  std::vector<std::unique_ptr<RawPeer>> silent;
+  for (int i = 0; i < 20; ++i) silent.push_back(std::make_unique<RawPeer>(io, server.port()));
+  run_for(io, 300ms);
+  CHECK(server.connection_count() == 8);
+  for (int i = 0; i < 13; ++i) CHECK(silent[static_cast<std::size_t>(i)]->wait_closed(1000ms));
+  for (int i = 13; i < 20; ++i) CHECK(silent[static_cast<std::size_t>(i)]->read_frame());  // the 7 newest kept
+  CHECK(server.connection_count() == 8);  // ... and the oldest, heard: kept while silent ones remain
+}
+
 TEST_CASE("a node that never reads is closed once its outbox is full, and counts as lost") {
   asio::io_context io;
   JobConfig config = test_job(2, true);
