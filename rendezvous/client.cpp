@@ -235,6 +235,9 @@ void Client::Impl::send_hello(const ChallengeMsg& challenge) {
   if (hello.resume) hello.resume->seat_secret = seat_secret_;
   hello.after_round = reconnect_.after_round();
   hello_sent_ = true;
+  // In: a later search (a restarted server) says its own addresses. Not at each connect: an agent whose connections
+  // a flood of strangers closed before its hello said "has not answered" at every try (issue 55).
+  said_trying_ = false;
   outbox_.push_back(encode_frame(encode(ClientMessage{hello}), config_.max_frame_bytes));
   // Back after a loss: a heartbeat at once, whose answer says the server took us back (or, between rounds, that
   // it heard us: nothing else comes before the next round), without waiting for the heartbeat interval.

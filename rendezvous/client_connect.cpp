@@ -142,7 +142,6 @@ void Client::Impl::connect_to(std::vector<tcp::endpoint> endpoints, unsigned att
     self->socket_.set_option(tcp::no_delay(true), opt_ec);
     self->last_heard_ = StallClock::now();
     self->connected_ = true;
-    self->said_trying_ = false;  // a later search (a restarted server) says its own addresses
     self->read_some();
     self->schedule_heartbeat();
   });

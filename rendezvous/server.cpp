@@ -25,6 +25,8 @@ using asio::ip::tcp;
 using boost::system::error_code;
 
 constexpr int kAcceptBurst = 1024;  // connections taken per turn of the loop at most (accept_waiting)
+// At the pending-connection limit, one connection is taken per this period (each closes a waiting one: accept()).
+constexpr std::chrono::microseconds kAdmitPace{250};
 
 class Server::Impl final : public ConnectionOwner, public std::enable_shared_from_this<Impl> {
  public:
@@ -268,16 +270,28 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
       }
       self->accept_failures_ = 0;
       self->on_accept(std::move(socket));
+      if (self->at_pending_limit()) {
+        // Beyond the limit every newcomer costs a waiting connection: at most one per kAdmitPace, so that an agent
+        // accepted mid-flood has its handshake read before 1 024 newer connections push it out (issue 55: a burst
+        // of accepts evicted every handshake in one turn of the loop). The rest wait in the listen queue.
+        self->accept_retry_timer_.expires_after(kAdmitPace);
+        self->accept_retry_timer_.async_wait([self](error_code wait_ec) {
+          if (!wait_ec && !self->stopped_) self->accept();
+        });
+        return;
+      }
       self->accept_waiting();
       self->accept();
     });
   }
 
+  bool at_pending_limit() const { return conns_.size() - joined_open_ >= pending_connection_limit(state_.config); }
+
   // Takes the connections already waiting (up to a burst) in this turn of the loop: taken one per turn, they
   // could fill the kernel's accept queue (net.core.somaxconn) while the loop read hellos, and a SYN dropped there
   // costs its agent a 1 s retransmission. An error (EMFILE) is left to the asynchronous accept, which backs off.
   void accept_waiting() {
-    for (int i = 0; i < kAcceptBurst && !stopped_; ++i) {
+    for (int i = 0; i < kAcceptBurst && !stopped_ && !at_pending_limit(); ++i) {
       error_code ec;
       tcp::socket socket = acceptor_.accept(ec);  // the acceptor is non-blocking: would_block when none waits
       if (ec) return;
@@ -287,7 +301,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
 
   void on_accept(tcp::socket socket) {
     // At the limit and nobody to evict (every waiting connection is a handshake under way): the newcomer goes.
-    if (conns_.size() - joined_open_ >= pending_connection_limit(state_.config) && !evict_a_stranger()) {
+    if (at_pending_limit() && !evict_a_stranger()) {
       error_code ignored;
       socket.close(ignored);
       return;
@@ -310,11 +324,13 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   }
 
   // At the connection limit: closes a connection that has not joined, preferring one already refused, then the
-  // oldest that has said nothing since it was accepted, then the oldest whose hello has not come whole. Never a node
-  // of the job, nor one whose hello has come (issue 55: strangers holding 1 500-3 000 idle connections had the
+  // oldest that has not asked for the server's proof (an agent asks as soon as the challenge reaches it: one whole
+  // frame, where a stranger idles or sends part of one), then the oldest whose hello has not come whole. Not the
+  // silent first: a newly accepted agent is silent until its request arrives, and strangers that had each sent a
+  // byte outlived it (measured with scripts/bench/rdzv_hostile.py). Never a node of the job, nor one whose hello has come (issue 55: strangers holding 1 500-3 000 idle connections had the
   // agents' connections evicted mid-handshake, and the job failed). False when there is none to close.
   bool evict_a_stranger() {
-    enum class Pick { kAny, kSilent, kBeforeHello };
+    enum class Pick { kAny, kUnproved, kBeforeHello };
     auto evict_from = [this](std::deque<std::pair<Clock::time_point, ConnId>>& queue, Pick pick) {
       for (auto entry = queue.begin(); entry != queue.end();) {
         auto it = conns_.find(entry->second);
@@ -323,7 +339,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
           entry = queue.erase(entry);
           continue;
         }
-        if (pick == Pick::kSilent && it->second->heard) {
+        if (pick == Pick::kUnproved && it->second->proved) {
           ++entry;
           continue;
         }
@@ -334,7 +350,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
       }
       return false;
     };
-    if (!evict_from(lingering_, Pick::kAny) && !evict_from(handshakes_, Pick::kSilent) &&
+    if (!evict_from(lingering_, Pick::kAny) && !evict_from(handshakes_, Pick::kUnproved) &&
         !evict_from(handshakes_, Pick::kBeforeHello))
       return false;
     ++evicted_;

@@ -53,7 +53,6 @@ void ServerConnection::read_some() {
                                          : ec.message());
       return;
     }
-    self->heard = self->heard || n > 0;
     try {
       self->decoder_.feed(std::string_view(self->read_buffer_.data(), n));
       while (auto payload = self->decoder_.next()) {

@@ -49,7 +49,6 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   // Per-connection handshake state kept here so the server needs no second map.
   std::string nonce;
   bool greeted = false;  // its hello has reached the state machine
-  bool heard = false;    // it has sent a byte: a handshake under way, evicted only after the silent ones
   bool proved = false;   // it asked for this connection's proof (ProveMsg), answered once
   bool joined = false;   // ... and was accepted: a node of the job, not a stranger
   bool said_foreign_paces = false;  // the warning about paces of ranks not its own, once

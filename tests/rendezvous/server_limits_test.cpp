@@ -77,7 +77,7 @@ TEST_CASE("beyond the connection limit the oldest stranger is closed, and a real
 }
 
 // Issue 55: strangers holding idle connections had the server evict agents in mid-handshake, and the job failed.
-TEST_CASE("at the connection limit silent strangers go first, before a handshake under way") {
+TEST_CASE("at the connection limit strangers go before a connection that asked for the server's proof") {
   asio::io_context io;
   JobConfig config = test_job(2, true);
   config.max_pending_connections = 8;
@@ -86,15 +86,18 @@ TEST_CASE("at the connection limit silent strangers go first, before a handshake
   server.start("127.0.0.1", 0);
   RawPeer under_way(io, server.port());  // the oldest: an agent that has begun its handshake
   REQUIRE(under_way.read_frame());       // the challenge
-  under_way.send_bytes(frame_header(200) + "{");
-  run_for(io, 100ms);
-  std::vector<std::unique_ptr<RawPeer>> silent;
-  for (int i = 0; i < 20; ++i) silent.push_back(std::make_unique<RawPeer>(io, server.port()));
+  under_way.send(ProveMsg{"0123456789abcdef0123456789abcdef"});
+  REQUIRE(under_way.read_frame());       // the server's proof
+  std::vector<std::unique_ptr<RawPeer>> strangers;
+  for (int i = 0; i < 20; ++i) {
+    strangers.push_back(std::make_unique<RawPeer>(io, server.port()));
+    if (i % 2) strangers.back()->send_bytes(frame_header(1000) + "{");  // idle, or a frame that never ends
+  }
   run_for(io, 300ms);
   CHECK(server.connection_count() == 8);
-  for (int i = 0; i < 13; ++i) CHECK(silent[static_cast<std::size_t>(i)]->wait_closed(1000ms));
-  for (int i = 13; i < 20; ++i) CHECK(silent[static_cast<std::size_t>(i)]->read_frame());  // the 7 newest kept
-  CHECK(server.connection_count() == 8);  // ... and the oldest, heard: kept while silent ones remain
+  for (int i = 0; i < 13; ++i) CHECK(strangers[static_cast<std::size_t>(i)]->wait_closed(1000ms));
+  for (int i = 13; i < 20; ++i) CHECK(strangers[static_cast<std::size_t>(i)]->read_frame());  // the 7 newest kept
+  CHECK(server.connection_count() == 8);  // ... and the oldest, which asked for the proof
 }
 
 TEST_CASE("a node that never reads is closed once its outbox is full, and counts as lost") {
