@@ -44,6 +44,7 @@ bool Reconnect::on_lost(const std::string& why, const std::string& where, Logger
   lost_why_ = why;
   lost_at_ = Clock::now();
   episode_ = ask_verdict ? std::min(timeout_, verdict_window_) : timeout_;
+  asking_verdict_ = ask_verdict;
   deadline_ = lost_at_ + episode_;
   attempts_ = 0;
   if (ask_verdict)
@@ -88,9 +89,17 @@ void Reconnect::on_dropped() {
 }
 
 std::string Reconnect::give_up(const std::string& where, const std::string& last) const {
+  const std::string tries = counted(attempts_, "attempt") + " to reconnect, the last: " + last;
+  // Node 0's own server is not restarted: this node only asked it how the job ended, for as long as that server
+  // waits to tell a node it lost (its heartbeat timeout), unless --rdzv-reconnect-timeout is shorter. Issue 53: the
+  // line named --rdzv-reconnect-timeout for a window that was the heartbeat timeout.
+  if (asking_verdict_)
+    return "lost the rendezvous server at " + where + ": " + lost_why_ + "; it did not answer again within " +
+           text::seconds(episode_) + " (" + (verdict_window_ <= timeout_ ? "--heartbeat-timeout" : "--rdzv-reconnect-timeout") +
+           ", how long node 0 waits to tell a node it lost how the job ended; " + tries +
+           "): this node cannot learn how the job ended, see the other nodes' logs";
   return "lost the rendezvous server at " + where + ": " + lost_why_ + "; no server took this node back within " +
-         text::seconds(episode_) + " (--rdzv-reconnect-timeout; " + counted(attempts_, "attempt") +
-         " to reconnect, the last: " + last + ")";
+         text::seconds(episode_) + " (--rdzv-reconnect-timeout; " + tries + ")";
 }
 
 }  // namespace ddprun::rendezvous

@@ -76,6 +76,7 @@ class Reconnect {
   bool server_resumable_ = false;
   std::chrono::milliseconds verdict_window_{0};
   std::chrono::milliseconds episode_{0};  // this episode's length: timeout_, or the verdict window
+  bool asking_verdict_ = false;           // this episode only asks node 0's server how the job ended
   std::optional<Assignment> round_;   // the round this node runs, while it runs
   std::optional<int> last_round_;     // the last round this node was placed in (restart_count)
   bool workers_down_ = true;          // false from an assignment until the report that its workers are down

@@ -189,6 +189,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     auto it = conns_.find(id);
     if (it == conns_.end()) return;
     bool greeted = it->second->greeted;
+    const bool reset = it->second->reset_by_peer;
     if (it->second->joined) --joined_open_;
     conns_.erase(it);
     // Its status goes whether or not the state machine still counts the node (one it dropped for silence is no
@@ -197,7 +198,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     live_view_.forget(id, node == state_.nodes.end() ? -1 : node->second.node_rank);
     if (!greeted) return;
     --greeted_open_;
-    run(Disconnected{id, reason, woke_lately()});
+    run(Disconnected{id, reason, woke_lately(), reset});
     check_drained();
   }
 

@@ -48,6 +48,7 @@ void ServerConnection::read_some() {
     if (self->closed_) return;
     if (ec) {
       if (ec == asio::error::operation_aborted) return;  // shutdown
+      self->reset_by_peer = ec == asio::error::connection_reset;
       bool truncated = self->decoder_.mid_frame();
       self->close(ec == asio::error::eof ? (truncated ? "truncated frame at end of stream" : "end of stream")
                                          : ec.message());

@@ -52,6 +52,7 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   bool proved = false;   // it asked for this connection's proof (ProveMsg), answered once
   bool joined = false;   // ... and was accepted: a node of the job, not a stranger
   bool said_foreign_paces = false;  // the warning about paces of ranks not its own, once
+  bool reset_by_peer = false;  // it ended with the peer's reset: an agent that gave this server up, not an exit
 
  private:
   void read_some();

@@ -185,6 +185,9 @@ struct Disconnected {
   // This server did not run for a while just before (its agent SIGSTOPped, a frozen VM): a node that gave it up
   // meanwhile reset its connection and comes back asking (client_reconnect.hpp); its place waits for it.
   bool after_stall = false;
+  // The peer reset the connection: its agent gave this server up (nothing heard for its heartbeat timeout: a cut
+  // into it, while its own frames got through) and asks again (client_reconnect.hpp); an exit closes with a FIN.
+  bool reset = false;
 };
 // This server's own node cannot take part (node 0's munged is down): the job ends before it starts, and every
 // node that comes is told why (kUnavailable) instead of waiting --rdzv-timeout for it.

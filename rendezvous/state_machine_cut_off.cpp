@@ -138,8 +138,12 @@ void silent_node_lost(RendezvousState& state, ConnId conn, const std::string& wh
   lost_and_maybe_told_later(state, conn, why, now, out);
 }
 
-void closed_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out) {
-  if (!state.config.resumable) return node_lost(state, conn, why, now, out);
+// A server no agent comes back to after an exit (node 0's own, non-resumable) tells later only a node that reset
+// its connection: one that gave the server up and asks again (issue 53: a one-way cut into a node ended the others
+// with "connection closed (reset)" and the cut node with 74; a separate ddprun-rendezvous told it).
+void closed_node_lost(RendezvousState& state, ConnId conn, const std::string& why, bool reset, const Now& now,
+                      Actions& out) {
+  if (!state.config.resumable && !reset) return node_lost(state, conn, why, now, out);
   lost_and_maybe_told_later(state, conn, why, now, out);
 }
 

@@ -54,8 +54,10 @@ void silent_node_lost(RendezvousState& state, ConnId conn, const std::string& wh
 // node_lost for a node whose connection closed. A resumable server (ddprun-rendezvous) also remembers it in
 // untold_silent while a round runs: its agent may have given this server up after a silence of its own (a
 // lossy or one-way cut link: the agent aborts, the server reads a reset) and come back asking, within its
-// reconnect timeout. A node whose ddprun died never asks; only the server process waits for it.
-void closed_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out);
+// reconnect timeout. Node 0's own server does so only on a `reset`: a node whose ddprun exited closes with a FIN
+// and never asks, and node 0 does not wait for it.
+void closed_node_lost(RendezvousState& state, ConnId conn, const std::string& why, bool reset, const Now& now,
+                      Actions& out);
 // A node of the stopped round asks after the job stopped (a resume hello of that round): told the root cause (true).
 bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out);
 

@@ -323,7 +323,8 @@ void on_round_ready(RendezvousState& state, const RoundReady& event, const Now& 
 void on_disconnected(RendezvousState& state, const Disconnected& event, const Now& now, Actions& out) {
   if (keep_place_of_silent(state, event.conn, event.after_stall, now, out)) return;
   closed_node_lost(state, event.conn,
-                   "connection closed" + (event.reason.empty() ? "" : " (" + event.reason + ")"), now, out);
+                   "connection closed" + (event.reason.empty() ? "" : " (" + event.reason + ")"), event.reset, now,
+                   out);
 }
 
 void on_tick(RendezvousState& state, const Now& now, Actions& out) {

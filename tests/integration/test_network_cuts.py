@@ -150,6 +150,22 @@ class NodeCut(LabCase):
             self.assertIn("root cause: node 1 (host", res.stderr.decode(), res)
         self.assertIn("asking it again for up to 4.0 s", results[1].stderr.decode(), results[1])
 
+    def test_a_one_way_cut_into_a_node_ends_every_node_with_one_root_cause(self):
+        # Issue 53: everything to node 1 dropped, its own frames passing: node 1 hears nothing for its heartbeat
+        # timeout and gives node 0's server up (a reset, which gets through); node 0 judged it lost on that reset
+        # and ended at once, so node 1 asked in vain and exited 74 naming --rdzv-reconnect-timeout (7 of 7). Node 0
+        # now waits for a node it lost on a reset as for a silent one, and node 1 is told.
+        procs = [self.ddprun_on(r) for r in range(3)]
+        self.wait_ready(3)
+        self.lab.lose(1, 100, ways=("to",))
+        time.sleep(6)  # node 1 gives up at ~4 s and asks until ~8 s; node 0 waits as long
+        self.lab.lossless()
+        results = self.wait_all(procs, timeout=40)
+        for res in results:
+            self.assertEqual(res.code, 1, res)
+            self.assertIn("root cause: node 1 (host", res.stderr.decode(), res)
+        self.assertIn("asking it again for up to 4.0 s", results[1].stderr.decode(), results[1])
+
     def test_a_node_that_never_comes_back_costs_node_0_one_heartbeat_timeout(self):
         procs = [self.ddprun_on(r) for r in range(3)]
         self.wait_ready(3)
