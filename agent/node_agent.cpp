@@ -185,16 +185,9 @@ void NodeAgent::on_signal(const ReceivedSignal& received) {
 void NodeAgent::ask_slurm_why_stopped() {
   if (!config_.preemption_exit || lifecycle_.finished()) return;
   slurm_end_.ask(config_.slurm_job_id, config_.slurm_step_nodes, contract::current_environment(),
-                 [this](const std::optional<std::string>& node_failure) {
-                   if (node_failure) {
-                     // A lost node, exit 1 on every node (each asks and hears the same), never "preempted".
-                     log_.warning(*node_failure, ": a lost node, not a preemption");
-                     slurm_cause_ = JobCause{};
-                     slurm_cause_->text = *node_failure;
-                     slurm_cause_->exit_code = 1;
-                     slurm_cause_->time_ms = unix_ms();
-                     apply(policy_.on_job_cause(*slurm_cause_, unix_ms()), "node_failure");
-                   }
+                 [this](const std::optional<JobCause>& node_failure) {
+                   slurm_cause_ = node_failure;
+                   if (slurm_cause_) apply(policy_.on_job_cause(*slurm_cause_, unix_ms()), "node_failure");
                    maybe_finish();
                  });
 }

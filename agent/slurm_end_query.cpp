@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/process/spawn.hpp"
+#include "common/time.hpp"
 
 namespace ddprun::agent {
 namespace {
@@ -118,7 +119,17 @@ void SlurmEndQuery::finish() {
   ::close(out_fd_);
   out_fd_ = -1;
   log_.debug("slurmctld: ", text);
-  if (done_) done_(node_failure_in(text));
+  const std::optional<std::string> failure = node_failure_in(text);
+  std::optional<supervision::JobCause> cause;
+  if (failure) {
+    // A lost node, exit 1 on every node (each asks and hears the same), never "preempted".
+    log_.warning(*failure, ": a lost node, not a preemption");
+    cause = supervision::JobCause{};
+    cause->text = *failure;
+    cause->exit_code = 1;
+    cause->time_ms = unix_ms();
+  }
+  if (done_) done_(cause);
 }
 
 }  // namespace ddprun::agent

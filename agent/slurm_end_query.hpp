@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/log.hpp"
+#include "common/supervision/supervision_policy.hpp"
 
 namespace ddprun::agent {
 
@@ -33,7 +34,8 @@ std::optional<std::string> node_failure_in(const std::string& scontrol_output);
 class SlurmEndQuery {
  public:
   static constexpr std::chrono::milliseconds kLimit{3'000};  // below SLURM's smallest usable KillWait
-  using Done = std::function<void(const std::optional<std::string>& node_failure)>;
+  // A node failure: the job's cause on this node (exit 1, the line of node_failure_in), said in a warning.
+  using Done = std::function<void(const std::optional<supervision::JobCause>& node_failure)>;
 
   SlurmEndQuery(boost::asio::io_context& io, const Logger& log) : timer_(io), log_(log) {}
   ~SlurmEndQuery();
