@@ -9,6 +9,7 @@ import time
 import support_path  # puts tests/support, the fixtures, on sys.path; its SUPPORT goes to occupy.py below
 from cluster import SlurmClusterCase, slurm_rdzv_ports
 from exit_codes import UNAVAILABLE
+from ports import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DDPRUN = os.path.abspath(os.environ.get("DDPRUN", os.path.join(HERE, "../../build/launcher/ddprun")))
@@ -87,6 +88,20 @@ class ConcurrentSteps(SlurmClusterCase):
             for i in range(4):
                 with open(f"{outputs}.{i}") as f:
                     self.assertEqual({r["TORCHELASTIC_RUN_ID"] for r in worker_lines(f.read()).values()}, {str(job)})
+
+
+    def test_steps_given_one_run_id_and_one_fixed_port_never_merge(self):
+        """Issue 54: the step binding applied only on the automatic ports, and docs/MULTINODE.md advises a fixed
+        --rdzv-port: two steps with one --rdzv-id and one port merged into one world (2 of 6). Bound to the step
+        whatever the port: a step whose node 0 finds the port taken by another step's server fails (it says so),
+        and no step's workers ever see another step's world."""
+        outputs = self.path("fixed")
+        port = free_port()  # every step is given the same one
+        for sweep in range(2):
+            script = sweep_script(outputs, ddprun_args=f"--rdzv-id $SLURM_JOB_ID --rdzv-port {port}")
+            job, info = self.cluster.sbatch_wait(script, "-N3", "-o", self.path(f"fixed{sweep}.out"), timeout=120)
+            merged, failed, details = judge_sweep(job, outputs)
+            self.assertEqual(merged, 0, "\n".join(details))
 
 
 class PortCollisions(SlurmClusterCase):
