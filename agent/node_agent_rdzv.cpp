@@ -179,8 +179,7 @@ void NodeAgent::on_outcome(const JobCause* cause, const char* reason) {
   if (cause && slurm_cause_) cause = &*slurm_cause_;  // the rendezvous heard a node's SIGTERM; SLURM knows why
   if (cause) {
     // Another node's SIGTERM (or preemption) under SLURM: the same question as for this node's own.
-    if (cause->rank < 0 && (cause->exit_code == 128 + SIGTERM || cause->exit_code == kExitPreempted))
-      ask_slurm_why_stopped();
+    if (is_stop_of_a_node(*cause)) ask_slurm_why_stopped();
     const Decision d = policy_.on_job_cause(*cause, unix_ms());
     if (lifecycle_.workers_started()) apply(d, reason);  // else nothing to tear down, and nothing to say about it
   }

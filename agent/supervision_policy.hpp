@@ -6,6 +6,7 @@
 
 namespace ddprun::agent {
 using supervision::Decision;
+using supervision::is_stop_of_a_node;
 using supervision::is_stop_signal;
 using supervision::JobCause;
 using supervision::Phase;

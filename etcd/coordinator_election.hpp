@@ -126,7 +126,7 @@ class CoordinatorElection {
   void record_end(std::int64_t end_lease);
   void read_end_recorded_elsewhere();
   void read_end_once();  // learn_end's read, again every retry_interval until its deadline
-  void deliver_end(const EndOutcome& outcome);
+  void deliver_end(const EndOutcome& outcome);  // finish_done_ once, with `outcome` (finish and learn_end)
   void record_later(const std::string& error);  // etcd out of reach: again after retry_interval, until patience
   void end_finish(EndOutcome outcome);          // revokes the leases (not awaited past the deadline), then done
   void put_round();

@@ -179,13 +179,7 @@ void CoordinatorElection::record_later(const std::string& error) {
 // Then the leases, the round's and the coordinator's: nothing of the job stays in etcd but its end. Past the
 // deadline (etcd out of reach) they are not waited for: they run out by themselves.
 void CoordinatorElection::end_finish(EndOutcome outcome) {
-  auto deliver = [this, outcome] {
-    timer_.cancel();
-    if (auto done = std::move(finish_done_)) {
-      finish_done_ = nullptr;
-      done(outcome);
-    }
-  };
+  auto deliver = [this, outcome] { deliver_end(outcome); };
   if (std::chrono::steady_clock::now() >= finish_deadline_) return deliver();
   timer_.expires_at(finish_deadline_);
   timer_.async_wait([this, deliver](const boost::system::error_code& ec) {

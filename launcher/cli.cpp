@@ -359,7 +359,8 @@ void configure(const CLI::App& app, RawOptions& o, const std::set<std::string>& 
   cfg.step_signals_reach_workers = slurm_signals_reach_workers(env);
   cfg.preemption_exit = !contract::env_value(env, "SLURM_JOB_ID", "").empty();
   cfg.slurm_job_id = contract::env_value(env, "SLURM_JOB_ID", "");
-  cfg.slurm_step_nodes = contract::env_value(env, "SLURM_STEP_NODELIST", contract::env_value(env, "SLURM_JOB_NODELIST", ""));
+  cfg.slurm_step_nodes =
+      contract::env_value(env, "SLURM_STEP_NODELIST", contract::env_value(env, "SLURM_JOB_NODELIST", ""));
   // Ports last (below): picking a MASTER_PORT touches the system.
   w.role = o.role;
   if (!valid_name(w.role))

@@ -93,11 +93,12 @@ std::string Reconnect::give_up(const std::string& where, const std::string& last
   // Node 0's own server is not restarted: this node only asked it how the job ended, for as long as that server
   // waits to tell a node it lost (its heartbeat timeout), unless --rdzv-reconnect-timeout is shorter. Issue 53: the
   // line named --rdzv-reconnect-timeout for a window that was the heartbeat timeout.
-  if (asking_verdict_)
+  if (asking_verdict_) {
+    const char* window = verdict_window_ <= timeout_ ? "--heartbeat-timeout" : "--rdzv-reconnect-timeout";
     return "lost the rendezvous server at " + where + ": " + lost_why_ + "; it did not answer again within " +
-           text::seconds(episode_) + " (" + (verdict_window_ <= timeout_ ? "--heartbeat-timeout" : "--rdzv-reconnect-timeout") +
-           ", how long node 0 waits to tell a node it lost how the job ended; " + tries +
-           "): this node cannot learn how the job ended, see the other nodes' logs";
+           text::seconds(episode_) + " (" + window + ", how long node 0 waits to tell a node it lost how the job " +
+           "ended; " + tries + "): this node cannot learn how the job ended, see the other nodes' logs";
+  }
   return "lost the rendezvous server at " + where + ": " + lost_why_ + "; no server took this node back within " +
          text::seconds(episode_) + " (--rdzv-reconnect-timeout; " + tries + ")";
 }

@@ -328,8 +328,9 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   // oldest that has not asked for the server's proof (an agent asks as soon as the challenge reaches it: one whole
   // frame, where a stranger idles or sends part of one), then the oldest whose hello has not come whole. Not the
   // silent first: a newly accepted agent is silent until its request arrives, and strangers that had each sent a
-  // byte outlived it (measured with scripts/bench/rdzv_hostile.py). Never a node of the job, nor one whose hello has come (issue 55: strangers holding 1 500-3 000 idle connections had the
-  // agents' connections evicted mid-handshake, and the job failed). False when there is none to close.
+  // byte outlived it (measured with scripts/bench/rdzv_hostile.py). Never a node of the job, nor one whose hello has
+  // come (issue 55: strangers holding 1 500-3 000 idle connections had the agents' connections evicted
+  // mid-handshake, and the job failed). False when there is none to close.
   bool evict_a_stranger() {
     enum class Pick { kAny, kUnproved, kBeforeHello };
     auto evict_from = [this](std::deque<std::pair<Clock::time_point, ConnId>>& queue, Pick pick) {

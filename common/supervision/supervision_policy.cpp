@@ -127,15 +127,17 @@ Decision SupervisionPolicy::on_signal(int signal, std::int64_t now_ms) {
   return d;
 }
 
+bool is_stop_of_a_node(const JobCause& cause) {
+  return cause.rank < 0 && (cause.exit_code == 128 + SIGTERM || cause.exit_code == kExitPreempted);
+}
+
 bool SupervisionPolicy::preempted() const {
   if (!preemption_exit_) return false;
   // A job that failed elsewhere (a worker, a node, the rendezvous) ends with its root cause's code on every node,
   // whatever stop reached this one during the teardown (issue 34: srun -K's SIGTERM, a scancel or a USR1 during a
   // failure's teardown made the other nodes exit 79, and the preemption recipe requeued a failed job). Only a
   // stop that came first, here or on another node, is a preemption.
-  const bool stopped_elsewhere =
-      job_cause_ && job_cause_->rank < 0 &&
-      (job_cause_->exit_code == 128 + SIGTERM || job_cause_->exit_code == kExitPreempted);
+  const bool stopped_elsewhere = job_cause_ && is_stop_of_a_node(*job_cause_);
   if (job_cause_ && !stopped_elsewhere) return false;
   const bool all_succeeded = !workers_.empty() && std::all_of(workers_.begin(), workers_.end(), [](const WorkerRecord& w) {
     return w.state == WorkerState::kSucceeded;

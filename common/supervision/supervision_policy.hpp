@@ -74,6 +74,10 @@ struct JobCause {
   std::int64_t time_ms = 0;
 };
 
+// The cause is a node's ddprun stopped by SIGTERM (or preempted), not a failure: another node's scancel, time
+// limit, preemption, or SLURM's end of a job for a node failure (agent/slurm_end_query.hpp tells them apart).
+bool is_stop_of_a_node(const JobCause& cause);
+
 class SupervisionPolicy {
  public:
   void add_worker(int rank, int local_rank, pid_t pid, std::int64_t now_ms);

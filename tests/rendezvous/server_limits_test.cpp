@@ -16,6 +16,15 @@ std::string frame_header(std::uint32_t length) {
   return std::string{static_cast<char>(length >> 24), static_cast<char>(length >> 16), static_cast<char>(length >> 8),
                      static_cast<char>(length)};
 }
+
+// A 2-node job that keeps at most 8 connections waiting to join; no connection is closed for a missing hello
+// while a test runs (3 s).
+JobConfig eight_waiting() {
+  JobConfig config = test_job(2, true);
+  config.max_pending_connections = 8;
+  config.heartbeat_timeout = 3s;
+  return config;
+}
 }  // namespace
 
 TEST_CASE("before its hello a connection may announce only a small frame") {
@@ -55,10 +64,7 @@ TEST_CASE("after its hello is accepted a node may send frames up to the full lim
 
 TEST_CASE("beyond the connection limit the oldest stranger is closed, and a real node still joins") {
   asio::io_context io;
-  JobConfig config = test_job(2, true);
-  config.max_pending_connections = 8;
-  config.heartbeat_timeout = 3s;  // no stranger is closed for a missing hello during this test
-  Server server(io, config, quiet_logger());
+  Server server(io, eight_waiting(), quiet_logger());
   server.start("127.0.0.1", 0);
   auto node0 = start_agent(io, client_config(server.port(), 0, 1));
   REQUIRE(run_until(io, [&] { return server.state().nodes.size() == 1; }));
@@ -79,10 +85,7 @@ TEST_CASE("beyond the connection limit the oldest stranger is closed, and a real
 // Issue 55: strangers holding idle connections had the server evict agents in mid-handshake, and the job failed.
 TEST_CASE("at the connection limit strangers go before a connection that asked for the server's proof") {
   asio::io_context io;
-  JobConfig config = test_job(2, true);
-  config.max_pending_connections = 8;
-  config.heartbeat_timeout = 3s;  // no connection is closed for a missing hello during this test
-  Server server(io, config, quiet_logger());
+  Server server(io, eight_waiting(), quiet_logger());
   server.start("127.0.0.1", 0);
   RawPeer under_way(io, server.port());  // the oldest: an agent that has begun its handshake
   REQUIRE(under_way.read_frame());       // the challenge
