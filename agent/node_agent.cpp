@@ -254,8 +254,10 @@ void NodeAgent::after_reap(bool has_children) {
   if (!lifecycle_.on_processes_gone()) return;
   // Every local worker exited 0 and nothing stopped the job: the job ends when every node did the same.
   if (policy_.phase() == Phase::kRunning && (policy_.exit_code() == 0 || policy_.preempted()) &&
-      !lifecycle_.outcome_known())
-    link_.client().report_node_done();
+      !lifecycle_.outcome_known()) {
+    link_.client().report_node_done(policy_.noticed());
+    if (world_.nnodes > 1) log_.info("every worker here exited 0; the job ends when every node's have");
+  }
   sweep_.cancel();
   output_.arm_drain_limit();
   maybe_finish();

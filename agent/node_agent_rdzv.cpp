@@ -57,7 +57,8 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
   return rdzv::ClientHandlers{
       [this](const rdzv::Assignment& a) { on_assignment(a); },
       [this](const rdzv::StopOrder& s) { on_stop(s); },
-      [this] {
+      [this](bool noticed) {
+        policy_.on_job_complete(noticed);
         if (!lifecycle_.placed_once())
           log_.info("the job completed before the rendezvous placed this node in a round: nothing ran here");
         on_outcome(nullptr, "complete");

@@ -148,7 +148,7 @@ void RendezvousLink::on_recorded_end(const std::string& record) {
   log_.warning("etcd records that this job has ended (", rdzv::describe(*end), "; recorded by ", end->host,
                "): this node ends with it (to run the job again, give it a new --rdzv-id: an ended one stays closed "
                "for ", election_config().end_ttl.count(), " s)");
-  if (end->complete) return handlers_.on_job_complete();
+  if (end->complete) return handlers_.on_job_complete(end->noticed);
   if (!end->root_cause)
     return handlers_.on_error({rdzv::ErrorKind::kTimeout, "the job ended before this node joined: " + end->reason});
   rdzv::StopOrder order;

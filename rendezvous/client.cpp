@@ -127,9 +127,10 @@ void Client::Impl::handle(ServerMessage message) {
     if (order.restarting) reconnect_.on_restart_ordered();
     if (!order.restarting) close();  // final: nothing more to hear, and the server's going away is expected
     if (handlers_.on_stop) handlers_.on_stop(order);
-  } else if (std::holds_alternative<CompleteMsg>(message)) {
+  } else if (auto* complete = std::get_if<CompleteMsg>(&message)) {
+    const bool noticed = complete->noticed;
     close();
-    if (handlers_.on_job_complete) handlers_.on_job_complete();
+    if (handlers_.on_job_complete) handlers_.on_job_complete(noticed);
   } else if (std::holds_alternative<CaptureMsg>(message)) {
     if (handlers_.on_capture) handlers_.on_capture();
   } else if (auto* deferred = std::get_if<HangDeferredMsg>(&message)) {
@@ -288,7 +289,7 @@ Client::Client(asio::io_context& io, ClientConfig config, ClientHandlers handler
 Client::~Client() { impl_->close(); }
 void Client::start() { impl_->start(); }
 void Client::report_failure(const Failure& failure) { impl_->send(FailureMsg{failure}); }
-void Client::report_node_done() { impl_->send(NodeDoneMsg{}); }
+void Client::report_node_done(bool noticed) { impl_->send(NodeDoneMsg{noticed}); }
 void Client::report_stopped() { impl_->report_stopped(); }
 void Client::report_hang_view(const HangViewMsg& view) { impl_->send(view); }
 bool Client::report_round_ready(int round) {

@@ -80,7 +80,9 @@ struct StopOrder {
 struct ClientHandlers {
   std::function<void(const Assignment&)> on_assignment;  // once per round
   std::function<void(const StopOrder&)> on_stop;         // every node, the reporter included
-  std::function<void()> on_job_complete;                 // every worker on every node exited 0
+  // Every worker on every node exited 0; `noticed`: after a scheduler's notice reached some node's running
+  // workers (the job's word: this node ends as preempted under SLURM whether or not the notice reached it).
+  std::function<void(bool noticed)> on_job_complete;
   std::function<void(const ClientError&)> on_error;      // refused, timed out, lost the server, protocol
   std::function<void()> on_capture;  // a hang elsewhere: capture every worker's stacks, then report_hang_view
   std::function<void(const JobViewMsg&)> on_job_view;  // the answer to request_view
@@ -107,7 +109,7 @@ class Client {
   void start();
   // Queued until the hello is sent; then written in order. Ignored after a terminal event.
   void report_failure(const Failure& failure);
-  void report_node_done();   // every local worker exited 0
+  void report_node_done(bool noticed = false);  // every local worker exited 0 (noticed: a notice reached them)
   void report_stopped();     // restart round: every local worker is down (with a fresh master port offer)
   void report_hang_view(const HangViewMsg& view);  // --hang-timeout: this node's workers, judged
   // This node's workers can meet in round `round` (on_meet when all can). False, and nothing sent, when the

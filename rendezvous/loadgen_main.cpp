@@ -226,7 +226,7 @@ int run(const Options& o) {
         for (auto& c : clients) c->report_node_done();
       }
     };
-    handlers.on_job_complete = [&] {
+    handlers.on_job_complete = [&](bool) {
       if (++complete == o.nodes) {
         complete_ms = ms_since(start);
         io.stop();

@@ -107,7 +107,9 @@ json to_json_value(const ClientMessage& message) {
           j["failure"] = m.failure;
           return j;
         } else if constexpr (std::is_same_v<T, NodeDoneMsg>) {
-          return typed("node_done");
+          json j = typed("node_done");
+          if (m.noticed) j["noticed"] = true;
+          return j;
         } else if constexpr (std::is_same_v<T, HangViewMsg>) {
           json j = typed("hang_view");
           if (m.suspect) j["suspect"] = true;
@@ -205,7 +207,9 @@ std::string encode(const ServerMessage& message) {
           if (m.rejoin) j["rejoin"] = true;
           return dump(j);
         } else if constexpr (std::is_same_v<T, CompleteMsg>) {
-          return dump(typed("complete"));
+          json j = typed("complete");
+          if (m.noticed) j["noticed"] = true;
+          return dump(j);
         } else if constexpr (std::is_same_v<T, JobViewMsg>) {
           json j = typed("job_view");
           j["nodes"] = m.nodes;

@@ -9,12 +9,12 @@
 //   (client → hello{..., cannot_join: why} instead of joining, when this node cannot take part)
 //          | assignment{node rank, rank offset, round}           when every expected node has joined
 //   client → heartbeat (every interval)       server → heartbeat (the reply proves the server is alive)
-//   client → failure{Failure} | node_done | stopped (restart round: local workers are down)
+//   client → failure{Failure} | node_done{noticed} | stopped (restart round: local workers are down)
 //   client → hang_view{suspect, held, ranks, stacks}  --hang-timeout: this node's workers' beats and stacks, when
 //                                                its agent found one hung (suspect) or the server asked
 //   server → capture to every other node of the round, on a suspect view: capture stacks, send hang_view
 //   server → hang_deferred{quiet_ranks, wait_ms} to every node, when the views show a declared quiet phase
-//   server → stop{root_cause, reason, restarting} to every node | complete when every node is done
+//   server → stop{root_cause, reason, restarting} to every node | complete{noticed} when every node is done
 //   client → node_status{status, paces} (every few seconds) | view_request   server → job_view{nodes, ages_ms}
 //   server → stragglers{named} to every node of the round, when the ranks named slow change
 //   client → round_ready{round}: this node's workers can meet in the round (kept in place: at once; new ones:
@@ -110,7 +110,11 @@ struct HelloMsg {
 };
 struct HeartbeatMsg {};
 struct FailureMsg { Failure failure; };
-struct NodeDoneMsg {};   // every local worker exited 0
+// Every local worker exited 0. noticed: a scheduler's notice (SIGUSR1/SIGUSR2) reached this node's running
+// workers first: the job's end counts as a preemption on every node when one node's did (issue 54).
+struct NodeDoneMsg {
+  bool noticed = false;
+};
 // Restart round: every local worker is down, ready for the next round. master_port: a fresh MASTER_PORT for
 // the next round if this node becomes node 0 (0: keep the one from the hello): a port ddprun picked is picked
 // again every round, since another program may have taken it meanwhile; one the user gave is kept.
@@ -238,7 +242,11 @@ struct StopMsg {
   // once its stale workers are gone it may join again, as a new node (a plain hello).
   bool rejoin = false;
 };
-struct CompleteMsg {};
+// Every worker on every node exited 0. noticed: a notice reached the running workers of some node, so every
+// node ends the job as preempted under SLURM (79), whichever of them the notice reached, and when.
+struct CompleteMsg {
+  bool noticed = false;
+};
 struct CaptureMsg {};
 // The job-wide hang inquiry found ranks inside a quiet phase they declared (a save, an evaluation): the ranks
 // silent beside them wait for them, so nobody is hung yet. Every node exempts its silent workers for `wait_ms`

@@ -235,7 +235,7 @@ ClientMessage decode_client_message(std::string_view payload) {
     return m;
   }
   if (type == "failure") return FailureMsg{get_failure(j, "failure")};
-  if (type == "node_done") return NodeDoneMsg{};
+  if (type == "node_done") return NodeDoneMsg{get_bool(j, "noticed", false)};
   if (type == "stopped") return StoppedMsg{get_optional_int_in(j, "master_port", 1, 65535).value_or(0)};
   if (type == "hang_view") return decode_hang_view(j);
   if (type == "node_status") return decode_node_status(j);
@@ -269,7 +269,7 @@ ServerMessage decode_server_message(std::string_view payload) {
   if (type == "stop")
     return StopMsg{get_failure(j, "root_cause"), get_string(j, "reason", kMaxMessageBytes),
                    get_bool(j, "restarting", false), get_bool(j, "membership", false), get_bool(j, "rejoin", false)};
-  if (type == "complete") return CompleteMsg{};
+  if (type == "complete") return CompleteMsg{get_bool(j, "noticed", false)};
   if (type == "capture") return CaptureMsg{};
   if (type == "hang_deferred") return decode_hang_deferred(j);
   if (type == "job_view") return decode_job_view(j);

@@ -18,6 +18,7 @@ std::optional<RecordedEnd> recorded_end_of(const RendezvousState& state, const s
   if (state.phase != Phase::kComplete && state.phase != Phase::kStopped) return std::nullopt;
   RecordedEnd end;
   end.complete = state.phase == Phase::kComplete;
+  end.noticed = end.complete && state.noticed;
   if (!end.complete) end.root_cause = state.root_cause;
   if (!end.complete && !end.root_cause) end.reason = "the rendezvous ended before any round formed";
   end.host = host;
@@ -29,6 +30,7 @@ std::string encode_recorded_end(const std::string& run_id, const RecordedEnd& en
   json j = {{"format", kFormat}, {"run_id", run_id}, {"complete", end.complete}, {"reason", end.reason},
             {"host", end.host}, {"time_unix_ms", end.time_unix_ms}};
   if (end.root_cause) j["root_cause"] = *end.root_cause;
+  if (end.noticed) j["noticed"] = true;
   return j.dump();
 }
 
@@ -48,6 +50,7 @@ std::optional<RecordedEnd> decode_recorded_end(const std::string& text, const st
     end.reason = j.at("reason").get<std::string>().substr(0, kMaxMessageBytes);
     end.host = j.at("host").get<std::string>().substr(0, 255);
     end.time_unix_ms = j.at("time_unix_ms").get<std::int64_t>();
+    end.noticed = end.complete && j.value("noticed", false);
     if (j.contains("root_cause")) end.root_cause = j.at("root_cause").get<Failure>();
     if (!end.complete && !end.root_cause && end.reason.empty()) throw std::runtime_error("no outcome");
     return end;
@@ -58,7 +61,7 @@ std::optional<RecordedEnd> decode_recorded_end(const std::string& text, const st
 }
 
 std::string describe(const RecordedEnd& end) {
-  if (end.complete) return "the job completed";
+  if (end.complete) return end.noticed ? "the job completed after a scheduler's notice (preempted)" : "the job completed";
   if (end.root_cause) return "the job failed: " + describe(*end.root_cause);
   return "the job ended: " + end.reason;
 }

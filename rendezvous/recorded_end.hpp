@@ -16,6 +16,7 @@ struct RendezvousState;
 
 struct RecordedEnd {
   bool complete = false;             // every worker on every node exited 0
+  bool noticed = false;              // complete, after a scheduler's notice reached running workers (79 in SLURM)
   std::optional<Failure> root_cause; // the job's root cause (absent: complete, or ended before any round formed)
   std::string reason;                // the host's words when there is no root cause
   std::string host;                  // the node that recorded it

@@ -158,7 +158,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
           } else if constexpr (std::is_same_v<T, FailureMsg>) {
             run(FailureReport{id, std::move(m.failure)});
           } else if constexpr (std::is_same_v<T, NodeDoneMsg>) {
-            run(NodeDone{id});
+            run(NodeDone{id, m.noticed});
           } else if constexpr (std::is_same_v<T, HangViewMsg>) {
             run(HangReport{id, std::move(m)});
           } else if constexpr (std::is_same_v<T, NodeStatusMsg>) {

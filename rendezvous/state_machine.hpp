@@ -108,6 +108,9 @@ struct RendezvousState {
   int failure_restarts = 0;  // of those, the ones charged to config.max_restarts (worker failures only)
   std::map<std::string, int> departures;  // elastic: host → times it left after being placed (max_departures)
   int done_count = 0;
+  // A node's done said a scheduler's notice reached its running workers: the completion says so to every node,
+  // which then ends as preempted (79 under SLURM) alike (issue 54). Kept across rounds, as the agent keeps it.
+  bool noticed = false;
   int stopped_count = 0;
   int ready_count = 0;  // nodes of the round that said round_ready; all: every node is told to meet
   // --hang-timeout: a node reported a hung worker; every node of the round is asked for its workers' beats
@@ -175,7 +178,7 @@ struct Hello {                // an authenticated-or-not hello; the machine chec
 };
 struct Heartbeat { ConnId conn = 0; };
 struct FailureReport { ConnId conn = 0; Failure failure; };
-struct NodeDone { ConnId conn = 0; };
+struct NodeDone { ConnId conn = 0; bool noticed = false; };
 struct NodeStopped { ConnId conn = 0; int master_port = 0; };  // master_port: the node's new offer, 0: keep
 struct HangReport { ConnId conn = 0; HangViewMsg view; };  // --hang-timeout: a node's workers, judged
 struct RoundReady { ConnId conn = 0; int round = 0; };       // its workers can meet in round `round`

@@ -277,6 +277,9 @@ void worker_failed(RendezvousState& state, Failure failure, Actions& out) {
 }
 
 void on_node_done(RendezvousState& state, const NodeDone& event, const Now& now, Actions& out) {
+  // Recorded before a hold (a round being taken back replays the done without it): a notice that reached
+  // running workers of the job counts for the job wherever it came.
+  if (event.noticed && !is_final(state.phase) && state.nodes.count(event.conn)) state.noticed = true;
   if (hold_while_adopting(state, event.conn, std::nullopt, now)) return;
   auto it = state.nodes.find(event.conn);
   // A late joiner that waits runs no worker: its word does not count.
@@ -289,7 +292,9 @@ void on_node_done(RendezvousState& state, const NodeDone& event, const Now& now,
   out.push_back(Log{LogLevel::kInfo, state.done_count == 1 ? std::string("job complete: every worker of its one node exited 0")
                                                            : "job complete: every worker on all " +
                                                                  std::to_string(state.done_count) + " nodes exited 0"});
-  out.push_back(Broadcast{all_conns(state), CompleteMsg{}});
+  if (state.noticed) out.push_back(Log{LogLevel::kInfo, "a scheduler's notice reached running workers first: "
+                                                         "every node ends the job as preempted"});
+  out.push_back(Broadcast{all_conns(state), CompleteMsg{state.noticed}});
 }
 
 void on_node_stopped(RendezvousState& state, const NodeStopped& event, const Now& now, Actions& out) {

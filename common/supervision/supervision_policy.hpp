@@ -130,6 +130,12 @@ class SupervisionPolicy {
   int exit_code() const;
   // A notice or SIGTERM came, and every worker then exited 0 (kExitPreempted).
   bool preempted() const;
+  // A notice reached this node's running workers (what its done tells the rendezvous).
+  bool noticed() const { return notice_received_; }
+  // Every node's workers exited 0 and the rendezvous says whether a notice reached some node's running workers
+  // first: the job's word replaces this node's own (issue 54: a notice reaching the nodes at different moments
+  // made them end a completed job 0 and 79).
+  void on_job_complete(bool noticed) { notice_received_ = noticed; }
   // Whether preempted() can be true at all: in a batch scheduler's job (SLURM), where requeueing is the answer.
   // Elsewhere a notice stays only a notice (exit 0) and SIGTERM gives 128+15.
   void set_preemption_exit(bool on) { preemption_exit_ = on; }

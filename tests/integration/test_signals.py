@@ -6,7 +6,9 @@ import subprocess
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
+from exit_codes import PREEMPTED
 from harness import DDPRUN, DdprunTestCase, WORKER, pid_alive
+from multinode import MultiNodeCase
 
 
 class Signals(DdprunTestCase):
@@ -72,3 +74,38 @@ class Signals(DdprunTestCase):
         self.assertEqual(proc.returncode, 130, err)
         for pid, _ in self.read_pids(self.path("pids")).values():
             self.assertFalse(pid_alive(pid))
+
+
+class NoticeAgreement(MultiNodeCase):
+    """Issue 54: a scheduler's notice (SLURM's --signal=USR1@T) that reaches the nodes at different moments. Each node
+    decided alone whether the job was preempted, so one completed job ended 79 on the node the notice reached while
+    its workers ran and 0 on another (1 of 6 on a real cluster). The rendezvous now carries it: a notice counts for
+    the job when it reached running workers of any node before that node was done, and then on every node."""
+
+    def setUp(self):
+        super().setUp()
+        self.env.update(SLURM_JOB_ID="4243", SLURM_JOB_NUM_NODES="2")  # a batch job: 79 is the preempted exit
+
+    def test_a_notice_that_reached_one_node_while_it_ran_is_every_nodes_preemption(self):
+        # Node 0's worker saves and exits 0 on the notice; node 1's finishes on its own, later, never noticed.
+        steps = ("trap=USR1", f"ready={self.ready}", "@0:hang", f"@1:waitfile={self.go}", "exit=0")
+        procs = [self.node(r, 2, *steps) for r in range(2)]
+        self.wait_ready(2)
+        procs[0].send_signal(signal.SIGUSR1)
+        self.stderr_until(procs[0], b"the job ends when every node", 20, why="node 0's worker never ended")
+        self.release()
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, PREEMPTED, res)
+            self.assertIn("job preempted after", res.stderr.decode(), res)
+
+    def test_a_notice_after_a_node_was_done_preempts_nothing(self):
+        # Node 1's worker is done and reported when the notice reaches node 1; node 0's then finishes unnoticed.
+        steps = ("trap=USR1", f"ready={self.ready}", f"@0:waitfile={self.go}", "exit=0")
+        procs = [self.node(r, 2, *steps) for r in range(2)]
+        self.wait_ready(2)
+        self.stderr_until(procs[1], b"the job ends when every node", 20, why="node 1's worker never ended")
+        procs[1].send_signal(signal.SIGUSR1)
+        self.release()
+        for res in self.wait_all(procs):
+            self.assertEqual(res.code, 0, res)
+            self.assertNotIn("preempted", res.stderr.decode(), res)

@@ -124,7 +124,7 @@ class Job {
       return hello;
     }
     if (auto* f = std::get_if<FailureMsg>(&message)) return FailureReport{conn, f->failure};
-    if (std::holds_alternative<NodeDoneMsg>(message)) return NodeDone{conn};
+    if (auto* d = std::get_if<NodeDoneMsg>(&message)) return NodeDone{conn, d->noticed};
     if (auto* s = std::get_if<StoppedMsg>(&message)) return NodeStopped{conn, s->master_port};
     if (auto* v = std::get_if<HangViewMsg>(&message)) return HangReport{conn, *v};
     if (auto* r = std::get_if<RoundReadyMsg>(&message)) return RoundReady{conn, r->round};

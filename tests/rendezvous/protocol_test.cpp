@@ -5,6 +5,7 @@
 #include "common/error.hpp"
 #include "rendezvous/auth.hpp"
 #include "rendezvous/protocol.hpp"
+#include "rendezvous/recorded_end.hpp"
 #include "tests/rendezvous/sample_messages.hpp"
 
 using namespace ddprun::rendezvous;
@@ -31,7 +32,9 @@ TEST_CASE("client messages survive an encode/decode round trip") {
   CHECK(std::get<FailureMsg>(decode_client_message(encode(ClientMessage{FailureMsg{sample_failure()}}))).failure ==
         sample_failure());
   CHECK(std::holds_alternative<HeartbeatMsg>(decode_client_message(encode(ClientMessage{HeartbeatMsg{}}))));
-  CHECK(std::holds_alternative<NodeDoneMsg>(decode_client_message(encode(ClientMessage{NodeDoneMsg{}}))));
+  CHECK_FALSE(std::get<NodeDoneMsg>(decode_client_message(encode(ClientMessage{NodeDoneMsg{}}))).noticed);
+  CHECK(std::get<NodeDoneMsg>(decode_client_message(encode(ClientMessage{NodeDoneMsg{true}}))).noticed);
+  CHECK(encode(ClientMessage{NodeDoneMsg{}}).find("noticed") == std::string::npos);  // as an older agent's
   CHECK(std::get<StoppedMsg>(decode_client_message(encode(ClientMessage{StoppedMsg{}}))).master_port == 0);
   CHECK(std::get<StoppedMsg>(decode_client_message(encode(ClientMessage{StoppedMsg{40123}}))).master_port == 40123);
   CHECK_THROWS_AS(decode_client_message(R"({"type":"stopped","master_port":70000})"), ProtocolError);
@@ -110,7 +113,8 @@ TEST_CASE("server messages survive an encode/decode round trip") {
   auto s = std::get<StopMsg>(decode_server_message(encode(ServerMessage{StopMsg{sample_failure(), "why", true}})));
   CHECK(s.root_cause == sample_failure());
   CHECK(s.restarting);
-  CHECK(std::holds_alternative<CompleteMsg>(decode_server_message(encode(ServerMessage{CompleteMsg{}}))));
+  CHECK_FALSE(std::get<CompleteMsg>(decode_server_message(encode(ServerMessage{CompleteMsg{}}))).noticed);
+  CHECK(std::get<CompleteMsg>(decode_server_message(encode(ServerMessage{CompleteMsg{true}}))).noticed);
   CHECK(std::holds_alternative<HeartbeatAckMsg>(decode_server_message(encode(ServerMessage{HeartbeatAckMsg{}}))));
   CHECK(std::holds_alternative<CaptureMsg>(decode_server_message(encode(ServerMessage{CaptureMsg{}}))));
 }
@@ -350,3 +354,20 @@ TEST_CASE("a challenge says whether its server may be restarted under a running 
   CHECK_FALSE(std::get<ChallengeMsg>(decode_server_message(encode(ServerMessage{challenge}))).meets);
 }
 // ---- end of resume ----
+
+TEST_CASE("a recorded end keeps the job's notice, and an end recorded before the field reads as none") {
+  RecordedEnd end;
+  end.complete = true;
+  end.noticed = true;
+  end.host = "n1";
+  std::string problem;
+  auto back = decode_recorded_end(encode_recorded_end("run", end), "run", problem);
+  REQUIRE(back);
+  CHECK(back->noticed);
+  CHECK(describe(*back).find("preempted") != std::string::npos);
+  auto older = decode_recorded_end(
+      R"({"format":"ddprun-job-end/1","run_id":"run","complete":true,"reason":"","host":"n1","time_unix_ms":1})", "run",
+      problem);
+  REQUIRE(older);
+  CHECK_FALSE(older->noticed);
+}

@@ -61,6 +61,21 @@ TEST_CASE("nodes with different worker counts get prefix-sum rank offsets and no
         std::string::npos);
 }
 
+TEST_CASE("the completion tells every node whether a notice reached some node's running workers") {
+  // Issue 54: a notice that reached node 1 while its workers ran and reached node 0 not at all (or only after
+  // its workers were done) made the nodes end one completed job 79 and 0. The job's word is now one for all.
+  for (const bool node_1_noticed : {true, false}) {
+    Job job(test_job(2, true));
+    job.add(0, 1);
+    job.add(1, 1);
+    REQUIRE(job.all(assigned));
+    job.agents[0]->client->report_node_done(false);
+    job.agents[1]->client->report_node_done(node_1_noticed);
+    REQUIRE(job.all([](const Agent& a) { return a.events.complete; }));
+    for (auto& a : job.agents) CHECK(a->events.completed_noticed == node_1_noticed);
+  }
+}
+
 TEST_CASE("the job completes on every node once every node reported done, and the server drains") {
   Job job(test_job(2, true));
   job.add(0, 1);

@@ -58,6 +58,7 @@ struct Recorder {
   std::vector<Assignment> assignments;
   std::vector<StopOrder> stops;
   bool complete = false;
+  bool completed_noticed = false;  // the completion said a notice reached some node first
   int captures = 0;
   std::vector<JobViewMsg> views;
   std::vector<StragglersMsg> stragglers;
@@ -68,7 +69,7 @@ struct Recorder {
 
   ClientHandlers handlers() {
     return ClientHandlers{[this](const Assignment& a) { assignments.push_back(a); },
-                          [this](const StopOrder& s) { stops.push_back(s); }, [this] { complete = true; },
+                          [this](const StopOrder& s) { stops.push_back(s); }, [this](bool noticed) { complete = true; completed_noticed = noticed; },
                           [this](const ClientError& e) { error = e; }, [this] { ++captures; },
                           [this](const JobViewMsg& v) { views.push_back(v); },
                           [this](const StragglersMsg& m) { stragglers.push_back(m); },
