@@ -70,7 +70,8 @@ class NodeAgent {
   void begin_next_round(AgentLifecycle::Next how);
   void note_reform(const rendezvous::StopOrder& order, bool in_place);
   bool may_rejoin(const rendezvous::StopOrder& order) const;
-  void rejoin_after_drop(const rendezvous::StopOrder& order);
+  void rejoin_after_drop(const rendezvous::StopOrder& order, bool fenced = false);
+  void fence_round(const std::string& lost_why);  // agent/round_fence.hpp
   // node_agent_wiring.cpp: what each component may ask of this node, and how its decisions are carried out
   HangInquiry::Host hang_host();
   ErrorFileWatch::Host error_file_host();

@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "agent/node_agent_impl.hpp"
+#include "agent/round_fence.hpp"
 #include "common/console.hpp"
 #include "common/error.hpp"
 #include "common/process/wait_status.hpp"
@@ -27,6 +29,32 @@ JobCause cause_of(const rdzv::Failure& f) {
   c.error = f.error_file_contents;
   c.time_ms = f.time_unix_ms;
   return c;
+}
+
+// Issue 53: a host cut off with a minority etcd member judged the other nodes lost and ended naming one of them,
+// while the others elected a new host that named this one: two root causes. Its verdict is only the job's once
+// etcd holds it; otherwise the end the new host recorded is, or this node says it cannot know (74). nullopt:
+// nothing changes.
+std::optional<JobCause> cause_of(const EndInEtcd& end, const Logger& log) {
+  JobCause cause;
+  if (end.recorded && end.recorded->root_cause) {
+    cause = cause_of(*end.recorded->root_cause);
+    log.warning("etcd records the job's end, by the host that took over while this node was cut off from etcd (",
+                end.recorded->host, "): ", cause.text, "; this node ends with it, not with its own verdict");
+  } else if (end.recorded) {
+    cause.text = "this node was cut off from the job, which went on without it: " + rdzv::describe(*end.recorded) +
+                 " (recorded in etcd by " + end.recorded->host + ")";
+    cause.exit_code = kExitRdzvLost;
+    log.warning(cause.text);
+  } else if (!end.unconfirmed.empty()) {
+    cause.text = end.unconfirmed;
+    cause.exit_code = kExitRdzvLost;
+    log.error(cause.text);
+  } else {
+    return std::nullopt;
+  }
+  cause.time_ms = unix_ms();
+  return cause;
 }
 
 // The rendezvous lost (or refusing): the exit code is the error's. When this node's part was done (every worker
@@ -77,6 +105,7 @@ rdzv::ClientHandlers NodeAgent::rendezvous_handlers() {
       [this](bool back, const std::string& text) {
         events_.write(back ? event::rendezvous_resumed(unix_ms(), text) : event::rendezvous_lost(unix_ms(), text));
         if (back) hang_.on_server_resumed();
+        else fence_round(text);
       },
       [this](const rdzv::HangDeferredMsg& m) { hang_.on_deferred(m); },
       {},  // on_heartbeat_ack: the load generator's
@@ -154,14 +183,30 @@ bool NodeAgent::may_rejoin(const rdzv::StopOrder& order) const {
          lifecycle_.placed_once() && !lifecycle_.outcome_known();
 }
 
-void NodeAgent::rejoin_after_drop(const rdzv::StopOrder& order) {
-  log_.warning("the rendezvous says: ", order.reason, "; this node's workers are stale: ending them, then joining "
-               "the job again as a new node");
+void NodeAgent::rejoin_after_drop(const rdzv::StopOrder& order, bool fenced) {
+  log_.warning(fenced ? "" : "the rendezvous says: ", order.reason,
+               fenced ? "; then" : "; this node's workers are stale: ending them, then", " joining the job again "
+               "as a new node");
   events_.write(event::dropped(unix_ms(), order.reason));
   attempts_.push_back(Attempt{world_.restart_count, world_.nnodes, world_.world_size, order.reason});
   lifecycle_.on_dropped();
-  apply(policy_.on_external_stop(unix_ms()), "dropped from the job");
+  Decision d = policy_.on_external_stop(unix_ms());
+  if (fenced) d = {policy_.on_grace_expired(unix_ms()).signal_all, false, d.teardown_began};  // SIGKILL alone
+  apply(d, fenced ? "the rendezvous server fell silent" : "dropped from the job");
   maybe_finish();
+}
+
+void NodeAgent::fence_round(const std::string& lost_why) {
+  rdzv::StopOrder order;
+  order.rejoin = true;
+  order.reason = round_fence_reason(lost_why);
+  const rdzv::JobConfig& job = config_.rdzv.job;
+  if (!round_fence_applies({job.min_nodes < job.max_nodes, link_.hosting(),
+                            lifecycle_.workers_started() && policy_.phase() == Phase::kRunning,
+                            link_.client().lost_silently()}) || !may_rejoin(order))
+    return;
+  link_.expect_rejoin();
+  rejoin_after_drop(order, /*fenced=*/true);
 }
 
 // A re-form of the running round, restarting or in place: the events file's `restarting` and the summary's
@@ -187,29 +232,8 @@ void NodeAgent::on_outcome(const JobCause* cause, const char* reason) {
   maybe_finish();
 }
 
-// Issue 53: a host cut off with a minority etcd member judged the other nodes lost and ended naming one of them,
-// while the others elected a new host that named this one: two root causes. Its verdict is only the job's once
-// etcd holds it; otherwise the end the new host recorded is, or this node says it cannot know (74).
 void NodeAgent::on_end_in_etcd(const EndInEtcd& end) {
-  JobCause cause;
-  if (end.recorded && end.recorded->root_cause) {
-    cause = cause_of(*end.recorded->root_cause);
-    log_.warning("etcd records the job's end, by the host that took over while this node was cut off from etcd (",
-                 end.recorded->host, "): ", cause.text, "; this node ends with it, not with its own verdict");
-  } else if (end.recorded) {
-    cause.text = "this node was cut off from the job, which went on without it: " + rdzv::describe(*end.recorded) +
-                 " (recorded in etcd by " + end.recorded->host + ")";
-    cause.exit_code = kExitRdzvLost;
-    log_.warning(cause.text);
-  } else if (!end.unconfirmed.empty()) {
-    cause.text = end.unconfirmed;
-    cause.exit_code = kExitRdzvLost;
-    log_.error(cause.text);
-  } else {
-    return;
-  }
-  cause.time_ms = unix_ms();
-  policy_.on_job_cause(cause, unix_ms());  // the workers are gone: only the verdict changes
+  if (const auto cause = cause_of(end, log_)) policy_.on_job_cause(*cause, unix_ms());  // the workers are gone
 }
 
 // Every process of the stopped attempt is gone and its output drained: tell the rendezvous, and start

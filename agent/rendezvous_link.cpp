@@ -113,6 +113,7 @@ void RendezvousLink::start() {
 }
 
 void RendezvousLink::start_client() {
+  client_retired_ = false;
   client_ = std::make_unique<rdzv::Client>(io_, client_config(), client_handlers(), log_);
   client_->start();
 }
@@ -161,6 +162,12 @@ rdzv::ClientConfig RendezvousLink::client_config() const {
     // Every node starts together: a server not found in twice the grace is a node 0 that failed to start.
     c.connect_timeout = 2 * r.job.join_grace;
     c.connect_timeout_option = "twice --join-grace";
+  }
+  // Joining again after a drop or a fence (round_fence.hpp): a server that stays out of reach this long has ended
+  // with the job (node 0's own) or is cut off for longer than the job should wait for this node.
+  if (rejoining_ && !server_ && r.reconnect_timeout < c.connect_timeout) {
+    c.connect_timeout = r.reconnect_timeout;
+    c.connect_timeout_option = "--rdzv-reconnect-timeout, joining again";
   }
   // Only toward a server hosted elsewhere; whether it may be restarted, its challenge says.
   if (!server_) c.reconnect_timeout = r.reconnect_timeout;
@@ -215,6 +222,8 @@ bool RendezvousLink::announce_start_failure(const std::string& why, std::functio
 
 void RendezvousLink::rejoin() {
   if (client_) client_->close();  // closed already by the stop; its pending handlers see it and do nothing
+  rejoin_expected_ = false;
+  rejoining_ = true;
   if (config_.rdzv.hosting == Hosting::kElected) return rejoin_elected();
   start_client();
 }

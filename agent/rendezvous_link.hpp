@@ -48,6 +48,9 @@ class RendezvousLink {
   // on the node hosting the server (the job cannot re-form without that one).
   void rejoin();
   void rejoin_elected();  // rendezvous_link_elected.cpp
+  // The agent stops its workers for a silent server (agent/round_fence.hpp) and will rejoin() once they are down:
+  // no takeover election begins meanwhile for the host's loss.
+  void expect_rejoin() { rejoin_expected_ = true; }
   // This node hosts the job's rendezvous: its own server, or (etcd) the one it won the election with. A candidate
   // still waiting for an election (a takeover) does not: it is a node like the others (issue 53: a node dropped
   // from an elastic job did not join it again while its takeover candidate listened, and ended naming itself).
@@ -98,6 +101,14 @@ class RendezvousLink {
   std::string host_offer_;  // what the elected host offered in etcd (this node joined it), for a re-election
   bool placed_ = false;     // an assignment came: the job formed
   bool rejoining_ = false;  // dropped and joining again (rejoin): a host it elects takes the job's round back
+  bool rejoin_expected_ = false;  // expect_rejoin(): rejoin() comes once the workers are down
+  // The client is closed and the next host gets a fresh one (join_host): it stays, closed, until then, since the
+  // agent's reports (the live view's status every few seconds) go to client() meanwhile and are dropped there.
+  bool client_retired_ = false;
+  void retire_client() {
+    if (client_) client_->close();
+    client_retired_ = true;
+  }
   bool lost_host_ = false;  // the client ended for the host's loss (not hosting): finish() reads etcd's end
   std::string server_host_;  // where the client connects: the configured endpoint, or the elected coordinator
   int server_port_ = 0;

@@ -122,9 +122,10 @@ void RendezvousLink::rejoin_elected() {
     server_->stop();
     server_.reset();
   }
-  client_.reset();
+  retire_client();
   placed_ = false;
   rejoining_ = true;
+  rejoin_expected_ = false;
   elected_since_ = std::chrono::steady_clock::now();
   host_offer_.clear();  // not a stale holder to wait out: whoever holds the key now is the host to join
   elect(/*taking_over=*/true);
@@ -196,7 +197,7 @@ void RendezvousLink::abandon_takeover() {
 // A first election starts the client; a takeover points the reconnecting one at the new host, where its hello
 // claims this node's place in the round (rendezvous/client_reconnect.hpp).
 void RendezvousLink::join_host(bool taking_over) {
-  if (!taking_over || !client_) return start_client();
+  if (!taking_over || !client_ || client_retired_) return start_client();
   client_->retarget(server_host_, server_port());
 }
 
@@ -209,7 +210,7 @@ rdzv::ClientHandlers RendezvousLink::client_handlers() {
   h.on_reconnect = [this](bool back, const std::string& text) {
     if (handlers_.on_reconnect) handlers_.on_reconnect(back, text);
     if (back) return abandon_takeover();
-    if (server_) return;
+    if (server_ || rejoin_expected_) return;
     log_.warning("the rendezvous host elected in etcd is lost while the job runs (", text,
                  "); electing another once its lease runs out, the workers keep running");
     // A job's end in the same turn (finish()) must not be followed by a new server and election: the loop would
@@ -232,7 +233,7 @@ rdzv::ClientHandlers RendezvousLink::client_handlers() {
     // Not from inside the client's own handler: it is released on the next turn of the loop.
     boost::asio::post(io_, [this] {
       if (finishing_) return;
-      client_.reset();
+      retire_client();
       elect(/*taking_over=*/rejoining_);
     });
   };

@@ -19,6 +19,7 @@ inline constexpr milliseconds kHeartbeatInterval{1000};   // --heartbeat-interva
 inline constexpr milliseconds kConnectAttempt{3000};      // one connect to the server, within --rdzv-timeout
 inline constexpr milliseconds kStatusPeriod{5000};        // a node's live-view status and straggler paces
 inline constexpr milliseconds kHeartbeatTimeout{15000};   // --heartbeat-timeout: torchrun's 5 s keep-alive x 3
+inline constexpr milliseconds kFenceKillMargin{1000};     // a silent node's agent SIGKILLs and reaps its workers
 inline constexpr milliseconds kTermTimeout{30000};        // --term-timeout: SIGTERM to SIGKILL; also how long a
                                                           // re-formed round waits for its workers to take it up
 

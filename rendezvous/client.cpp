@@ -303,6 +303,8 @@ void Client::report_status(std::string status_json, std::vector<RankPace> paces)
 void Client::request_view() { impl_->send(ViewRequestMsg{}); }
 void Client::close() { impl_->close(); }
 bool Client::reconnecting() const { return impl_->reconnecting(); }
+bool Client::lost_silently() const { return impl_->lost_silently(); }
+void Client::leave_round() { impl_->leave_round(); }
 void Client::retarget(const std::string& host, std::uint16_t port) { impl_->retarget(host, port); }
 
 }  // namespace ddprun::rendezvous

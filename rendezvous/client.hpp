@@ -121,6 +121,12 @@ class Client {
   void close();              // no more handlers; idempotent
   // The server was lost and the client is reconnecting (ClientConfig::reconnect_timeout): nobody answers now.
   bool reconnecting() const;
+  // While reconnecting: the server was lost to its silence (nothing heard for the heartbeat timeout), not to a
+  // closed or reset connection. A silent server may be alive behind a cut, and may go on without this node.
+  bool lost_silently() const;
+  // While reconnecting: this node stops its workers of the round it ran (agent/round_fence.hpp), so it no longer
+  // claims that round; once report_stopped says they are down it comes back between rounds (after_round).
+  void leave_round();
   // Where the server is now, while reconnecting (a host elected anew in etcd, agent/rendezvous_link_elected.cpp):
   // the next attempt, at once, goes there, and every later one. Outside a reconnection it only changes where a
   // later one would go.

@@ -47,6 +47,7 @@ void Client::Impl::lost(const std::string& why, bool silent) {
     return abandon_connection(why);
   }
   const bool first = !reconnect_.active();
+  if (first) lost_silent_ = silent;
   if (!reconnect_.on_lost(why, where(), logger_, silent)) {
     if (reconnect_.active()) return fail(ErrorKind::kLostServer, reconnect_.give_up(where(), why));
     return fail(ErrorKind::kLostServer, "lost the rendezvous server at " + where() + ": " + why);

@@ -84,6 +84,10 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   void send(const ClientMessage& message);
   void close();
   bool reconnecting() const { return reconnect_.active() && !done_; }
+  bool lost_silently() const { return reconnecting() && lost_silent_; }
+  void leave_round() {
+    if (reconnecting()) reconnect_.on_restart_ordered();
+  }
   bool server_meets() const { return server_meets_; }
   void retarget(const std::string& host, std::uint16_t port);
 
@@ -168,6 +172,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   bool resolved_ = false;     // the name gave addresses at least once (a literal address counts)
   std::string cannot_join_;   // this node cannot take part: why (ClientConfig::cannot_join, or no MUNGE here)
   bool leaving_ = false;      // the hello saying cannot_join is out: the connection's end is ours
+  bool lost_silent_ = false;  // the reconnection under way began with the server's silence (Client::lost_silently)
   Clock::time_point last_heard_;
   milliseconds attempt_limit_ = kAttemptLimit;  // grows while attempts run out (kMaxAttemptLimit)
   milliseconds retry_delay_ = kFirstRetry;

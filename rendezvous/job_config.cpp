@@ -47,6 +47,10 @@ std::chrono::milliseconds heartbeat_interval_for(const JobConfig& config) {
   return std::max(config.heartbeat_interval, std::min(by_rate, longest));
 }
 
+std::chrono::milliseconds round_fence_margin(const JobConfig& config) {
+  return 2 * heartbeat_interval_for(config) + timeouts::kFenceKillMargin;
+}
+
 const char* to_string(JoinPolicy policy) {
   return policy == JoinPolicy::kAtFailure ? "at_failure" : "now";
 }

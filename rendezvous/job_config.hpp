@@ -103,6 +103,10 @@ std::size_t pending_connection_limit(const JobConfig& config);
 // challenge, its tick and its cut-off rules all use the interval the agents use.
 inline constexpr int kMaxHeartbeatsPerSecond = 2000;
 std::chrono::milliseconds heartbeat_interval_for(const JobConfig& config);
+// How long after a silent node's heartbeat timeout its agent has surely stopped its workers (it sees the silence at
+// its next heartbeat tick, its last word from the server may be an interval younger than the server's from it, and
+// the SIGKILL and reap take a moment): an elastic job starts no round without that node before (issue 53).
+std::chrono::milliseconds round_fence_margin(const JobConfig& config);
 
 // Throws ddprun::rendezvous::RendezvousError with a message fit for a user if the config is inconsistent.
 void validate(const JobConfig& config);

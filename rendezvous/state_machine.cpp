@@ -67,6 +67,7 @@ std::optional<Clock::time_point> next_deadline(const RendezvousState& state) {
   if (auto joiners = rules::joiners_reform_at(state)) consider(*joiners);
   if (state.adopting) consider(state.adopting->deadline);
   if (state.cut_off_since) consider(*state.cut_off_since + state.config.reconnect_grace);
+  if (state.phase == Phase::kRestarting && state.fenced_until) consider(*state.fenced_until);
   return next;
 }
 

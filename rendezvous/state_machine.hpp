@@ -108,6 +108,10 @@ struct RendezvousState {
   int failure_restarts = 0;  // of those, the ones charged to config.max_restarts (worker failures only)
   std::map<std::string, int> departures;  // elastic: host → times it left after being placed (max_departures)
   int done_count = 0;
+  // Issue 53, invariant 1: no round starts before this. A node dropped for its silence (a cut link, not a dead
+  // machine) may still run its workers until its agent, hearing nothing, stops them (agent/round_fence.hpp):
+  // its last word here + the heartbeat timeout + round_fence_margin. Cleared when a round starts.
+  std::optional<Clock::time_point> fenced_until;
   // A node's done said a scheduler's notice reached its running workers: the completion says so to every node,
   // which then ends as preempted (79 under SLURM) alike (issue 54). Kept across rounds, as the agent keeps it.
   bool noticed = false;

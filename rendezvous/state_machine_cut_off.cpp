@@ -134,7 +134,24 @@ void lost_and_maybe_told_later(RendezvousState& state, ConnId conn, const std::s
 
 }  // namespace
 
+// Issue 53, invariant 1: a node dropped for its silence may be alive behind a cut, its workers still running;
+// its agent stops them once it has heard nothing for the heartbeat timeout (agent/round_fence.hpp). An elastic job
+// that re-forms without it starts no round before then (fenced_until), with room for the agent's own timer (it
+// looks every interval, and its last word from here may be an interval younger) and the kill.
 void silent_node_lost(RendezvousState& state, ConnId conn, const std::string& why, const Now& now, Actions& out) {
+  auto it = state.nodes.find(conn);
+  if (it != state.nodes.end() && it->second.node_rank >= 0 && is_elastic(state.config) && round_runs(state)) {
+    const Clock::time_point fenced = it->second.last_seen + state.config.heartbeat_timeout + round_fence_margin(state.config);
+    if (fenced > now.steady && (!state.fenced_until || *state.fenced_until < fenced)) {
+      state.fenced_until = fenced;
+      out.push_back(Log{LogLevel::kInfo, "no round starts for " +
+                                             text::seconds(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 fenced - now.steady)) +
+                                             ": node " + std::to_string(it->second.node_rank) + " (host \"" +
+                                             it->second.host + "\") may still run its workers until its agent, "
+                                             "hearing nothing, stops them"});
+    }
+  }
   lost_and_maybe_told_later(state, conn, why, now, out);
 }
 

@@ -37,9 +37,12 @@ std::vector<ConnId> round_conns(const RendezvousState& state) {
 
 namespace {
 
-// Once every node of a re-forming round has stopped its workers, the next round starts.
-void start_next_round_if_stopped(RendezvousState& state, Actions& out) {
+// Once every node of a re-forming round has stopped its workers, and every node dropped for its silence has
+// stopped its own (fenced_until), the next round starts.
+void start_next_round_if_stopped(RendezvousState& state, const Now& now, Actions& out) {
   if (state.phase != Phase::kRestarting || state.stopped_count < state.round_size) return;
+  if (state.fenced_until && now.steady < *state.fenced_until) return;  // on_tick starts it then
+  state.fenced_until.reset();
   ++state.restart_count;
   start_round(state, out);
 }
@@ -50,7 +53,7 @@ void start_next_round_if_stopped(RendezvousState& state, Actions& out) {
 // uses no restart (departures are bounded per host by max_departures instead). Either way the node itself is
 // told why before its connection closes (a node whose connection already closed hears nothing, harmlessly): a
 // node dropped for silence may only have been paused.
-void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool stopped, Actions& out) {
+void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool stopped, const Now& now, Actions& out) {
   state.joined_procs -= node.nproc;
   const int left = static_cast<int>(state.nodes.size());
   const JobConfig& config = state.config;
@@ -94,13 +97,13 @@ void node_gone(RendezvousState& state, NodeEntry node, Failure failure, bool sto
   if (state.phase == Phase::kRestarting) {
     out.push_back(Log{LogLevel::kWarning, who + " left while the job re-formed (" + describe(failure) + "); " +
                                               counted(left, "node") + (left == 1 ? " goes on" : " go on")});
-    return start_next_round_if_stopped(state, out);
+    return start_next_round_if_stopped(state, now, out);
   }
   std::string reason = "re-forming the job without " + who + ": " + counted(left, "node") +
                        " left (a node gone while --nnodes MIN remain: no restart used)";
   // membership stays false: on the wire it means "a node joined"; this is a loss, told with its cause.
   begin_reform(state, std::move(failure), reason, /*membership=*/false, out);
-  start_next_round_if_stopped(state, out);  // nobody of the round left to stop: newcomers only
+  start_next_round_if_stopped(state, now, out);  // nobody of the round left to stop: newcomers only
 }
 
 }  // namespace
@@ -139,7 +142,7 @@ void node_lost(RendezvousState& state, ConnId conn, const std::string& why, cons
   failure.host = node.host;
   failure.time_unix_ms = now.unix_ms;
   failure.message = why;
-  node_gone(state, std::move(node), std::move(failure), /*stopped=*/false, out);
+  node_gone(state, std::move(node), std::move(failure), /*stopped=*/false, now, out);
 }
 
 namespace {
@@ -259,7 +262,7 @@ void on_failure(RendezvousState& state, const FailureReport& event, const Now& n
     // fail): like a lost node, the job re-forms without it when it can.
     NodeEntry gone = std::move(node);
     state.nodes.erase(it);
-    return node_gone(state, std::move(gone), std::move(failure), /*stopped=*/true, out);
+    return node_gone(state, std::move(gone), std::move(failure), /*stopped=*/true, now, out);
   }
   worker_failed(state, std::move(failure), out);
 }
@@ -306,7 +309,7 @@ void on_node_stopped(RendezvousState& state, const NodeStopped& event, const Now
   it->second.stopped = true;
   if (event.master_port > 0) it->second.master_port = event.master_port;  // node 0's offer for the next round
   ++state.stopped_count;
-  start_next_round_if_stopped(state, out);
+  start_next_round_if_stopped(state, now, out);
 }
 
 // A re-form keeps the workers of some nodes in place while others start new ones (a joiner, a node whose
@@ -357,6 +360,7 @@ void on_tick(RendezvousState& state, const Now& now, Actions& out) {
     silent_node_lost(state, conn, "missed heartbeats for " + text::seconds(state.config.heartbeat_timeout), now, out);
   }
   check_hang_deadline(state, now, out);
+  if (state.fenced_until && now.steady >= *state.fenced_until) start_next_round_if_stopped(state, now, out);
   admit_waiting_joiners(state, now, out);  // join_min_interval passed
 }
 

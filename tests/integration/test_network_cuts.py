@@ -10,6 +10,7 @@ import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from harness import DDPRUN, RENDEZVOUS, WORKER
+from job_checker import read_events, rounds_overlapping
 from multinode import LabCase, MultiNodeCase, LOST, TIMEOUT
 
 SERVER, NODES = 0, (1, 2)
@@ -180,6 +181,42 @@ class NodeCut(LabCase):
         self.assertIn("waiting up to 4.0 s for the node judged lost for its silence", results[0].stderr.decode())
         cut_off = self.wait_all([procs[1]], timeout=40)[0]
         self.assertEqual(cut_off.code, LOST, cut_off)
+
+
+class ElasticNodeCut(LabCase):
+    """Issue 53, invariant 1 (at most one round of a job runs workers at any time) on node 0's own server: --nnodes
+    2:3, host 2 cut off for 8 s. The server drops node 2 after its 3 s heartbeat timeout and re-forms with the other
+    two; before, node 2's agent kept its round-0 worker training while it tried to reconnect, beside the round the
+    others formed without it, until the cut healed. Now node 2's agent, hearing nothing for 3 s, SIGKILLs its worker,
+    and the server starts no round without node 2 before that (its last word + 3 s + 2 intervals + 1 s)."""
+
+    def agent(self, host):
+        return subprocess.Popen([*self.lab.inside(host), os.path.abspath(DDPRUN), "--nnodes", "2:3", "--rdzv-endpoint",
+                                 f"{self.lab.addr[0]}:{self.port}", "--rdzv-id", "elastic-cut", "--local-addr",
+                                 self.lab.addr[host], "--nproc-per-node", "1", "--heartbeat-interval", "0.5",
+                                 "--heartbeat-timeout", "3", "--rdzv-conf", "last_call_timeout=1", "--events-file",
+                                 self.path(f"events.{host}"), WORKER, f"ready={self.ready}", f"waitfile={self.go}",
+                                 "exit=0"],
+                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+    def test_a_node_cut_off_stops_its_workers_before_a_round_forms_without_it(self):
+        procs = [self.agent(h) for h in range(3)]
+        self.wait_ready(3)
+        self.lab.cut(2)
+        time.sleep(8)
+        self.lab.heal(2)
+        # Node 2 joins again as a new node: the job re-forms with 3, and all three then finish.
+        seen = self.stderr_until(procs[0], b"joined, 3 nodes in the next round", 40, why="node 2 never joined again")
+        self.release()
+        results = self.wait_all(procs, timeout=60)
+        results[0].stderr = seen + results[0].stderr
+        overlap = rounds_overlapping({h: read_events(self.path(f"events.{h}")) for h in range(3)})
+        self.assertEqual(overlap, [], f"two rounds ran workers at once: {results}")
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+        self.assertIn("its workers stop now (SIGKILL)", results[2].stderr.decode(), results[2])
+        self.assertIn("may still run its workers until its agent, hearing nothing, stops them",
+                      results[0].stderr.decode(), results[0])
 
 
 class FrozenHost(MultiNodeCase):

@@ -356,6 +356,15 @@ TEST_CASE("an elastic job tells a node that comes back to a round it went on wit
   step(state, Tick{}, at(5'000ms));
   step(state, NodeStopped{1, 0}, at(5'100ms));
   step(state, NodeStopped{3, 0}, at(5'100ms));
+  // Issue 53, invariant 1: its agent stops its workers only once it has heard nothing for the timeout; round 1 starts
+  // no earlier than its last word (0 s) + the timeout (5 s) + 2 intervals and the kill's 1 s (8 s).
+  REQUIRE(state.phase == Phase::kRestarting);
+  REQUIRE(next_deadline(state) == at(8'000ms).steady);
+  step(state, Heartbeat{1}, at(7'000ms));
+  step(state, Heartbeat{3}, at(7'000ms));
+  step(state, Tick{}, at(7'999ms));
+  REQUIRE(state.phase == Phase::kRestarting);
+  step(state, Tick{}, at(8'000ms));
   REQUIRE(state.phase == Phase::kRunning);
   REQUIRE(state.restart_count == 1);
   // Its agent reconnects, claiming its place in round 0.
