@@ -205,7 +205,7 @@ void NodeAgent::fence_round(const std::string& lost_why) {
                             lifecycle_.workers_started() && policy_.phase() == Phase::kRunning,
                             link_.client().lost_silently()}) || !may_rejoin(order))
     return;
-  link_.expect_rejoin();
+  link_.expect_rejoin(lost_why);
   rejoin_after_drop(order, /*fenced=*/true);
 }
 

@@ -165,9 +165,9 @@ rdzv::ClientConfig RendezvousLink::client_config() const {
   }
   // Joining again after a drop or a fence (round_fence.hpp): a server that stays out of reach this long has ended
   // with the job (node 0's own) or is cut off for longer than the job should wait for this node.
-  if (rejoining_ && !server_ && r.reconnect_timeout < c.connect_timeout) {
-    c.connect_timeout = r.reconnect_timeout;
-    c.connect_timeout_option = "--rdzv-reconnect-timeout, joining again";
+  if (rejoining_ && !server_ && rejoin_window_.count() > 0 && rejoin_window_ < c.connect_timeout) {
+    c.connect_timeout = rejoin_window_;
+    c.connect_timeout_option = "joining again after the loss";
   }
   // Only toward a server hosted elsewhere; whether it may be restarted, its challenge says.
   if (!server_) c.reconnect_timeout = r.reconnect_timeout;
@@ -218,6 +218,14 @@ bool RendezvousLink::announce_start_failure(const std::string& why, std::functio
     done();
   });
   return true;
+}
+
+void RendezvousLink::expect_rejoin(const std::string& lost_why) {
+  rejoin_expected_ = true;
+  rejoin_after_loss_ = "lost the rendezvous server at " + server_host_ + ":" + std::to_string(server_port_) + ": " +
+                       lost_why;
+  rejoin_window_ = client_ && !client_->server_resumable() ? config_.rdzv.job.heartbeat_timeout
+                                                            : config_.rdzv.reconnect_timeout;
 }
 
 void RendezvousLink::rejoin() {

@@ -50,7 +50,7 @@ class RendezvousLink {
   void rejoin_elected();  // rendezvous_link_elected.cpp
   // The agent stops its workers for a silent server (agent/round_fence.hpp) and will rejoin() once they are down:
   // no takeover election begins meanwhile for the host's loss.
-  void expect_rejoin() { rejoin_expected_ = true; }
+  void expect_rejoin(const std::string& lost_why);
   // This node hosts the job's rendezvous: its own server, or (etcd) the one it won the election with. A candidate
   // still waiting for an election (a takeover) does not: it is a node like the others (issue 53: a node dropped
   // from an elastic job did not join it again while its takeover candidate listened, and ended naming itself).
@@ -102,6 +102,11 @@ class RendezvousLink {
   bool placed_ = false;     // an assignment came: the job formed
   bool rejoining_ = false;  // dropped and joining again (rejoin): a host it elects takes the job's round back
   bool rejoin_expected_ = false;  // expect_rejoin(): rejoin() comes once the workers are down
+  // expect_rejoin()'s: the loss that made this node join again, and how long it looks for the server then (node 0's
+  // own server: the heartbeat timeout it lingers to tell a silent node the verdict; one that may be restarted:
+  // --rdzv-reconnect-timeout). Not found within it: the loss is the end (74), as before the fence.
+  std::string rejoin_after_loss_;
+  std::chrono::milliseconds rejoin_window_{0};
   // The client is closed and the next host gets a fresh one (join_host): it stays, closed, until then, since the
   // agent's reports (the live view's status every few seconds) go to client() meanwhile and are dropped there.
   bool client_retired_ = false;

@@ -202,7 +202,20 @@ void RendezvousLink::join_host(bool taking_over) {
 }
 
 rdzv::ClientHandlers RendezvousLink::client_handlers() {
-  if (config_.rdzv.hosting != Hosting::kElected) return handlers_;
+  if (config_.rdzv.hosting != Hosting::kElected) {
+    if (rejoin_after_loss_.empty()) return handlers_;
+    rdzv::ClientHandlers h = handlers_;
+    // Joining again after a fence (round_fence.hpp) and the server not found: the loss is the end, as before.
+    h.on_error = [this](const rdzv::ClientError& e) {
+      if (e.kind != rdzv::ErrorKind::kTimeout || placed_) return handlers_.on_error(e);
+      handlers_.on_error({rdzv::ErrorKind::kLostServer, rejoin_after_loss_ + "; not found again: " + e.message});
+    };
+    h.on_assignment = [this](const rdzv::Assignment& a) {
+      placed_ = true;
+      handlers_.on_assignment(a);
+    };
+    return h;
+  }
   rdzv::ClientHandlers h = handlers_;
   // The host lost while the job runs: this client reconnects (the workers keep running) while another host is
   // elected, once the lost one's lease ran out; it then goes to the new host, which takes the round back from the

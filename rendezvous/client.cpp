@@ -304,6 +304,7 @@ void Client::request_view() { impl_->send(ViewRequestMsg{}); }
 void Client::close() { impl_->close(); }
 bool Client::reconnecting() const { return impl_->reconnecting(); }
 bool Client::lost_silently() const { return impl_->lost_silently(); }
+bool Client::server_resumable() const { return impl_->server_resumable(); }
 void Client::leave_round() { impl_->leave_round(); }
 void Client::retarget(const std::string& host, std::uint16_t port) { impl_->retarget(host, port); }
 

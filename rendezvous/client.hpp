@@ -124,6 +124,7 @@ class Client {
   // While reconnecting: the server was lost to its silence (nothing heard for the heartbeat timeout), not to a
   // closed or reset connection. A silent server may be alive behind a cut, and may go on without this node.
   bool lost_silently() const;
+  bool server_resumable() const;  // the server's challenge said it may be restarted (ChallengeMsg::resumable)
   // While reconnecting: this node stops its workers of the round it ran (agent/round_fence.hpp), so it no longer
   // claims that round; once report_stopped says they are down it comes back between rounds (after_round).
   void leave_round();

@@ -85,6 +85,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   void close();
   bool reconnecting() const { return reconnect_.active() && !done_; }
   bool lost_silently() const { return reconnecting() && lost_silent_; }
+  bool server_resumable() const { return reconnect_.server_resumable(); }
   void leave_round() {
     if (reconnecting()) reconnect_.on_restart_ordered();
   }
