@@ -169,6 +169,7 @@ rdzv::ClientConfig RendezvousLink::client_config() const {
     c.connect_timeout = rejoin_window_;
     c.connect_timeout_option = "joining again after the loss";
   }
+  if (rejoining_) c.join.after_round = rejoin_after_round_;
   // Only toward a server hosted elsewhere; whether it may be restarted, its challenge says.
   if (!server_) c.reconnect_timeout = r.reconnect_timeout;
   // A host elected in etcd listened before it offered itself: unreachable for as long as its lease lasts, it is
@@ -226,6 +227,7 @@ void RendezvousLink::expect_rejoin(const std::string& lost_why) {
                        lost_why;
   rejoin_window_ = client_ && !client_->server_resumable() ? config_.rdzv.job.heartbeat_timeout
                                                             : config_.rdzv.reconnect_timeout;
+  rejoin_after_round_ = client_ ? client_->last_round() : std::nullopt;
 }
 
 void RendezvousLink::rejoin() {

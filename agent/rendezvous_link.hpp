@@ -107,6 +107,7 @@ class RendezvousLink {
   // --rdzv-reconnect-timeout). Not found within it: the loss is the end (74), as before the fence.
   std::string rejoin_after_loss_;
   std::chrono::milliseconds rejoin_window_{0};
+  std::optional<int> rejoin_after_round_;  // the round whose workers the fence stopped (JoinRequest::after_round)
   // The client is closed and the next host gets a fresh one (join_host): it stays, closed, until then, since the
   // agent's reports (the live view's status every few seconds) go to client() meanwhile and are dropped there.
   bool client_retired_ = false;

@@ -235,6 +235,7 @@ void Client::Impl::send_hello(const ChallengeMsg& challenge) {
   hello.resume = reconnect_.claim();
   if (hello.resume) hello.resume->seat_secret = seat_secret_;
   hello.after_round = reconnect_.after_round();
+  if (!hello.after_round) hello.after_round = config_.join.after_round;
   hello_sent_ = true;
   // In: a later search (a restarted server) says its own addresses. Not at each connect: an agent whose connections
   // a flood of strangers closed before its hello said "has not answered" at every try (issue 55).
@@ -305,6 +306,7 @@ void Client::close() { impl_->close(); }
 bool Client::reconnecting() const { return impl_->reconnecting(); }
 bool Client::lost_silently() const { return impl_->lost_silently(); }
 bool Client::server_resumable() const { return impl_->server_resumable(); }
+std::optional<int> Client::last_round() const { return impl_->last_round(); }
 void Client::leave_round() { impl_->leave_round(); }
 void Client::retarget(const std::string& host, std::uint16_t port) { impl_->retarget(host, port); }
 

@@ -38,6 +38,10 @@ struct JoinRequest {
   // This node's agent hosts the server in-process: its own departure (a signal) ends the job, which cannot
   // go on without the server, instead of re-forming an elastic job around it.
   bool hosts_server = false;
+  // Set: this node ran that round and its workers are down (it joins again after stopping them for its server's
+  // silence, agent/round_fence.hpp). The server numbers a round it gathers after it, and a server whose job has
+  // ended tells such a node how, instead of refusing it as a stranger to a closed rendezvous.
+  std::optional<int> after_round;
 };
 
 struct ClientConfig {
@@ -125,6 +129,7 @@ class Client {
   // closed or reset connection. A silent server may be alive behind a cut, and may go on without this node.
   bool lost_silently() const;
   bool server_resumable() const;  // the server's challenge said it may be restarted (ChallengeMsg::resumable)
+  std::optional<int> last_round() const;  // the last round an assignment placed this node in
   // While reconnecting: this node stops its workers of the round it ran (agent/round_fence.hpp), so it no longer
   // claims that round; once report_stopped says they are down it comes back between rounds (after_round).
   void leave_round();

@@ -86,6 +86,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   bool reconnecting() const { return reconnect_.active() && !done_; }
   bool lost_silently() const { return reconnecting() && lost_silent_; }
   bool server_resumable() const { return reconnect_.server_resumable(); }
+  std::optional<int> last_round() const { return reconnect_.last_round(); }
   void leave_round() {
     if (reconnecting()) reconnect_.on_restart_ordered();
   }

@@ -51,6 +51,7 @@ class Reconnect {
   std::optional<int> after_round() const;
 
   bool server_resumable() const { return server_resumable_; }  // what the last challenge said
+  std::optional<int> last_round() const { return last_round_; }
   bool placed() const { return last_round_.has_value(); }  // an assignment came: a round holds this node
   bool active() const { return active_; }  // lost, not yet resumed
   // A loss: true when the client should reconnect (deadline set on the first loss of an episode), false when

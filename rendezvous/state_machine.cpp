@@ -245,6 +245,7 @@ void on_hello(RendezvousState& state, const Hello& event, const Now& now, Action
   if (on_start_failure_hello(state, event, now, out)) return;
   if (event.hello.resume) return on_resume_hello(state, event, now, out);  // state_machine_resume.cpp
   replace_silent_self(state, event, now, out);
+  if (event.hello.after_round && check_auth(state, event).empty() && tell_the_silent(state, event, out)) return;
   if (std::string why = check_hello(state, event); !why.empty()) return refuse(event.conn, why, event, state, out);
 
   const HelloMsg& hello = event.hello;

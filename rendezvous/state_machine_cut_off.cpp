@@ -169,15 +169,29 @@ void closed_node_lost(RendezvousState& state, ConnId conn, const std::string& wh
 // minority etcd member that came back to it was refused ("closed") and named the refusal while every other node
 // named the lost one (issue 53, the nemesis's seed 8). Only the waiting (telling_the_silent) is for the untold.
 bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out) {
-  if (state.phase != Phase::kStopped || !state.root_cause || !event.hello.resume) return false;
-  const ResumeClaim& claim = *event.hello.resume;
-  if (claim.restart_count != state.restart_count) return false;
-  state.untold_silent.erase(claim.node_rank);
-  out.push_back(Send{event.conn, StopMsg{*state.root_cause, "the job stopped while this node was cut off", false,
-                                         false, false}});
+  const HelloMsg& hello = event.hello;
+  // A resume claim of the stopped round, or a node that stopped its workers for this server's silence (its agent's
+  // fence, agent/round_fence.hpp) and comes back saying the last round it ran: issue 53, the nemesis's seeds 8, 9
+  // and 13, where such a node was refused as a stranger ("closed") and named the refusal.
+  const int asked = hello.resume ? hello.resume->restart_count : hello.after_round.value_or(-1);
+  const bool of_the_job = hello.resume ? asked == state.restart_count : asked >= 0 && asked <= state.restart_count;
+  const bool ended = state.phase == Phase::kComplete || state.phase == Phase::kStopped;
+  if (!ended || !of_the_job) return false;
+  const int rank = hello.resume ? hello.resume->node_rank : -1;
+  const std::string who = rank >= 0 ? "node " + std::to_string(rank) + " (host \"" + hello.host + "\")"
+                                    : "host \"" + hello.host + "\" (round " + std::to_string(asked) + ")";
+  if (state.phase == Phase::kComplete && !hello.resume) {
+    out.push_back(Send{event.conn, ErrorMsg{ErrorKind::kLostServer, "this node was cut off from the job, which "
+                                                                    "completed without it"}});
+  } else if (state.root_cause) {
+    state.untold_silent.erase(rank);
+    out.push_back(Send{event.conn, StopMsg{*state.root_cause, "the job stopped while this node was cut off", false,
+                                           false, false}});
+  } else {
+    return false;
+  }
   out.push_back(Close{event.conn});
-  out.push_back(Log{LogLevel::kInfo, "node " + std::to_string(claim.node_rank) + " (host \"" + event.hello.host +
-                                         "\"), lost for its silence, came back and was told how the job ended"});
+  out.push_back(Log{LogLevel::kInfo, who + ", lost for its silence, came back and was told how the job ended"});
   return true;
 }
 

@@ -58,7 +58,8 @@ void silent_node_lost(RendezvousState& state, ConnId conn, const std::string& wh
 // and never asks, and node 0 does not wait for it.
 void closed_node_lost(RendezvousState& state, ConnId conn, const std::string& why, bool reset, const Now& now,
                       Actions& out);
-// A node of the stopped round asks after the job stopped (a resume hello of that round): told the root cause (true).
+// A node of the job asks after it ended (a resume hello of the stopped round, or a hello saying the last round it ran,
+// after_round): told the root cause, or that the job completed without it (true).
 bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out);
 
 // Assigns node ranks (dynamic), rank offsets and the master address, and sends every node its assignment.

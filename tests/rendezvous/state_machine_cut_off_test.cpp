@@ -262,6 +262,63 @@ TEST_CASE("a node of the stopped round that was not judged silent is told the ro
   CHECK(heard);
 }
 
+// Issue 53, the nemesis's seeds 8, 9, 13: a node that stopped its workers for the server's silence (the agent's
+// fence) joins again with a hello that says the last round it ran; after the job's end it was refused as a stranger
+// ("closed") and named the refusal while the others named the root cause.
+TEST_CASE("a fenced node's hello after the end is told how the job ended; a stranger's is still refused") {
+  auto state = running(3);
+  step(state, FailureReport{1, [] {
+                              Failure f;
+                              f.rank = 1;
+                              f.local_rank = 1;
+                              f.pid = 5;
+                              f.exit_code = 3;
+                              f.time_unix_ms = 1;
+                              return f;
+                            }()},
+       at(1'000ms));
+  REQUIRE(state.phase == Phase::kStopped);
+  Joiner j;
+  j.conn = 9;
+  j.node_rank = 2;
+  Hello fenced = hello(j);
+  fenced.hello.after_round = 0;
+  auto told = step(state, fenced, at(2'000ms));
+  CHECK(refusal(told, 9).empty());
+  bool heard = false;
+  for (const auto& send : find_all<Send>(told))
+    if (auto* stop = std::get_if<StopMsg>(&send.message); stop && send.conn == 9) heard = stop->root_cause.rank == 1;
+  CHECK(heard);
+  j.conn = 10;
+  CHECK_FALSE(refusal(step(state, hello(j), at(2'100ms)), 10).empty());  // no round named: a stranger to it
+  Hello later = hello(j);
+  later.hello.after_round = 5;  // a round this job never ran
+  CHECK_FALSE(refusal(step(state, later, at(2'200ms)), 10).empty());
+  j.conn = 11;
+  j.token = "wrong";
+  Hello forged = hello(j);
+  forged.hello.after_round = 0;
+  CHECK(refusal(step(state, forged, at(2'300ms)), 11).find("token") != std::string::npos);
+}
+
+TEST_CASE("a fenced node's hello after the job completed hears it was cut off from a completed job") {
+  auto state = running(2);
+  step(state, NodeDone{1}, at(1'000ms));
+  step(state, NodeDone{2}, at(1'000ms));
+  REQUIRE(state.phase == Phase::kComplete);
+  Joiner j;
+  j.conn = 9;
+  j.node_rank = 1;
+  Hello fenced = hello(j);
+  fenced.hello.after_round = 0;
+  auto told = step(state, fenced, at(2'000ms));
+  bool heard = false;
+  for (const auto& send : find_all<Send>(told))
+    if (auto* e = std::get_if<ErrorMsg>(&send.message); e && send.conn == 9)
+      heard = e->kind == ErrorKind::kLostServer && e->message.find("completed without it") != std::string::npos;
+  CHECK(heard);
+}
+
 TEST_CASE("an agent-hosted server does not wait for a node whose connection closed: it never asks") {
   auto state = running(2);
   REQUIRE(stopped(step(state, Disconnected{2, "connection reset"}, at(1'000ms))));
