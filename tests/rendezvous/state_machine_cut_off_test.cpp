@@ -43,6 +43,17 @@ bool stopped(const std::vector<Action>& actions) {
   return false;
 }
 
+// Node 0 (conn 1) reports its local rank 1, global rank 1, exited 3: the job stops with it as the root cause.
+FailureReport rank_1_failed() {
+  Failure f;
+  f.rank = 1;
+  f.local_rank = 1;
+  f.pid = 5;
+  f.exit_code = 3;
+  f.time_unix_ms = 1;
+  return FailureReport{1, f};
+}
+
 std::string logged(const std::vector<Action>& actions) {
   std::string text;
   for (const auto& log : find_all<Log>(actions)) text += log.text + "\n";
@@ -242,16 +253,7 @@ TEST_CASE("a node cut off from an agent-hosted server asks after the stop and he
 // that comes back after the stop is told the root cause like any node of the round, not refused.
 TEST_CASE("a node of the stopped round that was not judged silent is told the root cause when it asks") {
   auto state = running(3);
-  step(state, FailureReport{1, [] {  // node 0 (conn 1), its local rank 1
-                              Failure f;
-                              f.rank = 1;
-                              f.local_rank = 1;
-                              f.pid = 5;
-                              f.exit_code = 3;
-                              f.time_unix_ms = 1;
-                              return f;
-                            }()},
-       at(1'000ms));
+  step(state, rank_1_failed(), at(1'000ms));
   REQUIRE(state.phase == Phase::kStopped);
   CHECK_FALSE(telling_the_silent(state));  // nobody is waited for
   auto told = step(state, reconnect(9, 2, 3), at(2'000ms));
@@ -267,16 +269,7 @@ TEST_CASE("a node of the stopped round that was not judged silent is told the ro
 // ("closed") and named the refusal while the others named the root cause.
 TEST_CASE("a fenced node's hello after the end is told how the job ended; a stranger's is still refused") {
   auto state = running(3);
-  step(state, FailureReport{1, [] {
-                              Failure f;
-                              f.rank = 1;
-                              f.local_rank = 1;
-                              f.pid = 5;
-                              f.exit_code = 3;
-                              f.time_unix_ms = 1;
-                              return f;
-                            }()},
-       at(1'000ms));
+  step(state, rank_1_failed(), at(1'000ms));
   REQUIRE(state.phase == Phase::kStopped);
   Joiner j;
   j.conn = 9;
