@@ -218,13 +218,20 @@ NodeEntry new_node(RendezvousState& state, const Hello& event) {
   node.nproc = hello.nproc;
   state.joined_procs += hello.nproc;
   node.host = hello.host;
-  node.loopback = hello.address.empty() && is_loopback(event.peer_address);
+  // From this very machine: over loopback, or to one of its own addresses (a dual-stack node 0 whose name resolves
+  // to its IPv6 address first reaches its own server over IPv6 while the others, whose IPv6 path may be broken,
+  // came over IPv4: issue 53 gave the workers MASTER_ADDR as that IPv6 address, and gloo could not connect).
+  const bool same_machine = is_loopback(event.peer_address) ||
+                            (!event.peer_address.empty() && event.peer_address == event.local_address);
+  node.loopback = hello.address.empty() && same_machine;
   node.address = hello.address.empty() ? event.peer_address : hello.address;
   node.master_port = hello.master_port;
   node.hosts_server = hello.hosts_server;
   node.seat_commit = hello.seat;
   node.join_seq = state.next_join_seq++;
-  if (!is_loopback(event.local_address) && !event.local_address.empty()) state.server_address = event.local_address;
+  // The address the other machines reached this server at (never what this machine's own agent used).
+  if (!same_machine && !is_loopback(event.local_address) && !event.local_address.empty())
+    state.server_address = event.local_address;
   return node;
 }
 

@@ -61,7 +61,7 @@ struct NodeEntry {
   int rank_offset = -1;        // its first global rank in the round it was placed in (-1: none yet)
   std::string host;
   std::string address;         // as the other nodes reach it
-  bool loopback = false;       // reached the server over loopback, so it runs on the server's machine
+  bool loopback = false;       // reached the server from its own machine (loopback, or one of its own addresses)
   bool hosts_server = false;   // its agent hosts this server: the job cannot go on without it
   // Its agent's seat commitment (auth.hpp): a resume hello takes this place back only with the secret behind it;
   // a new hello takes over a silent place of the same host only with the same commitment. "": an old agent.
@@ -101,7 +101,7 @@ struct RendezvousState {
   // Heartbeat deadlines in arrival order. `now` never goes back, so pushes keep it sorted; entries made
   // stale by a later heartbeat are skipped when popped. O(1) per heartbeat, no per-node timer.
   std::deque<std::pair<Clock::time_point, ConnId>> deadlines;
-  std::string server_address;                    // the server's address as non-loopback nodes reached it
+  std::string server_address;                    // the server's address as nodes on other machines reached it
   std::optional<Failure> root_cause;
   std::int64_t joined_procs = 0;  // workers of the joined nodes: the world size, bounded by kMaxRank + 1
   int restart_count = 0;     // rounds after the first

@@ -192,6 +192,35 @@ TEST_CASE("node 0 on the server's machine is named by the address the other node
   CHECK(send.round.master_addr == "192.168.5.1");
 }
 
+// Issue 53: a dual-stack node 0 whose name resolves to its IPv6 address first reaches its own server over IPv6, from
+// that very address; the other node, whose IPv6 path is broken, comes over IPv4. The workers must be given the
+// address the other node reached, not node 0's IPv6 one (gloo could not connect: exit 1 after the group timeout).
+TEST_CASE("a dual-stack node 0 that reached its own server over IPv6 is named by the IPv4 the others reached") {
+  for (const bool node0_first : {true, false}) {
+    RendezvousState state(job(2, true), at(0ms).steady);
+    Joiner n0;
+    n0.node_rank = 0;
+    n0.peer = "fd00::1";
+    auto h0 = hello(n0);
+    h0.local_address = "fd00::1";  // from its own address to its own address: the same machine
+    Joiner n1;
+    n1.conn = 2;
+    n1.node_rank = 1;
+    n1.peer = "10.0.0.2";
+    auto h1 = hello(n1);
+    h1.local_address = "10.0.0.1";
+    std::vector<Action> last;
+    if (node0_first) {
+      step(state, h0, at(0ms));
+      last = step(state, h1, at(0ms));
+    } else {
+      step(state, h1, at(0ms));
+      last = step(state, h0, at(0ms));
+    }
+    CHECK(find_one<SendAssignments>(last).round.master_addr == "10.0.0.1");
+  }
+}
+
 TEST_CASE("an agent's address override wins over the address the server observed") {
   RendezvousState state(job(1, true), at(0ms).steady);
   Joiner n0;
