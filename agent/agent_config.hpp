@@ -49,7 +49,7 @@ enum class Hosting {
 struct EtcdConfig {
   std::string endpoints;               // "host:port,host:port" as given (checked by the launcher)
   std::string key_prefix = "/ddprun";  // --rdzv-conf key_prefix
-  std::chrono::milliseconds read_timeout{60'000};  // --rdzv-conf read_timeout: etcd unanswered this long: exit 69
+  std::chrono::milliseconds read_timeout = timeouts::kEtcdReadTimeout;  // --rdzv-conf read_timeout: etcd unanswered this long: exit 69
   bool https = false;  // https:// endpoints or --rdzv-conf protocol=https
   std::string cacert, cert, key;  // --rdzv-conf cacert, cert, key (PEM files; checked readable by the launcher)
 };

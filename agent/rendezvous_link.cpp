@@ -33,7 +33,7 @@ bool is_local_address(boost::asio::io_context& io, const std::string& host) {
 constexpr std::chrono::milliseconds kStartFailureLinger{10'000};
 // How long a node that lost its etcd-elected host reads etcd for the job's recorded end before it ends with its own
 // verdict (at most read_timeout).
-constexpr std::chrono::milliseconds kLearnEndLimit{5'000};
+constexpr std::chrono::milliseconds kLearnEndLimit = timeouts::kEtcdLearnEnd;
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/rendezvous_link.hpp"
+#include "common/json_depth.hpp"
 #include "rendezvous/listener.hpp"
 #include "rendezvous/recorded_end.hpp"
 #include "rendezvous/remembered_round.hpp"
@@ -15,9 +16,9 @@ namespace ddprun::agent {
 namespace rdzv = ddprun::rendezvous;
 
 namespace {
-// How long a host tries to renew its lease before a round (a third of the lease, and within the heartbeat timeout
-// the nodes give it while the round's actions wait behind the renewal).
-constexpr std::chrono::milliseconds kConfirmLeaseLimit{2000};
+// How long a host tries to renew its lease before a round (common/timeouts.hpp: within a keep-alive period and the
+// heartbeat timeout the nodes give it while the round's actions wait behind the renewal).
+constexpr std::chrono::milliseconds kConfirmLeaseLimit = timeouts::kEtcdConfirmLease;
 }  // namespace
 
 void RendezvousLink::start_elected(rdzv::JobConfig job) {
@@ -73,10 +74,18 @@ void RendezvousLink::elect(bool taking_over) {
   h.on_lost = [this, taking_over](const std::string& value) {
     server_->stop();
     server_.reset();
-    const auto held = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-    if (!held.is_object() || !held.contains("host") || !held["host"].is_string() || !held.contains("port") ||
-        !held["port"].is_number_integer())
-      return handlers_.on_error({rdzv::ErrorKind::kProtocol, "etcd: the job's coordinator key holds '" + value +
+    // Whoever may write the job's keys wrote this: its depth is bounded before it is parsed, every field's type
+    // checked (issue 55: a million-deep value crashed the agent, a "node": 5 made every agent exit 70).
+    const auto held = json_nesting_within(value, 4) ? nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false)
+                                                    : nlohmann::json();
+    const auto field = [&held](const char* key) { return held.is_object() ? held.find(key) : held.end(); };
+    const bool ours = held.is_object() && field("host") != held.end() && field("host")->is_string() &&
+                      field("port") != held.end() && field("port")->is_number_integer() &&
+                      field("port")->get<std::int64_t>() > 0 && field("port")->get<std::int64_t>() <= 65535 &&
+                      (field("node") == held.end() || field("node")->is_string());
+    if (!ours)
+      return handlers_.on_error({rdzv::ErrorKind::kProtocol, "etcd: the job's coordinator key holds '" +
+                                                                 value.substr(0, 200) +
                                                                  "', not a ddprun rendezvous address: is the key "
                                                                  "prefix shared with another program?"});
     host_offer_ = value;
@@ -86,8 +95,11 @@ void RendezvousLink::elect(bool taking_over) {
               server_port_, " (elected in etcd)");
     join_host(taking_over);
   };
-  h.on_error = [this](const std::string& why, bool refused) {
-    handlers_.on_error({refused ? rdzv::ErrorKind::kRefused : rdzv::ErrorKind::kUnavailable, why});
+  h.on_error = [this](const std::string& why, etcd::ElectionFailure kind) {
+    handlers_.on_error({kind == etcd::ElectionFailure::kRefused     ? rdzv::ErrorKind::kRefused
+                        : kind == etcd::ElectionFailure::kMalformed ? rdzv::ErrorKind::kProtocol
+                                                                   : rdzv::ErrorKind::kUnavailable,
+                        why});
   };
   h.on_ended = [this](const std::string& record) { on_recorded_end(record); };
   election_ = std::make_unique<etcd::CoordinatorElection>(io_, etcd::parse_endpoints(r.etcd.endpoints),

@@ -23,6 +23,16 @@ inline constexpr milliseconds kFenceKillMargin{1000};     // a silent node's age
 inline constexpr milliseconds kTermTimeout{30000};        // --term-timeout: SIGTERM to SIGKILL; also how long a
                                                           // re-formed round waits for its workers to take it up
 
+// --- the rendezvous on etcd (etcd/coordinator_election.hpp; issue 57: they were literals in etcd/) ---
+inline constexpr milliseconds kEtcdRequest{2000};       // one request to one etcd endpoint, then the next endpoint
+inline constexpr milliseconds kEtcdRetry{500};          // a failed request is asked again after this
+inline constexpr milliseconds kEtcdLeaseTtl{10000};     // the coordinator's lease: a host gone this long frees its key
+inline constexpr milliseconds kEtcdKeepAlive = kEtcdLeaseTtl / 3;  // the host renews its lease this often
+inline constexpr milliseconds kEtcdConfirmLease{2000};  // a host renews its lease before forming a round, at most
+inline constexpr milliseconds kEtcdLearnEnd{5000};      // a node that lost its host reads the job's end, at most
+inline constexpr milliseconds kEtcdRoundLeaseTtl{60000};  // the kept round outlives its host this long
+inline constexpr milliseconds kEtcdReadTimeout{60000};  // --rdzv-conf read_timeout: etcd unanswered this long
+
 // --- a hang's inquiry (--hang-timeout) ---
 inline constexpr milliseconds kStackCapture{5000};   // a node's stack tools and Python stacks
 inline constexpr milliseconds kNcclDump{15000};      // a Flight Recorder dump (a process's first takes 5-7 s)
@@ -56,6 +66,16 @@ static_assert(kStatusPeriod * 2 <= kHeartbeatTimeout);
 // A re-formed round waits longer for its workers than the server waits for a silent node: a worker rebuilding
 // its process group is not given up on before the node it runs on would be.
 static_assert(kHeartbeatTimeout < kTermTimeout);
+// etcd: a request that fails over to the next endpoint, and a retry, fit several times in a keep-alive period, so
+// one dead member (the leader, say) never costs the host its lease; the renewal before a round fits in one period
+// too, and within the heartbeat timeout the nodes give a host while the round's messages wait behind it.
+static_assert(kEtcdRetry < kEtcdRequest);
+static_assert(kEtcdRequest + kEtcdRetry < kEtcdKeepAlive);
+static_assert(kEtcdConfirmLease <= kEtcdKeepAlive && kEtcdConfirmLease < kHeartbeatTimeout);
+// The kept round outlives the lease of the host that kept it, so a successor elected once that lease ran out reads
+// it; a node's read of the end is short beside etcd's own read timeout.
+static_assert(kEtcdLeaseTtl < kEtcdRoundLeaseTtl);
+static_assert(kEtcdLearnEnd < kEtcdReadTimeout);
 // The inquiry: the stacks, then the dumps, fit within the server's wait for the views, which ends before the
 // noticing node gives up on the verdict, with room for a loaded machine at each step.
 static_assert(kStackCapture <= kNcclDump);

@@ -8,7 +8,7 @@ using std::chrono::milliseconds;
 
 namespace {
 // The round outlives its host this long: the next host is elected once the host's own lease (10 s) ran out.
-constexpr std::chrono::seconds kRoundLeaseTtl{60};
+constexpr std::chrono::seconds kRoundLeaseTtl{std::chrono::duration_cast<std::chrono::seconds>(timeouts::kEtcdRoundLeaseTtl)};
 }  // namespace
 
 std::string seconds_text(milliseconds d) {
@@ -29,7 +29,7 @@ std::string end_key(const ElectionConfig& config) { return job_prefix(config) + 
 
 CoordinatorElection::CoordinatorElection(boost::asio::io_context& io, std::vector<Endpoint> endpoints,
                                          ElectionConfig config, Handlers handlers, Logger log)
-    : client_(io, std::move(endpoints), std::chrono::milliseconds(2000), config.tls), config_(std::move(config)), handlers_(std::move(handlers)),
+    : client_(io, std::move(endpoints), timeouts::kEtcdRequest, config.tls), config_(std::move(config)), handlers_(std::move(handlers)),
       log_(std::move(log)), timer_(io), confirm_timer_(io), retry_timer_(io) {}
 
 CoordinatorElection::~CoordinatorElection() { cancel(); }
@@ -53,8 +53,32 @@ void CoordinatorElection::run(std::string value, std::string stale) {
 
 // A read first (no Raft proposal): where the key is held, as for every agent of a big job but the first, no lease
 // is granted only to expire (each grant and each expiry is a write to every etcd member).
+void CoordinatorElection::ask(const char* path, const json& body, GatewayClient::Handler then) {
+  client_.post(path, body, [this, path, then = std::move(then)](const RequestError& error, const json& reply) {
+    try {
+      then(error, reply);
+    } catch (const json::exception& e) {  // a field of another type than etcd's, or missing where etcd has it
+      fail_malformed(path, e.what());
+    }
+  });
+}
+
+// Issue 55: everything read from etcd is hostile input. Whoever can write etcd (or stands in for it) gets one clear
+// line and exit 76, never a crash (a million-deep answer: 139) or "internal error" (a mistyped field: 70).
+void CoordinatorElection::fail_malformed(const std::string& request, const std::string& what) {
+  const std::string text = "etcd at " + describe(client_.endpoints()) + " gave an answer no etcd gives (" + request +
+                           ", key " + coordinator_key(config_) + "): " + what +
+                           " (is that etcd, and is --rdzv-conf key_prefix shared with another program?)";
+  if (finish_done_) return deliver_end(EndOutcome{EndOutcome::Kind::kNotRecorded, "", text});  // the end: said so
+  if (confirm_done_) answer_confirm(false, text);  // a host renewing before a round: it forms none
+  if (over_) return;
+  over_ = true;
+  timer_.cancel();
+  handlers_.on_error(text, ElectionFailure::kMalformed);
+}
+
 void CoordinatorElection::peek() {
-  client_.post("/v3/kv/range", read_job_keys(), [this](const std::string& error, const json& reply) {
+  ask("/v3/kv/range", read_job_keys(), [this](const RequestError& error, const json& reply) {
     if (!error.empty()) return retry_or_fail("reading the coordinator's key", error, &CoordinatorElection::peek, reply);
     if (!on_job_keys(reply, &CoordinatorElection::peek)) grant();
   });
@@ -91,28 +115,27 @@ bool CoordinatorElection::on_job_keys(const json& range, void (CoordinatorElecti
 void CoordinatorElection::on_held(const std::string& holder, void (CoordinatorElection::*again)()) {
   again_waits_for_stale_ = !stale_.empty() && holder == stale_;
   if (again_waits_for_stale_)
-    return retry_or_fail("waiting for the lost host's lease to run out", "the key still names it", again);
+    return retry_or_fail("waiting for the lost host's lease to run out", RequestError{"the key still names it"}, again);
   over_ = true;
   if (reclaiming_)
     return handlers_.on_error("this node's etcd lease ran out while etcd was out of reach and another agent "
                               "now holds the coordinator's key (" + holder + "): the job cannot have two",
-                              false);
+                              ElectionFailure::kUnavailable);
   handlers_.on_lost(holder);
 }
 
 // etcd out of reach: again after retry_interval, until give_up_after from the first try (then on_error).
-void CoordinatorElection::retry_or_fail(const std::string& step, const std::string& error,
+void CoordinatorElection::retry_or_fail(const std::string& step, const RequestError& error,
                                         void (CoordinatorElection::*again)(), const json& reply) {
-  if (refused_for_good(reply)) {  // waiting would not change the answer
+  if (error.malformed) return fail_malformed(step, error.text);  // asking again would get the same
+  if (const Refusal refusal = refusal_of(reply); refusal != Refusal::kNone) {  // waiting would not change it
     over_ = true;
-    const bool auth = error.find("user name is empty") != std::string::npos ||
-                      error.find("invalid auth token") != std::string::npos;
-    return handlers_.on_error("etcd refused the request (" + step + "): " + error +
-                                  (auth ? " (etcd's authentication is on: ddprun does not log in with a user name "
+    return handlers_.on_error("etcd refused the request (" + step + "): " + error.text +
+                                  (refusal == Refusal::kAuthentication ? " (etcd's authentication is on: ddprun does not log in with a user name "
                                           "and password; see docs/MULTINODE.md, \"Meeting in etcd\")"
                                         : " (check that this node may read and write the key prefix, "
                                           "--rdzv-conf key_prefix)"),
-                              true);
+                              ElectionFailure::kRefused);
   }
   const auto waited = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - first_try_);
   if (waited >= config_.give_up_after && again_waits_for_stale_) {
@@ -120,24 +143,22 @@ void CoordinatorElection::retry_or_fail(const std::string& step, const std::stri
     return handlers_.on_error("the rendezvous host this node lost still holds its etcd lease after " +
                               seconds_text(waited) + " (" + stale_ + "): it runs, but this node cannot reach it "
                               "(a network partition?)",
-                              false);
+                              ElectionFailure::kUnavailable);
   }
   if (waited >= config_.give_up_after) {
     over_ = true;
-    const bool tls = error.find("TLS") != std::string::npos;
     return handlers_.on_error("etcd did not answer (" + step + ") for " + seconds_text(waited) + " at " +
-                              describe(client_.endpoints()) + ": " + error +
-                              (tls ? " (check --rdzv-conf cacert, cert and key against etcd's TLS setup)"
+                              describe(client_.endpoints()) + ": " + error.text +
+                              (error.tls ? " (check --rdzv-conf cacert, cert and key against etcd's TLS setup)"
                                    : " (is etcd running there? --rdzv-conf read_timeout sets how long to wait)"),
-                              false);
+                              ElectionFailure::kUnavailable);
   }
   // Said once, at the first failure (issue 53: an etcd out of reach, a wrong CA, no client certificate were 60 s
   // of silence and then the error); the retries after it are debug.
   if (!said_unanswered_ && !again_waits_for_stale_) {
     said_unanswered_ = true;
-    const bool tls = error.find("TLS") != std::string::npos;
     log_.warning("etcd does not answer (", step, ") at ", describe(client_.endpoints()), ": ", error,
-                 tls ? " (check --rdzv-conf cacert, cert and key against etcd's TLS setup)" : "",
+                 error.tls ? " (check --rdzv-conf cacert, cert and key against etcd's TLS setup)" : "",
                  "; retrying until ", seconds_text(config_.give_up_after), " have passed (--rdzv-conf read_timeout)");
   }
   log_.debug("etcd: ", step, ": ", error, "; again in ", config_.retry_interval.count(), " ms");
@@ -148,13 +169,13 @@ void CoordinatorElection::retry_or_fail(const std::string& step, const std::stri
 }
 
 void CoordinatorElection::grant() {
-  client_.post("/v3/lease/grant", json{{"TTL", config_.lease_ttl.count()}},
-               [this](const std::string& error, const json& reply) {
+  ask("/v3/lease/grant", json{{"TTL", config_.lease_ttl.count()}},
+               [this](const RequestError& error, const json& reply) {
                  if (!error.empty()) return retry_or_fail("granting a lease", error, &CoordinatorElection::grant, reply);
                  lease_ = int_field(reply, "ID");
                  if (lease_ == 0) {
                    over_ = true;
-                   return handlers_.on_error("etcd granted no lease: " + reply.dump(), false);
+                   return fail_malformed("/v3/lease/grant", "no lease ID in " + reply.dump().substr(0, 200));
                  }
                  claim();
                });
@@ -173,7 +194,7 @@ void CoordinatorElection::claim() {
                                                  {"lease", std::to_string(lease_)}}}},
                                {{"request_range", {{"key", to_base64(round_key(config_))}}}}})},
       {"failure", json::array({{{"request_range", read_job_keys()}}})}};
-  client_.post("/v3/kv/txn", txn, [this](const std::string& error, const json& reply) {
+  ask("/v3/kv/txn", txn, [this](const RequestError& error, const json& reply) {
     if (!error.empty()) return retry_or_fail("claiming the coordinator's key", error, &CoordinatorElection::claim, reply);
     if (reply.value("succeeded", false)) {
       const bool again = reclaiming_;
@@ -193,11 +214,11 @@ void CoordinatorElection::claim() {
     for (const json& r : reply.value("responses", json::array()))
       if (r.contains("response_range")) range = r["response_range"];
     // Lost the race: the lease is not needed (revoked now, not left to expire; its answer is not awaited).
-    client_.post("/v3/lease/revoke", json{{"ID", std::to_string(lease_)}}, [](const std::string&, const json&) {});
+    ask("/v3/lease/revoke", json{{"ID", std::to_string(lease_)}}, [](const RequestError&, const json&) {});
     lease_ = 0;
     // The keys went between compare and read cannot happen in one transaction; an empty value is not ours.
     if (!on_job_keys(range, &CoordinatorElection::grant))
-      retry_or_fail("reading the coordinator's key", "empty", &CoordinatorElection::grant);
+      retry_or_fail("reading the coordinator's key", RequestError{"empty"}, &CoordinatorElection::grant);
   });
 }
 
@@ -211,16 +232,16 @@ void CoordinatorElection::keep_round(std::string value) {
   if (!won_ || over_) return;
   round_value_ = std::move(value);
   if (round_lease_ != 0) return put_round();
-  client_.post("/v3/lease/grant", json{{"TTL", kRoundLeaseTtl.count()}},
-               [this](const std::string& error, const json& reply) {
+  ask("/v3/lease/grant", json{{"TTL", kRoundLeaseTtl.count()}},
+               [this](const RequestError& error, const json& reply) {
                  if (!error.empty()) return log_.debug("etcd: a lease for the round: ", error);
                  const std::int64_t granted = int_field(reply, "ID");
                  // The job finished while this grant was on its way: finish() has already cleared the job's keys,
                  // so the round is not put and the fresh lease goes at once (else it would hold the round 60 s).
                  if (over_) {
                    if (granted != 0)
-                     client_.post("/v3/lease/revoke", json{{"ID", std::to_string(granted)}},
-                                  [](const std::string&, const json&) {});
+                     ask("/v3/lease/revoke", json{{"ID", std::to_string(granted)}},
+                                  [](const RequestError&, const json&) {});
                    return;
                  }
                  round_lease_ = granted;
@@ -229,10 +250,10 @@ void CoordinatorElection::keep_round(std::string value) {
 }
 
 void CoordinatorElection::put_round() {
-  client_.post("/v3/kv/put",
+  ask("/v3/kv/put",
                json{{"key", to_base64(round_key(config_))}, {"value", to_base64(round_value_)},
                     {"lease", std::to_string(round_lease_)}},
-               [this](const std::string& error, const json&) {
+               [this](const RequestError& error, const json&) {
                  if (!error.empty()) log_.debug("etcd: keeping the round: ", error);
                });
 }
@@ -240,17 +261,17 @@ void CoordinatorElection::put_round() {
 // Every third of the TTL. etcd out of reach meanwhile: the job does not need etcd to train, so it goes on and
 // the keep-alive keeps trying; a lease that ran out is claimed again (fresh lease) when etcd answers.
 void CoordinatorElection::keep_alive() {
-  timer_.expires_after(std::chrono::duration_cast<milliseconds>(config_.lease_ttl) / 3);
+  timer_.expires_after(std::chrono::duration_cast<milliseconds>(config_.lease_ttl) / 3);  // kEtcdKeepAlive by default
   timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || over_) return;
     if (round_lease_ != 0)
-      client_.post("/v3/lease/keepalive", json{{"ID", std::to_string(round_lease_)}},
-                   [this](const std::string& error, const json& reply) {
+      ask("/v3/lease/keepalive", json{{"ID", std::to_string(round_lease_)}},
+                   [this](const RequestError& error, const json& reply) {
                      // Ran out (etcd away for a minute): the round key went with it; the next round keeps anew.
                      if (error.empty() && int_field(reply.value("result", json::object()), "TTL") <= 0) round_lease_ = 0;
                    });
-    client_.post("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}},
-                 [this](const std::string& error, const json& reply) {
+    ask("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}},
+                 [this](const RequestError& error, const json& reply) {
                    // finish() came while this was on its way: its timer and the revokes are the end now (a
                    // keep-alive here would reset that timer; a lost lease would claim the key back).
                    if (over_) return;

@@ -19,6 +19,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "common/log.hpp"
+#include "common/timeouts.hpp"
 #include "etcd/gateway_client.hpp"
 
 namespace ddprun::etcd {
@@ -26,10 +27,10 @@ namespace ddprun::etcd {
 struct ElectionConfig {
   std::string key_prefix = "/ddprun";  // --rdzv-conf key_prefix: many jobs, one etcd, one folder each
   std::string run_id;
-  std::chrono::seconds lease_ttl{10};  // a coordinator gone this long frees its key
+  std::chrono::seconds lease_ttl{std::chrono::duration_cast<std::chrono::seconds>(timeouts::kEtcdLeaseTtl)};  // a coordinator gone this long frees its key
   // etcd unanswered this long from the first try: an error naming every endpoint (--rdzv-conf read_timeout)
-  std::chrono::milliseconds give_up_after{60'000};
-  std::chrono::milliseconds retry_interval{500};
+  std::chrono::milliseconds give_up_after = timeouts::kEtcdReadTimeout;
+  std::chrono::milliseconds retry_interval = timeouts::kEtcdRetry;
   // The job's end stays recorded this long (its own lease): a node that comes back after the end, or arrives
   // late, learns it instead of hosting the job again. The agent gives its --rdzv-timeout, at least a minute.
   std::chrono::seconds end_ttl{900};
@@ -43,6 +44,11 @@ std::string round_key(const ElectionConfig& config);  // the round the host runs
 std::string end_key(const ElectionConfig& config);    // the job's end, once recorded (finish)
 std::string seconds_text(std::chrono::milliseconds d);  // "2.0 s", for messages
 
+// Why an election ended with no host: etcd unanswered past give_up_after (or a host this agent cannot reach still
+// holds the key), a no for good (authentication on, a role without the prefix), or an answer no etcd gives (not
+// JSON, too deep, too large, a field of the wrong type: issue 55; the job ends with exit 76, never a crash or 70).
+enum class ElectionFailure { kUnavailable, kRefused, kMalformed };
+
 class CoordinatorElection {
  public:
   struct Handlers {
@@ -53,7 +59,7 @@ class CoordinatorElection {
     // etcd unanswered past give_up_after, refused the request for good (`refused`: at once, no retry), or
     // another agent holds the key this agent held (its lease ran out while etcd was out of reach). The text
     // names the endpoints.
-    std::function<void(const std::string& why, bool refused)> on_error;
+    std::function<void(const std::string& why, ElectionFailure kind)> on_error;
     // The job has ended: etcd holds its end (`record`, what the host gave finish()). Nobody hosts it again; the
     // agent ends with the recorded outcome. Seen in place of the coordinator's key, before any lease is granted.
     std::function<void(const std::string& record)> on_ended;
@@ -106,6 +112,10 @@ class CoordinatorElection {
   void cancel();  // timers and requests stop; no handler runs after it
 
  private:
+  // Every request to etcd: `then` runs with its answer, and an answer whose fields are not of the types etcd gives
+  // (a nlohmann type or range error while `then` reads it) ends the election as kMalformed, naming the request.
+  void ask(const char* path, const nlohmann::json& body, GatewayClient::Handler then);
+  void fail_malformed(const std::string& request, const std::string& what);
   void peek();
   void grant();
   void claim();
@@ -116,7 +126,7 @@ class CoordinatorElection {
   // What a read of read_job_keys() found: the end (on_ended), the holder (on_held), or nothing (false).
   bool on_job_keys(const nlohmann::json& range, void (CoordinatorElection::*again)());
   void keep_alive();
-  void retry_or_fail(const std::string& step, const std::string& error, void (CoordinatorElection::*again)(),
+  void retry_or_fail(const std::string& step, const RequestError& error, void (CoordinatorElection::*again)(),
                      const nlohmann::json& reply = nlohmann::json());
   void on_lease_lost();
   void renew_to_confirm();  // confirm_lease's keep-alive, again every retry_interval until its deadline

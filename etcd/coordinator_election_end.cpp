@@ -49,7 +49,7 @@ void CoordinatorElection::confirm_lease(milliseconds limit, std::function<void(b
 }
 
 void CoordinatorElection::renew_to_confirm() {
-  client_.post("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}}, [this](const std::string& error,
+  ask("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}}, [this](const RequestError& error,
                                                                                    const json& reply) {
     if (over_ || !confirm_done_) return;
     if (error.empty()) {
@@ -57,7 +57,7 @@ void CoordinatorElection::renew_to_confirm() {
       last_kept_ = std::chrono::steady_clock::now();
       return answer_confirm(true, "");
     }
-    confirm_error_ = error;
+    confirm_error_ = error.text;
     retry_timer_.expires_after(config_.retry_interval);
     retry_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (!ec && !over_ && confirm_done_) renew_to_confirm();
@@ -82,7 +82,7 @@ void CoordinatorElection::learn_end(milliseconds patience, std::function<void(co
 }
 
 void CoordinatorElection::read_end_once() {
-  client_.post("/v3/kv/range", json{{"key", to_base64(end_key(config_))}}, [this](const std::string& error,
+  ask("/v3/kv/range", json{{"key", to_base64(end_key(config_))}}, [this](const RequestError& error,
                                                                                 const json& reply) {
     if (!finish_done_) return;
     if (error.empty()) {
@@ -91,7 +91,7 @@ void CoordinatorElection::read_end_once() {
                                      : EndOutcome{EndOutcome::Kind::kRecordedElsewhere, end, ""});
     }
     if (std::chrono::steady_clock::now() + config_.retry_interval >= finish_deadline_)
-      return deliver_end(EndOutcome{EndOutcome::Kind::kNotRecorded, "", "etcd did not answer: " + error});
+      return deliver_end(EndOutcome{EndOutcome::Kind::kNotRecorded, "", "etcd did not answer: " + error.text});
     timer_.expires_after(config_.retry_interval);
     timer_.async_wait([this](const boost::system::error_code& ec) {
       if (!ec && finish_done_) read_end_once();
@@ -116,10 +116,10 @@ bool CoordinatorElection::cut_finish_short() {
 }
 
 void CoordinatorElection::try_to_record() {
-  client_.post("/v3/lease/grant", json{{"TTL", config_.end_ttl.count()}}, [this](const std::string& error,
+  ask("/v3/lease/grant", json{{"TTL", config_.end_ttl.count()}}, [this](const RequestError& error,
                                                                                   const json& reply) {
     const std::int64_t end_lease = error.empty() ? int_field(reply, "ID") : 0;
-    if (end_lease == 0) return record_later(error.empty() ? "no lease granted: " + reply.dump() : error);
+    if (end_lease == 0) return record_later(error.empty() ? "no lease granted: " + reply.dump() : error.text);
     record_end(end_lease);
   });
 }
@@ -137,10 +137,10 @@ void CoordinatorElection::record_end(std::int64_t end_lease) {
                                {{"request_delete_range", {{"key", key}}}},
                                {{"request_delete_range", {{"key", to_base64(round_key(config_))}}}}})},
       {"failure", json::array()}};
-  client_.post("/v3/kv/txn", txn, [this, end_lease](const std::string& error, const json& reply) {
+  ask("/v3/kv/txn", txn, [this, end_lease](const RequestError& error, const json& reply) {
     if (!error.empty() || !reply.value("succeeded", false))  // the end's lease is not needed
-      client_.post("/v3/lease/revoke", json{{"ID", std::to_string(end_lease)}}, [](const std::string&, const json&) {});
-    if (!error.empty()) return record_later(error);
+      ask("/v3/lease/revoke", json{{"ID", std::to_string(end_lease)}}, [](const RequestError&, const json&) {});
+    if (!error.empty()) return record_later(error.text);
     if (reply.value("succeeded", false)) return end_finish(EndOutcome{EndOutcome::Kind::kRecorded, "", ""});
     // The key is no longer the one this host created: its lease ran out while etcd was out of its reach, and
     // another host took the job over. Whatever that one recorded is the job's end, not this host's verdict.
@@ -150,9 +150,9 @@ void CoordinatorElection::record_end(std::int64_t end_lease) {
 }
 
 void CoordinatorElection::read_end_recorded_elsewhere() {
-  client_.post("/v3/kv/range", json{{"key", to_base64(end_key(config_))}}, [this](const std::string& error,
+  ask("/v3/kv/range", json{{"key", to_base64(end_key(config_))}}, [this](const RequestError& error,
                                                                                 const json& reply) {
-    if (!error.empty()) return record_later(error);
+    if (!error.empty()) return record_later(error.text);
     const std::string end = held_by(reply);
     // Its own: an earlier try's transaction went through, and only its answer was lost.
     if (end == end_record_) return end_finish(EndOutcome{EndOutcome::Kind::kRecorded, "", ""});
@@ -188,15 +188,15 @@ void CoordinatorElection::end_finish(EndOutcome outcome) {
     deliver();
   });
   auto revoke_main = [this, deliver] {
-    client_.post("/v3/lease/revoke", json{{"ID", std::to_string(lease_)}},
-                 [this, deliver](const std::string& error, const json&) {
+    ask("/v3/lease/revoke", json{{"ID", std::to_string(lease_)}},
+                 [this, deliver](const RequestError& error, const json&) {
                    if (!error.empty()) log_.debug("etcd: revoking the lease: ", error);
                    deliver();
                  });
   };
   if (round_lease_ == 0) return revoke_main();
-  client_.post("/v3/lease/revoke", json{{"ID", std::to_string(round_lease_)}},
-               [revoke_main](const std::string&, const json&) { revoke_main(); });
+  ask("/v3/lease/revoke", json{{"ID", std::to_string(round_lease_)}},
+               [revoke_main](const RequestError&, const json&) { revoke_main(); });
 }
 
 }  // namespace ddprun::etcd

@@ -14,12 +14,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <nlohmann/json.hpp>
+
+#include "common/timeouts.hpp"
 
 namespace ddprun::etcd {
 
@@ -41,9 +44,25 @@ std::string to_base64(const std::string& bytes);
 std::string from_base64(const std::string& text);  // "" for text that is not base64
 // The gateway writes int64 fields as JSON strings ("TTL": "10"); absent means 0.
 std::int64_t int_field(const nlohmann::json& object, const char* name);
-// An answer that says no for good (gRPC's InvalidArgument, PermissionDenied, Unauthenticated: etcd's
-// authentication is on, a role lacks the key prefix, a malformed request): asking again gets the same answer.
-bool refused_for_good(const nlohmann::json& reply);
+// An answer that says no for good (gRPC's InvalidArgument, PermissionDenied, Unauthenticated): asking again gets the
+// same answer. kAuthentication: etcd's authentication is on and ddprun sends no user (Unauthenticated, or etcd's
+// "user name is empty"); kOther: a role lacks the key prefix, a malformed request. Read here, once, from etcd's
+// answer: the hint a person gets is chosen by this kind (issue 53: it was chosen by matching the words downstream).
+enum class Refusal { kNone, kAuthentication, kOther };
+Refusal refusal_of(const nlohmann::json& reply);
+
+// What went wrong with a request; empty when it succeeded.
+struct RequestError {
+  std::string text;  // what went wrong at each endpoint tried, for people
+  bool tls = false;  // a TLS handshake or a certificate check failed at one of them
+  // An endpoint answered with what no etcd sends (not JSON, nested deeper than kMaxReplyNesting, not an object,
+  // over kMaxReplyBytes): asking again would not help, and the job ends with it (issue 55).
+  bool malformed = false;
+  bool empty() const { return text.empty(); }
+};
+inline constexpr std::size_t kMaxReplyBytes = 4 << 20;
+inline constexpr int kMaxReplyNesting = 16;  // etcd's answers nest 4 deep
+std::ostream& operator<<(std::ostream& out, const RequestError& error);
 
 // https (--rdzv-conf protocol=https, or https:// endpoints): etcd's certificate must name the host dialled (its name,
 // or its address as an IP SAN) and be signed by `cacert` (PEM; empty: the system's CAs); `cert` and `key` (PEM) are
@@ -57,12 +76,12 @@ struct Tls {
 
 class GatewayClient {
  public:
-  // error: "" on success, else what went wrong at each endpoint tried; reply: the answer's JSON object.
-  using Handler = std::function<void(const std::string& error, const nlohmann::json& reply)>;
+  // error: empty on success; reply: the answer's JSON object.
+  using Handler = std::function<void(const RequestError& error, const nlohmann::json& reply)>;
 
   // Throws std::invalid_argument naming the file when TLS material cannot be loaded.
   GatewayClient(boost::asio::io_context& io, std::vector<Endpoint> endpoints,
-                std::chrono::milliseconds per_endpoint_timeout = std::chrono::milliseconds(2000),
+                std::chrono::milliseconds per_endpoint_timeout = timeouts::kEtcdRequest,
                 const Tls& tls = Tls());
   ~GatewayClient();
   GatewayClient(const GatewayClient&) = delete;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "common/json_depth.hpp"
 #include "rendezvous/json_fields.hpp"
 #include "rendezvous/protocol.hpp"
 
@@ -18,21 +19,7 @@ namespace {
 constexpr int kMaxNesting = 16;
 
 json parse_object(std::string_view payload) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : payload) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxNesting) throw ProtocolError("message nested too deeply");
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
+  if (!json_nesting_within(payload, kMaxNesting)) throw ProtocolError("message nested too deeply");
   json j = json::parse(payload.begin(), payload.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw ProtocolError("message is not valid JSON");
   if (!j.is_object()) throw ProtocolError("message is not a JSON object");

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_depth.hpp"
 #include "rendezvous/state_machine.hpp"
 
 namespace ddprun::rendezvous {
@@ -41,7 +42,9 @@ std::optional<RecordedEnd> decode_recorded_end(const std::string& text, const st
     return std::nullopt;
   }
   try {
-    // Depth is bounded by the size above and by the fixed shape read below (a deeper value is a type error).
+    // The parser recurses once per level: a record half a megabyte deep would overflow the stack (issue 55). A
+    // host's record nests 3 levels.
+    if (!json_nesting_within(text, 8)) throw std::runtime_error("nested deeper than a job's end");
     const json j = json::parse(text);
     if (!j.is_object() || j.value("format", std::string()) != kFormat) throw std::runtime_error("not a job's end");
     if (j.at("run_id").get<std::string>() != run_id) throw std::runtime_error("of another run id");

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fnv1a.hpp"
+#include "common/json_depth.hpp"
 
 namespace ddprun::rendezvous {
 using nlohmann::json;
@@ -28,6 +29,9 @@ std::string remembered_round_path(const std::string& dir, const std::string& run
 std::optional<RememberedRound> decode_remembered_round(const std::string& text, const std::string& run_id,
                                                        const std::string& where, std::string& problem) {
   try {
+    // From a file, or from etcd (a host's successor reads it): hostile until checked. The deepest a host writes is
+    // 3 levels; the parser recurses once per level (issue 55).
+    if (!json_nesting_within(text, 8)) throw std::runtime_error("nested deeper than a remembered round");
     const json j = json::parse(text);
     if (j.at("format").get<std::string>() != kFormat) throw std::runtime_error("not a remembered round");
     if (j.at("run_id").get<std::string>() != run_id) {

@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-CODE = ("agent/", "common/", "launcher/", "rendezvous/", "worker_sdk/")
+CODE = ("agent/", "common/", "etcd/", "launcher/", "rendezvous/", "worker_sdk/")
 CLASS = re.compile(r"^\s*(?:template\s*<[^>]*>\s*)?(?:class|struct)\s+(?:\[\[[^\]]*\]\]\s*)?(\w+)"
                    r"(?:\s+final)?\s*(?::[^;{]*)?\{", re.M)
 # X::f( with X a class: this code base names classes in CamelCase and namespaces in lower case (std::move(

@@ -472,6 +472,24 @@ class OneMember(EtcdCase):
         self.assertEqual(os.listdir(self.ready), [], "a worker was started")
         self.assertEqual(self.etcd.value(f"/ddprun/{self.run_id}/coordinator"), "leader=db-3")  # left as it was
 
+    def test_hostile_values_in_etcd_are_one_clear_error_never_a_crash(self):
+        # Issue 55: whoever can write etcd wrote the coordinator's key. A million-deep value crashed every agent (139,
+        # no summary); a "node" of the wrong type ended every agent with "internal error" (70). One line, exit 76.
+        key = b64(f"/ddprun/{self.run_id}/coordinator")
+        self.addCleanup(lambda: self.etcd.call("/v3/kv/deleterange", {"key": key}))
+        for value, said in (("[" * 1_000_000, "not a ddprun rendezvous address"),
+                            ('{"host": "10.0.0.1", "port": 29400, "node": 5}', "not a ddprun rendezvous address"),
+                            ('{"host": "10.0.0.1", "port": "29400"}', "not a ddprun rendezvous address")):
+            self.etcd.call("/v3/kv/put", {"key": key, "value": b64(value)})
+            res = self.run_ddprun("--nnodes", 2, "--nproc-per-node", 1, "--rdzv-backend", "etcd", "--rdzv-endpoint",
+                                  self.etcd.endpoints, "--rdzv-id", self.run_id, WORKER, f"ready={self.ready}",
+                                  timeout=30)
+            self.assertEqual(res.code, RDZV_PROTOCOL, (value[:60], res))
+            err = res.stderr.decode()
+            self.assertIn(said, err, res)
+            self.assertLess(len(err), 4000, "the value is never printed whole")
+            self.assertEqual(os.listdir(self.ready), [], "a worker was started")
+
     def test_bad_etcd_options_are_refused_before_anything_starts(self):
         base = ["--nnodes", "2", "--rdzv-id", self.run_id, "--rdzv-backend", "etcd"]
         cases = [
