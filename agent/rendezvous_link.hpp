@@ -100,6 +100,7 @@ class RendezvousLink {
   std::chrono::steady_clock::time_point elected_since_{};  // re-elections stop after --rdzv-timeout from here
   std::string host_offer_;  // what the elected host offered in etcd (this node joined it), for a re-election
   bool placed_ = false;     // an assignment came: the job formed
+  std::int64_t highest_fence_ = 0;  // the highest fencing token of a round this node was assigned (etcd)
   bool rejoining_ = false;  // dropped and joining again (rejoin): a host it elects takes the job's round back
   bool rejoin_expected_ = false;  // expect_rejoin(): rejoin() comes once the workers are down
   // expect_rejoin()'s: the loss that made this node join again, and how long it looks for the server then (node 0's

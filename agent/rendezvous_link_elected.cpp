@@ -58,6 +58,7 @@ void RendezvousLink::elect(bool taking_over) {
   etcd::CoordinatorElection::Handlers h;
   h.on_won = [this, host, taking_over](const std::string& round) {
     take_round_back_from(round, taking_over);
+    server_->fence_rounds(election_->token());
     server_->gate_rounds([this](std::function<void(bool)> answer) {
       election_->confirm_lease(kConfirmLeaseLimit, [this, answer](bool ok, const std::string& why) {
         if (!ok) boost::asio::post(io_, [this, why] { resign(why); });
@@ -244,7 +245,15 @@ rdzv::ClientHandlers RendezvousLink::client_handlers() {
       if (!finishing_) elect(/*taking_over=*/true);
     });
   };
+  // Issue 53, invariant 1: a round formed by a host elected before one this node has seen is never started (that
+  // host was replaced: its lease ran out while it was cut off, and it formed a round anyway).
   h.on_assignment = [this](const rdzv::Assignment& a) {
+    if (a.fence < highest_fence_)
+      return handlers_.on_error({rdzv::ErrorKind::kProtocol,
+                                 "round " + std::to_string(a.restart_count) + " comes from a rendezvous host elected "
+                                 "in etcd before the one this node has seen (fencing token " + std::to_string(a.fence) +
+                                 " < " + std::to_string(highest_fence_) + "): not started, two hosts of one job"});
+    highest_fence_ = a.fence;
     placed_ = true;
     handlers_.on_assignment(a);
   };

@@ -161,10 +161,12 @@ json to_json_value(const ClientMessage& message) {
 json round_to_json(const Round& round) {
   json runs = json::array();
   for (const auto& [nproc, count] : round.nprocs_runs) runs.push_back(json::array({nproc, count}));
-  return json{{"nnodes", round.nnodes},           {"world_size", round.world_size},
-              {"nprocs_runs", std::move(runs)},   {"master_addr", round.master_addr},
-              {"master_port", round.master_port}, {"run_id", round.run_id},
-              {"restart_count", round.restart_count}, {"max_restarts", round.max_restarts}};
+  json j{{"nnodes", round.nnodes},           {"world_size", round.world_size},
+         {"nprocs_runs", std::move(runs)},   {"master_addr", round.master_addr},
+         {"master_port", round.master_port}, {"run_id", round.run_id},
+         {"restart_count", round.restart_count}, {"max_restarts", round.max_restarts}};
+  if (round.fence != 0) j["fence"] = round.fence;
+  return j;
 }
 
 }  // namespace
@@ -195,6 +197,7 @@ std::string encode(const ServerMessage& message) {
         } else if constexpr (std::is_same_v<T, Assignment>) {
           Round round = make_round(m.nprocs, m.master_addr, m.master_port, m.run_id, m.restart_count,
                                    m.max_restarts);
+          round.fence = m.fence;
           return encode_assignment(encode_round(round), m.node_rank, m.rank_offset);
         } else if constexpr (std::is_same_v<T, HeartbeatAckMsg>) {
           return dump(typed("heartbeat"));

@@ -49,6 +49,7 @@ inline constexpr std::size_t kMaxMungeCredentialBytes = 2048;  // ~250 bytes for
 inline constexpr std::size_t kMaxTypeBytes = 32;         // "type", "kind", "proto"
 inline constexpr std::int64_t kMaxHeartbeatMs = 24LL * 3600 * 1000;
 inline constexpr std::size_t kMaxCollectiveBytes = 64;  // a hang view's function name
+inline constexpr std::int64_t kMaxFence = std::int64_t{1} << 53;  // an etcd revision; exact in any JSON reader
 
 // ---- resume after a server restart (issue 19) ----
 // A standalone server (ddprun-rendezvous: no agent of the job hosts it, ChallengeMsg::resumable) may die and be
@@ -214,6 +215,10 @@ struct Assignment {
   std::string run_id;
   int restart_count = 0;
   int max_restarts = 0;
+  // The fencing token of the host that formed the round (issue 53, invariant 1): the etcd revision that created the
+  // coordinator key it holds; 0 when no election decides the host. An agent never starts a round whose token is
+  // below one it has seen: that host was replaced (agent/rendezvous_link_elected.cpp).
+  std::int64_t fence = 0;
 
   int local_world_size() const { return nprocs.at(static_cast<std::size_t>(node_rank)); }
   friend bool operator==(const Assignment& a, const Assignment& b);
@@ -229,6 +234,7 @@ struct Round {
   std::string run_id;
   int restart_count = 0;
   int max_restarts = 0;
+  std::int64_t fence = 0;  // Assignment::fence (absent on the wire when 0)
 };
 
 struct HeartbeatAckMsg {};

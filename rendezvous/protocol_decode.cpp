@@ -68,6 +68,7 @@ Assignment decode_assignment(const json& j) {
   // Rounds after the first, whatever re-formed them: an elastic job's joins add rounds that use no restart,
   // so the count may exceed max_restarts (state_machine.hpp).
   a.restart_count = get_int_in(round, "restart_count", 0, kMaxRank);
+  a.fence = round.contains("fence") ? get_int_in(round, "fence", std::int64_t{1}, kMaxFence) : 0;
   return a;
 }
 

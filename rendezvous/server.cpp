@@ -117,6 +117,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
 
   void keep_rounds(std::function<void(const RememberedRound&)> keep) { keep_round_ = std::move(keep); }
   void gate_rounds(RoundGate confirm) { gate_ = std::move(confirm); }
+  void fence_rounds(std::int64_t token) { fence_ = token; }
 
   void on_payload(std::uint64_t id, std::string payload) override {
     auto it = conns_.find(id);
@@ -427,7 +428,9 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     } else if (auto* assign = std::get_if<SendAssignments>(&action)) {
       live_view_.new_round();
       const auto sending_from = Clock::now();
-      std::string round = encode_round(assign->round);  // once for every node
+      Round stamped = assign->round;
+      stamped.fence = fence_;
+      std::string round = encode_round(stamped);  // once for every node
       for (const Slot& slot : assign->slots)
         if (auto* conn = find(slot.conn))
           conn->send(std::make_shared<const std::string>(
@@ -539,6 +542,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   std::function<void()> job_end_;
   std::function<void(const RememberedRound&)> keep_round_;  // keep_rounds
   RoundGate gate_;                                          // gate_rounds
+  std::int64_t fence_ = 0;                                  // fence_rounds
   bool gated_ = false;        // a round waits for the gate's answer: every action waits behind it (held_)
   std::vector<Action> held_;
 };
@@ -562,6 +566,7 @@ void Server::async_wait_drained(std::chrono::milliseconds max_wait, std::functio
 void Server::async_wait_job_end(std::function<void()> done) { impl_->async_wait_job_end(std::move(done)); }
 void Server::keep_rounds(std::function<void(const RememberedRound&)> keep) { impl_->keep_rounds(std::move(keep)); }
 void Server::gate_rounds(RoundGate confirm) { impl_->gate_rounds(std::move(confirm)); }
+void Server::fence_rounds(std::int64_t token) { impl_->fence_rounds(token); }
 Phase Server::phase() const { return impl_->state().phase; }
 const RendezvousState& Server::state() const { return impl_->state(); }
 std::size_t Server::connection_count() const { return impl_->connection_count(); }

@@ -62,6 +62,9 @@ class Server {
   // `confirm`'s answer: true, and they go out; false, and they never do (the caller resigns: stop()).
   using RoundGate = std::function<void(std::function<void(bool ok)> answer)>;
   void gate_rounds(RoundGate confirm);
+  // Every round this server hands out from now on carries `token` (Assignment::fence): the etcd revision that
+  // created the coordinator key its host won.
+  void fence_rounds(std::int64_t token);
 
   // For tests, logs and benchmarks.
   Phase phase() const;

@@ -97,6 +97,12 @@ TEST_CASE("an assignment carries heterogeneous nprocs run-length encoded") {
   CHECK(a.master_port == 29500);
   CHECK(a.restart_count == 1);
   CHECK(a.max_restarts == 3);
+  CHECK(a.fence == 0);  // absent: no election decides the host
+  round.fence = 123456789012;  // an etcd revision
+  CHECK(std::get<Assignment>(decode_server_message(encode_assignment(encode_round(round), 2, 8))).fence ==
+        123456789012);
+  a.fence = 77;
+  CHECK(std::get<Assignment>(decode_server_message(encode(ServerMessage{a}))).fence == 77);
 }
 
 TEST_CASE("server messages survive an encode/decode round trip") {

@@ -462,3 +462,16 @@ TEST_CASE("a gated round is handed out only once its gate says so, and never aft
     CHECK(asked == 1);
   }
 }
+
+// Issue 53, invariant 1: the rounds of a host elected in etcd carry its fencing token (the coordinator key's create
+// revision), which the agents compare; a server with no election sends none.
+TEST_CASE("a fenced server's rounds carry its token to every node; an unfenced one's carry none") {
+  for (const std::int64_t token : {std::int64_t{0}, std::int64_t{4711}}) {
+    Job job(test_job(2, true));
+    if (token != 0) job.server.fence_rounds(token);
+    job.add(0, 1);
+    job.add(1, 1);
+    REQUIRE(job.all(assigned));
+    for (auto& a : job.agents) CHECK(a->events.assignments.front().fence == token);
+  }
+}
