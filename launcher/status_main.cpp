@@ -127,7 +127,9 @@ int main(int argc, char** argv) {
         if (auto doc = ask(s)) jobs.push_back(std::move(*doc));
     std::string screen;
     if (as_json) {
-      screen = jobs.dump() + "\n";
+      // ASCII only: another node's bidirectional controls and zero-width characters, like its control characters,
+      // travel as \u escapes that any JSON reader decodes, never raw onto a terminal (issue 55).
+      screen = jobs.dump(-1, ' ', /*ensure_ascii=*/true) + "\n";
     } else if (jobs.empty()) {
       screen = "no ddprun job" + (run_id.empty() ? std::string() : " with run id " + run_id) +
                " of this user runs on this node\n";

@@ -20,9 +20,22 @@ std::string fixed(const json& v, int decimals) {
 
 std::string integer(const json& v) { return v.is_number_integer() ? std::to_string(v.get<std::int64_t>()) : ""; }
 
+// Bidirectional controls and zero-width characters: invisible, they reorder or hide what is printed around them
+// (issue 55: "evil" shown as "live" by a right-to-left override). Their UTF-8 lengths, 0 for anything else.
+std::size_t invisible_at(const std::string& s, std::size_t i) {
+  const auto at = [&s](std::size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0; };
+  const unsigned char a = at(i), b = at(i + 1), c = at(i + 2);
+  if (a == 0xd8 && b == 0x9c) return 2;                                     // U+061C arabic letter mark
+  if (a == 0xe2 && b == 0x80 && ((c >= 0x8b && c <= 0x8f) || (c >= 0xaa && c <= 0xae))) return 3;  // ZW*, LRM..RLO
+  if (a == 0xe2 && b == 0x81 && c >= 0xa0 && c <= 0xaf) return 3;          // word joiner, isolates U+2066..2069
+  if (a == 0xef && b == 0xbb && c == 0xbf) return 3;                        // U+FEFF zero-width no-break space
+  return 0;
+}
+
 // Another node's strings reach this terminal (issue 33: an insider's status with escape sequences rewrote the
 // user's title, cleared the screen and forged a line): every control character, C0, DEL and UTF-8's C1, is shown
-// as \xNN instead of acting on the terminal, as --json escapes them.
+// as \xNN instead of acting on the terminal, as --json escapes them; so is every bidirectional control and
+// zero-width character (issue 55), byte by byte.
 std::string text(const json& v) {
   if (!v.is_string()) return "";
   const std::string& raw = v.get_ref<const std::string&>();
@@ -36,7 +49,10 @@ std::string text(const json& v) {
   for (std::size_t i = 0; i < raw.size(); ++i) {
     const auto c = static_cast<unsigned char>(raw[i]);
     const auto next = i + 1 < raw.size() ? static_cast<unsigned char>(raw[i + 1]) : 0;
-    if (c < 0x20 || c == 0x7f) {
+    if (const std::size_t n = invisible_at(raw, i); n > 0) {
+      for (std::size_t k = 0; k < n; ++k) hex(static_cast<unsigned char>(raw[i + k]));
+      i += n - 1;
+    } else if (c < 0x20 || c == 0x7f) {
       hex(c);
     } else if (c == 0xc2 && next >= 0x80 && next <= 0x9f) {  // U+0080..U+009F: CSI and the other C1 controls
       hex(c);

@@ -81,3 +81,20 @@ TEST_CASE("another node's strings cannot act on the terminal, and a malformed st
   CHECK(screen.find("running\\x1b[2J") != std::string::npos);
   CHECK(screen.find("host n\\x1b]0;owned\\x07)") != std::string::npos);
 }
+
+// Issue 55: bidirectional controls and zero-width characters reached ddprun-status unescaped: a right-to-left
+// override shows "evil" as another word, a zero-width space splits a name invisibly. Each is shown byte by byte.
+TEST_CASE("another node's bidirectional and zero-width characters are shown, never applied") {
+  const json job = {{"nodes",
+                     {{{"node_rank", 0}, {"host", "a\xe2\x80\xaelive"}, {"run_id", "j\xe2\x80\x8bob"},
+                       {"state", "run\xe2\x81\xa6ning\xef\xbb\xbf\xd8\x9c"}, {"ranks", json::array()}}}}};
+  const std::string screen = render_job(job, 1000);
+  for (const char* raw : {"\xe2\x80\xae", "\xe2\x80\x8b", "\xe2\x81\xa6", "\xef\xbb\xbf", "\xd8\x9c"})
+    CHECK(screen.find(raw) == std::string::npos);
+  CHECK(screen.find("a\\xe2\\x80\\xaelive") != std::string::npos);
+  CHECK(screen.find("j\\xe2\\x80\\x8bob") != std::string::npos);
+  CHECK(screen.find("run\\xe2\\x81\\xa6ning\\xef\\xbb\\xbf\\xd8\\x9c") != std::string::npos);
+  CHECK(screen.find("\xc3\xa9") == std::string::npos);  // nothing else of UTF-8 is touched: see below
+  CHECK(render_job(json{{"nodes", {{{"node_rank", 0}, {"host", "caf\xc3\xa9"}, {"ranks", json::array()}}}}}, 1000)
+            .find("caf\xc3\xa9") != std::string::npos);
+}
