@@ -302,14 +302,11 @@ class GatewayClient::Request : public std::enable_shared_from_this<Request> {
   bool cancelled_ = false;
 };
 
-GatewayClient::GatewayClient(asio::io_context& io, std::vector<Endpoint> endpoints,
-                             std::chrono::milliseconds per_endpoint_timeout, const Tls& tls)
-    : io_(io), endpoints_(std::move(endpoints)), timeout_(per_endpoint_timeout) {
-  if (endpoints_.empty()) throw std::invalid_argument("no etcd endpoint");
-  if (sodium_init() < 0) throw std::runtime_error("libsodium failed to initialise");
-  if (!tls.enabled) return;
-  tls_ = std::make_unique<ssl::context>(ssl::context::tls_client);
-  tls_->set_verify_mode(ssl::verify_peer);
+namespace {
+// Throws std::invalid_argument naming the option and the file.
+std::unique_ptr<ssl::context> tls_context(const Tls& tls) {
+  auto context = std::make_unique<ssl::context>(ssl::context::tls_client);
+  context->set_verify_mode(ssl::verify_peer);
   auto load = [](const char* what, const std::string& file, const std::function<void()>& use) {
     try {
       use();
@@ -318,10 +315,30 @@ GatewayClient::GatewayClient(asio::io_context& io, std::vector<Endpoint> endpoin
                                   e.code().message());
     }
   };
-  if (tls.cacert.empty()) tls_->set_default_verify_paths();
-  else load("cacert", tls.cacert, [&] { tls_->load_verify_file(tls.cacert); });
-  if (!tls.cert.empty()) load("cert", tls.cert, [&] { tls_->use_certificate_chain_file(tls.cert); });
-  if (!tls.key.empty()) load("key", tls.key, [&] { tls_->use_private_key_file(tls.key, ssl::context::pem); });
+  if (tls.cacert.empty()) context->set_default_verify_paths();
+  else load("cacert", tls.cacert, [&] { context->load_verify_file(tls.cacert); });
+  if (!tls.cert.empty()) load("cert", tls.cert, [&] { context->use_certificate_chain_file(tls.cert); });
+  if (!tls.key.empty()) load("key", tls.key, [&] { context->use_private_key_file(tls.key, ssl::context::pem); });
+  return context;
+}
+}  // namespace
+
+std::string check_tls(const Tls& tls) {
+  if (!tls.enabled) return "";
+  try {
+    tls_context(tls);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+GatewayClient::GatewayClient(asio::io_context& io, std::vector<Endpoint> endpoints,
+                             std::chrono::milliseconds per_endpoint_timeout, const Tls& tls)
+    : io_(io), endpoints_(std::move(endpoints)), timeout_(per_endpoint_timeout) {
+  if (endpoints_.empty()) throw std::invalid_argument("no etcd endpoint");
+  if (sodium_init() < 0) throw std::runtime_error("libsodium failed to initialise");
+  if (tls.enabled) tls_ = tls_context(tls);
 }
 
 GatewayClient::~GatewayClient() { cancel(); }

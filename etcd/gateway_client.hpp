@@ -74,6 +74,11 @@ struct Tls {
   std::string key;
 };
 
+// Loads `tls`'s files as a request would (the CA, this client's certificate, its key and whether they belong
+// together): "" when they are usable, else one line naming the option and the file (issue 55: a certificate with
+// another certificate's key ended every agent with "internal error", 70; the launcher now refuses it, 66).
+std::string check_tls(const Tls& tls);
+
 class GatewayClient {
  public:
   // error: empty on success; reply: the answer's JSON object.

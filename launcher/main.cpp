@@ -9,6 +9,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/process/spawn.hpp"
+#include "etcd/gateway_client.hpp"
 #include "launcher/cli.hpp"
 #include "launcher/exit_codes.hpp"
 
@@ -31,6 +32,13 @@ int main(int argc, char** argv) {
     std::cout << cmd.text << std::flush;
     return 0;
   }
+  // The etcd TLS files used as a request will use them (issue 55: a certificate with another's key ended every agent
+  // with "internal error", 70): refused before anything starts, as an unreadable file is.
+  if (const auto& etcd = cmd.agent.rdzv.etcd; etcd.https)
+    if (const std::string bad = etcd::check_tls({true, etcd.cacert, etcd.cert, etcd.key}); !bad.empty()) {
+      write_all(2, "ddprun: error: " + bad + " (a certificate and the key it was made with, PEM)\n");
+      return kExitNoInput;
+    }
   cmd.agent.startup_notes = cmd.notes;  // said once ddprun's console runs (agent/node_agent.cpp)
   try {
     return agent::run_node_agent(cmd.agent);

@@ -555,6 +555,10 @@ class OverTls(EtcdCase):
              ["cert and key go together"]),
             ([*base, "http://127.0.0.1:1,https://127.0.0.1:2"], USAGE, ["mixes http:// and https://"]),
             ([*base, plain, "--rdzv-conf", "protocol=gopher"], USAGE, ["expected http or https"]),
+            # Issue 55: a certificate with another's key (here the CA's) was "internal error", 70, on every agent.
+            ([*base, plain, "--rdzv-conf",
+              f"protocol=https,cert={self.etcd.cert('client.pem')},key={self.etcd.cert('ca.key')}"], NO_INPUT,
+             ["etcd TLS: cannot use --rdzv-conf key", "the key it was made with"]),
         ]
         for args, code, words in cases:
             with self.subTest(args=args):
