@@ -163,8 +163,8 @@ rdzv::ClientConfig RendezvousLink::client_config() const {
     c.connect_timeout = 2 * r.job.join_grace;
     c.connect_timeout_option = "twice --join-grace";
   }
-  // Joining again after a drop or a fence (round_fence.hpp): a server that stays out of reach this long has ended
-  // with the job (node 0's own) or is cut off for longer than the job should wait for this node.
+  // Joining again after a fence (round_fence.hpp; expect_rejoin sets the window): a server that stays out of reach
+  // this long has ended with the job (node 0's own) or is cut off for longer than the job should wait for this node.
   if (rejoining_ && !server_ && rejoin_window_.count() > 0 && rejoin_window_ < c.connect_timeout) {
     c.connect_timeout = rejoin_window_;
     c.connect_timeout_option = "joining again after the loss";

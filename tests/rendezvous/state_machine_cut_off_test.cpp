@@ -54,6 +54,17 @@ FailureReport rank_1_failed() {
   return FailureReport{1, f};
 }
 
+// The hello of an agent that stopped its workers for its server's silence (the fence) and joins again on `conn`,
+// saying it ran round 0 as static node `node_rank`.
+Hello fenced_hello(ConnId conn, int node_rank) {
+  Joiner j;
+  j.conn = conn;
+  j.node_rank = node_rank;
+  Hello h = hello(j);
+  h.hello.after_round = 0;
+  return h;
+}
+
 std::string logged(const std::vector<Action>& actions) {
   std::string text;
   for (const auto& log : find_all<Log>(actions)) text += log.text + "\n";
@@ -271,18 +282,15 @@ TEST_CASE("a fenced node's hello after the end is told how the job ended; a stra
   auto state = running(3);
   step(state, rank_1_failed(), at(1'000ms));
   REQUIRE(state.phase == Phase::kStopped);
-  Joiner j;
-  j.conn = 9;
-  j.node_rank = 2;
-  Hello fenced = hello(j);
-  fenced.hello.after_round = 0;
-  auto told = step(state, fenced, at(2'000ms));
+  auto told = step(state, fenced_hello(9, 2), at(2'000ms));
   CHECK(refusal(told, 9).empty());
   bool heard = false;
   for (const auto& send : find_all<Send>(told))
     if (auto* stop = std::get_if<StopMsg>(&send.message); stop && send.conn == 9) heard = stop->root_cause.rank == 1;
   CHECK(heard);
+  Joiner j;
   j.conn = 10;
+  j.node_rank = 2;
   CHECK_FALSE(refusal(step(state, hello(j), at(2'100ms)), 10).empty());  // no round named: a stranger to it
   Hello later = hello(j);
   later.hello.after_round = 5;  // a round this job never ran
@@ -299,12 +307,7 @@ TEST_CASE("a fenced node's hello after the job completed hears it was cut off fr
   step(state, NodeDone{1}, at(1'000ms));
   step(state, NodeDone{2}, at(1'000ms));
   REQUIRE(state.phase == Phase::kComplete);
-  Joiner j;
-  j.conn = 9;
-  j.node_rank = 1;
-  Hello fenced = hello(j);
-  fenced.hello.after_round = 0;
-  auto told = step(state, fenced, at(2'000ms));
+  auto told = step(state, fenced_hello(9, 1), at(2'000ms));
   bool heard = false;
   for (const auto& send : find_all<Send>(told))
     if (auto* e = std::get_if<ErrorMsg>(&send.message); e && send.conn == 9)
