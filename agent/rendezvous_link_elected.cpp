@@ -103,6 +103,10 @@ void RendezvousLink::elect(bool taking_over) {
                         why});
   };
   h.on_ended = [this](const std::string& record) { on_recorded_end(record); };
+  // Issue 53, invariant 2: a host that cannot renew its lease runs its round on only while every node hears it.
+  h.on_lease_standing = [this](bool lapsing) {
+    if (server_ && hosting()) server_->lease_standing(lapsing);
+  };
   election_ = std::make_unique<etcd::CoordinatorElection>(io_, etcd::parse_endpoints(r.etcd.endpoints),
                                                           election_config(), std::move(h), log_);
   election_->run(offer.dump(), host_offer_);

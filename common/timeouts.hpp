@@ -28,6 +28,7 @@ inline constexpr milliseconds kEtcdRequest{2000};       // one request to one et
 inline constexpr milliseconds kEtcdRetry{500};          // a failed request is asked again after this
 inline constexpr milliseconds kEtcdLeaseTtl{10000};     // the coordinator's lease: a host gone this long frees its key
 inline constexpr milliseconds kEtcdKeepAlive = kEtcdLeaseTtl / 3;  // the host renews its lease this often
+inline constexpr milliseconds kEtcdLapseMargin = kEtcdLeaseTtl / 2;  // a host's lease counts as lapsing this early
 inline constexpr milliseconds kEtcdConfirmLease{2000};  // a host renews its lease before forming a round, at most
 inline constexpr milliseconds kEtcdLearnEnd{5000};      // a node that lost its host reads the job's end, at most
 inline constexpr milliseconds kEtcdRoundLeaseTtl{60000};  // the kept round outlives its host this long
@@ -75,6 +76,11 @@ static_assert(kEtcdConfirmLease <= kEtcdKeepAlive && kEtcdConfirmLease < kHeartb
 // The kept round outlives the lease of the host that kept it, so a successor elected once that lease ran out reads
 // it; a node's read of the end is short beside etcd's own read timeout.
 static_assert(kEtcdLeaseTtl < kEtcdRoundLeaseTtl);
+// A lapsing lease is one keep-alive late at least (no false alarm for one slow answer), and leaves the host more
+// than the silence it then tolerates (3 heartbeat intervals, rendezvous/job_config.hpp lapse_silence) and a beat
+// to find a lost node and stop its round before the lease can run out.
+static_assert(kEtcdKeepAlive < kEtcdLeaseTtl - kEtcdLapseMargin && kEtcdLapseMargin < kEtcdLeaseTtl);
+static_assert(kHeartbeatInterval * 3 + kHeartbeatInterval < kEtcdLapseMargin);
 static_assert(kEtcdLearnEnd < kEtcdReadTimeout);
 // The inquiry: the stacks, then the dumps, fit within the server's wait for the views, which ends before the
 // noticing node gives up on the verdict, with room for a loaded machine at each step.

@@ -30,13 +30,14 @@ std::string end_key(const ElectionConfig& config) { return job_prefix(config) + 
 CoordinatorElection::CoordinatorElection(boost::asio::io_context& io, std::vector<Endpoint> endpoints,
                                          ElectionConfig config, Handlers handlers, Logger log)
     : client_(io, std::move(endpoints), timeouts::kEtcdRequest, config.tls), config_(std::move(config)), handlers_(std::move(handlers)),
-      log_(std::move(log)), timer_(io), confirm_timer_(io), retry_timer_(io) {}
+      log_(std::move(log)), timer_(io), lapse_timer_(io), confirm_timer_(io), retry_timer_(io) {}
 
 CoordinatorElection::~CoordinatorElection() { cancel(); }
 
 void CoordinatorElection::cancel() {
   over_ = true;
   timer_.cancel();
+  lapse_timer_.cancel();
   confirm_timer_.cancel();
   retry_timer_.cancel();
   confirm_done_ = nullptr;
@@ -169,6 +170,7 @@ void CoordinatorElection::retry_or_fail(const std::string& step, const RequestEr
 }
 
 void CoordinatorElection::grant() {
+  grant_sent_ = std::chrono::steady_clock::now();  // the lease's TTL counts from etcd's grant, after this
   ask("/v3/lease/grant", json{{"TTL", config_.lease_ttl.count()}},
                [this](const RequestError& error, const json& reply) {
                  if (!error.empty()) return retry_or_fail("granting a lease", error, &CoordinatorElection::grant, reply);
@@ -202,7 +204,7 @@ void CoordinatorElection::claim() {
       // The put's revision is the key's create revision: what this host forms is fenced by it.
       token_ = int_field(reply.value("header", json::object()), "revision");
       reclaiming_ = false;
-      last_kept_ = std::chrono::steady_clock::now();
+      lease_renewed(grant_sent_);
       keep_alive();
       if (again) return log_.warning("etcd: this node holds the coordinator's key again");
       std::string round;  // what the last host kept (keep_round), read in the same revision as the win
@@ -270,8 +272,9 @@ void CoordinatorElection::keep_alive() {
                      // Ran out (etcd away for a minute): the round key went with it; the next round keeps anew.
                      if (error.empty() && int_field(reply.value("result", json::object()), "TTL") <= 0) round_lease_ = 0;
                    });
+    const auto sent = std::chrono::steady_clock::now();
     ask("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}},
-                 [this](const RequestError& error, const json& reply) {
+                 [this, sent](const RequestError& error, const json& reply) {
                    // finish() came while this was on its way: its timer and the revokes are the end now (a
                    // keep-alive here would reset that timer; a lost lease would claim the key back).
                    if (over_) return;
@@ -284,9 +287,29 @@ void CoordinatorElection::keep_alive() {
                      return keep_alive();
                    }
                    if (int_field(reply.value("result", json::object()), "TTL") <= 0) return on_lease_lost();
-                   last_kept_ = now;
+                   lease_renewed(sent);
                    keep_alive();
                  });
+  });
+}
+
+void CoordinatorElection::lease_renewed(std::chrono::steady_clock::time_point sent) {
+  last_kept_ = std::max(last_kept_, sent);
+  if (lapsing_) {
+    lapsing_ = false;
+    log_.info("etcd renewed the coordinator's lease again");
+    if (handlers_.on_lease_standing) handlers_.on_lease_standing(false);
+  }
+  const auto margin = std::min<milliseconds>(config_.lapse_margin, config_.lease_ttl / 2);
+  lapse_timer_.expires_at(last_kept_ + config_.lease_ttl - margin);
+  lapse_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || over_ || !won_ || lapsing_) return;
+    lapsing_ = true;
+    log_.warning("etcd has not renewed the coordinator's lease for ",
+                 seconds_text(std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - last_kept_)),
+                 " (it may run out ", seconds_text(std::chrono::duration_cast<milliseconds>(lease_safe_until() - std::chrono::steady_clock::now())),
+                 " from now, and another node be elected)");
+    if (handlers_.on_lease_standing) handlers_.on_lease_standing(true);
   });
 }
 

@@ -31,6 +31,9 @@ struct ElectionConfig {
   // etcd unanswered this long from the first try: an error naming every endpoint (--rdzv-conf read_timeout)
   std::chrono::milliseconds give_up_after = timeouts::kEtcdReadTimeout;
   std::chrono::milliseconds retry_interval = timeouts::kEtcdRetry;
+  // The lease counts as lapsing this long before it could run out (on_lease_standing): room for the host to stop
+  // its round's workers first, and for the clocks of etcd's leader and this machine to differ in rate.
+  std::chrono::milliseconds lapse_margin = timeouts::kEtcdLapseMargin;
   // The job's end stays recorded this long (its own lease): a node that comes back after the end, or arrives
   // late, learns it instead of hosting the job again. The agent gives its --rdzv-timeout, at least a minute.
   std::chrono::seconds end_ttl{900};
@@ -63,6 +66,10 @@ class CoordinatorElection {
     // The job has ended: etcd holds its end (`record`, what the host gave finish()). Nobody hosts it again; the
     // agent ends with the recorded outcome. Seen in place of the coordinator's key, before any lease is granted.
     std::function<void(const std::string& record)> on_ended;
+    // The host's lease can no longer be counted on (`lapsing`: no renewal since lease_ttl - lapse_margin ago, on
+    // this agent's own clock, counted from when the last renewal that etcd answered was sent), or it can again
+    // (false: renewed). Issue 53, invariant 2: a lapsing host runs its round on only while every node hears it.
+    std::function<void(bool lapsing)> on_lease_standing;
   };
 
   CoordinatorElection(boost::asio::io_context& io, std::vector<Endpoint> endpoints, ElectionConfig config,
@@ -107,6 +114,9 @@ class CoordinatorElection {
   const std::string& offered() const { return value_; }  // what run() offered
   // A stop signal while finish() waits for etcd: `done` now (kNotRecorded). False when finish() is not waiting.
   bool cut_finish_short();
+  // When this host's lease may run out at the earliest, by its own clock: the last renewal's send time + the TTL.
+  std::chrono::steady_clock::time_point lease_safe_until() const { return last_kept_ + config_.lease_ttl; }
+  bool lease_lapsing() const { return lapsing_; }
   // The coordinator key's create revision when this agent won it (0 before): the fencing token of what it hosts.
   std::int64_t token() const { return token_; }
   void cancel();  // timers and requests stop; no handler runs after it
@@ -129,6 +139,9 @@ class CoordinatorElection {
   void retry_or_fail(const std::string& step, const RequestError& error, void (CoordinatorElection::*again)(),
                      const nlohmann::json& reply = nlohmann::json());
   void on_lease_lost();
+  // etcd renewed the lease by a request sent at `sent`: the lease holds until at least sent + TTL (etcd counts the
+  // TTL from when it got the request, never before it was sent). Re-arms the lapse timer.
+  void lease_renewed(std::chrono::steady_clock::time_point sent);
   void renew_to_confirm();  // confirm_lease's keep-alive, again every retry_interval until its deadline
   void answer_confirm(bool ok, const std::string& why);
   // finish()'s steps: a lease for the end, the fenced transaction, the end read when the fence failed.
@@ -158,7 +171,10 @@ class CoordinatorElection {
   bool reclaiming_ = false;
   bool over_ = false;
   std::chrono::steady_clock::time_point first_try_{};
-  std::chrono::steady_clock::time_point last_kept_{};
+  std::chrono::steady_clock::time_point last_kept_{};  // the send time of the last renewal etcd answered
+  std::chrono::steady_clock::time_point grant_sent_{};  // the lease's grant request, sent then
+  boost::asio::steady_timer lapse_timer_;               // lease_renewed's: on_lease_standing(true) when it fires
+  bool lapsing_ = false;
   boost::asio::steady_timer confirm_timer_;  // confirm_lease's deadline
   boost::asio::steady_timer retry_timer_;    // ... and its retries
   std::function<void(bool, const std::string&)> confirm_done_;

@@ -49,12 +49,13 @@ void CoordinatorElection::confirm_lease(milliseconds limit, std::function<void(b
 }
 
 void CoordinatorElection::renew_to_confirm() {
-  ask("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}}, [this](const RequestError& error,
-                                                                                   const json& reply) {
+  const auto sent = std::chrono::steady_clock::now();
+  ask("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}}, [this, sent](const RequestError& error,
+                                                                                         const json& reply) {
     if (over_ || !confirm_done_) return;
     if (error.empty()) {
       if (int_field(reply.value("result", json::object()), "TTL") <= 0) return answer_confirm(false, "its lease had run out");
-      last_kept_ = std::chrono::steady_clock::now();
+      lease_renewed(sent);
       return answer_confirm(true, "");
     }
     confirm_error_ = error.text;

@@ -51,6 +51,10 @@ std::chrono::milliseconds round_fence_margin(const JobConfig& config) {
   return 2 * heartbeat_interval_for(config) + timeouts::kFenceKillMargin;
 }
 
+std::chrono::milliseconds lapse_silence(const JobConfig& config) {
+  return std::min(3 * heartbeat_interval_for(config), config.heartbeat_timeout / 2);
+}
+
 const char* to_string(JoinPolicy policy) {
   return policy == JoinPolicy::kAtFailure ? "at_failure" : "now";
 }

@@ -107,6 +107,10 @@ std::chrono::milliseconds heartbeat_interval_for(const JobConfig& config);
 // its next heartbeat tick, its last word from the server may be an interval younger than the server's from it, and
 // the SIGKILL and reap take a moment): an elastic job starts no round without that node before (issue 53).
 std::chrono::milliseconds round_fence_margin(const JobConfig& config);
+// The silence after which a host whose etcd lease is lapsing judges a node of its running round lost (issue 53,
+// invariant 2): three heartbeat intervals, at most half the heartbeat timeout. Well inside the lapse margin
+// (common/timeouts.hpp), so the round stops before the lease can run out and another host be elected.
+std::chrono::milliseconds lapse_silence(const JobConfig& config);
 
 // Throws ddprun::rendezvous::RendezvousError with a message fit for a user if the config is inconsistent.
 void validate(const JobConfig& config);

@@ -118,6 +118,9 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
   void keep_rounds(std::function<void(const RememberedRound&)> keep) { keep_round_ = std::move(keep); }
   void gate_rounds(RoundGate confirm) { gate_ = std::move(confirm); }
   void fence_rounds(std::int64_t token) { fence_ = token; }
+  void lease_standing(bool lapsing) {
+    if (!stopped_) run(LeaseStanding{lapsing});
+  }
 
   void on_payload(std::uint64_t id, std::string payload) override {
     auto it = conns_.find(id);
@@ -567,6 +570,7 @@ void Server::async_wait_job_end(std::function<void()> done) { impl_->async_wait_
 void Server::keep_rounds(std::function<void(const RememberedRound&)> keep) { impl_->keep_rounds(std::move(keep)); }
 void Server::gate_rounds(RoundGate confirm) { impl_->gate_rounds(std::move(confirm)); }
 void Server::fence_rounds(std::int64_t token) { impl_->fence_rounds(token); }
+void Server::lease_standing(bool lapsing) { impl_->lease_standing(lapsing); }
 Phase Server::phase() const { return impl_->state().phase; }
 const RendezvousState& Server::state() const { return impl_->state(); }
 std::size_t Server::connection_count() const { return impl_->connection_count(); }

@@ -65,6 +65,8 @@ class Server {
   // Every round this server hands out from now on carries `token` (Assignment::fence): the etcd revision that
   // created the coordinator key its host won.
   void fence_rounds(std::int64_t token);
+  // The host's etcd lease lapsing (true) or renewed again (false): the state machine's LeaseStanding.
+  void lease_standing(bool lapsing);
 
   // For tests, logs and benchmarks.
   Phase phase() const;

@@ -44,6 +44,7 @@ std::vector<Action> step(RendezvousState& state, const Event& event, const Now& 
         else if constexpr (std::is_same_v<T, HangReport>) rules::on_hang_report(state, e, now, out);
         else if constexpr (std::is_same_v<T, CannotStart>) rules::on_cannot_start(state, e, out);
         else if constexpr (std::is_same_v<T, RoundReady>) rules::on_round_ready(state, e, now, out);
+        else if constexpr (std::is_same_v<T, LeaseStanding>) rules::on_lease_standing(state, e, now, out);
         else rules::on_tick(state, now, out);
       },
       event);
@@ -68,6 +69,7 @@ std::optional<Clock::time_point> next_deadline(const RendezvousState& state) {
   if (state.adopting) consider(state.adopting->deadline);
   if (state.cut_off_since) consider(*state.cut_off_since + state.config.reconnect_grace);
   if (state.phase == Phase::kRestarting && state.fenced_until) consider(*state.fenced_until);
+  if (auto lapse = rules::lapse_deadline(state)) consider(*lapse);
   return next;
 }
 

@@ -112,6 +112,9 @@ struct RendezvousState {
   // machine) may still run its workers until its agent, hearing nothing, stops them (agent/round_fence.hpp):
   // its last word here + the heartbeat timeout + round_fence_margin. Cleared when a round starts.
   std::optional<Clock::time_point> fenced_until;
+  // This server's host could not renew its etcd lease lately (LeaseStanding): another host may be elected once it
+  // runs out, so the running round goes on only while every node of it is heard (lapse_silence).
+  bool lease_lapsing = false;
   // A node's done said a scheduler's notice reached its running workers: the completion says so to every node,
   // which then ends as preempted (79 under SLURM) alike (issue 54). Kept across rounds, as the agent keeps it.
   bool noticed = false;
@@ -200,9 +203,12 @@ struct Disconnected {
 // node that comes is told why (kUnavailable) instead of waiting --rdzv-timeout for it.
 struct CannotStart { Failure failure; };
 struct Tick {};  // time passed; the server sends one at least every heartbeat_interval / 2
+// The host's etcd lease is lapsing (etcd has not renewed it for a while: lapsing), or renewed again (issue 53,
+// invariant 2; state_machine_lease.cpp).
+struct LeaseStanding { bool lapsing = false; };
 using Event =
     std::variant<Hello, Heartbeat, FailureReport, NodeDone, NodeStopped, Disconnected, Tick, HangReport, CannotStart,
-                 RoundReady>;
+                 RoundReady, LeaseStanding>;
 
 // ---- actions: what the server must do, in order ----
 struct Send { ConnId conn = 0; ServerMessage message; };

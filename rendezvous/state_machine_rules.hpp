@@ -61,6 +61,11 @@ void closed_node_lost(RendezvousState& state, ConnId conn, const std::string& wh
 // A node of the job asks after it ended (a resume hello of the stopped round, or a hello saying the last round it ran,
 // after_round): told the root cause, or that the job completed without it (true).
 bool tell_the_silent(RendezvousState& state, const Hello& event, Actions& out);
+// The host's etcd lease lapsing (state_machine_lease.cpp): from then on (each tick too) a node of the running round
+// silent for lapse_silence is lost at once, not at its heartbeat timeout; lapse_deadline: when the next one would be.
+void on_lease_standing(RendezvousState& state, const LeaseStanding& event, const Now& now, Actions& out);
+void judge_round_while_lapsing(RendezvousState& state, const Now& now, Actions& out);
+std::optional<Clock::time_point> lapse_deadline(const RendezvousState& state);
 
 // Assigns node ranks (dynamic), rank offsets and the master address, and sends every node its assignment.
 void start_round(RendezvousState& state, Actions& out);

@@ -359,6 +359,7 @@ void on_tick(RendezvousState& state, const Now& now, Actions& out) {
     if (suspect_own_link(state, conn, now, out)) continue;
     silent_node_lost(state, conn, "missed heartbeats for " + text::seconds(state.config.heartbeat_timeout), now, out);
   }
+  judge_round_while_lapsing(state, now, out);
   check_hang_deadline(state, now, out);
   if (state.fenced_until && now.steady >= *state.fenced_until) start_next_round_if_stopped(state, now, out);
   admit_waiting_joiners(state, now, out);  // join_min_interval passed

@@ -3,14 +3,16 @@
 # SCHEDULES of them (default 20) from SEED (default 1), each a seeded random set of faults (a host cut with its etcd
 # member, frames one way only into or out of a host; the job's host or another; fixed-size and elastic jobs) judged
 # by tests/support/job_checker.py. Needs root (network namespaces) and etcd. Prints one line per schedule and the
-# count of violations (failed schedules, each with the seed that reproduces it).
-#   scripts/bench/etcd_nemesis.sh [BUILD]        BUILD defaults to build
+# count of violations (failed schedules, each with the seed that reproduces it). HEARTBEAT=default runs the agents
+# with ddprun's default heartbeats (1 s, 15 s: a node is lost after the host's 10 s etcd lease could run out) instead
+# of 0.5 s and 3 s.
+#   [SCHEDULES=20] [SEED=1] [HEARTBEAT=default] scripts/bench/etcd_nemesis.sh [BUILD]   BUILD defaults to build
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=$(cd "${1:-build}" && pwd)
 cd tests/integration
 DDPRUN="$build/launcher/ddprun" TEST_WORKER="$build/tests/bin/test_worker" PYTHONDONTWRITEBYTECODE=1 \
-DDPRUN_NEMESIS_SCHEDULES="${SCHEDULES:-20}" DDPRUN_NEMESIS_SEED="${SEED:-1}" \
+DDPRUN_NEMESIS_SCHEDULES="${SCHEDULES:-20}" DDPRUN_NEMESIS_SEED="${SEED:-1}" DDPRUN_NEMESIS_HEARTBEAT="${HEARTBEAT:-}" \
   python3 -m unittest -v test_etcd_partitions.EtcdPartitions.test_random_schedules 2>&1 | tee /dev/stderr |
   python3 -c '
 import re, sys

@@ -8,7 +8,8 @@ test_random_schedules is the nemesis: seeded random faults (a host cut with its 
 out of a host, the job's host or another, one or two faults, 2-25 s each) over fixed-size and elastic jobs, each
 judged by the same checker. DDPRUN_NEMESIS_SCHEDULES sets how many (unset: seeds 11-13 in the suite;
 scripts/bench/etcd_nemesis.sh runs 20) and DDPRUN_NEMESIS_SEED the first seed (a failure names the seed that
-reproduces it).
+reproduces it). DDPRUN_NEMESIS_HEARTBEAT=default runs them with ddprun's default heartbeats (1 s, 15 s: a node is
+lost later than the host's 10 s lease runs out) instead of 0.5 s and 3 s.
 
 Skipped, saying why, where network namespaces or etcd are not available."""
 import json
@@ -22,7 +23,7 @@ import time
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
 from etcd_cluster import EtcdCluster, skip_unless_etcd
 from harness import DDPRUN, WORKER
-from job_checker import CANNOT_LEARN, read_events, root_cause_line, root_causes, rounds_overlapping
+from job_checker import CANNOT_LEARN, read_events, root_cause_line, root_causes, rounds_overlapping, worker_spans
 from multinode import LabCase
 from wait import wait_until
 
@@ -56,13 +57,16 @@ class EtcdPartitions(LabCase):
         super().setUp()
         self.run_id = "cut-" + self.id().rsplit(".", 1)[-1][:50]
 
-    def agent(self, host, nnodes, *steps, extra=(), events=None):
-        """The agent on lab host `host`; its events file is events.<events> (default: the host's number)."""
+    def agent(self, host, nnodes, *steps, extra=(), events=None, heartbeat=("0.5", "3")):
+        """The agent on lab host `host`; its events file is events.<events> (default: the host's number).
+        `heartbeat`: (interval, timeout) in seconds, or None for ddprun's defaults (1 s, 15 s: longer than the
+        coordinator's 10 s lease, where what a cut-off host does before its lease can run out matters)."""
         events = host if events is None else events
+        beats = ("--heartbeat-interval", heartbeat[0], "--heartbeat-timeout", heartbeat[1]) if heartbeat else ()
         return subprocess.Popen(
             [*self.lab.inside(host), os.path.abspath(DDPRUN), "--nnodes", str(nnodes), "--nproc-per-node", "1",
              "--rdzv-backend", "etcd", "--rdzv-endpoint", self.etcd.endpoints, "--rdzv-id", self.run_id,
-             "--local-addr", self.lab.addr[host], "--heartbeat-interval", "0.5", "--heartbeat-timeout", "3",
+             "--local-addr", self.lab.addr[host], *beats,
              "--rdzv-timeout", "90", "--events-file", self.events(events), *extra, WORKER, *steps],
             env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
@@ -141,6 +145,40 @@ class EtcdPartitions(LabCase):
         for res in results[1:]:
             self.assertEqual(res.code, 0, said)
 
+    def test_a_host_cut_off_stops_its_round_before_its_lease_can_run_out(self):
+        # Issue 53, invariant 2, with ddprun's default heartbeats (a node is lost after 15 s, the host's etcd lease
+        # runs out after 10 s): the host of an elastic job cut off with its etcd member. It cannot renew its lease,
+        # and it no longer hears the others; they elect another host once its lease has run out. Before, it judged
+        # them only at its heartbeat timeout and its workers ran 15 s or more after the cut, past its lease. Now its
+        # lease lapsing makes a node silent for 3 s lost: its workers stop within the lease's 10 s.
+        steps = (f"ready={self.ready}", f"waitfile={self.go}", "exit=0")
+        elastic = ("--rdzv-conf", "last_call_timeout=3")
+        procs = [self.agent(h, "2:3", *steps, extra=elastic, heartbeat=None) for h in range(HOSTS)]
+        self.wait_ready(HOSTS)
+        host = self.host_of_the_job()
+        cut_ms = time.time() * 1000
+        self.lab.cut(host)
+        try:
+            time.sleep(30)
+        finally:
+            self.lab.heal(host)
+        time.sleep(3)
+        self.release()
+        results = self.wait_all(procs, timeout=120)
+        said = "\n\n".join(f"host {i}: {r}" for i, r in enumerate(results))
+        overlap = rounds_overlapping({h: read_events(self.events(h)) for h in range(HOSTS)})
+        self.assertEqual(overlap, [], f"two rounds ran workers at once\n{said}")
+        first_round = [span for span in worker_spans(read_events(self.events(host))) if span[0][0] == 0]
+        self.assertEqual(len(first_round), 1, said)
+        ran_on = (first_round[0][2] - cut_ms) / 1000
+        self.assertLess(ran_on, 10, f"the cut host's workers ran {ran_on:.1f} s after the cut\n{said}")
+        print(f"the cut host's workers stopped {ran_on:.1f} s after the cut", flush=True)
+        self.assertIn("while etcd could not renew the host's lease", results[host].stderr.decode(), said)
+        self.assertEqual(results[host].code, CANNOT_LEARN, said)
+        for i, res in enumerate(results):
+            if i != host:
+                self.assertEqual(res.code, 0, said)
+
     def test_a_node_cut_off_with_a_minority_member_comes_back_after_the_end(self):
         # Issue 53, "an ended job hosted again" (3 of 3): a non-host node cut with its member, the job (fixed
         # size) ends without it; healed after the end, it found no key, won a fresh election, hosted the ended
@@ -182,7 +220,9 @@ class EtcdPartitions(LabCase):
         os.mkdir(ready)
         self.run_id = run
         extra = ("--rdzv-conf", "last_call_timeout=3") if elastic else ()
-        procs = [self.agent(h, nnodes, f"ready={ready}", f"waitfile={go}", "exit=0", extra=extra, events=f"{seed}.{h}")
+        beats = None if os.environ.get("DDPRUN_NEMESIS_HEARTBEAT") == "default" else ("0.5", "3")
+        procs = [self.agent(h, nnodes, f"ready={ready}", f"waitfile={go}", "exit=0", extra=extra, events=f"{seed}.{h}",
+                            heartbeat=beats)
                  for h in range(HOSTS)]
         wait_until(lambda: all(os.path.exists(os.path.join(ready, f"ready.{r}")) for r in range(HOSTS)),
                    f"seed {seed}: every worker of the first round", 40)
