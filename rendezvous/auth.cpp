@@ -90,15 +90,16 @@ std::string random_hex(std::size_t bytes) {
 }
 
 std::string compute_connection_proof(std::string_view token, std::string_view server_nonce,
-                                     std::string_view agent_nonce, std::string_view run_id) {
-  std::string nonces(server_nonce);
-  nonces.append("\n").append(agent_nonce);
-  return labelled_mac("ddprun-rdzv/1 connection", token, nonces, run_id);
+                                     std::string_view agent_nonce, std::string_view run_id,
+                                     std::string_view settings) {
+  std::string covered(server_nonce);
+  covered.append("\n").append(agent_nonce).append("\n").append(settings);
+  return labelled_mac("ddprun-rdzv/2 connection", token, covered, run_id);
 }
 
 bool verify_connection_proof(std::string_view token, std::string_view server_nonce, std::string_view agent_nonce,
-                             std::string_view run_id, std::string_view proof) {
-  return same_mac(compute_connection_proof(token, server_nonce, agent_nonce, run_id), proof);
+                             std::string_view run_id, std::string_view settings, std::string_view proof) {
+  return same_mac(compute_connection_proof(token, server_nonce, agent_nonce, run_id, settings), proof);
 }
 
 std::string seat_commitment(std::string_view secret) {

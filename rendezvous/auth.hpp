@@ -35,11 +35,14 @@ bool seat_secret_matches(std::string_view commitment, std::string_view secret);
 // The challenge's proof covers only the server's nonce: a stranger who once connected could replay a recorded
 // challenge from the port (found writing docs/SECURITY.md). So before its hello an agent sends a nonce of its own
 // (ProveMsg) and believes the server only once it answers with
-// hex(HMAC-SHA256(token, "ddprun-rdzv/1 connection" LF server nonce LF agent nonce LF run_id)) (ProofMsg).
+// hex(HMAC-SHA256(token, "ddprun-rdzv/2 connection" LF server nonce LF agent nonce LF settings LF run_id))
+// (ProofMsg), `settings` being every setting the challenge imposes (protocol.hpp challenge_settings): a relay that
+// replayed a challenge with a 24 h heartbeat timeout held agents waiting on it (issue 55).
 std::string compute_connection_proof(std::string_view token, std::string_view server_nonce,
-                                     std::string_view agent_nonce, std::string_view run_id);
+                                     std::string_view agent_nonce, std::string_view run_id,
+                                     std::string_view settings);
 bool verify_connection_proof(std::string_view token, std::string_view server_nonce, std::string_view agent_nonce,
-                             std::string_view run_id, std::string_view proof);
+                             std::string_view run_id, std::string_view settings, std::string_view proof);
 
 // HMAC-SHA256 with a key of any length (RFC 2104; RFC 4231 vectors in tests/rendezvous/auth_test.cpp).
 using Sha256Digest = std::array<unsigned char, 32>;

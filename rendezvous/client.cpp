@@ -50,8 +50,29 @@ void Client::Impl::send(const ClientMessage& message) {
     pending_.push_back(std::move(frame));
     return;
   }
-  outbox_.push_back(std::move(frame));
+  push_out(std::move(frame));
   if (!writing_) write_next();
+}
+
+void Client::Impl::push_out(std::string frame) {
+  outbox_.push_back(seal_out_ ? seal_frame(*seal_out_, frame) : std::move(frame));
+}
+
+void Client::Impl::open_in(std::string& payload) {
+  if (!seal_in_) return;
+  if (seal_in_->open(payload)) {
+    opened_any_ = true;
+    return;
+  }
+  if (!opened_any_) {  // a refusal in the clear, before anything sealed, passes as it came
+    try {
+      if (std::holds_alternative<ErrorMsg>(decode_server_message(payload))) return;
+    } catch (const ProtocolError&) {
+    }
+  }
+  throw ProtocolError("frame " + std::to_string(seal_in_->sequence()) + " from the server failed its "
+                      "authentication (altered, replayed, dropped or reordered on the way: something between this "
+                      "node and the server rewrites the connection)");
 }
 
 void Client::Impl::close() {
@@ -86,6 +107,7 @@ void Client::Impl::read_some() {
     try {
       self->decoder_.feed(std::string_view(self->read_buffer_.data(), n));
       while (auto payload = self->decoder_.next()) {
+        self->open_in(*payload);
         self->handle(decode_server_message(*payload));
         if (self->done_ || attempt != self->attempt_) return;  // ended, or abandoned (another job's server)
       }
@@ -202,8 +224,14 @@ void Client::Impl::on_proof(const ProofMsg& proof) {
   if (!awaiting_proof_ || hello_sent_) throw ProtocolError("a proof nobody asked for");
   const ChallengeMsg challenge = std::move(*awaiting_proof_);
   awaiting_proof_.reset();
-  if (!verify_connection_proof(config_.token, challenge.nonce, prove_nonce_, config_.run_id, proof.proof))
+  if (!verify_connection_proof(config_.token, challenge.nonce, prove_nonce_, config_.run_id,
+                               challenge_settings(challenge), proof.proof))
     return distrust();
+  // Proved, settings and all: from the hello on, both ways are sealed under keys of this connection.
+  seal_out_ = std::make_unique<FrameSeal>(config_.token, challenge.nonce, prove_nonce_, config_.run_id,
+                                          FrameSeal::Direction::kAgentToServer);
+  seal_in_ = std::make_unique<FrameSeal>(config_.token, challenge.nonce, prove_nonce_, config_.run_id,
+                                         FrameSeal::Direction::kServerToAgent);
   send_hello(challenge);
 }
 
@@ -240,16 +268,17 @@ void Client::Impl::send_hello(const ChallengeMsg& challenge) {
   // In: a later search (a restarted server) says its own addresses. Not at each connect: an agent whose connections
   // a flood of strangers closed before its hello said "has not answered" at every try (issue 55).
   said_trying_ = false;
-  outbox_.push_back(encode_frame(encode(ClientMessage{hello}), config_.max_frame_bytes));
+  push_out(encode_frame(encode(ClientMessage{hello}), config_.max_frame_bytes));
   // Back after a loss: a heartbeat at once, whose answer says the server took us back (or, between rounds, that
   // it heard us: nothing else comes before the next round), without waiting for the heartbeat interval.
   if (hello.resume || hello.after_round)
   {
-    outbox_.push_back(encode_frame(encode(ClientMessage{HeartbeatMsg{}}), config_.max_frame_bytes));
+    push_out(encode_frame(encode(ClientMessage{HeartbeatMsg{}}), config_.max_frame_bytes));
     note_heartbeat_sent();
   }
-  if (hello.resume) outbox_.insert(outbox_.end(), reconnect_.replay().begin(), reconnect_.replay().end());
-  for (auto& frame : pending_) outbox_.push_back(std::move(frame));
+  if (hello.resume)
+    for (const std::string& frame : reconnect_.replay()) push_out(frame);
+  for (auto& frame : pending_) push_out(std::move(frame));
   pending_.clear();
   if (!writing_) write_next();
   schedule_heartbeat();  // now at the server's interval, replacing the handshake watchdog's wait

@@ -27,7 +27,10 @@ void Client::Impl::drop_connection() {
   connected_ = challenged_ = false;
   awaiting_proof_.reset();
   heartbeat_timer_.cancel();
-  decoder_ = FrameDecoder(config_.max_frame_bytes);  // drop a challenge cut short
+  decoder_ = FrameDecoder(config_.max_frame_bytes + kSealTagBytes);  // drop a challenge cut short
+  seal_in_.reset();  // the next connection has nonces, keys and sequences of its own
+  seal_out_.reset();
+  opened_any_ = false;
   heartbeats_sent_.clear();  // their answers would come on this connection
   ++attempt_;  // a read, write or timer of this connection still pending is now stale
 }

@@ -14,6 +14,7 @@
 #include "rendezvous/auth.hpp"
 #include "rendezvous/client.hpp"
 #include "rendezvous/client_reconnect.hpp"
+#include "rendezvous/frame_seal.hpp"
 #include "rendezvous/framing.hpp"
 #include "rendezvous/name_lookup.hpp"
 #include "rendezvous/text.hpp"
@@ -68,7 +69,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& io, ClientConfig config, ClientHandlers handlers, Logger logger)
       : config_(std::move(config)), handlers_(std::move(handlers)), logger_(logger.for_part("rendezvous")),
         lookup_(io), race_(io), socket_(io), retry_timer_(io), attempt_timer_(io), heartbeat_timer_(io),
-        decoder_(config_.max_frame_bytes), reconnect_(config_.reconnect_timeout) {
+        decoder_(config_.max_frame_bytes + kSealTagBytes), reconnect_(config_.reconnect_timeout) {
     ports_.push_back(config_.server_port);
     ports_.insert(ports_.end(), config_.more_ports.begin(), config_.more_ports.end());
     cannot_join_ = config_.cannot_join;
@@ -192,6 +193,14 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   bool server_meets_ = false;  // the server takes round_ready (ChallengeMsg::meets)
   std::optional<ChallengeMsg> awaiting_proof_;  // the challenge whose connection proof (ProofMsg) is awaited
   std::string prove_nonce_;                     // our nonce in it (ProveMsg)
+  // This connection's seals (frame_seal.hpp), from the hello on: every frame out is tagged, every frame in must open.
+  std::unique_ptr<FrameSeal> seal_in_;
+  std::unique_ptr<FrameSeal> seal_out_;
+  bool opened_any_ = false;  // a sealed frame came: from now on a frame that does not open is an attack
+  void push_out(std::string frame);  // to the outbox, sealed once the hello is (in order: the sequence's order)
+  // A frame that came: opened, when the connection is sealed. Throws ProtocolError for one whose tag fails (bar a
+  // refusal in the clear before any sealed frame: a server that could not open our hello cannot seal its answer).
+  void open_in(std::string& payload);
   bool writing_ = false;
   bool done_ = false;
 };

@@ -281,3 +281,14 @@ Round make_round(const std::vector<int>& nprocs, std::string master_addr, int ma
 }
 
 }  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+
+std::string challenge_settings(const ChallengeMsg& challenge) {
+  return challenge.protocol + " v" + std::to_string(challenge.version) +
+         " heartbeat=" + std::to_string(challenge.heartbeat_interval_ms) + "/" +
+         std::to_string(challenge.heartbeat_timeout_ms) + " munge=" + (challenge.munge ? "1" : "0") +
+         " resumable=" + (challenge.resumable ? "1" : "0") + " meets=" + (challenge.meets ? "1" : "0");
+}
+
+}  // namespace ddprun::rendezvous

@@ -36,7 +36,7 @@
 
 namespace ddprun::rendezvous {
 
-inline constexpr int kProtocolVersion = 1;
+inline constexpr int kProtocolVersion = 2;  // 2: frames sealed after the hello (frame_seal.hpp)
 inline constexpr const char* kProtocolName = "ddprun-rdzv";
 // Bounds on what a peer may claim, so decoding never allocates on a peer's say-so; a field outside its bound
 // is a ProtocolError (see also failure.hpp and json_fields.hpp).
@@ -196,6 +196,10 @@ struct ChallengeMsg {
   // would close a connection that sent round_ready as a protocol error).
   bool meets = true;
 };
+
+// Every setting a challenge imposes on the agent, as text its connection proof covers (auth.hpp): the protocol and
+// version, the heartbeat interval and timeout, MUNGE, resumable, meets.
+std::string challenge_settings(const ChallengeMsg& challenge);
 
 // kUnavailable: a node of the job could not start (it said why: cannot_join, or node 0's server answers only
 // that); every node ends with ddprun's exit code 69, as the node that failed.

@@ -122,22 +122,60 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     if (!stopped_) run(LeaseStanding{lapsing});
   }
 
+  // What every connection is told first; the connection's proof covers its settings (issue 55: a relay replayed a
+  // challenge with a 24 h heartbeat timeout, and the agents waited on it).
+  ChallengeMsg challenge_for(const std::string& nonce) const {
+    ChallengeMsg challenge;
+    challenge.nonce = nonce;
+    challenge.heartbeat_interval_ms = state_.config.heartbeat_interval.count();
+    challenge.heartbeat_timeout_ms = state_.config.heartbeat_timeout.count();
+    challenge.munge = state_.config.require_munge;
+    challenge.resumable = state_.config.resumable;  // issue 19: no agent hosts it, agents may come back
+    challenge.proof = compute_server_proof(state_.config.token, nonce, state_.config.run_id);
+    return challenge;
+  }
+
+  // The hello's seal: opened, the connection is sealed both ways from now on (true); not (another token, or bytes
+  // changed on the way), refused as a hello with a wrong token is, in the clear, and closed (false).
+  bool open_hello(ServerConnection& conn, std::string& payload) {
+    const auto& c = state_.config;
+    auto in = std::make_unique<FrameSeal>(c.token, conn.nonce, conn.agent_nonce, c.run_id,
+                                          FrameSeal::Direction::kAgentToServer);
+    if (!in->open(payload)) {
+      logger_.warning("refused node from ", conn.peer_address(), ": its hello's seal does not match (wrong token, ",
+                      "or altered on the way)");
+      conn.send(std::make_shared<const std::string>(
+          encode_frame(encode(ServerMessage{ErrorMsg{ErrorKind::kRefused, auth_failed_message(c)}}))));
+      conn.close_after_flush();
+      return false;
+    }
+    conn.seal(std::move(in), std::make_unique<FrameSeal>(c.token, conn.nonce, conn.agent_nonce, c.run_id,
+                                                         FrameSeal::Direction::kServerToAgent));
+    return true;
+  }
+
   void on_payload(std::uint64_t id, std::string payload) override {
     auto it = conns_.find(id);
     if (it == conns_.end()) return;
     auto conn = it->second;  // a copy: closing erases the map entry
     ClientMessage message;
     try {
+      // The hello is the agent's first sealed frame (frame_seal.hpp): its tag, under keys only the job's token and
+      // this connection's two nonces give, proves the agent as the MAC inside it does, and binds everything after.
+      if (conn->proved && !conn->greeted && !conn->sealed() && !open_hello(*conn, payload)) return;
       message = decode_client_message(payload);
       if (auto* prove = std::get_if<ProveMsg>(&message)) {  // before the hello, once: this connection's proof
         if (conn->greeted || conn->proved) throw ProtocolError("a second or late request for proof");
         conn->proved = true;
-        ProofMsg proof{compute_connection_proof(state_.config.token, conn->nonce, prove->nonce, state_.config.run_id)};
+        conn->agent_nonce = prove->nonce;
+        ProofMsg proof{compute_connection_proof(state_.config.token, conn->nonce, prove->nonce, state_.config.run_id,
+                                                challenge_settings(challenge_for(conn->nonce)))};
         conn->send(std::make_shared<const std::string>(encode_frame(encode(ServerMessage{proof}))));
         return;
       }
       if (!conn->greeted && !std::holds_alternative<HelloMsg>(message))
         throw ProtocolError("expected a hello first");
+      if (!conn->sealed()) throw ProtocolError("a hello before this connection's proof (an agent of another version?)");
     } catch (const ProtocolError& e) {
       logger_.warning("closing connection from ", conn->peer_address(), ": ", e.what());
       conn->close(e.what());
@@ -317,14 +355,7 @@ class Server::Impl final : public ConnectionOwner, public std::enable_shared_fro
     conn->nonce = generate_nonce();
     conns_.emplace(id, conn);
     handshakes_.emplace_back(Clock::now() + state_.config.heartbeat_timeout, id);
-    ChallengeMsg challenge;
-    challenge.nonce = conn->nonce;
-    challenge.heartbeat_interval_ms = state_.config.heartbeat_interval.count();
-    challenge.heartbeat_timeout_ms = state_.config.heartbeat_timeout.count();
-    challenge.munge = state_.config.require_munge;
-    challenge.resumable = state_.config.resumable;  // issue 19: no agent hosts it, agents may come back
-    challenge.proof = compute_server_proof(state_.config.token, conn->nonce, state_.config.run_id);
-    conn->send(std::make_shared<const std::string>(encode_frame(encode(ServerMessage{challenge}))));
+    conn->send(std::make_shared<const std::string>(encode_frame(encode(ServerMessage{challenge_for(conn->nonce)}))));
     conn->start();
   }
 

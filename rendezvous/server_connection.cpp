@@ -26,7 +26,7 @@ std::size_t cost_of(const Frame& frame) { return frame->size() + kPerFrameOverhe
 ServerConnection::ServerConnection(asio::ip::tcp::socket socket, std::uint64_t id, std::size_t max_frame_bytes,
                                    std::size_t max_outbox_bytes, ConnectionOwner* owner)
     : socket_(std::move(socket)), id_(id), owner_(owner),
-      decoder_(std::min(max_frame_bytes, kHandshakeMaxFrameBytes)), max_outbox_bytes_(max_outbox_bytes),
+      decoder_(std::min(max_frame_bytes, kHandshakeMaxFrameBytes) + kSealTagBytes), max_outbox_bytes_(max_outbox_bytes),
       max_frame_bytes_(max_frame_bytes) {
   error_code ec;
   auto remote = socket_.remote_endpoint(ec);
@@ -40,7 +40,12 @@ void ServerConnection::start() { read_some(); }
 
 void ServerConnection::authenticated() {
   joined = true;
-  decoder_.set_max_frame_bytes(max_frame_bytes_);
+  decoder_.set_max_frame_bytes(max_frame_bytes_ + kSealTagBytes);
+}
+
+void ServerConnection::seal(std::unique_ptr<FrameSeal> in, std::unique_ptr<FrameSeal> out) {
+  seal_in_ = std::move(in);
+  seal_out_ = std::move(out);
 }
 
 void ServerConnection::read_some() {
@@ -59,6 +64,10 @@ void ServerConnection::read_some() {
       while (auto payload = self->decoder_.next()) {
         if (self->closed_ || !self->owner_) return;
         if (self->closing_) continue;  // the server is done with this peer; drain until it hangs up
+        if (self->seal_in_ && !self->seal_in_->open(*payload))
+          throw ProtocolError("frame " + std::to_string(self->seal_in_->sequence()) + " failed its authentication "
+                              "(altered, replayed, dropped or reordered on the way: a relay between the agent and "
+                              "this server?)");
         self->owner_->on_payload(self->id_, std::move(*payload));
       }
     } catch (const ProtocolError& e) {
@@ -71,6 +80,8 @@ void ServerConnection::read_some() {
 
 void ServerConnection::send(Frame frame) {
   if (closed_ || closing_) return;
+  // A broadcast's frame is encoded once; each sealed connection tags its own copy (its key, its sequence).
+  if (seal_out_) frame = std::make_shared<const std::string>(seal_frame(*seal_out_, *frame));
   // A peer that does not read would make us buffer without end (measured: 125 MB/s of heartbeat replies).
   // A node that cannot take its messages is as good as lost: close it, and the state machine hears so.
   if (overflowed_) return;

@@ -12,6 +12,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 
+#include "rendezvous/frame_seal.hpp"
 #include "rendezvous/framing.hpp"
 
 namespace ddprun::rendezvous {
@@ -38,6 +39,10 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   void start();                 // begins reading
   void send(Frame frame);       // queued; written in order; closes the connection if the outbox is full
   void authenticated();         // its hello was accepted: frames up to max_frame_bytes from now on
+  // From the agent's hello on, every frame each way carries its tag (frame_seal.hpp): `in` opens what comes (its
+  // first frame already opened, the hello), `out` seals what goes. A frame whose tag fails closes the connection.
+  void seal(std::unique_ptr<FrameSeal> in, std::unique_ptr<FrameSeal> out);
+  bool sealed() const { return seal_in_ != nullptr; }
   void close_after_flush();     // once every queued frame is written: FIN, then close at the peer's EOF
   bool closing() const { return closing_; }
   void close(const std::string& reason);  // closes now; the owner hears on_closed once
@@ -48,6 +53,7 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   const std::string& local_address() const { return local_address_; }
   // Per-connection handshake state kept here so the server needs no second map.
   std::string nonce;
+  std::string agent_nonce;  // the agent's, from its ProveMsg: with ours, the frame keys' freshness
   bool greeted = false;  // its hello has reached the state machine
   bool proved = false;   // it asked for this connection's proof (ProveMsg), answered once
   bool joined = false;   // ... and was accepted: a node of the job, not a stranger
@@ -63,6 +69,8 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   std::uint64_t id_;
   ConnectionOwner* owner_;
   FrameDecoder decoder_;
+  std::unique_ptr<FrameSeal> seal_in_;
+  std::unique_ptr<FrameSeal> seal_out_;
   std::array<char, 1024> read_buffer_{};  // small: 10k connections each hold one
   std::deque<Frame> outbox_;
   // Bytes queued and not yet written, each frame counted with its bookkeeping (a 30-byte heartbeat reply

@@ -81,6 +81,8 @@ bool is_loopback(const std::string& address) {
   return address.rfind("127.", 0) == 0 || address == "::1" || address == "localhost";
 }
 
+}  // namespace
+
 constexpr const char* kAuthFailed =
     "authentication failed: wrong job token or run id (check --rdzv-id, and --rdzv-token-file / DDPRUN_TOKEN / "
     "--rdzv-token)";
@@ -89,7 +91,13 @@ constexpr const char* kAuthFailedMunge =
     "authentication failed: wrong job token or run id, or not the job's user (this job requires a MUNGE "
     "credential of the user the job runs as; check --rdzv-id, the token, and that every node runs as that user)";
 
-}  // namespace
+}  // namespace rules
+
+std::string auth_failed_message(const JobConfig& config) {
+  return config.require_munge ? rules::kAuthFailedMunge : rules::kAuthFailed;
+}
+
+namespace rules {
 
 void refuse(ConnId conn, const std::string& why, const Hello& event, const RendezvousState& state, Actions& out) {
   out.push_back(Send{conn, ErrorMsg{ErrorKind::kRefused, why}});

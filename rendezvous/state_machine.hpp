@@ -165,6 +165,10 @@ struct RendezvousState {
   int informed = 0;
 };
 
+// The answer to a hello that failed authentication (a wrong token or run id; with MUNGE, or not the job's user):
+// the same whichever failed, so a stranger cannot tell which.
+std::string auth_failed_message(const JobConfig& config);
+
 // Every node the job expects knows of the start failure that ended it (the host may go).
 bool every_node_informed(const RendezvousState& state);
 // The job stopped, and a node judged lost for its silence has not come back to hear it (untold_silent): the

@@ -17,8 +17,6 @@ job's time (with and without attack) and the server's peak RSS (VmHWM, sampled; 
 Every process is bounded in time and killed at the end.
 """
 import argparse
-import hashlib
-import hmac
 import json
 import os
 import resource
@@ -31,6 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/support"))
+import rdzv_wire  # noqa: E402  (the agent's side of the protocol, written apart from ddprun's)
 
 RUN_ID = "hostile"
 TOKEN = "bench-" + os.urandom(16).hex()
@@ -109,18 +110,6 @@ def attack(port, count, frame_bytes, churn):
 
 # ---- a joined node that never reads ----
 
-def read_frame(sock, deadline):
-    buf = b""
-    while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed during the handshake")
-        buf += chunk
-    n = struct.unpack(">I", buf[:4])[0]
-    return json.loads(buf[4:4 + n])
-
-
 def deaf_node(port, limit_s=20):
     """Joins with the real token, then sends heartbeats without reading. Returns (seconds until the server
     closed it, bytes sent), or (None, bytes) if it was still open at the limit."""
@@ -129,19 +118,24 @@ def deaf_node(port, limit_s=20):
     # dropped the server's window updates too, and this peer's own sending stalled for good (seen with ss).
     s.connect(("127.0.0.1", port))
     deadline = time.monotonic() + limit_s
-    challenge = read_frame(s, deadline)
-    mac = hmac.new(TOKEN.encode(), f"ddprun-rdzv/1\n{challenge['nonce']}\n{RUN_ID}".encode(), hashlib.sha256)
-    hello = json.dumps({"type": "hello", "v": 1, "run_id": RUN_ID, "mac": mac.hexdigest(), "nproc": 1,
-                        "host": "deaf", "master_port": 29999}).encode()
-    s.sendall(struct.pack(">I", len(hello)) + hello)
+    def exactly(n):
+        buf = b""
+        while len(buf) < n:
+            s.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = s.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed during the handshake")
+            buf += chunk
+        return buf
+    _, seal, _ = rdzv_wire.join(s.sendall, exactly, TOKEN, RUN_ID, {"nproc": 1, "host": "deaf", "master_port": 29999})
     beat = json.dumps({"type": "heartbeat"}).encode()
-    burst = (struct.pack(">I", len(beat)) + beat) * 4096
+    burst = lambda: b"".join(rdzv_wire.frame(seal.seal(beat)) for _ in range(4096))  # noqa: E731  (each its own tag)
     s.setblocking(False)
     sent, start, pending = 0, time.monotonic(), b""
     while time.monotonic() < deadline:
         try:
             select.select([], [s], [], 0.05)
-            pending = pending or burst  # continue a partly sent burst: frames must stay whole
+            pending = pending or burst()  # continue a partly sent burst: frames must stay whole
             n = s.send(pending)
             pending, sent = pending[n:], sent + n
         except BlockingIOError:

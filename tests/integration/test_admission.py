@@ -2,7 +2,6 @@
 port, without ever saying hello, had the server evict the agents' connections in mid-handshake, and the agents did
 not try again: a healthy 2-node job failed (74/75). The server now evicts the silent connections first, and an
 agent whose connection closes before its hello connects again within its deadline."""
-import socket
 import time
 
 import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.path)
@@ -12,13 +11,6 @@ from wait import wait_until
 
 
 class StrangerFloodBesideAJob(MultiNodeCase):
-    def listening(self):
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                return True
-        except OSError:
-            return False
-
     def test_a_two_node_job_ends_0_with_5000_stranger_connections_held_open(self):
         node0 = self.node(0, 2, f"ready={self.ready}", "exit=0")
         wait_until(self.listening, "node 0's rendezvous port", 20)

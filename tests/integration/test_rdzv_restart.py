@@ -20,6 +20,7 @@ import support_path  # noqa: F401  (puts tests/support, the fixtures, on sys.pat
 from exit_codes import HUNG, RDZV_TIMEOUT
 from harness import DDPRUN, RENDEZVOUS, WORKER
 from multinode import MultiNodeCase, LOST, REFUSED
+import rdzv_wire
 from wait import wait_until
 
 RUN_ID = "restartjob"
@@ -40,31 +41,29 @@ class FakeAgent:
 
     def __init__(self, port, token, claim, nproc, seat_secret=None, host="fake"):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=BOUND)
-        challenge = self.read()
-        mac = hmac.new(token.encode(), f"ddprun-rdzv/1\n{challenge['nonce']}\n{RUN_ID}".encode(),
-                       hashlib.sha256).hexdigest()
-        hello = {"type": "hello", "v": 1, "run_id": RUN_ID, "mac": mac, "nproc": nproc, "host": host,
-                 "master_port": 1, "resume": claim}
+        hello = {"nproc": nproc, "host": host, "master_port": 1, "resume": claim}
         if seat_secret:  # a seat of its own (auth.hpp: the commitment in the hello, the secret in the claim)
             hello["seat"] = hmac.new(b"ddprun-rdzv/1 seat", seat_secret.encode(), hashlib.sha256).hexdigest()
             claim["seat_secret"] = seat_secret
-        self.write(hello)
+        _, self.seal_out, self.seal_in = rdzv_wire.join(self.sock.sendall, self.exactly, token, RUN_ID, hello)
+
+    def exactly(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise EOFError("the server closed the connection")
+            data += chunk
+        return data
 
     def write(self, message):
-        payload = json.dumps(message).encode()
-        self.sock.sendall(struct.pack(">I", len(payload)) + payload)
+        self.sock.sendall(rdzv_wire.frame(self.seal_out.seal(json.dumps(message).encode())))
 
     def read(self):
-        def exactly(n):
-            data = b""
-            while len(data) < n:
-                chunk = self.sock.recv(n - len(data))
-                if not chunk:
-                    raise EOFError("the server closed the connection")
-                data += chunk
-            return data
-        (length,) = struct.unpack(">I", exactly(4))
-        return json.loads(exactly(length))
+        """The next message, opened (a refusal in the clear, before anything sealed, as it came)."""
+        payload = rdzv_wire.read_frame(self.exactly)
+        opened = self.seal_in.open(payload)
+        return json.loads(opened if opened is not None else payload)
 
     def close(self):
         self.sock.close()
@@ -96,7 +95,8 @@ class Impostor:
             with conn:
                 conn.settimeout(1)
                 try:
-                    conn.sendall(self.frame({"type": "challenge", "proto": "ddprun-rdzv", "v": 1, "nonce": "ab" * 16,
+                    conn.sendall(self.frame({"type": "challenge", "proto": "ddprun-rdzv", "v": rdzv_wire.PROTOCOL_VERSION,
+                                             "nonce": "ab" * 16,
                                              "heartbeat_interval_ms": 500, "heartbeat_timeout_ms": 5000}))
                     while chunk := conn.recv(65536):
                         self.received += chunk

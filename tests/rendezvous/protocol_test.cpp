@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <functional>
+
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
@@ -271,13 +273,25 @@ TEST_CASE("an agent's request for the connection's proof, and the proof: round t
   CHECK_THROWS_AS(decode_client_message(R"({"type":"prove","nonce":"xyz"})"), ProtocolError);
   CHECK_THROWS_AS(decode_client_message(R"({"type":"prove"})"), ProtocolError);
   CHECK_THROWS_AS(decode_server_message(R"({"type":"proof","proof":7})"), ProtocolError);
-  // Over both nonces: another agent nonce, another server nonce, another token or run id gives another proof.
-  const std::string p = compute_connection_proof("tok", "aa", "bb", "run");
-  CHECK(verify_connection_proof("tok", "aa", "bb", "run", p));
-  CHECK_FALSE(verify_connection_proof("tok", "aa", "bc", "run", p));
-  CHECK_FALSE(verify_connection_proof("tok", "ab", "bb", "run", p));
-  CHECK_FALSE(verify_connection_proof("tok2", "aa", "bb", "run", p));
-  CHECK_FALSE(verify_connection_proof("tok", "aa", "bb", "run2", p));
+  // Over both nonces and the challenge's settings: another agent nonce, server nonce, token, run id or setting
+  // gives another proof (issue 55: a relay replayed a challenge with a 24 h heartbeat timeout).
+  ChallengeMsg challenge{kProtocolName, kProtocolVersion, "aa", 1000, 15000, false, ""};
+  const std::string settings = challenge_settings(challenge);
+  const std::string p = compute_connection_proof("tok", "aa", "bb", "run", settings);
+  CHECK(verify_connection_proof("tok", "aa", "bb", "run", settings, p));
+  CHECK_FALSE(verify_connection_proof("tok", "aa", "bc", "run", settings, p));
+  CHECK_FALSE(verify_connection_proof("tok", "ab", "bb", "run", settings, p));
+  CHECK_FALSE(verify_connection_proof("tok2", "aa", "bb", "run", settings, p));
+  CHECK_FALSE(verify_connection_proof("tok", "aa", "bb", "run2", settings, p));
+  for (auto change : std::vector<std::function<void(ChallengeMsg&)>>{
+           [](ChallengeMsg& c) { c.heartbeat_timeout_ms = 86'400'000; },
+           [](ChallengeMsg& c) { c.heartbeat_interval_ms = 1; }, [](ChallengeMsg& c) { c.munge = true; },
+           [](ChallengeMsg& c) { c.resumable = true; }, [](ChallengeMsg& c) { c.meets = false; },
+           [](ChallengeMsg& c) { c.version = 1; }}) {
+    ChallengeMsg replayed = challenge;
+    change(replayed);
+    CHECK_FALSE(verify_connection_proof("tok", "aa", "bb", "run", challenge_settings(replayed), p));
+  }
   CHECK(p != compute_server_proof("tok", "aa\nbb", "run"));  // not the challenge's proof of a crafted nonce
 }
 

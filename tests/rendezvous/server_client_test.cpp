@@ -224,7 +224,7 @@ TEST_CASE("a replayed challenge is not enough: the client asks for a proof of it
         replayed.proof = compute_server_proof("s3cret", "0f", "job42");  // recorded from the real server
         asio::write(*s, asio::buffer(encode_frame(encode(ServerMessage{replayed}))));
         if (answers) {  // a proof it cannot make: over another agent nonce
-          ProofMsg guess{compute_connection_proof("s3cret", "0f", "0123456789abcdef", "job42")};
+          ProofMsg guess{compute_connection_proof("s3cret", "0f", "0123456789abcdef", "job42", challenge_settings(replayed))};
           asio::write(*s, asio::buffer(encode_frame(encode(ServerMessage{guess}))));
         }
         read_more(s);
@@ -254,7 +254,8 @@ TEST_CASE("a program that speaks another protocol, or none, is passed by and nam
   // server of another ddprun version is still named as such).
   const std::vector<std::pair<std::string, std::string>> programs = {
       {encode_frame(encode(ServerMessage{ChallengeMsg{kProtocolName, kProtocolVersion + 1, "0f", 50, 300, false, ""}})),
-       "speaks ddprun-rdzv v2; this ddprun speaks ddprun-rdzv v1"},
+       "speaks ddprun-rdzv v" + std::to_string(kProtocolVersion + 1) + "; this ddprun speaks ddprun-rdzv v" +
+           std::to_string(kProtocolVersion)},
       {std::string("\x00\x00\x00\x05hello", 9), "does not speak the rendezvous protocol"},  // not JSON
       {encode_frame(encode(ServerMessage{HeartbeatAckMsg{}})), "does not speak the rendezvous protocol"}};
   for (const auto& [bytes, named] : programs) {

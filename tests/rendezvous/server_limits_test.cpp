@@ -115,10 +115,13 @@ TEST_CASE("a node that never reads is closed once its outbox is full, and counts
   deaf.handshake(1, 1);
   REQUIRE(run_until(io, [&] { return !node0->events.assignments.empty(); }));
   // Heartbeats as fast as the socket takes them; every one is answered, and none of the answers is read.
-  std::string burst;
-  for (int i = 0; i < 2000; ++i) burst += encode_frame(encode(ClientMessage{HeartbeatMsg{}}));
+  const auto burst = [&deaf] {  // each frame sealed in turn: a repeated one would fail its sequence
+    std::string frames;
+    for (int i = 0; i < 2000; ++i) frames += deaf.frame(HeartbeatMsg{});
+    return frames;
+  };
   auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (node0->events.stops.empty() && std::chrono::steady_clock::now() < deadline && deaf.send_async(burst, io)) {
+  while (node0->events.stops.empty() && std::chrono::steady_clock::now() < deadline && deaf.send_async(burst(), io)) {
   }
   REQUIRE_FALSE(node0->events.stops.empty());
   const Failure& cause = node0->events.stops[0].root_cause;

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "rendezvous/auth.hpp"
+#include "rendezvous/frame_seal.hpp"
 #include "rendezvous/client.hpp"
 #include "rendezvous/server.hpp"
 
@@ -131,7 +132,13 @@ class RawPeer {
     }
     return ok;
   }
-  void send(const ClientMessage& message) { send_bytes(encode_frame(encode(message))); }
+  // Sealed once the handshake sealed the connection (frame_seal.hpp), as an agent's frames are.
+  void send(const ClientMessage& message) { send_bytes(frame(message)); }
+  // The bytes send() would write (sealed, advancing the sequence, once the connection is): for bursts.
+  std::string frame(const ClientMessage& message) {
+    const std::string plain = encode_frame(encode(message));
+    return seal_out_ ? seal_frame(*seal_out_, plain) : plain;
+  }
 
   // The next frame's payload, or nullopt at end of stream / timeout.
   std::optional<std::string> read_frame(std::chrono::milliseconds timeout = 3000ms) {
@@ -150,6 +157,9 @@ class RawPeer {
         return std::nullopt;
       }
     }
+    // A sealed connection's frames are opened; one that does not open is handed out as it came (a refusal in the
+    // clear, or what a test means to see).
+    if (frame_ && seal_in_) seal_in_->open(*frame_);
     return frame_;
   }
 
@@ -163,12 +173,19 @@ class RawPeer {
     return false;
   }
 
-  // Reads the challenge and answers with a hello; returns the challenge's nonce.
+  // Reads the challenge, asks for the connection's proof as an agent does, and answers with a hello sealed under the
+  // connection's keys (derived from `token`: another token's hello does not open at the server); returns the
+  // challenge's nonce. From then on send() seals and read_frame() opens.
   std::string handshake(std::optional<int> node_rank, int nproc, const std::string& token = "s3cret",
                         int version = kProtocolVersion, const std::string& run_id = "job42") {
     auto payload = read_frame();
     REQUIRE(payload);
     auto challenge = std::get<ChallengeMsg>(decode_server_message(*payload));
+    const std::string agent_nonce = "00112233445566778899aabbccddeeff";
+    send(ProveMsg{agent_nonce});
+    auto proof = read_frame();
+    REQUIRE(proof);
+    REQUIRE(std::holds_alternative<ProofMsg>(decode_server_message(*proof)));
     HelloMsg hello;
     hello.version = version;
     hello.run_id = run_id;
@@ -177,6 +194,10 @@ class RawPeer {
     hello.nproc = nproc;
     hello.host = "rawhost";
     hello.master_port = 29999;
+    seal_out_ = std::make_unique<FrameSeal>(token, challenge.nonce, agent_nonce, run_id,
+                                            FrameSeal::Direction::kAgentToServer);
+    seal_in_ = std::make_unique<FrameSeal>(token, challenge.nonce, agent_nonce, run_id,
+                                           FrameSeal::Direction::kServerToAgent);
     send(hello);
     return challenge.nonce;
   }
@@ -190,6 +211,8 @@ class RawPeer {
   std::array<char, 4096> buffer_{};
   std::optional<std::string> frame_;
   bool eof_ = false;
+  std::unique_ptr<FrameSeal> seal_out_;
+  std::unique_ptr<FrameSeal> seal_in_;
 };
 
 }  // namespace ddprun::rendezvous::testing

@@ -17,7 +17,7 @@ TEST_CASE("a node with the right token, run id and version joins and waits for t
 TEST_CASE("a hello with another protocol version is refused and its connection closed") {
   RendezvousState state(job(2, false), at(0ms).steady);
   Joiner j;
-  j.version = 2;
+  j.version = kProtocolVersion + 1;
   auto actions = step(state, hello(j), at(0ms));
   CHECK(refusal(actions, 1).find("protocol version mismatch") != std::string::npos);
   CHECK(closes(actions, 1));

@@ -3,6 +3,7 @@ ranks with --master-addr 127.0.0.1, a ready directory and a go file for the work
 ready= and waitfile= steps). LabCase: the same on the fault lab's switch (netns_lab.NetnsStar), one per class."""
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -48,6 +49,14 @@ class MultiNodeCase(DdprunTestCase):
     def result_stderr(self, proc, err):
         """What wait_all reports as `proc`'s stderr: the pipe's (subclasses whose agents log to a file read it)."""
         return err
+
+    def listening(self):
+        """Whether node 0's rendezvous port takes connections yet."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
+        except OSError:
+            return False
 
     def wait_ready(self, world_size):
         self.wait_for_files([os.path.join(self.ready, f"ready.{r}") for r in range(world_size)], timeout=20)
