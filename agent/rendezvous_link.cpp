@@ -143,6 +143,7 @@ void RendezvousLink::listen_on_a_candidate(rdzv::Server& server, const std::stri
 rdzv::ClientConfig RendezvousLink::client_config() const {
   const RendezvousConfig& r = config_.rdzv;
   rdzv::ClientConfig c;
+  c.seat_secret = seat_secret_;
   c.server_host = server_host_;
   c.server_port = server_port();
   // Our own server's port is known; elsewhere node 0 took the first free candidate, which is looked for.

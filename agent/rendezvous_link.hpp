@@ -13,6 +13,7 @@
 #include "agent/agent_config.hpp"
 #include "common/exit_codes.hpp"
 #include "etcd/coordinator_election.hpp"
+#include "rendezvous/auth.hpp"
 #include "rendezvous/client.hpp"
 #include "rendezvous/recorded_end.hpp"
 #include "rendezvous/server.hpp"
@@ -78,6 +79,7 @@ class RendezvousLink {
   etcd::ElectionConfig election_config() const;
   void on_recorded_end(const std::string& record);  // etcd holds the job's end: this node ends with it
   void resign(const std::string& why);  // a host that could not renew its lease before a round: it forms none
+  void replaced(const std::string& why);  // a host whose lease ran out and whose key another agent won
   static bool verdict_needs_etcd(const rendezvous::RendezvousState& state);
   EndInEtcd end_in_etcd(const etcd::CoordinatorElection::EndOutcome& o, bool needs_etcd) const;
   void join_host(bool taking_over);
@@ -117,6 +119,9 @@ class RendezvousLink {
     client_retired_ = true;
   }
   bool lost_host_ = false;  // the client ended for the host's loss (not hosting): finish() reads etcd's end
+  // This agent's seat secret, the same for every client it makes: a node that joins again after its fence takes its
+  // own stale place out of the round (state_machine.cpp replace_silent_self), which no other token holder can.
+  const std::string seat_secret_ = rendezvous::random_hex(32);
   std::string server_host_;  // where the client connects: the configured endpoint, or the elected coordinator
   int server_port_ = 0;
   std::function<void()> finish_done_;  // finish()'s `done` while the server drains

@@ -97,6 +97,7 @@ void RendezvousLink::elect(bool taking_over) {
     join_host(taking_over);
   };
   h.on_error = [this](const std::string& why, etcd::ElectionFailure kind) {
+    if (kind == etcd::ElectionFailure::kReplaced) return boost::asio::post(io_, [this, why] { replaced(why); });
     handlers_.on_error({kind == etcd::ElectionFailure::kRefused     ? rdzv::ErrorKind::kRefused
                         : kind == etcd::ElectionFailure::kMalformed ? rdzv::ErrorKind::kProtocol
                                                                    : rdzv::ErrorKind::kUnavailable,
@@ -126,6 +127,22 @@ void RendezvousLink::resign(const std::string& why) {
   server_->stop();
   server_.reset();
   handlers_.on_error({rdzv::ErrorKind::kLostServer, text});
+}
+
+// This host's lease ran out while etcd was out of its reach, and another agent won the key meanwhile (issue 53, the
+// nemesis with default heartbeats, seed 1: the old host, re-forming, ended 69 naming itself while the job completed
+// under its successor). It leaves the job as a resigning host does, and ends with what etcd records of the job's end
+// (finish: learn_end), else 74: it cannot know the job's outcome.
+void RendezvousLink::replaced(const std::string& why) {
+  if (finishing_) return;
+  if (client_) client_->close();
+  if (server_) {
+    server_->stop();
+    server_.reset();
+  }
+  lost_host_ = true;
+  handlers_.on_error({rdzv::ErrorKind::kLostServer, why + ": this node no longer hosts the job, and leaves it to that "
+                                                      "host"});
 }
 
 // Dropped from an elastic job met in etcd: the host may have changed, or the job ended, while this node was away

@@ -91,16 +91,21 @@ json CoordinatorElection::read_job_keys() const {
 
 // An ended job is never hosted again (issue 53: a node cut off with a minority member came back after the end,
 // found the keys gone, won a fresh election and waited for nodes that had left): the end wins over everything.
-bool CoordinatorElection::on_job_keys(const json& range, void (CoordinatorElection::*again)()) {
-  std::string holder, end;
+CoordinatorElection::JobKeys CoordinatorElection::job_keys_in(const json& range) const {
+  JobKeys keys;
   const json kvs = range.is_object() ? range.value("kvs", json::array()) : json::array();
   for (const json& kv : kvs.is_array() ? kvs : json::array()) {
     if (!kv.is_object() || !kv.contains("key") || !kv["key"].is_string()) continue;
     const std::string key = from_base64(kv["key"].get<std::string>());
     const std::string value = kv.contains("value") && kv["value"].is_string() ? from_base64(kv["value"].get<std::string>()) : "";
-    if (key == end_key(config_)) end = value;
-    if (key == coordinator_key(config_)) holder = value;
+    if (key == end_key(config_)) keys.end = value;
+    if (key == coordinator_key(config_)) keys.holder = value;
   }
+  return keys;
+}
+
+bool CoordinatorElection::on_job_keys(const json& range, void (CoordinatorElection::*again)()) {
+  const auto [holder, end] = job_keys_in(range);
   if (!end.empty()) {
     over_ = true;
     handlers_.on_ended(end);
@@ -120,8 +125,8 @@ void CoordinatorElection::on_held(const std::string& holder, void (CoordinatorEl
   over_ = true;
   if (reclaiming_)
     return handlers_.on_error("this node's etcd lease ran out while etcd was out of reach and another agent "
-                              "now holds the coordinator's key (" + holder + "): the job cannot have two",
-                              ElectionFailure::kUnavailable);
+                              "now holds the coordinator's key (" + holder + ")",
+                              ElectionFailure::kReplaced);
   handlers_.on_lost(holder);
 }
 

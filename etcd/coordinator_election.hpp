@@ -49,8 +49,10 @@ std::string seconds_text(std::chrono::milliseconds d);  // "2.0 s", for messages
 
 // Why an election ended with no host: etcd unanswered past give_up_after (or a host this agent cannot reach still
 // holds the key), a no for good (authentication on, a role without the prefix), or an answer no etcd gives (not
-// JSON, too deep, too large, a field of the wrong type: issue 55; the job ends with exit 76, never a crash or 70).
-enum class ElectionFailure { kUnavailable, kRefused, kMalformed };
+// JSON, too deep, too large, a field of the wrong type: issue 55; the job ends with exit 76, never a crash or 70), or
+// this host's lease ran out while etcd was out of its reach and another agent holds the key now (kReplaced: the job
+// is that host's; this one leaves it, issue 53).
+enum class ElectionFailure { kUnavailable, kRefused, kMalformed, kReplaced };
 
 class CoordinatorElection {
  public:
@@ -133,6 +135,11 @@ class CoordinatorElection {
   static std::string held_by(const nlohmann::json& range);  // the value in a range answer, "" when none
   // The coordinator's key and the end's, read together (one range: "coordinator" < "end").
   nlohmann::json read_job_keys() const;
+  struct JobKeys {
+    std::string holder;  // the coordinator key's value, "" when absent
+    std::string end;     // the recorded end, "" when none
+  };
+  JobKeys job_keys_in(const nlohmann::json& range) const;  // a range answer of read_job_keys()
   // What a read of read_job_keys() found: the end (on_ended), the holder (on_held), or nothing (false).
   bool on_job_keys(const nlohmann::json& range, void (CoordinatorElection::*again)());
   void keep_alive();
@@ -182,6 +189,7 @@ class CoordinatorElection {
   std::chrono::milliseconds confirm_limit_{0};
   std::chrono::steady_clock::time_point confirm_deadline_{};
   std::string end_record_;                                        // finish()'s
+  bool record_vacant_ = false;  // finish() records while the key is absent (its lease ran out, nobody took over)
   std::chrono::steady_clock::time_point finish_deadline_{};       // finish()'s patience runs out
   std::function<void(const EndOutcome&)> finish_done_;
 };

@@ -128,11 +128,19 @@ void CoordinatorElection::try_to_record() {
 // One transaction, fenced by the token: the end is recorded, and the coordinator's key and the round (a
 // predecessor's lease may still hold it) go, only while the key is the one this host created. The round is
 // never deleted without the end recorded (issue 53: the next host then took the first claims it got).
+//
+// Its lease ran out and nobody took the job over (the key is absent, no end recorded: record_vacant_): its verdict is
+// the only one any node heard, and is recorded while the key stays absent and no end is there (issue 53, the nemesis
+// with default heartbeats, seed 2: nothing was recorded, the kept round stayed, and a late node could not learn).
 void CoordinatorElection::record_end(std::int64_t end_lease) {
   const std::string key = to_base64(coordinator_key(config_));
+  const auto created_at = [](const std::string& k, std::int64_t revision) {
+    return json{{"key", k}, {"result", "EQUAL"}, {"target", "CREATE"}, {"create_revision", std::to_string(revision)}};
+  };
+  const json compare = record_vacant_ ? json::array({created_at(key, 0), created_at(to_base64(end_key(config_)), 0)})
+                                      : json::array({created_at(key, token_)});
   const json txn = {
-      {"compare", json::array({{{"key", key}, {"result", "EQUAL"}, {"target", "CREATE"},
-                                {"create_revision", std::to_string(token_)}}})},
+      {"compare", compare},
       {"success", json::array({{{"request_put", {{"key", to_base64(end_key(config_))}, {"value", to_base64(end_record_)},
                                                  {"lease", std::to_string(end_lease)}}}},
                                {{"request_delete_range", {{"key", key}}}},
@@ -151,13 +159,16 @@ void CoordinatorElection::record_end(std::int64_t end_lease) {
 }
 
 void CoordinatorElection::read_end_recorded_elsewhere() {
-  ask("/v3/kv/range", json{{"key", to_base64(end_key(config_))}}, [this](const RequestError& error,
-                                                                                const json& reply) {
+  ask("/v3/kv/range", read_job_keys(), [this](const RequestError& error, const json& reply) {
     if (!error.empty()) return record_later(error.text);
-    const std::string end = held_by(reply);
+    const JobKeys keys = job_keys_in(reply);
     // Its own: an earlier try's transaction went through, and only its answer was lost.
-    if (end == end_record_) return end_finish(EndOutcome{EndOutcome::Kind::kRecorded, "", ""});
-    if (!end.empty()) return end_finish(EndOutcome{EndOutcome::Kind::kRecordedElsewhere, end, ""});
+    if (keys.end == end_record_) return end_finish(EndOutcome{EndOutcome::Kind::kRecorded, "", ""});
+    if (!keys.end.empty()) return end_finish(EndOutcome{EndOutcome::Kind::kRecordedElsewhere, keys.end, ""});
+    if (keys.holder.empty() && !record_vacant_) {  // nobody took the job over: this verdict is the job's
+      record_vacant_ = true;
+      return try_to_record();
+    }
     end_finish(EndOutcome{EndOutcome::Kind::kNotRecorded, "",
                           "another host holds the job now (this node's etcd lease ran out while it was cut off "
                           "from etcd), and the job has not ended there"});

@@ -49,7 +49,14 @@ std::string resolve_token(const TopologyOptions& o, const std::vector<std::strin
   if (local_only) return rendezvous::generate_token();
   notes.push_back("no --rdzv-token, --rdzv-token-file or DDPRUN_TOKEN: the rendezvous accepts any node that "
                   "knows the run id '" + run_id + "'" +
-                  (munge ? " and, when munged answers on the hosting node, runs as this user (MUNGE)" : ""));
+                  (munge ? " and, when munged answers on the hosting node, runs as this user (MUNGE)" : "") +
+                  // Issue 55: with etcd the host's address is whatever the coordinator key says, and a server that
+                  // knows only the run id proves itself with this token: whoever can write the key owns the job.
+                  (o.rdzv_backend == "etcd"
+                       ? "; with --rdzv-backend etcd, anyone who can write etcd's keys under the job's prefix can "
+                         "also stand in for its host and give the workers their MASTER_ADDR: give every node a "
+                         "token"
+                       : ""));
   return rendezvous::run_id_token(run_id);  // the server recognises it and warns when it listens beyond loopback
 }
 

@@ -141,6 +141,13 @@ void Client::Impl::handle(ServerMessage message) {
     if (done_) return;
   }
   if (auto* assignment = std::get_if<Assignment>(&message)) {
+    // A server of this job only echoes the worker count this node said (issue 55: an insider acting as server gave
+    // another, and the agent ended with "internal error", 70).
+    if (assignment->local_world_size() != config_.join.nproc)
+      return fail(ErrorKind::kProtocol, "the rendezvous server at " + where() + " assigned " +
+                                            std::to_string(assignment->local_world_size()) +
+                                            " workers to this node, which said " + std::to_string(config_.join.nproc) +
+                                            ": no server of this job does that");
     reconnect_.on_assignment(*assignment);
     if (handlers_.on_assignment) handlers_.on_assignment(*assignment);
   } else if (auto* stop = std::get_if<StopMsg>(&message)) {

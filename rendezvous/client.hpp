@@ -71,6 +71,9 @@ struct ClientConfig {
   // Non-empty: connect from this local address (bound before connecting; the port is the kernel's). Only the
   // load generator sets it, to spread many simulated agents over 127.0.0.0/8. Throws ConnectionError if invalid.
   std::string source_address;
+  // The agent's seat secret (auth.hpp seat_commitment), kept by the agent across its clients so that a node joining
+  // again after its fence is known as the one that held its old place. "": a fresh one for this client.
+  std::string seat_secret;
 };
 
 struct StopOrder {

@@ -159,7 +159,7 @@ class Client::Impl : public std::enable_shared_from_this<Impl> {
   Reconnect reconnect_;  // a resumable server lost while this node runs a round (client_reconnect.hpp)
   // This agent's seat (auth.hpp): its commitment goes in every hello, the secret only in a resume claim, so that
   // no other token holder can take this node's place back while it is away (issue 33).
-  const std::string seat_secret_ = random_hex(32);
+  const std::string seat_secret_ = config_.seat_secret.empty() ? random_hex(32) : config_.seat_secret;
   const std::string seat_ = seat_commitment(seat_secret_);
   std::array<char, 1024> read_buffer_{};
   std::deque<std::string> outbox_;

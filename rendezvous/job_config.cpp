@@ -24,6 +24,10 @@ void validate(const JobConfig& config) {
     fail("--nnodes: static node ranks need a fixed node count (MIN == MAX)");
   if (config.heartbeat_interval.count() <= 0 || config.heartbeat_timeout <= config.heartbeat_interval)
     fail("--heartbeat-timeout must be longer than --heartbeat-interval, which must be positive");
+  if (config.heartbeat_interval.count() < kMinHeartbeatIntervalMs ||
+      config.heartbeat_interval.count() > kMaxHeartbeatIntervalMs || config.heartbeat_timeout.count() > kMaxHeartbeatMs)
+    fail("--heartbeat-interval must be 0.01 s to 600 s and --heartbeat-timeout at most 3600 s (what an agent accepts "
+         "from a rendezvous server)");
   if (config.join_timeout.count() <= 0) fail("--rdzv-timeout must be positive");
   if (config.join_grace.count() < 0) fail("--join-grace must not be negative");
   if (config.join_grace.count() > 0 && config.min_nodes != config.max_nodes)

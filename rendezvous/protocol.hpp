@@ -47,7 +47,12 @@ inline constexpr std::size_t kMaxRunIdBytes = 256;
 inline constexpr std::size_t kMaxHexBytes = 128;         // MACs are 64 hex digits, nonces 32
 inline constexpr std::size_t kMaxMungeCredentialBytes = 2048;  // ~250 bytes for our payload; fits a handshake frame
 inline constexpr std::size_t kMaxTypeBytes = 32;         // "type", "kind", "proto"
-inline constexpr std::int64_t kMaxHeartbeatMs = 24LL * 3600 * 1000;
+// The heartbeat settings a server may impose (issue 55: an insider acting as server imposed 1 ms to 24 h, holding an
+// agent for a day on a server gone silent): an interval of 10 ms to 10 min, a timeout of at most an hour. The same
+// bounds are the options' (job_config.cpp validate).
+inline constexpr std::int64_t kMinHeartbeatIntervalMs = 10;
+inline constexpr std::int64_t kMaxHeartbeatIntervalMs = 10LL * 60 * 1000;
+inline constexpr std::int64_t kMaxHeartbeatMs = 3600LL * 1000;
 inline constexpr std::size_t kMaxCollectiveBytes = 64;  // a hang view's function name
 inline constexpr std::int64_t kMaxFence = std::int64_t{1} << 53;  // an etcd revision; exact in any JSON reader
 

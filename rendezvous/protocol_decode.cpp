@@ -244,7 +244,7 @@ ServerMessage decode_server_message(std::string_view payload) {
     m.protocol = get_string(j, "proto", kMaxTypeBytes);
     m.version = get_int_in(j, "v", 0, std::numeric_limits<int>::max());
     m.nonce = get_hex(j, "nonce", kMaxHexBytes);
-    m.heartbeat_interval_ms = get_int_in(j, "heartbeat_interval_ms", std::int64_t{1}, kMaxHeartbeatMs);
+    m.heartbeat_interval_ms = get_int_in(j, "heartbeat_interval_ms", kMinHeartbeatIntervalMs, kMaxHeartbeatIntervalMs);
     m.heartbeat_timeout_ms = get_int_in(j, "heartbeat_timeout_ms", m.heartbeat_interval_ms + 1, kMaxHeartbeatMs);
     m.munge = get_bool(j, "munge", false);
     m.proof = get_optional_string(j, "proof", kMaxHexBytes);

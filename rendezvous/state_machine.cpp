@@ -190,11 +190,21 @@ std::string check_hello(const RendezvousState& state, const Hello& event) {
 // node that the round would count (dynamic). A live agent beats every interval: two agents of one host that both
 // beat are never taken for one. Its seat commitment must be the old connection's: another agent of the job that
 // names the same host (an insider can name any) has its own, and joins beside it instead (issue 33).
+//
+// While a round runs, an elastic job's node whose agent stopped its workers for this server's silence (the fence,
+// agent/round_fence.hpp) joins again as a new node, saying the last round it ran (after_round), with the seat it held
+// (the agent keeps its seat secret across its clients): its old place is its own, stale whatever this server last
+// heard on it (a one-way cut into the node lets its frames through), and goes now. Before, the old place still
+// counted and the hello was refused ("the job already has 3 nodes"; issue 53, the nemesis with default heartbeats,
+// seed 11: the node exited 77 naming the refusal).
 void replace_silent_self(RendezvousState& state, const Hello& event, const Now& now, Actions& out) {
-  if (state.phase != Phase::kJoining) return;
+  const bool fenced_rejoin = event.hello.after_round && !event.hello.seat.empty() && is_elastic(state.config) &&
+                             (state.phase == Phase::kRunning || state.phase == Phase::kRestarting);
+  if (state.phase != Phase::kJoining && !fenced_rejoin) return;
   const auto silent_since = now.steady - state.config.heartbeat_timeout / 2;
   auto is_self = [&](const NodeEntry& node) {
-    return node.host == event.hello.host && node.seat_commit == event.hello.seat && node.last_seen <= silent_since;
+    return node.host == event.hello.host && node.seat_commit == event.hello.seat &&
+           (fenced_rejoin || node.last_seen <= silent_since);
   };
   ConnId stale = 0;
   if (state.config.static_node_ranks) {  // the holder of the rank it claims
@@ -215,8 +225,10 @@ void replace_silent_self(RendezvousState& state, const Hello& event, const Now& 
     }
   }
   if (stale == 0) return;
-  rules::node_lost(state, stale, "replaced by a new connection from the same host (the old one fell silent)", now,
-                   out);
+  rules::node_lost(state, stale,
+                   fenced_rejoin ? "its agent stopped its workers when this server fell silent to it, and joins again"
+                                 : "replaced by a new connection from the same host (the old one fell silent)",
+                   now, out);
 }
 
 }  // namespace

@@ -158,6 +158,40 @@ TEST_CASE("a host replaced while cut off records nothing and learns the end its 
   CHECK(end.record == "their end");
 }
 
+// Issue 53, the nemesis with default heartbeats (seed 2): a host whose lease ran out while it was cut off, and whose
+// job nobody took over, recorded nothing; the kept round stayed and a late node could not learn the end.
+TEST_CASE("a host whose lease ran out with nobody taking over records its end while the key stays vacant") {
+  for (bool taken_meanwhile : {false, true}) {
+    CAPTURE(taken_meanwhile);
+    asio::io_context io;
+    std::vector<json> txns;
+    const auto plain = election_etcd(std::nullopt);
+    FakeGateway etcd(io, [&](const std::string& path, const json& body) -> std::optional<std::pair<unsigned, std::string>> {
+      if (path == "/v3/kv/txn") txns.push_back(body);
+      if (path == "/v3/kv/txn" && txns.size() == 2) return std::make_pair(200u, std::string(R"({"succeeded":false})"));
+      if (path == "/v3/kv/txn" && txns.size() == 3)  // the vacant record: it goes through unless the key was taken
+        return std::make_pair(200u, json{{"succeeded", !taken_meanwhile}}.dump());
+      if (path == "/v3/kv/range" && txns.size() >= 2) return std::make_pair(200u, std::string("{}"));  // nothing
+      return plain(path, body);
+    });
+    ElectionConfig config;
+    config.run_id = "j";
+    Outcome o;
+    CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), quiet());
+    win(io, election, o);
+    const auto end = finish_now(io, election, "my end", std::chrono::milliseconds(2000));
+    REQUIRE(txns.size() == 3);  // the win, the fenced record, the vacant record: no more
+    // The vacant record's condition: the coordinator's key and the end both absent (created at revision 0).
+    const json& compare = txns[2]["compare"];
+    REQUIRE(compare.size() == 2);
+    for (const json& c : compare) CHECK(c["create_revision"] == "0");
+    CHECK(from_base64(compare[1]["key"].get<std::string>()) == "/ddprun/j/end");
+    CHECK(from_base64(txns[2]["success"][0]["request_put"]["value"].get<std::string>()) == "my end");
+    CHECK(end.kind == (taken_meanwhile ? CoordinatorElection::EndOutcome::Kind::kNotRecorded
+                                       : CoordinatorElection::EndOutcome::Kind::kRecorded));
+  }
+}
+
 TEST_CASE("an end that cannot be recorded is tried again for the patience given, then said") {
   asio::io_context io;
   bool reachable = true;

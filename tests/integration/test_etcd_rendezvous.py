@@ -91,6 +91,16 @@ class OneMember(EtcdCase):
         # The host revoked its lease at the end: the job's keys went with it.
         self.assert_only_the_end_left()
 
+    def test_a_job_without_a_token_says_on_every_node_who_else_can_join_it(self):
+        # Issue 55: a token-less etcd job is anyone's who can write its key (both agents got MASTER 6.6.6.6 from a
+        # stand-in host that knew only the run id). It still runs, as torchrun's does, but every agent says so.
+        del self.env["DDPRUN_TOKEN"]
+        results = self.wait_all([self.etcd_node("exit=0") for _ in range(2)])
+        for res in results:
+            self.assertEqual(res.code, 0, res)
+            self.assertIn("anyone who can write etcd's keys under the job's prefix can also stand in for its host",
+                          res.stderr.decode(), res)
+
     def test_a_worker_failure_on_either_node_ends_both(self):
         for failing in (0, 3):
             with self.subTest(failing_rank=failing):

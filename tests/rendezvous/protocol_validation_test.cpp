@@ -193,6 +193,11 @@ TEST_CASE("a challenge's nonce is hex and its heartbeat timeout longer than its 
   CHECK_FALSE(server_accepted(challenge("00ff", 0, 5000)));
   CHECK_FALSE(server_accepted(challenge("00ff", 1000, 1000)));
   CHECK_FALSE(server_accepted(challenge("00ff", 1000, 1LL << 40)));
+  // Issue 55: the settings an insider acting as server may impose are bounded: 10 ms to 10 min, at most an hour.
+  CHECK(server_accepted(challenge("00ff", 10, 3'600'000)));
+  CHECK_FALSE(server_accepted(challenge("00ff", 1, 5000)));
+  CHECK_FALSE(server_accepted(challenge("00ff", 600'001, 3'600'000)));
+  CHECK_FALSE(server_accepted(challenge("00ff", 1000, 86'400'000)));
 }
 
 TEST_CASE("exit_status_of never returns 0 or more than 255 for a failure, whatever it holds") {

@@ -502,3 +502,41 @@ TEST_CASE("elastic: meet goes to every node of the round once all said round_rea
   CHECK(std::get<MeetMsg>(meet.message).round == 1);
   CHECK(find_all<Broadcast>(step(state, RoundReady{3, 1}, at(22'001ms))).empty());
 }
+
+// Issue 53, the nemesis with default heartbeats (seed 11): a node whose agent stopped its workers for its server's
+// silence joins again as a new node while its old place still counts (a one-way cut lets its frames through, or its
+// closed connection's place waits for a resume). The job, full, refused it ("the job already has 3 nodes") and the
+// node exited 77 naming the refusal. Its agent's seat is its own across its clients: the old place goes, and it joins.
+TEST_CASE("elastic: a node back from its fence with its own seat replaces its stale place; another seat does not") {
+  for (bool own_seat : {true, false}) {
+    CAPTURE(own_seat);
+    JobConfig config = job(3, false);
+    config.min_nodes = 2;
+    config.heartbeat_timeout = 600s;
+    RendezvousState state(config, at(0ms).steady);
+    for (int i = 0; i < 3; ++i) {
+      Joiner j;
+      j.conn = static_cast<ConnId>(i + 1);
+      j.host = "host" + std::to_string(i);
+      j.seat_secret = "seat" + std::to_string(i);
+      step(state, hello(j), at(0ms));
+    }
+    REQUIRE(state.phase == Phase::kRunning);
+    Joiner back;
+    back.conn = 9;
+    back.host = "host2";
+    back.seat_secret = own_seat ? "seat2" : "someone else's";
+    Hello h = hello(back);
+    h.hello.after_round = 0;
+    auto actions = step(state, h, at(20'000ms));
+    if (own_seat) {
+      CHECK(refusal(actions, 9).empty());
+      CHECK(state.nodes.count(3) == 0);  // its stale place gone: the job re-forms without it, and with it anew
+      CHECK(state.nodes.count(9) == 1);
+      CHECK(state.phase == Phase::kRestarting);
+    } else {
+      CHECK(refusal(actions, 9).find("the most --nnodes") != std::string::npos);  // full, as before
+      CHECK(state.nodes.count(3) == 1);
+    }
+  }
+}
