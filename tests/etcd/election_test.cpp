@@ -148,12 +148,7 @@ TEST_CASE("a host replaced while cut off records nothing and learns the end its 
                                                  {"value", to_base64("their end")}}}}}.dump());
     return plain(path, body);
   });
-  ElectionConfig config;
-  config.run_id = "j";
-  Outcome o;
-  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), quiet());
-  win(io, election, o);
-  const auto end = finish_now(io, election, "my end", std::chrono::milliseconds(2000));
+  const auto end = win_then_finish(io, etcd, "my end");
   CHECK(end.kind == CoordinatorElection::EndOutcome::Kind::kRecordedElsewhere);
   CHECK(end.record == "their end");
 }
@@ -174,12 +169,7 @@ TEST_CASE("a host whose lease ran out with nobody taking over records its end wh
       if (path == "/v3/kv/range" && txns.size() >= 2) return std::make_pair(200u, std::string("{}"));  // nothing
       return plain(path, body);
     });
-    ElectionConfig config;
-    config.run_id = "j";
-    Outcome o;
-    CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), quiet());
-    win(io, election, o);
-    const auto end = finish_now(io, election, "my end", std::chrono::milliseconds(2000));
+    const auto end = win_then_finish(io, etcd, "my end");
     REQUIRE(txns.size() == 3);  // the win, the fenced record, the vacant record: no more
     // The vacant record's condition: the coordinator's key and the end both absent (created at revision 0).
     const json& compare = txns[2]["compare"];

@@ -192,4 +192,16 @@ inline CoordinatorElection::EndOutcome finish_now(asio::io_context& io, Coordina
   return *end;
 }
 
+// An election of run "j" that wins at `etcd`, then finishes with `end_record` (2 s of patience): what finish()
+// learned.
+inline CoordinatorElection::EndOutcome win_then_finish(asio::io_context& io, const FakeGateway& etcd,
+                                                       const std::string& end_record) {
+  ElectionConfig config;
+  config.run_id = "j";
+  Outcome o;
+  CoordinatorElection election(io, {etcd.endpoint()}, config, record(o), quiet());
+  win(io, election, o);
+  return finish_now(io, election, end_record, std::chrono::milliseconds(2000));
+}
+
 }  // namespace fake_etcd
