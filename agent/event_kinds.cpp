@@ -99,8 +99,11 @@ json stacks(std::int64_t time_ms, const std::string& file, const std::vector<Sta
   return e;
 }
 
-json hang_deferred(std::int64_t time_ms, const std::vector<int>& quiet_ranks, std::int64_t wait_ms) {
-  return with(kind("hang_deferred", time_ms), {{"quiet_ranks", quiet_ranks}, {"wait_ms", wait_ms}});
+json hang_deferred(std::int64_t time_ms, const std::vector<int>& quiet_ranks, std::int64_t wait_ms,
+                   const std::vector<int>& recovered) {
+  json e = with(kind("hang_deferred", time_ms), {{"quiet_ranks", quiet_ranks}, {"wait_ms", wait_ms}});
+  if (!recovered.empty()) e["recovered"] = recovered;
+  return e;
 }
 
 json straggler(std::int64_t time_ms, const rendezvous::Straggler& s, double window_s) {

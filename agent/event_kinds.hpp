@@ -47,7 +47,9 @@ struct StackDumpFile {
   std::string file;
 };
 json stacks(std::int64_t time_ms, const std::string& file, const std::vector<StackDumpFile>* nccl_dumps);
-json hang_deferred(std::int64_t time_ms, const std::vector<int>& quiet_ranks, std::int64_t wait_ms);
+// An inquiry without a verdict: quiet ranks (wait_ms), or `recovered` ones (found hung, beat during the capture).
+json hang_deferred(std::int64_t time_ms, const std::vector<int>& quiet_ranks, std::int64_t wait_ms,
+                   const std::vector<int>& recovered);
 // The rendezvous named a straggler, or stopped naming it.
 json straggler(std::int64_t time_ms, const rendezvous::Straggler& s, double window_s);
 json straggler_end(std::int64_t time_ms, int rank, int node_rank);

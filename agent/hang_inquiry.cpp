@@ -287,9 +287,15 @@ rdzv::HangViewMsg HangInquiry::view() const {
       r.collective = native_collective_in(native);
     }
     // Found by this node's own watch (the initial timeout's wording needs it); not one that did not take a
-    // re-formed round up, which the verdict names as never beaten in this round.
-    r.hung = std::any_of(hung_.begin(), hung_.end(),
-                         [&](const HungWorker& h) { return h.local_rank == w.local_rank && !h.not_taken_up; });
+    // re-formed round up, which the verdict names as never beaten in this round. One that beat since it was found
+    // (its silence now shorter than then, or a first beat) has recovered: the verdict must not name it (issue 56).
+    const auto found = std::find_if(hung_.begin(), hung_.end(), [&](const HungWorker& h) {
+      return h.local_rank == w.local_rank && !h.not_taken_up;
+    });
+    if (found != hung_.end()) {
+      r.hung = r.silent_ms >= found->silent_ms && !(found->never_beat && beat.ever());
+      r.recovered = !r.hung;
+    }
     out.ranks.push_back(r);
   }
   return out;
@@ -348,6 +354,16 @@ void HangInquiry::on_deferred(const rdzv::HangDeferredMsg& m) {
   verdict_pending_ = false;
   hung_.clear();
   suspect_ = false;
+  if (!m.recovered.empty()) {  // issue 56: the ranks found hung beat again during the capture
+    log_.warning(rdzv::rank_list(m.recovered), ", found hung, beat again during the stack capture: not hung, no "
+                 "verdict; the watch goes on");
+    events_.write(event::hang_deferred(unix_ms(), m.quiet_ranks, m.wait_ms, m.recovered));
+    if (judging()) {
+      watch_timer_.cancel();
+      watch();
+    }
+    return;
+  }
   const std::int64_t now_ns = monotonic_ns();
   const std::int64_t until = now_ns + m.wait_ms * 1'000'000;
   for (const WorkerRecord& w : policy_.workers())
@@ -356,7 +372,7 @@ void HangInquiry::on_deferred(const rdzv::HangDeferredMsg& m) {
   log_.warning(rdzv::rank_list(m.quiet_ranks), " inside a declared quiet phase (up to ", m.wait_ms / 1000.0,
                " s more): the ranks silent beside ", m.quiet_ranks.size() == 1 ? "it" : "them",
                " wait for ", m.quiet_ranks.size() == 1 ? "it" : "them", ", and are not hung");
-  events_.write(event::hang_deferred(unix_ms(), m.quiet_ranks, m.wait_ms));
+  events_.write(event::hang_deferred(unix_ms(), m.quiet_ranks, m.wait_ms, {}));
   if (judging()) {
     watch_timer_.cancel();
     watch();

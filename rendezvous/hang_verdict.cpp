@@ -140,6 +140,17 @@ std::optional<HangDeferredMsg> quiet_deferral(const std::vector<NodeHangView>& v
   return m;
 }
 
+std::vector<int> recovered_ranks(const std::vector<NodeHangView>& views) {
+  std::vector<int> recovered;
+  for (const NodeHangView& v : views)
+    for (const RankBeat& r : v.view.ranks) {
+      if (r.hung || r.stopped) return {};
+      if (r.recovered && recovered.size() < kMaxStragglers) recovered.push_back(r.rank);
+    }
+  std::sort(recovered.begin(), recovered.end());
+  return recovered;
+}
+
 Failure hang_verdict(const std::vector<NodeHangView>& views, std::int64_t now_unix_ms) {
   // The least advanced ranks (and not quiet by their word), then a stopped one, then what the stacks say,
   // then the longest silence by a clear margin; else nobody is named.

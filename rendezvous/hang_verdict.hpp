@@ -52,6 +52,11 @@ inline constexpr std::int64_t kUnconfirmedWithoutTimeoutMs = 10'000;
 // node (those quiet ranks, the longest bound left), or none.
 std::optional<HangDeferredMsg> quiet_deferral(const std::vector<NodeHangView>& views);
 
+// Issue 56: the ranks their own agents found hung that beat again during the capture, when no rank of any view is
+// still hung or stopped: the inquiry ends without a verdict (its evidence is gone), and the watch goes on. Empty
+// when any rank is still hung or stopped, or none recovered: the verdict is given as ever.
+std::vector<int> recovered_ranks(const std::vector<NodeHangView>& views);
+
 // The root cause for the job: the suspect as a Failure (killed with SIGKILL by its agent), with a message
 // that starts "hung:" (is_hang). `now_unix_ms` dates the suspect's last beat. When the evidence cannot separate
 // several ranks, an `unsure` failure whose message lists them (its rank is only the first of them): every

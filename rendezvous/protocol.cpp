@@ -48,7 +48,7 @@ bool operator==(const RankBeat& a, const RankBeat& b) {
   return a.rank == b.rank && a.local_rank == b.local_rank && a.pid == b.pid && a.step == b.step &&
          a.silent_ms == b.silent_ms && a.never_beat == b.never_beat && a.hung == b.hung && a.quiet == b.quiet &&
          a.python_stack == b.python_stack && a.collective == b.collective && a.quiet_left_ms == b.quiet_left_ms &&
-         a.stopped == b.stopped && a.slow == b.slow;
+         a.stopped == b.stopped && a.slow == b.slow && a.recovered == b.recovered;
 }
 
 const char* to_string(ErrorKind kind) {
@@ -124,6 +124,7 @@ json to_json_value(const ClientMessage& message) {
             if (m.ranks[i].quiet_left_ms > 0) ranks[i]["quiet_left_ms"] = m.ranks[i].quiet_left_ms;
             if (m.ranks[i].stopped) ranks[i]["stopped"] = true;
             if (m.ranks[i].slow) ranks[i]["slow"] = true;
+            if (m.ranks[i].recovered) ranks[i]["recovered"] = true;
           }
           j["ranks"] = std::move(ranks);
           j["stacks"] = m.stacks;
@@ -230,6 +231,7 @@ std::string encode(const ServerMessage& message) {
           json j = typed("hang_deferred");
           j["quiet_ranks"] = m.quiet_ranks;
           j["wait_ms"] = m.wait_ms;
+          if (!m.recovered.empty()) j["recovered"] = m.recovered;
           return dump(j);
         } else if constexpr (std::is_same_v<T, ProofMsg>) {
           json j = typed("proof");

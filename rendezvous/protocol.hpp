@@ -144,6 +144,9 @@ struct RankBeat {
   std::int64_t quiet_left_ms = 0;  // when quiet: how long its declared bound still runs (0: not said)
   bool stopped = false;        // its process was stopped (SIGSTOP, a debugger) when the capture began
   bool slow = false;           // named a straggler in this round when the capture began
+  // Found hung by its own agent, and beat since, as of this view (issue 56: during a 1.9 s capture both flagged
+  // ranks beat again, and the verdict still named them "silent for about 1.7 s"): `hung` is then false.
+  bool recovered = false;
   friend bool operator==(const RankBeat& a, const RankBeat& b);
 };
 struct HangViewMsg {
@@ -267,11 +270,15 @@ struct CaptureMsg {};
 // silent beside them wait for them, so nobody is hung yet. Every node exempts its silent workers for `wait_ms`
 // (the longest declared bound still running); a phase that ends earlier beats, and the watch goes on from there.
 inline constexpr std::int64_t kMaxQuietWaitMs = 7LL * 24 * 3600 * 1000;
+// A hang inquiry that ends without a verdict: ranks inside a declared quiet phase (the silent ones wait for them,
+// wait_ms the longest bound left), or ranks found hung that beat again during the capture (`recovered`; quiet_ranks
+// empty, wait_ms 0): nobody is hung, the watch goes on.
 struct HangDeferredMsg {
   std::vector<int> quiet_ranks;  // at most kMaxStragglers listed
   std::int64_t wait_ms = 0;
+  std::vector<int> recovered;    // at most kMaxStragglers listed; absent on the wire when empty
   friend bool operator==(const HangDeferredMsg& a, const HangDeferredMsg& b) {
-    return a.quiet_ranks == b.quiet_ranks && a.wait_ms == b.wait_ms;
+    return a.quiet_ranks == b.quiet_ranks && a.wait_ms == b.wait_ms && a.recovered == b.recovered;
   }
 };
 // The answer to view_request: every connected node's latest status (JSON text each), and how old each is.

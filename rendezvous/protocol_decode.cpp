@@ -132,6 +132,7 @@ HangViewMsg decode_hang_view(const json& j) {
     if (r.contains("quiet_left_ms")) b.quiet_left_ms = get_int_in(r, "quiet_left_ms", std::int64_t{0}, kMaxMs);
     b.stopped = get_bool(r, "stopped", false);
     b.slow = get_bool(r, "slow", false);
+    b.recovered = get_bool(r, "recovered", false);
     m.ranks.push_back(b);
   }
   return m;
@@ -184,17 +185,27 @@ StragglersMsg decode_stragglers(const json& j) {
   return m;
 }
 
-HangDeferredMsg decode_hang_deferred(const json& j) {
-  const json& ranks = required(j, "quiet_ranks");
+std::vector<int> rank_array(const json& ranks, const char* field) {
   if (!ranks.is_array() || ranks.size() > kMaxStragglers)
-    throw ProtocolError("field \"quiet_ranks\" is not an array of at most " + std::to_string(kMaxStragglers));
-  HangDeferredMsg m;
+    throw ProtocolError(std::string("field \"") + field + "\" is not an array of at most " +
+                        std::to_string(kMaxStragglers));
+  std::vector<int> out;
   for (const json& r : ranks) {
     if (!r.is_number_integer() || r.get<std::int64_t>() < 0 || r.get<std::int64_t>() > kMaxRank)
-      throw ProtocolError("a quiet rank is not a rank");
-    m.quiet_ranks.push_back(r.get<int>());
+      throw ProtocolError(std::string("field \"") + field + "\" holds what is not a rank");
+    out.push_back(r.get<int>());
   }
-  m.wait_ms = get_int_in(j, "wait_ms", std::int64_t{1}, kMaxQuietWaitMs);
+  return out;
+}
+
+HangDeferredMsg decode_hang_deferred(const json& j) {
+  HangDeferredMsg m;
+  m.quiet_ranks = rank_array(required(j, "quiet_ranks"), "quiet_ranks");
+  if (j.contains("recovered")) m.recovered = rank_array(j["recovered"], "recovered");
+  // A deferral for quiet ranks waits; an inquiry cleared by recovered ranks does not.
+  if (m.quiet_ranks.empty() == m.recovered.empty())
+    throw ProtocolError("a hang deferral names quiet ranks or recovered ones, one of the two");
+  m.wait_ms = get_int_in(j, "wait_ms", std::int64_t{m.quiet_ranks.empty() ? 0 : 1}, kMaxQuietWaitMs);
   return m;
 }
 

@@ -42,6 +42,14 @@ void decide(RendezvousState& state, const Now& now, Actions& out) {
     out.push_back(Broadcast{round_conns(state), std::move(*deferral)});
     return admit_waiting_joiners(state, now, out);  // a join that waited for the inquiry
   }
+  // Every rank found hung beat again during the capture (issue 56: the verdict named them anyway, "silent for about
+  // 1.7 s" with a 4 s timeout, and the job ended 78 though nobody was killed): no verdict, the watch goes on.
+  if (std::vector<int> recovered = recovered_ranks(views); !recovered.empty()) {
+    out.push_back(Log{LogLevel::kWarning, "hang inquiry: " + rank_list(recovered) + ", found hung, beat again "
+                                          "during the capture: not hung, no verdict"});
+    out.push_back(Broadcast{round_conns(state), HangDeferredMsg{{}, 0, std::move(recovered)}});
+    return admit_waiting_joiners(state, now, out);
+  }
   std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) { return a.node_rank < b.node_rank; });
   if (static_cast<int>(views.size()) < state.round_size)
     out.push_back(Log{LogLevel::kWarning, "hang verdict from " + std::to_string(views.size()) + " of " +

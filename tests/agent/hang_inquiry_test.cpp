@@ -145,7 +145,7 @@ TEST_CASE("a deferral for a quiet phase exempts the silent workers here until it
   f.quiet(0, now + 60 * kSec);  // rank 4 saves
   f.beat(0, 3, now - 3 * kSec);
   f.beat(1, 3, now - 3 * kSec);  // rank 5 waits for it: silent past the 2 s timeout
-  f.inquiry->on_deferred(rdzv::HangDeferredMsg{{4}, 60'000});
+  f.inquiry->on_deferred(rdzv::HangDeferredMsg{{4}, 60'000, {}});
   // The watch looked at once and found nobody hung: no capture began, nothing was reported or killed.
   CHECK_FALSE(f.inquiry->inquiring());
   CHECK(f.views.empty());

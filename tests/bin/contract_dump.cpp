@@ -56,7 +56,7 @@ void print_events() {
       ev::suspended(t), ev::resumed(t), ev::teardown(t, "worker_failed", SIGTERM),
       ev::restarting(t, "rank 3 failed", "restart 1 of 3", false, true), ev::reformed_in_place(t, world, 1),
       ev::reform_not_taken(t, 1), ev::dropped(t, "missed heartbeats"), ev::hung(t, w, 1, 41, t - 9000, false),
-      ev::stacks(t, "/logs/stacks.txt", &dumps), ev::hang_deferred(t, {0, 1}, 20'000), ev::straggler(t, s, 30.0),
+      ev::stacks(t, "/logs/stacks.txt", &dumps), ev::hang_deferred(t, {0, 1}, 20'000, {}), ev::straggler(t, s, 30.0),
       ev::straggler_end(t, 3, 1), ev::log_write_failed(t, 3, "/logs/rank3.log", ENOSPC, 1 << 20, true),
       ev::console_abandoned(t, 512), ddprun::agent::summary_json(policy, ctx)};
   for (const nlohmann::json& e : all) std::printf("%s\n", e.dump().c_str());

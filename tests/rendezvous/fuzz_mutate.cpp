@@ -111,7 +111,7 @@ std::vector<std::string> seed_payloads() {
   out.push_back(encode(ServerMessage{CaptureMsg{}}));
   out.push_back(encode(ServerMessage{JobViewMsg{{R"({"host":"gpu7"})", "{}"}, {12, 4000}}}));
   out.push_back(encode(ServerMessage{StragglersMsg{{Straggler{5, 1, "gpu7", 120'000, 80'000, true}}}}));
-  out.push_back(encode(ServerMessage{HangDeferredMsg{{0, 3}, 9000}}));
+  out.push_back(encode(ServerMessage{HangDeferredMsg{{0, 3}, 9000, {}}}));
   out.push_back(encode(ServerMessage{MeetMsg{4}}));
   StopMsg joined{Failure{}, "a node joined", true, true};
   out.push_back(encode(ServerMessage{joined}));

@@ -64,11 +64,24 @@ TEST_CASE("client messages survive an encode/decode round trip") {
   CHECK(std::get<RoundReadyMsg>(decode_client_message(encode(ClientMessage{RoundReadyMsg{7}}))).round == 7);
   CHECK_THROWS_AS(decode_client_message(R"({"type":"round_ready","round":-1})"), ProtocolError);
   // The server's deferral of a verdict for a declared quiet phase, and its bounds.
-  const HangDeferredMsg deferred{{0, 5}, 58'000};
+  const HangDeferredMsg deferred{{0, 5}, 58'000, {}};
   CHECK(std::get<HangDeferredMsg>(decode_server_message(encode(ServerMessage{deferred}))) == deferred);
   CHECK_THROWS_AS(decode_server_message(R"({"type":"hang_deferred","quiet_ranks":[-1],"wait_ms":5})"), ProtocolError);
   CHECK_THROWS_AS(decode_server_message(R"({"type":"hang_deferred","quiet_ranks":[1],"wait_ms":0})"), ProtocolError);
   CHECK_THROWS_AS(decode_server_message(R"({"type":"hang_deferred","quiet_ranks":"1","wait_ms":5})"), ProtocolError);
+  // An inquiry cleared by ranks that beat again during the capture (issue 56): recovered ranks, no wait; never both,
+  // never neither.
+  const HangDeferredMsg cleared{{}, 0, {2, 3}};
+  CHECK(std::get<HangDeferredMsg>(decode_server_message(encode(ServerMessage{cleared}))) == cleared);
+  CHECK_THROWS_AS(decode_server_message(R"({"type":"hang_deferred","quiet_ranks":[],"wait_ms":0})"), ProtocolError);
+  CHECK_THROWS_AS(decode_server_message(R"({"type":"hang_deferred","quiet_ranks":[1],"wait_ms":5,"recovered":[2]})"),
+                  ProtocolError);
+  RankBeat beat_again;
+  beat_again.rank = 3;
+  beat_again.recovered = true;
+  HangViewMsg with_back;
+  with_back.ranks = {beat_again};
+  CHECK(std::get<HangViewMsg>(decode_client_message(encode(ClientMessage{with_back}))).ranks.at(0).recovered);
   CHECK_FALSE(std::get<HangViewMsg>(decode_client_message(R"({"type":"hang_view","ranks":[],"stacks":""})")).suspect);
 }
 

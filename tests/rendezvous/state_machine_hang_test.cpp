@@ -101,6 +101,35 @@ TEST_SUITE("hang inquiry") {
     CHECK(stop->root_cause.rank == 0);
   }
 
+  // Issue 56: at load 29 the first step took longer than --hang-timeout 4 s; during the 1.9 s capture both ranks
+  // beat again, and the verdict still named them ("silent for about 1.7 s"), ending the job 78.
+  TEST_CASE("ranks found hung that beat again during the capture: no verdict, every node told, the job goes on") {
+    auto state = running(2);
+    RankBeat back0 = beat(0, 1, 1700, false);
+    back0.recovered = true;
+    RankBeat back1 = beat(1, 1, 1650, false);
+    back1.recovered = true;
+    step(state, HangReport{1, view({back0, back1}, true, "/a")}, at(10ms));
+    auto actions = step(state, HangReport{2, view({beat(2, 1, 1600, false), beat(3, 1, 1600, false)}, false, "/b")},
+                        at(1900ms));
+    CHECK(stop_in(actions) == nullptr);
+    const Broadcast told = find_one<Broadcast>(actions);
+    CHECK(told.conns == std::vector<ConnId>{1, 2});
+    const auto& cleared = std::get<HangDeferredMsg>(told.message);
+    CHECK(cleared.recovered == std::vector<int>{0, 1});
+    CHECK(cleared.quiet_ranks.empty());
+    CHECK(state.phase == Phase::kRunning);
+    CHECK_FALSE(state.hang.has_value());
+    // One rank still hung beside a recovered one: the verdict is given as ever, naming the one still silent.
+    auto again = running(2);
+    step(again, HangReport{1, view({back0, beat(1, 1, 6000)}, true, "/a")}, at(10ms));
+    const auto decided = step(again, HangReport{2, view({beat(2, 2, 1600, false), beat(3, 2, 1600, false)}, false,
+                                                        "/b")}, at(1900ms));
+    const StopMsg* stop = stop_in(decided);
+    REQUIRE(stop != nullptr);
+    CHECK(stop->root_cause.rank == 1);
+  }
+
   TEST_CASE("with restarts left the verdict restarts the job, as a worker failure does") {
     auto state = running(1, 2);
     auto actions = step(state, HangReport{1, view({beat(0, 1, 3000)}, true, "/a")}, at(10ms));
