@@ -237,6 +237,12 @@ std::string LiveView::document(const rendezvous::JobViewMsg* view) {
       json other = json::parse(view->nodes[i], nullptr, /*allow_exceptions=*/false);
       if (!other.is_object() || other.value("node_rank", -1) == world_.node_rank) continue;
       other["age_ms"] = view->ages_ms[i];
+      // A rank's beat age is as of its node's report: it is that much older now (issue 56: a frozen node's rank
+      // showed "last beat 0.14 s" while its node's figures were 15.7 s old).
+      if (auto ranks = other.find("ranks"); ranks != other.end() && ranks->is_array())
+        for (json& r : *ranks)
+          if (r.is_object() && r.contains("beat_age_s") && r["beat_age_s"].is_number())
+            r["beat_age_s"] = r["beat_age_s"].get<double>() + static_cast<double>(view->ages_ms[i]) / 1000.0;
       nodes.push_back(std::move(other));
     }
   }

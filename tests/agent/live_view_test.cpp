@@ -185,8 +185,10 @@ TEST_CASE("ddprun-status: one request to the rendezvous for all waiting, answere
   CHECK(f.view_requests == 1);
   CHECK(answers.empty());
   rdzv::JobViewMsg other;
-  other.nodes = {json{{"node_rank", 0}, {"host", "n0"}}.dump(), json{{"node_rank", 1}, {"host", "stale"}}.dump(),
-                 "not json"};
+  other.nodes = {json{{"node_rank", 0}, {"host", "n0"},
+                      {"ranks", json::array({json{{"rank", 0}, {"beat_age_s", 0.25}}, json{{"rank", 1}}})}}
+                     .dump(),
+                 json{{"node_rank", 1}, {"host", "stale"}}.dump(), "not json"};
   other.ages_ms = {1500, 1500, 1500};
   f.view->on_job_view(other);
   REQUIRE(answers.size() == 2);
@@ -196,6 +198,9 @@ TEST_CASE("ddprun-status: one request to the rendezvous for all waiting, answere
   CHECK(doc["nodes"][0]["age_ms"] == 0);
   CHECK(doc["nodes"][1]["host"] == "n0");
   CHECK(doc["nodes"][1]["age_ms"] == 1500);
+  // Its rank's last beat is as old as its report, and more (issue 56): never younger than the node's figures.
+  CHECK(doc["nodes"][1]["ranks"][0]["beat_age_s"].get<double>() == doctest::Approx(1.75));
+  CHECK_FALSE(doc["nodes"][1]["ranks"][1].contains("beat_age_s"));  // none said: none made up
   CHECK(doc["complete"] == true);
 }
 
