@@ -55,7 +55,7 @@ void HangInquiry::watch() {
       if (beat.ever()) beat.time_ns = std::max(beat.time_ns, pause_end_ns_);
       const auto exempt = exempt_until_ns_.find(w.local_rank);
       running.push_back({w.local_rank, beat, std::max(round_started_ns_, pause_end_ns_),
-                         exempt == exempt_until_ns_.end() ? 0 : exempt->second});
+                         exempt == exempt_until_ns_.end() ? 0 : exempt->second, handed_over_});
     }
   const std::int64_t now = monotonic_ns();
   const HangCheck check = check_hangs(running, config_.hang_timeout.count() * 1'000'000, now,
@@ -85,8 +85,9 @@ std::int64_t HangInquiry::silent_since_ns(int local_rank) const {
   return b.ever() ? b.time_ns : round_started_ns_;
 }
 
-void HangInquiry::start_round() {
+void HangInquiry::start_round(bool handed_over) {
   round_started_ns_ = monotonic_ns();
+  handed_over_ = handed_over;
   verdict_pending_ = false;
   exempt_until_ns_.clear();
   hung_.clear();  // the last round's hung ranks: the live view must not show this round's as hung

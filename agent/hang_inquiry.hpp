@@ -58,8 +58,11 @@ class HangInquiry {
   HangInquiry(boost::asio::io_context& io, const AgentConfig& config, const HeartbeatChannel& beats, RunLayout& layout,
               const SupervisionPolicy& policy, Logger& log, EventLog& events, Host host);
 
-  // A round's workers started, or re-formed in place: every worker is judged afresh from now.
-  void start_round();
+  // A round's workers started, or re-formed in place (`handed_over`): every worker is judged afresh from now. Workers
+  // handed a re-formed round were alive in the job: each owes its first beat of the new round within
+  // --hang-timeout, where a new worker that never beats is judged only by --hang-initial-timeout (issue 56: a joiner
+  // that hung after saying it was ready held the kept workers in the new group's set-up, unseen, for good).
+  void start_round(bool handed_over = false);
   // Looks at the beats now and arms the timer for the next look (nothing when no worker is watched).
   void watch();
   // Until the next round the workers may wait for it (a re-form in place): nobody's silence.
@@ -129,6 +132,7 @@ class HangInquiry {
   boost::asio::steady_timer verdict_timer_;  // bounds the wait for the rendezvous' verdict
   StackCapture capture_;
   std::int64_t round_started_ns_ = 0;  // CLOCK_MONOTONIC when this round's workers started (initial timeout)
+  bool handed_over_ = false;           // start_round(true): this round's workers were kept from the last one
   // Beats older than this count as made at this time when judging: a pause of the whole job (Ctrl-Z, a frozen
   // machine) is nobody's silence. Set on SIGCONT and when the watch timer fires late (StallClock's threshold).
   std::int64_t pause_end_ns_ = 0;

@@ -21,8 +21,9 @@ HangCheck check_hangs(const std::vector<WatchedWorker>& running, std::int64_t ti
   };
   for (const WatchedWorker& w : running) {
     if (!w.beat.ever()) {
-      if (initial_timeout_ns > 0) {
-        const std::int64_t deadline = w.started_ns + initial_timeout_ns;
+      const std::int64_t first_beat_within = w.promised ? timeout_ns : initial_timeout_ns;
+      if (first_beat_within > 0) {
+        const std::int64_t deadline = w.started_ns + first_beat_within;
         if (deadline <= now_ns) {
           out.hung.push_back(w.local_rank);
           continue;

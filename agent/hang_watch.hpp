@@ -3,7 +3,8 @@
 //
 // Rules:
 //   - a worker that never beat is exempt (not every program beats), unless `initial_timeout` is set: then
-//     it is hung once that long has passed since `started_ns` without a first beat;
+//     it is hung once that long has passed since `started_ns` without a first beat; a worker kept through a
+//     re-form in place (`promised`: alive in the job before) owes its first beat within `timeout` instead;
 //   - a worker whose last beat is `timeout` old or older is hung, unless it declared a quiet phase that has
 //     not ended yet (an evaluation, a checkpoint: "silent for at most T from now"); past its end, it is;
 //   - a worker the job-wide inquiry found waiting for another rank's quiet phase is exempt until that phase's
@@ -35,6 +36,9 @@ struct WatchedWorker {
   // Not judged before this (CLOCK_MONOTONIC; 0: none): the job-wide inquiry found this worker waiting for a
   // rank that declared a quiet phase (a save on rank 0 while the others wait in a barrier).
   std::int64_t exempt_until_ns = 0;
+  // Alive in the job before this round (kept through a re-form in place): its first beat of this round is due
+  // within the hang timeout of `started_ns`, not only the initial timeout (issue 56).
+  bool promised = false;
 };
 
 struct HangCheck {

@@ -93,7 +93,7 @@ InPlaceReform::Host NodeAgent::reform_host() {
   h.hang_inquiring = [this] { return hang_.inquiring(); };
   h.pause_hang_watch = [this] { hang_.pause_watch(); };
   h.resume_hang_watch = [this] {
-    hang_.start_round();
+    hang_.start_round(/*handed_over=*/true);
     hang_.watch();
   };
   h.judge_hung = [this](const std::vector<int>& local_ranks) { hang_.judge_not_taken_up(local_ranks); };

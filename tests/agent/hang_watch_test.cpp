@@ -27,6 +27,20 @@ TEST_CASE("a worker that never beat is never hung, however long it runs") {
   CHECK(c.hung.empty());
 }
 
+// Issue 56: a joiner that hung after saying it was ready held the kept workers in the new group's set-up; they
+// never beat in the new round, so nobody was judged, for good.
+TEST_CASE("a worker kept through a re-form owes its first beat of the new round within the hang timeout") {
+  WatchedWorker kept = never(0);
+  kept.started_ns = 100 * kSec;  // the round was handed over then
+  kept.promised = true;
+  const HangCheck early = check_hangs({kept, never(1)}, 2 * kSec, 101 * kSec);
+  CHECK(early.hung.empty());
+  REQUIRE(early.next_check_ns);
+  CHECK(*early.next_check_ns <= 102 * kSec);
+  const HangCheck late = check_hangs({kept, never(1)}, 2 * kSec, 102 * kSec);
+  CHECK(late.hung == std::vector<int>{0});  // the new worker beside it is still exempt: it never beat in the job
+}
+
 TEST_CASE("a worker silent for the whole timeout is hung") {
   const HangCheck c = check_hangs({beat_at(0, 10 * kSec), beat_at(1, 12 * kSec)}, 2 * kSec, 12 * kSec);
   CHECK(c.hung == std::vector<int>{0});

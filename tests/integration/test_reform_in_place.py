@@ -65,11 +65,13 @@ class ReformInPlace(ElasticCase):
     def test_a_join_and_a_loss_keep_the_workers_that_stay(self):
         """Node a trains alone; b joins: a's two workers take round 1 up in place (same pids, ranks 0-1 of 4, a new
         master port), b's start fresh as ranks 2-3. Then b's ddprun is SIGKILLed: a's workers take round 2 up in
-        place again (world 2). --hang-timeout 1 with workers silent 2 s after each take-up: a re-formed worker's
-        first beat of the new round is awaited like a new worker's, not judged against its last one (and
-        --term-timeout 5, the bound on taking a round up, is longer than those 2 s: a round announced while the
-        worker is silent is taken up after)."""
-        hang = ("--hang-timeout", 1)
+        place again (world 2). --hang-timeout 5 with workers silent 2 s after each take-up: a re-formed worker owes
+        its first beat of the new round within the hang timeout of the hand-over (issue 56), not of its last beat in
+        the old round (b's loss comes while a's workers are still silent after round 1's take-up: they take round 2
+        up after those 2 s and are silent 2 s more, 4 s after its hand-over; and --term-timeout 5, the bound on
+        taking a round up, is longer than those 2 s: a round announced while the worker is silent is taken up
+        after)."""
+        hang = ("--hang-timeout", 5)
         a = self.node("a", "quiet-after-take=2", term_timeout=5, extra=hang, host=True)
         first = self.rounds_run([0, 1], 0)
         self.assertEqual({r: v[1] for r, v in first.items()}, {0: 2, 1: 2})
@@ -354,6 +356,23 @@ class ReformInPlace(ElasticCase):
         self.assertEqual(len(self.of_event("a", "hung")), 1)
         self.assertNotIn("did not take the re-formed round up", self.read(self.path("err_a.log")))
         self.assertEqual(self.of_event("a", "reformed_in_place"), [])
+
+    def test_a_joiner_that_hangs_after_saying_it_is_ready_is_judged_within_the_hang_timeout(self):
+        """Issue 56 (2 of 2 froze for good): b's workers import the helper (ready to meet) and then hang before their
+        first beat; a's workers take the round up and wait in the new group's set-up for them, silent. Nobody had
+        beaten in the new round, so --hang-timeout never judged, and the job waited forever. a's workers were alive
+        in the job: after the hand-over each owes its first beat within the hang timeout, the inquiry runs, and
+        the job ends 78 on both nodes."""
+        hang = ("--hang-timeout", 3)
+        a = self.node("a", "quiet-after-take=600", term_timeout=30, extra=hang, host=True)
+        self.rounds_run([0, 1], 0)
+        b = self.node("b", "hang-after-import", term_timeout=30, extra=hang)
+        res_a, res_b = self.wait_all([a, b])
+        self.assertEqual((res_a.code, res_b.code), (HUNG, HUNG), (res_a, res_b))
+        self.assertEqual(len(self.of_event("a", "reformed_in_place")), 1)  # handed over, then judged
+        for name in ("a", "b"):
+            self.assertRegex(self.read(self.path(f"err_{name}.log")), r"root cause: .*hung")
+        self.assertNotIn("did not take the re-formed round up", self.read(self.path("err_a.log")))
 
     def read(self, path):
         with open(path, errors="replace") as f:

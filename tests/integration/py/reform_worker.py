@@ -8,7 +8,9 @@ no-offer: never offers (ddprun restarts it at a re-form, as any worker); never-t
 up (ddprun kills it after --term-timeout); quiet-after-take=SEC: after taking a round up, silent for SEC s before
 its next beat (a rank waiting in init_process_group for a joiner that is still starting); exit-on=PATH: exits 3 once
 PATH exists (local rank 0 only); slow-term=SEC: SIGTERM makes it exit 0 SEC s later; slow-start=SEC: SEC s
-before it imports the helper (an interpreter importing torch), then it writes DIR/imported.<RANK>."""
+before it imports the helper (an interpreter importing torch), then it writes DIR/imported.<RANK>; hang-after-import:
+once the helper is imported (it can meet its peers) it hangs before its first beat (stuck on a mount, in its data
+loading)."""
 import os
 import signal
 import sys
@@ -21,6 +23,10 @@ if "slow-start" in flags:
     with open(os.path.join(out_dir, f"imported.{os.environ['RANK']}"), "w"):
         pass
 import ddprun_heartbeat  # noqa: E402  (its import says this worker can meet its peers: after the slow start)
+
+if "hang-after-import" in flags:
+    while True:
+        time.sleep(3600)
 
 
 def mark_round():
