@@ -149,17 +149,13 @@ TEST_CASE("a MUNGE job refuses a hello without a credential the same way as a wr
   server.start("127.0.0.1", 0);
   auto refusal_of = [&](const std::string& token, bool with_credential) {
     RawPeer peer(io, server.port());
-    auto challenge = std::get<ChallengeMsg>(decode_server_message(peer.read_frame().value()));
-    CHECK(challenge.munge);
-    HelloMsg hello;
-    hello.run_id = "job42";
-    hello.mac = compute_mac(token, challenge.nonce, "job42");
-    hello.node_rank = 0;
-    hello.nproc = 1;
-    hello.host = "h";
-    hello.master_port = 29500;
-    if (with_credential) hello.munge_credential = make_munge_credential(socket, challenge.nonce, "job42");
-    peer.send(ClientMessage{hello});
+    // As an agent does (the connection's proof, then a sealed hello): with another token the seal does not open.
+    peer.handshake(0, 1, token, kProtocolVersion, "job42", [&](HelloMsg& hello, const ChallengeMsg& challenge) {
+      CHECK(challenge.munge);
+      hello.host = "h";
+      hello.master_port = 29500;
+      if (with_credential) hello.munge_credential = make_munge_credential(socket, challenge.nonce, "job42");
+    });
     auto reply = decode_server_message(peer.read_frame().value());
     return std::get<ErrorMsg>(reply).message;
   };

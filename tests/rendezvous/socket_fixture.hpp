@@ -176,8 +176,10 @@ class RawPeer {
   // Reads the challenge, asks for the connection's proof as an agent does, and answers with a hello sealed under the
   // connection's keys (derived from `token`: another token's hello does not open at the server); returns the
   // challenge's nonce. From then on send() seals and read_frame() opens.
+  // `edit`, when given, changes the hello before it is sealed (a MUNGE credential over the challenge's nonce).
   std::string handshake(std::optional<int> node_rank, int nproc, const std::string& token = "s3cret",
-                        int version = kProtocolVersion, const std::string& run_id = "job42") {
+                        int version = kProtocolVersion, const std::string& run_id = "job42",
+                        const std::function<void(HelloMsg&, const ChallengeMsg&)>& edit = nullptr) {
     auto payload = read_frame();
     REQUIRE(payload);
     auto challenge = std::get<ChallengeMsg>(decode_server_message(*payload));
@@ -194,6 +196,7 @@ class RawPeer {
     hello.nproc = nproc;
     hello.host = "rawhost";
     hello.master_port = 29999;
+    if (edit) edit(hello, challenge);
     seal_out_ = std::make_unique<FrameSeal>(token, challenge.nonce, agent_nonce, run_id,
                                             FrameSeal::Direction::kAgentToServer);
     seal_in_ = std::make_unique<FrameSeal>(token, challenge.nonce, agent_nonce, run_id,
